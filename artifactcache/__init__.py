@@ -1,0 +1,1 @@
+"""artifactcache: build compiled PyTorch artifacts once, cache them by content, measure what that buys."""

@@ -1,0 +1,171 @@
+"""build() and load(): recipe + backend + options -> key -> cached artifact -> Runner.
+
+This is the only module that joins the store, the keys and the backends. The
+store never sees torch; backends never see the store's layout.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .backends.base import Backend, BuildContext, BuildOptions, Runner, get_backend, require_available
+from .errors import BackendError
+from .keys import architecture_factors, compute_key, hardware_fingerprint, make_factors, weights_digest
+from .recipes import Recipe, load_recipe
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    key: str
+    factors: dict[str, Any]
+    full_key: str  # with the weights digest, even where the entry is keyed by architecture
+    arch_key: str | None  # set when the backend keeps weights outside the artifact
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    key: str
+    built: bool  # False: the entry was already there (a hit, or pulled from the remote)
+    seconds: float  # wall time of this call
+    bytes: int
+    entry: Any  # store.local.Entry
+    source: str = "local"  # "local" | "built" | "pulled"
+
+
+def _weights_spec(weights: str | Path | None, seed: int):
+    from .models import WeightsSpec
+
+    return WeightsSpec(Path(weights) if weights is not None else None, seed)
+
+
+def _resolve_store(store: Any, cache_dir: str | Path | None, allow_shared_root: bool) -> Any:
+    if store is not None:
+        return store
+    from .store.local import LocalStore
+
+    return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
+
+
+def make_context(
+    recipe: str | Path | Recipe,
+    backend: str,
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    mode: str | None = None,
+    weights: str | Path | None = None,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Backend, BuildContext]:
+    """Validate everything the user chose, before anything is written."""
+    rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    b = get_backend(backend)
+    opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}))
+    if device != "cpu" and not device.startswith("cuda"):
+        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+    b.check_options(opts)
+    require_available(b, opts)
+    return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
+
+
+def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyInfo:
+    w = ctx.weights
+    wfactor = weights_digest(w.path, memo_dir=memo_dir) if w.path is not None else f"random:{w.seed}"
+    factors = make_factors(
+        recipe=ctx.recipe.normalized(),
+        weights=wfactor,
+        backend=b.name,
+        options=b.factors(ctx.recipe, ctx.opts),
+        toolchain=b.toolchain(ctx.opts),
+        hardware=hardware_fingerprint(ctx.opts.device, with_driver=b.name == "trt"),
+    )
+    full = compute_key(factors)
+    if b.weights_external:
+        arch = architecture_factors(factors)
+        return KeyInfo(compute_key(arch), arch, full, compute_key(arch))
+    return KeyInfo(full, factors, full, None)
+
+
+def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: bool):
+    ctx.store = store
+    label = {
+        "recipe": ctx.recipe.name,
+        "backend": b.name,
+        "device": ctx.opts.device,
+        "dtype": ctx.opts.dtype,
+        "mode": ctx.opts.mode,
+        "weights": ctx.weights.describe(),
+        "arch_key": info.arch_key,
+    }
+    return store.get_or_build(
+        info.key, info.factors, lambda workdir: b.build(ctx, workdir), force=force, label=label
+    )
+
+
+def build(
+    recipe: str | Path | Recipe,
+    backend: str = "eager",
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    mode: str | None = None,
+    weights: str | Path | None = None,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+    force: bool = False,
+    cache_dir: str | Path | None = None,
+    allow_shared_root: bool = False,
+    store: Any = None,
+) -> BuildResult:
+    """Build the artifact unless the cache has it; return where it is."""
+    t0 = time.perf_counter()
+    b, ctx = make_context(recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed, extra=extra)
+    st = _resolve_store(store, cache_dir, allow_shared_root)
+    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    entry, source = _build_in(b, ctx, info, st, force)
+    return BuildResult(
+        key=info.key,
+        built=source == "built",
+        seconds=time.perf_counter() - t0,
+        bytes=entry.size,
+        entry=entry,
+        source=source,
+    )
+
+
+def load(
+    recipe: str | Path | Recipe,
+    backend: str = "eager",
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    mode: str | None = None,
+    weights: str | Path | None = None,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+    build_on_miss: bool = True,
+    cache_dir: str | Path | None = None,
+    allow_shared_root: bool = False,
+    store: Any = None,
+    context: BuildContext | None = None,
+) -> Runner:
+    """A Runner from the cache, building on a miss (unless build_on_miss=False).
+
+    Pass ``context`` to receive phase timestamps in ``context.phases``.
+    """
+    b, ctx = make_context(recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed, extra=extra)
+    if context is not None:
+        context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
+        ctx = context
+    st = _resolve_store(store, cache_dir, allow_shared_root)
+    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    if build_on_miss:
+        entry, _ = _build_in(b, ctx, info, st, force=False)
+    else:
+        entry = st.open(info.key)  # raises KeyLookupError / IntegrityError
+    ctx.store = st
+    ctx.phases["entry_ready"] = time.perf_counter()
+    return b.load(ctx, entry.path, entry.meta)

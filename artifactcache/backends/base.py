@@ -1,0 +1,126 @@
+"""The Backend protocol, the Runner interface, and the backend registry.
+
+One module per backend (``backends/<name>.py``), each exposing ``BACKEND``, an
+object that satisfies :class:`Backend`. Modules are imported lazily by
+:func:`get_backend`, and heavy imports (torch._inductor, onnxruntime, tensorrt)
+happen inside the methods, so a missing optional dependency never breaks the
+rest of the CLI: ``available()`` reports it instead.
+
+Flow (see ``artifactcache/api.py``)::
+
+    opts   = BuildOptions(device="cuda", dtype="bf16", mode="reduce-overhead")
+    key    = compute_key(make_factors(..., backend=b.name, options=b.options(opts), toolchain=b.toolchain(opts), ...))
+    entry  = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
+    runner = b.load(ctx, entry.path)
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..errors import BackendError, BackendUnavailable
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..models import WeightsSpec
+    from ..recipes import Recipe
+
+BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
+# Install hints for the backends whose dependency is optional.
+INSTALL_HINTS = {
+    "ort": "pip install 'artifactcache[ort]'",
+    "trt": "pip install 'artifactcache[trt]' (and 'artifactcache[trtllm]' for LLM recipes)",
+}
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What the user chose, besides the recipe and weights."""
+
+    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
+    dtype: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
+
+    def as_factors(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class BuildContext:
+    """Everything a backend needs to build or load one artifact."""
+
+    recipe: Recipe
+    opts: BuildOptions
+    weights: WeightsSpec
+    # Filled by api.py for backends that need it (e.g. ort/trt reuse a cached ONNX export).
+    store: Any = None
+    progress: Any = None  # optional callable(str) for status lines
+    # Phase timestamps (time.perf_counter()) a backend's load() records, read by
+    # the measurement probe: "weights_ready" and "artifact_ready", plus any
+    # backend-specific sub-parts ("cache_loaded", "compiled", ...).
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """A ready-to-run model loaded from a verified entry."""
+
+    def logits(self, token_ids: list[int]) -> torch.Tensor:
+        """Full forward over the sequence from an empty KV cache: [T, vocab] fp32 on CPU."""
+        ...
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        """Greedy decoding, no early stop: exactly max_new_tokens new ids."""
+        ...
+
+
+class Backend(Protocol):
+    name: str
+    # True when the artifact does not contain the weights (weight-stripped AOTI
+    # packages, refittable engines): the entry is then keyed by architecture.
+    weights_external: bool
+
+    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+        """(ok, reason): reason says what is missing and how to install it."""
+        ...
+
+    def check_options(self, opts: BuildOptions) -> None:
+        """Raise BackendError for options this backend does not support."""
+        ...
+
+    def factors(self, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+        """Backend options that shape the artifact (goes under backend.options)."""
+        ...
+
+    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+        """Versions that shape the artifact (see keys.toolchain_fingerprint)."""
+        ...
+
+    def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
+        """Write the artifact's files into workdir; return metadata for the manifest."""
+        ...
+
+    def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> Runner:
+        """A Runner from a verified entry's files (never mutating them)."""
+        ...
+
+
+def get_backend(name: str) -> Backend:
+    if name not in BACKEND_NAMES:
+        raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}")
+    try:
+        module = importlib.import_module(f"{__package__}.{name}")
+    except ImportError as e:  # only the backend's own module missing: a packaging bug
+        raise BackendUnavailable(f"backend {name!r} could not be imported ({e})") from None
+    return module.BACKEND
+
+
+def require_available(backend: Backend, opts: BuildOptions) -> None:
+    ok, reason = backend.available(opts)
+    if not ok:
+        raise BackendUnavailable(f"backend {backend.name!r} is unavailable: {reason}")

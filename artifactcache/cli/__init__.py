@@ -1,0 +1,19 @@
+"""The `acache` command line: parse, call the library, render.
+
+Commands live in small modules, one concern each, registered on one Typer app:
+
+    cli/cache.py    ls, show, verify, rm, gc, prune, stats, export, import, key, diff
+    cli/build.py    recipes, build, run
+    cli/remote.py   push, pull, prewarm
+    cli/doctor.py   doctor
+    cli/measure.py  coldstart, bench, compare
+
+Every module imports the heavy parts of the library (torch, backends) inside
+its command functions, so `acache ls` never pays for importing torch.
+"""
+
+from __future__ import annotations
+
+from .app import app, main
+
+__all__ = ["app", "main"]

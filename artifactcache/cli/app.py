@@ -1,0 +1,112 @@
+"""The Typer app, shared options, and the one place errors become messages."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from ..errors import AcacheError
+
+# One table mapping exception types to exit codes. AcacheError subclasses are
+# user errors: one line on stderr, exit 1. Click's usage errors exit 2 on their own.
+ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1}
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class AcacheGroup(TyperGroup):
+    """Turns AcacheError into `error: <message>` + exit 1, for every command."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except tuple(ERROR_EXIT_CODES) as e:
+            code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
+            click.echo(f"error: {e}", err=True)
+            raise typer.Exit(code) from None
+        except KeyboardInterrupt:
+            click.echo("error: interrupted", err=True)
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=AcacheGroup,
+    name="acache",
+    help="Build compiled PyTorch artifacts once, cache them by content, and measure what that buys.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# ------------------------------------------------------------ shared options --
+
+CacheDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--cache-dir",
+        envvar="ACACHE_DIR",
+        help="Cache root (default: the platform's user cache dir, e.g. ~/.cache/acache).",
+        show_default=False,
+    ),
+]
+AllowSharedRoot = Annotated[
+    bool,
+    typer.Option(
+        "--allow-shared-root",
+        envvar="ACACHE_ALLOW_SHARED_ROOT",
+        help="Accept a cache root that is a symlink, owned by another user, or group/world-writable.",
+    ),
+]
+JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+
+
+def emit_json(obj: Any) -> None:
+    """JSON to stdout, never through rich (which would wrap long lines)."""
+    sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def open_store(cache_dir: Path | None, allow_shared_root: bool = False):
+    from ..store.local import LocalStore
+
+    return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+# Command modules, each with register(app). A module that is not there yet
+# (or whose optional dependency is missing at import) must not break the rest.
+_COMMAND_MODULES = ("cache", "build", "remote", "doctor", "measure")
+
+
+def _register_all() -> None:
+    for name in _COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"{__package__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"{__package__}.{name}":
+                continue
+            raise
+        module.register(app)
+
+
+_register_all()
+
+
+def main() -> None:
+    app()

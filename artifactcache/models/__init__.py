@@ -1,0 +1,75 @@
+"""Decoder-only transformer families and their weights.
+
+``build_model(recipe, device=..., dtype=..., weights=...)`` returns a model in
+eval mode with its static KV cache set up for the recipe's shapes:
+
+    logits = model(idx [B, T] int64, input_pos [T] int64)  # -> [B, T, vocab] fp32
+
+Families: ``llama`` and ``mistral`` (models/llama.py), ``phi-3`` (llama.py with
+fused qkv and gate/up), ``phi-2`` (models/phi2.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import BackendError
+from ..recipes import Recipe
+from .weights import init_random, load_checkpoint
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise BackendError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}") from None
+
+
+def _architecture(recipe: Recipe) -> nn.Module:
+    if recipe.family == "phi-2":
+        from .phi2 import Phi2Model
+
+        return Phi2Model(recipe.model)
+    from .llama import LlamaModel
+
+    return LlamaModel(recipe.model, fused=recipe.family == "phi-3")
+
+
+@dataclass(frozen=True)
+class WeightsSpec:
+    """Where weights come from: a checkpoint path, or a random seed."""
+
+    path: Path | None = None
+    seed: int = 0
+
+    def describe(self) -> str:
+        return str(self.path) if self.path else f"random:{self.seed}"
+
+
+def build_model(
+    recipe: Recipe,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: str = "fp32",
+    weights: WeightsSpec | None = None,
+    max_seq_len: int | None = None,
+) -> nn.Module:
+    weights = weights or WeightsSpec()
+    dev = torch.device(device)
+    tdtype = torch_dtype(dtype)
+    with torch.device("meta"):
+        model = _architecture(recipe).to(tdtype)
+    if recipe.model.tie_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    if weights.path is not None:
+        load_checkpoint(model, Path(weights.path), dev, tdtype, recipe.model.tie_embeddings)
+    else:
+        init_random(model, weights.seed, dev, tdtype)
+    model.setup_caches(recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len)
+    return model.eval().requires_grad_(False)

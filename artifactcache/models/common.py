@@ -1,0 +1,102 @@
+"""Pieces every family shares: RoPE, the static KV cache, the attention mask.
+
+The KV cache is static (gpt-fast style): fixed [B, n_kv_heads, max_seq_len,
+head_dim] buffers written in place at ``input_pos``, so a compiled prefill or
+decode step sees the same shapes on every call. Positions beyond the current
+one may hold stale values from an earlier request; the causal mask hides them,
+so the cache never needs clearing between requests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..recipes import ModelConfig
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies over the rotary dims, with Llama-3 scaling if asked."""
+    dim = cfg.rotary_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    rs = cfg.rope_scaling
+    if rs:
+        # Same arithmetic as transformers' _compute_llama3_parameters.
+        factor = float(rs["factor"])
+        low = float(rs.get("low_freq_factor", 1.0))
+        high = float(rs.get("high_freq_factor", 4.0))
+        old_ctx = float(rs.get("original_max_position_embeddings", 8192))
+        low_wl, high_wl = old_ctx / low, old_ctx / high
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv.to(torch.float32)
+
+
+def rope_cache(cfg: ModelConfig, max_seq_len: int) -> torch.Tensor:
+    """[max_seq_len, rotary_dim] cos and sin, stacked as [2, S, rotary_dim] in fp32."""
+    inv = rope_inv_freq(cfg)
+    t = torch.arange(max_seq_len, dtype=torch.float32)
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)  # HF's rotate_half layout
+    return torch.stack([emb.cos(), emb.sin()])
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+    """x: [B, H, T, D]; cos/sin: [T, rotary_dim]. Rotates the first rotary_dim dims."""
+    xr, xp = x[..., :rotary_dim], x[..., rotary_dim:]
+    half = rotary_dim // 2
+    rot = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
+    out = (xr.float() * cos + rot.float() * sin).to(x.dtype)
+    return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
+
+
+class KVCache(nn.Module):
+    def __init__(self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device):
+        super().__init__()
+        shape = (max_batch, n_kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        # index_copy_ keeps the write in place and traceable (export sees a buffer mutation).
+        self.k_cache.index_copy_(2, input_pos, k)
+        self.v_cache.index_copy_(2, input_pos, v)
+        return self.k_cache, self.v_cache
+
+
+def attention_mask(input_pos: torch.Tensor, max_seq_len: int, sliding_window: int | None) -> torch.Tensor:
+    """[T, S] bool: query at position p sees key s iff s <= p (and p - s < window)."""
+    s = torch.arange(max_seq_len, device=input_pos.device)
+    p = input_pos[:, None]
+    mask = s[None, :] <= p
+    if sliding_window is not None:
+        mask = mask & (s[None, :] > p - sliding_window)
+    return mask
+
+
+def sdpa(q, k, v, mask, n_rep: int) -> torch.Tensor:
+    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; repeats kv heads for GQA."""
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=1)
+        v = v.repeat_interleave(n_rep, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # fp32 statistics like transformers' LlamaRMSNorm, then back to the input dtype.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)

@@ -1,0 +1,117 @@
+"""Llama / Mistral / Phi-3: RMSNorm, RoPE, GQA, SwiGLU, static KV cache.
+
+Module names mirror Hugging Face's (``model.layers.0.self_attn.q_proj`` ...),
+so a transformers checkpoint loads by name with no renaming. Phi-3 differs only
+in fusing q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``, which the
+``fused`` flag selects.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..recipes import ModelConfig
+from .common import KVCache, RMSNorm, apply_rope, attention_mask, rope_cache, sdpa
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, fused: bool):
+        super().__init__()
+        self.cfg, self.fused = cfg, fused
+        hd = cfg.head_dim
+        self.q_size, self.kv_size = cfg.n_heads * hd, cfg.n_kv_heads * hd
+        if fused:
+            self.qkv_proj = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=False)
+        else:
+            self.q_proj = nn.Linear(cfg.dim, self.q_size, bias=False)
+            self.k_proj = nn.Linear(cfg.dim, self.kv_size, bias=False)
+            self.v_proj = nn.Linear(cfg.dim, self.kv_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, cfg.dim, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        B, T, _ = x.shape
+        cfg = self.cfg
+        if self.fused:
+            q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        q = apply_rope(q, cos, sin, cfg.rotary_dim)
+        k = apply_rope(k, cos, sin, cfg.rotary_dim)
+        assert self.kv_cache is not None, "call setup_caches() first"
+        k, v = self.kv_cache.update(input_pos, k, v)
+        y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, fused: bool):
+        super().__init__()
+        self.fused = fused
+        if fused:
+            self.gate_up_proj = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
+        else:
+            self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
+            self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+
+    def forward(self, x):
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, fused: bool):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.self_attn = Attention(cfg, fused)
+        self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = MLP(cfg, fused)
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig, fused: bool):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg, fused) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+
+
+class LlamaModel(nn.Module):
+    """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
+
+    def __init__(self, cfg: ModelConfig, fused: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg, fused)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.max_seq_len = 0
+
+    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
+        p = self.lm_head.weight
+        for layer in self.model.layers:
+            layer.self_attn.kv_cache = KVCache(
+                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
+            )
+        self.register_buffer("rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False)
+        self.max_seq_len = max_seq_len
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
+        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.lm_head(self.model.norm(x)).float()

@@ -1,0 +1,97 @@
+"""Phi-2: parallel attention + MLP off one LayerNorm, partial rotary, GELU, biases.
+
+Module names mirror transformers' PhiForCausalLM (``self_attn.dense``,
+``mlp.fc1``, ``model.final_layernorm``), so its checkpoints load by name.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..recipes import ModelConfig
+from .common import KVCache, apply_rope, attention_mask, rope_cache, sdpa
+
+
+class PhiAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        hd = cfg.head_dim
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=True)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=True)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=True)
+        self.dense = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=True)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        B, T, _ = x.shape
+        cfg = self.cfg
+        q = self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        q = apply_rope(q, cos, sin, cfg.rotary_dim)
+        k = apply_rope(k, cos, sin, cfg.rotary_dim)
+        assert self.kv_cache is not None, "call setup_caches() first"
+        k, v = self.kv_cache.update(input_pos, k, v)
+        y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
+        return self.dense(y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim))
+
+
+class PhiMLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.dim, cfg.intermediate_size, bias=True)
+        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=True)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))  # HF "gelu_new"
+
+
+class PhiBlock(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.input_layernorm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+        self.self_attn = PhiAttention(cfg)
+        self.mlp = PhiMLP(cfg)
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        h = self.input_layernorm(x)
+        return x + self.self_attn(h, cos, sin, mask, input_pos) + self.mlp(h)
+
+
+class PhiBackbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(PhiBlock(cfg) for _ in range(cfg.n_layers))
+        self.final_layernorm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
+
+
+class Phi2Model(nn.Module):
+    """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = PhiBackbone(cfg)
+        self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=True)
+        self.max_seq_len = 0
+
+    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
+        p = self.lm_head.weight
+        for layer in self.model.layers:
+            layer.self_attn.kv_cache = KVCache(
+                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
+            )
+        self.register_buffer("rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False)
+        self.max_seq_len = max_seq_len
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
+        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.lm_head(self.model.final_layernorm(x)).float()

@@ -1,0 +1,102 @@
+"""Weights: a Hugging Face checkpoint (folder or .safetensors file) or seeded random init.
+
+Checkpoints are read with safetensors' ``safe_open``, which memory-maps the
+file and materializes each tensor straight on the target device; the model is
+built on the ``meta`` device first, so no host copy of the weights is ever made.
+Any mismatch with the recipe (missing tensor, unknown tensor, wrong shape,
+non-float dtype) is a one-line :class:`WeightsError` naming the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import WeightsError
+
+# Tensors some transformers versions save that carry nothing we need.
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def weight_files(path: Path) -> list[Path]:
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise WeightsError(f"{path}: only .safetensors weights are supported (convert with safetensors)")
+        return [path]
+    if not path.is_dir():
+        raise WeightsError(f"weights not found: {path}")
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        except (OSError, ValueError, KeyError) as e:
+            raise WeightsError(f"{index}: unreadable index ({e})") from None
+        files = [path / n for n in names]
+        for f in files:
+            if not f.is_file():
+                raise WeightsError(f"{f}: listed in model.safetensors.index.json but missing")
+        return files
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise WeightsError(f"no *.safetensors files in {path} (only safetensors checkpoints are supported)")
+    return files
+
+
+def load_checkpoint(model: nn.Module, path: Path, device: torch.device, dtype: torch.dtype, tied: bool) -> None:
+    """Fill a meta-device model from safetensors files, checking every tensor."""
+    from safetensors import safe_open
+
+    expected = {k: v for k, v in model.state_dict().items()}
+    state: dict[str, torch.Tensor] = {}
+    for f in weight_files(path):
+        try:
+            handle = safe_open(str(f), framework="pt", device=str(device))
+        except Exception as e:  # safetensors raises its own error types for corrupt headers
+            raise WeightsError(f"{f}: not a readable safetensors file ({e})") from None
+        with handle:
+            for name in handle.keys():
+                if name.endswith(_IGNORED_SUFFIXES):
+                    continue
+                if name not in expected:
+                    raise WeightsError(f"{f}: unexpected tensor '{name}': the checkpoint does not match this recipe")
+                t = handle.get_tensor(name)
+                want = expected[name]
+                if tuple(t.shape) != tuple(want.shape):
+                    raise WeightsError(
+                        f"{f}: tensor '{name}' has shape {tuple(t.shape)}, the recipe needs {tuple(want.shape)}"
+                    )
+                if not t.is_floating_point():
+                    raise WeightsError(f"{f}: tensor '{name}' has dtype {t.dtype}, expected a float dtype")
+                state[name] = t.to(dtype)
+    if tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    missing = [k for k in expected if k not in state]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise WeightsError(f"{path}: tensor '{missing[0]}' is missing{more}: the checkpoint does not match this recipe")
+    model.load_state_dict(state, assign=True, strict=True)
+
+
+@torch.no_grad()
+def init_random(model: nn.Module, seed: int, device: torch.device, dtype: torch.dtype) -> None:
+    """Seeded init on the target device; deterministic for a (seed, device type).
+
+    Linear weights get std 1/sqrt(fan_in) and embeddings std 1, so activations
+    and logits stay O(1): greedy decoding then has clear winners, which keeps
+    token-for-token comparisons between backends meaningful.
+    """
+    model.to_empty(device=device)  # the model is already in `dtype` on meta: no fp32 detour
+    gen = torch.Generator(device=device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("embed_tokens.weight"):
+            p.normal_(0.0, 1.0, generator=gen)
+        elif p.ndim == 2:
+            p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]), generator=gen)
+        elif name.endswith("bias"):
+            p.normal_(0.0, 0.02, generator=gen)
+        else:  # norm scales
+            p.fill_(1.0)

@@ -1,0 +1,299 @@
+"""Recipes: what to build, as a small TOML file.
+
+A recipe names a model family and its architecture, the shapes compiled
+artifacts are built for, and the benchmark input. The built-in ones live in
+``artifactcache/recipes/*.toml``; a user passes a path to their own file.
+
+Example (``llama-7b.toml``)::
+
+    name = "llama-7b"
+    family = "llama"                 # llama | mistral | phi-2 | phi-3
+    description = "Llama-2-7B"
+
+    [model]                          # the architecture (HF config names in comments)
+    vocab_size = 32000
+    dim = 4096                       # hidden_size
+    n_layers = 32
+    n_heads = 32
+    n_kv_heads = 32                  # num_key_value_heads (GQA when < n_heads)
+    intermediate_size = 11008
+    norm_eps = 1e-5
+    rope_theta = 10000.0
+    max_position_embeddings = 4096
+
+    [shapes]                         # what compiled artifacts are specialised to
+    max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
+    max_batch = 1
+    prefill_len = 16                 # static prefill length (prompts are padded up to it)
+
+    [bench]                          # the seed's benchmark input
+    prompt = "Hello, my name is"
+    prompt_ids = [1, 15043, 29892, 590, 1024, 338]
+    tokenizer = "meta-llama/Llama-2-7b-hf"
+    max_new_tokens = 200
+    batch_size = 1
+
+Every error names the file and the field, in one line.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RecipeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+BUILTIN_DIR = Path(__file__).parent / "recipes"
+FAMILIES = ("llama", "mistral", "phi-2", "phi-3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 4096
+    # Llama-3.1-style rope scaling: {"type": "llama3", "factor": 8.0, ...}; None = plain RoPE.
+    rope_scaling: dict[str, Any] | None = None
+    # Mistral: attend to at most this many previous positions. None = full causal.
+    sliding_window: int | None = None
+    # Phi-2: rotary on the first partial_rotary_factor * head_dim dims only.
+    partial_rotary_factor: float = 1.0
+    tie_embeddings: bool = False
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.partial_rotary_factor)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    max_seq_len: int = 256
+    max_batch: int = 1
+    prefill_len: int = 16
+
+
+@dataclass(frozen=True)
+class Bench:
+    prompt: str = "Hello, my name is"
+    prompt_ids: tuple[int, ...] = ()
+    tokenizer: str | None = None
+    max_new_tokens: int = 200
+    batch_size: int = 1
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    family: str
+    model: ModelConfig
+    shapes: Shapes
+    bench: Bench
+    description: str = ""
+    source: str = field(default="", compare=False)  # the file it came from
+
+    @property
+    def kind(self) -> str:
+        return "llm"
+
+    def normalized(self) -> dict[str, Any]:
+        """What of the recipe shapes an artifact (a key factor).
+
+        The name, description and benchmark input are left out on purpose: two
+        recipes with the same architecture and shapes share artifacts.
+        """
+        return {"family": self.family, "model": asdict(self.model), "shapes": asdict(self.shapes)}
+
+    def check_fits(self, n_prompt: int, max_new_tokens: int, batch: int = 1) -> None:
+        """Raise ShapeError when a request does not fit the built shapes."""
+        from .errors import ShapeError
+
+        if n_prompt < 1:
+            raise ShapeError("the prompt is empty: give at least one token id")
+        if batch > self.shapes.max_batch:
+            raise ShapeError(
+                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}; "
+                f"raise [shapes].max_batch in {self.source or self.name} and rebuild"
+            )
+        if n_prompt > self.shapes.prefill_len:
+            raise ShapeError(
+                f"prompt of {n_prompt} tokens exceeds prefill_len {self.shapes.prefill_len}; "
+                f"raise [shapes].prefill_len in {self.source or self.name} and rebuild"
+            )
+        total = n_prompt + max_new_tokens
+        if total > self.shapes.max_seq_len:
+            raise ShapeError(
+                f"{n_prompt} prompt + {max_new_tokens} new tokens = {total} exceeds max_seq_len "
+                f"{self.shapes.max_seq_len}; raise [shapes].max_seq_len in "
+                f"{self.source or self.name} and rebuild"
+            )
+
+
+# ------------------------------------------------------------- validation --
+
+
+def _fail(src: str, fld: str, what: str) -> RecipeError:
+    return RecipeError(f"{src}: field '{fld}' {what}")
+
+
+_MODEL_INT_FIELDS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "intermediate_size")
+
+
+def _get(table: dict[str, Any], src: str, prefix: str, name: str, typ: Any, default: Any = ...) -> Any:
+    fld = f"{prefix}{name}"
+    if name not in table:
+        if default is ...:
+            raise _fail(src, fld, "is missing")
+        return default
+    val = table[name]
+    if typ is float and isinstance(val, int) and not isinstance(val, bool):
+        val = float(val)
+    ok = isinstance(val, typ) and not (typ in (int, float) and isinstance(val, bool))
+    if not ok:
+        tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
+        raise _fail(src, fld, f"must be {tname}, got {type(val).__name__} {val!r}")
+    return val
+
+
+def _positive(src: str, fld: str, val: int | float) -> None:
+    if val <= 0:
+        raise _fail(src, fld, f"must be positive, got {val}")
+
+
+def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
+    """Validate a recipe's TOML table; every error names the file and field."""
+    known_top = {"name", "family", "description", "model", "shapes", "bench"}
+    for k in data:
+        if k not in known_top:
+            raise _fail(src, k, f"is not a recipe field (expected one of {sorted(known_top)})")
+    name = _get(data, src, "", "name", str)
+    family = _get(data, src, "", "family", str)
+    if family not in FAMILIES:
+        raise _fail(src, "family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
+    description = _get(data, src, "", "description", str, "")
+    m = _get(data, src, "", "model", dict)
+
+    known_model = set(ModelConfig.__dataclass_fields__)
+    for k in m:
+        if k not in known_model:
+            raise _fail(src, f"model.{k}", "is not a model field")
+    ints = {k: _get(m, src, "model.", k, int) for k in _MODEL_INT_FIELDS}
+    for k, v in ints.items():
+        _positive(src, f"model.{k}", v)
+    if ints["dim"] % ints["n_heads"]:
+        raise _fail(src, "model.n_heads", f"({ints['n_heads']}) must divide model.dim ({ints['dim']})")
+    if ints["n_heads"] % ints["n_kv_heads"]:
+        raise _fail(
+            src, "model.n_kv_heads", f"({ints['n_kv_heads']}) must divide model.n_heads ({ints['n_heads']})"
+        )
+    norm_eps = _get(m, src, "model.", "norm_eps", float, 1e-5)
+    _positive(src, "model.norm_eps", norm_eps)
+    rope_theta = _get(m, src, "model.", "rope_theta", float, 10000.0)
+    _positive(src, "model.rope_theta", rope_theta)
+    max_pos = _get(m, src, "model.", "max_position_embeddings", int, 4096)
+    _positive(src, "model.max_position_embeddings", max_pos)
+    rope_scaling = _get(m, src, "model.", "rope_scaling", dict, None)
+    if rope_scaling is not None and rope_scaling.get("type") != "llama3":
+        raise _fail(src, "model.rope_scaling.type", "must be 'llama3' (the only scaling supported)")
+    sliding = _get(m, src, "model.", "sliding_window", int, None)
+    if sliding is not None:
+        _positive(src, "model.sliding_window", sliding)
+    prf = _get(m, src, "model.", "partial_rotary_factor", float, 1.0)
+    if not 0 < prf <= 1:
+        raise _fail(src, "model.partial_rotary_factor", f"must be in (0, 1], got {prf}")
+    head_dim = ints["dim"] // ints["n_heads"]
+    if int(head_dim * prf) % 2:
+        raise _fail(src, "model.partial_rotary_factor", f"gives an odd rotary dim for head_dim {head_dim}")
+    tie = _get(m, src, "model.", "tie_embeddings", bool, False)
+    model = ModelConfig(
+        **ints,
+        norm_eps=norm_eps,
+        rope_theta=rope_theta,
+        max_position_embeddings=max_pos,
+        rope_scaling=rope_scaling,
+        sliding_window=sliding,
+        partial_rotary_factor=prf,
+        tie_embeddings=tie,
+    )
+
+    s = _get(data, src, "", "shapes", dict, {})
+    for k in s:
+        if k not in Shapes.__dataclass_fields__:
+            raise _fail(src, f"shapes.{k}", "is not a shapes field")
+    shapes = Shapes(
+        max_seq_len=_get(s, src, "shapes.", "max_seq_len", int, 256),
+        max_batch=_get(s, src, "shapes.", "max_batch", int, 1),
+        prefill_len=_get(s, src, "shapes.", "prefill_len", int, 16),
+    )
+    for k, v in asdict(shapes).items():
+        _positive(src, f"shapes.{k}", v)
+    if shapes.prefill_len > shapes.max_seq_len:
+        raise _fail(src, "shapes.prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len")
+    if shapes.max_seq_len > max_pos:
+        raise _fail(src, "shapes.max_seq_len", f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})")
+
+    b = _get(data, src, "", "bench", dict, {})
+    for k in b:
+        if k not in Bench.__dataclass_fields__:
+            raise _fail(src, f"bench.{k}", "is not a bench field")
+    ids = _get(b, src, "bench.", "prompt_ids", list, [])
+    for i, t in enumerate(ids):
+        if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < model.vocab_size:
+            raise _fail(src, f"bench.prompt_ids[{i}]", f"must be a token id in [0, {model.vocab_size}), got {t!r}")
+    bench = Bench(
+        prompt=_get(b, src, "bench.", "prompt", str, "Hello, my name is"),
+        prompt_ids=tuple(ids),
+        tokenizer=_get(b, src, "bench.", "tokenizer", str, None),
+        max_new_tokens=_get(b, src, "bench.", "max_new_tokens", int, 200),
+        batch_size=_get(b, src, "bench.", "batch_size", int, 1),
+    )
+    _positive(src, "bench.max_new_tokens", bench.max_new_tokens)
+    _positive(src, "bench.batch_size", bench.batch_size)
+    return Recipe(name=name, family=family, model=model, shapes=shapes, bench=bench, description=description, source=src)
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
+
+
+def load_recipe(name_or_path: str | Path) -> Recipe:
+    """A built-in recipe by name, or a user's recipe file by path."""
+    text = str(name_or_path)
+    path = Path(text)
+    if not (text.endswith(".toml") or path.is_file()):
+        path = BUILTIN_DIR / f"{text}.toml"
+        if not path.is_file():
+            raise RecipeError(
+                f"unknown recipe {text!r}: choose one of {', '.join(builtin_names())} "
+                "or pass a path to a .toml file (see `acache recipes`)"
+            )
+    src = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise RecipeError(f"{src}: cannot read recipe ({e.strerror or e})") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise RecipeError(f"{src}: not valid TOML ({e})") from None
+    return parse_recipe(data, src)
+
+
+def list_recipes() -> list[Recipe]:
+    return [load_recipe(n) for n in builtin_names()]
