@@ -68,6 +68,19 @@ AllowSharedRoot = Annotated[
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
+Remote = Annotated[
+    str | None,
+    typer.Option(
+        "--remote",
+        envvar="ACACHE_REMOTE",
+        help="Shared remote tier, e.g. s3://bucket/prefix (endpoint and credentials from the usual AWS_* env).",
+        show_default=False,
+    ),
+]
+RemoteReadOnly = Annotated[
+    bool,
+    typer.Option("--remote-read-only", envvar="ACACHE_REMOTE_READ_ONLY", help="Pull from the remote, never push."),
+]
 
 
 def emit_json(obj: Any) -> None:
@@ -75,10 +88,21 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def open_store(cache_dir: Path | None, allow_shared_root: bool = False):
+def open_store(
+    cache_dir: Path | None,
+    allow_shared_root: bool = False,
+    remote: str | None = None,
+    remote_read_only: bool = False,
+):
+    """The local store, wrapped in the remote tier when --remote / ACACHE_REMOTE is set."""
     from ..store.local import LocalStore
 
-    return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
+    local = LocalStore(cache_dir, allow_shared_root=allow_shared_root)
+    if not remote:
+        return local
+    from ..store.remote import open_tiered
+
+    return open_tiered(local, remote, read_only=remote_read_only)
 
 
 def human_bytes(n: float) -> str:
