@@ -1,0 +1,73 @@
+"""eager: the baseline, plain PyTorch with no compilation.
+
+There is nothing to compile, but the entry still exists so every backend goes
+through the same build -> store -> load path (and `acache ls` shows the
+baseline). build() builds the model once, which validates the weights against
+the recipe before anything is cached, and writes a small JSON record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendError
+from ..keys import toolchain_fingerprint
+from .base import BuildContext, BuildOptions
+from .runner import StepRunner, build_model_for, check_device_dtype, device_of
+
+RECORD = "eager.json"
+# Bumped when what build() writes or what load() expects changes.
+FORMAT = 1
+
+
+class EagerBackend:
+    name = "eager"
+    weights_external = False
+
+    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+        if opts.device.startswith("cuda"):
+            import torch
+
+            if not torch.cuda.is_available():
+                return False, "torch sees no CUDA GPU; use --device cpu"
+        return True, ""
+
+    def check_options(self, opts: BuildOptions) -> None:
+        check_device_dtype(opts)
+        if opts.mode not in (None, "default"):
+            raise BackendError(f"backend 'eager' has no modes (got --mode {opts.mode}): drop it")
+        if opts.extra:
+            raise BackendError(f"backend 'eager' takes no extra options (got {sorted(opts.extra)})")
+
+    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+        return {"format": FORMAT, "dtype": opts.dtype, "device": opts.device.split(":")[0]}
+
+    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+        return toolchain_fingerprint(("torch",))
+
+    def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
+        dev = device_of(ctx.opts)
+        model = build_model_for(ctx, dev)  # raises WeightsError before anything is cached
+        n_params = sum(p.numel() for p in model.parameters())
+        record = {
+            "backend": self.name,
+            "format": FORMAT,
+            "weights": ctx.weights.describe(),
+            "parameters": n_params,
+        }
+        (workdir / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return {"format": FORMAT, "parameters": n_params}
+
+    def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
+        if not (entry_dir / RECORD).is_file():
+            raise BackendError(f"entry {entry_dir} has no {RECORD}: rebuild it with --force")
+        dev = device_of(ctx.opts)
+        model = build_model_for(ctx, dev)
+        ctx.phases["artifact_ready"] = time.perf_counter()
+        return StepRunner(ctx.recipe, model, model, dev, keepalive=model)
+
+
+BACKEND = EagerBackend()

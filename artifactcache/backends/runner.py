@@ -1,0 +1,150 @@
+"""The greedy-decoding Runner every LLM backend shares.
+
+A backend only has to supply two step functions over the model's static KV cache:
+
+    prefill(idx [1, P] int64, input_pos [P] int64) -> logits [1, P, vocab]
+    decode(idx [1, 1] int64, input_pos [1] int64)  -> logits [1, 1, vocab]
+
+where P is ``recipe.shapes.prefill_len``. Prompts are right-padded to P so a
+compiled prefill always sees one static shape; the padding writes junk into
+cache slots at positions >= len(prompt), which the causal mask hides from every
+real query and the following decode steps overwrite before anyone reads them.
+
+Helpers here are also what backends use to prepare tensors and the model on the
+target device, so eager/inductor/aoti/ort/trt agree on dtype, device and the
+request shapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import BackendError, ShapeError
+
+if TYPE_CHECKING:
+    from ..recipes import Recipe
+    from .base import BuildContext, BuildOptions
+
+Step = Callable[[torch.Tensor, torch.Tensor], Any]
+
+DTYPE_NAMES = ("fp32", "bf16", "fp16")
+
+
+def check_device_dtype(opts: BuildOptions) -> None:
+    """The device/dtype checks every torch backend shares (one-line BackendError)."""
+    if opts.dtype not in DTYPE_NAMES:
+        raise BackendError(f"unknown dtype {opts.dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
+    if opts.device != "cpu" and not opts.device.startswith("cuda"):
+        raise BackendError(f"unknown device {opts.device!r}: use cpu, cuda or cuda:N")
+
+
+def device_of(opts: BuildOptions) -> torch.device:
+    """The torch device, with a CUDA context created first on GPUs.
+
+    Creating the context up front matters for AOTInductor: on torch 2.11 its
+    package loader segfaulted in a fresh process without one (ENVIRONMENT.md).
+    """
+    dev = torch.device(opts.device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BackendError(f"device {opts.device!r} requested but torch sees no CUDA GPU")
+        torch.zeros(1, device=dev)
+    return dev
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def example_inputs(
+    recipe: Recipe, dev: torch.device, decode: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(idx, input_pos) with the exact shapes and dtypes the steps are built for."""
+    n = 1 if decode else recipe.shapes.prefill_len
+    start = recipe.shapes.prefill_len if decode else 0
+    idx = torch.zeros(1, n, dtype=torch.int64, device=dev)
+    pos = torch.arange(start, start + n, dtype=torch.int64, device=dev)
+    return idx, pos
+
+
+def build_model_for(ctx: BuildContext, dev: torch.device) -> torch.nn.Module:
+    """The recipe's model on ``dev`` with ctx's weights, and ``weights_ready`` stamped."""
+    from ..models import build_model
+
+    model = build_model(ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights)
+    sync(dev)
+    ctx.phases["weights_ready"] = time.perf_counter()
+    return model
+
+
+def _as_tensor(out: Any) -> torch.Tensor:
+    # AOTInductor runners return a list of outputs; compiled/eager modules a tensor.
+    if isinstance(out, (list, tuple)):
+        return out[0]
+    return out
+
+
+class StepRunner:
+    """Runner (see backends/base.py) over a prefill step and a decode step."""
+
+    def __init__(
+        self,
+        recipe: Recipe,
+        prefill: Step,
+        decode: Step,
+        device: torch.device,
+        *,
+        keepalive: Any = None,
+    ) -> None:
+        self.recipe = recipe
+        self.prefill_step = prefill
+        self.decode_step = decode
+        self.device = device
+        # Objects the steps borrow storage from (the model's weights and KV cache
+        # for AOTI's user-managed constants) must live as long as the runner.
+        self.keepalive = keepalive
+
+    def _prefill(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Logits [T, vocab] (on device) for the prompt, filling cache slots 0..P-1."""
+        ids = [int(t) for t in token_ids]
+        vocab = self.recipe.model.vocab_size
+        for t in ids:
+            if not 0 <= t < vocab:
+                raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+        n, p = len(ids), self.recipe.shapes.prefill_len
+        idx = torch.tensor([ids + [0] * (p - n)], dtype=torch.int64, device=self.device)
+        pos = torch.arange(p, dtype=torch.int64, device=self.device)
+        with torch.no_grad():
+            out = _as_tensor(self.prefill_step(idx, pos))
+        return out[0, :n]
+
+    def logits(self, token_ids: Sequence[int]) -> torch.Tensor:
+        self.recipe.check_fits(len(token_ids), 0)
+        out = self._prefill(token_ids)
+        # clone: a CUDA-graph step returns a view of its static output buffer.
+        return out.float().cpu().clone()
+
+    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+        if max_new_tokens < 0:
+            raise ShapeError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self.recipe.check_fits(len(prompt_ids), max_new_tokens)
+        if max_new_tokens == 0:
+            return []
+        logits = self._prefill(prompt_ids)
+        nxt = int(logits[-1].argmax())
+        out = [nxt]
+        pos = len(prompt_ids)
+        with torch.no_grad():
+            for _ in range(max_new_tokens - 1):
+                idx = torch.tensor([[nxt]], dtype=torch.int64, device=self.device)
+                ipos = torch.tensor([pos], dtype=torch.int64, device=self.device)
+                step = _as_tensor(self.decode_step(idx, ipos))
+                nxt = int(step[0, -1].argmax())
+                out.append(nxt)
+                pos += 1
+        return out
