@@ -1,0 +1,356 @@
+"""Cache commands: ls, show, verify, rm, gc, prune, stats, export, import, key, diff.
+
+Thin by design: parse the arguments, call the store (or api.key_for), render a
+rich table or ``--json``. Errors are AcacheError subclasses; app.py prints them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from ..errors import IntegrityError
+from .app import (
+    AllowSharedRoot,
+    CacheDir,
+    JsonOut,
+    console,
+    emit_json,
+    err_console,
+    human_bytes,
+    open_store,
+)
+
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    """``10G``, ``500MiB``, ``1.5g``, ``2GB`` (SI), ``4096`` -> bytes. K/M/G/T are binary."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", text.lower())
+    if m and not (m.group(2) == "" and m.group(3) not in ("", "b")):
+        num, unit, suffix = float(m.group(1)), m.group(2), m.group(3)
+        mult = _SI[unit + "b"] if suffix == "b" and unit else _UNITS[unit]
+        return int(num * mult)
+    raise typer.BadParameter(f"{text!r} is not a size; use e.g. 10G, 500MiB or 2GB")
+
+
+def parse_duration(text: str) -> float:
+    """``7d``, ``12h``, ``1d12h``, ``30m``, ``90s``, ``2w`` -> seconds."""
+    parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", text.lower().replace(" ", ""))
+    if not parts or "".join(a + b for a, b in parts) != text.lower().replace(" ", ""):
+        raise typer.BadParameter(f"{text!r} is not a duration; use e.g. 7d, 12h or 1d12h")
+    return sum(float(n) * _SECONDS[u] for n, u in parts)
+
+
+def _ago(t: float) -> str:
+    d = max(0.0, time.time() - t)
+    for unit, secs in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= secs:
+            return f"{d / secs:.0f}{unit} ago"
+    return f"{d:.0f}s ago"
+
+
+@contextlib.contextmanager
+def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr, only when stderr is a terminal."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    cols = [TextColumn(what), BarColumn(), DownloadColumn(), TimeRemainingColumn()]
+    with Progress(*cols, console=err_console, transient=True) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def _store(cache_dir: Path | None, allow_shared_root: bool):
+    return open_store(cache_dir, allow_shared_root)  # local only: no --remote on these commands
+
+
+def _warn(warnings: list[str]) -> None:
+    for w in warnings:
+        err_console.print(f"warning: {w}", highlight=False)
+
+
+def _table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:
+    t = Table(title=title, show_lines=False)
+    for c in cols:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*(str(x) for x in r))
+    console.print(t)
+
+
+Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("ls")
+    def ls(
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """List cached entries, most recently used first."""
+        store = _store(cache_dir, allow_shared_root)
+        entries, warnings = store.scan()
+        entries.sort(key=lambda e: e.last_used, reverse=True)
+        _warn(warnings)
+        if json:
+            emit_json([e.summary() for e in entries])
+            return
+        rows = [
+            [
+                e.key[:12],
+                e.label.get("recipe", "-"),
+                e.label.get("backend", "-"),
+                human_bytes(e.size),
+                _ago(e.last_used),
+                f"{e.build_seconds:.1f}s",
+            ]
+            for e in entries
+        ]
+        cols = ["key", "recipe", "backend", "size", "last used", "build"]
+        _table(f"{len(entries)} entries in {store.base}", cols, rows)
+
+    @app.command("show")
+    def show(
+        key: Annotated[str, typer.Argument(help="Key or unique prefix (>= 8 hex chars).")],
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Show an entry's manifest: label, files, factors (not verified; see `verify`)."""
+        from ..keys import flatten
+
+        e = _store(cache_dir, allow_shared_root).peek(key)
+        if json:
+            emit_json({**e.summary(), "manifest": e.manifest})
+            return
+        _table(f"entry {e.key}", ["field", "value"], [[k, v] for k, v in e.summary().items()])
+        _table(
+            "files",
+            ["path", "size", "digest"],
+            [[r, human_bytes(i["size"]), i["digest"]] for r, i in sorted(e.files.items())],
+        )
+        _table("factors", ["factor", "value"], flatten(e.factors))
+
+    @app.command("verify")
+    def verify(
+        keys: Annotated[
+            list[str] | None, typer.Argument(help="Keys or prefixes (default: all).")
+        ] = None,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Re-hash every file of the entries; quarantine any that fail."""
+        store = _store(cache_dir, allow_shared_root)
+        with _progress("verifying") as cb:
+            results = store.verify(keys or None, progress=cb)
+        if json:
+            emit_json([r.__dict__ for r in results])
+        else:
+            rows = [[r.key[:12], "ok" if r.ok else "QUARANTINED", r.problem or ""] for r in results]
+            _table(f"verified {len(results)} entries", ["key", "status", "problem"], rows)
+        if bad := [r for r in results if not r.ok]:
+            raise IntegrityError(
+                f"{len(bad)} of {len(results)} entries failed verification and were quarantined "
+                f"(first: {bad[0].key[:12]}: {bad[0].problem}); rebuild them"
+            )
+
+    @app.command("rm")
+    def rm(keys: Keys, cache_dir: CacheDir = None, allow_shared_root: AllowSharedRoot = False):
+        """Delete entries."""
+        store = _store(cache_dir, allow_shared_root)
+        full = [store.resolve(k) for k in keys]  # all must exist before any is deleted
+        freed = store.remove(full)
+        console.print(f"removed {len(full)} entries, freed {human_bytes(freed)}")
+
+    @app.command("gc")
+    def gc(
+        max_size: Annotated[
+            str | None, typer.Option(help="Evict LRU entries until the cache fits, e.g. 10G.")
+        ] = None,
+        older_than: Annotated[
+            str | None, typer.Option(help="Evict entries unused for this long, e.g. 7d.")
+        ] = None,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Show what would go; delete nothing.")
+        ] = False,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Evict least-recently-used entries."""
+        if max_size is None and older_than is None:
+            raise typer.BadParameter("give --max-size and/or --older-than")
+        size = parse_size(max_size) if max_size is not None else None
+        age = parse_duration(older_than) if older_than is not None else None
+        store = _store(cache_dir, allow_shared_root)
+        plan = store.gc_plan(max_size=size, older_than=age)
+        freed = 0 if dry_run else store.execute(plan)
+        if json:
+            emit_json(
+                {
+                    "dry_run": dry_run,
+                    "bytes": plan.bytes,
+                    "freed": freed,
+                    "total_bytes": plan.total_bytes,
+                    "entries": [e.summary() for e in plan.entries],
+                }
+            )
+            return
+        verb = "would evict" if dry_run else "evicted"
+        rows = [
+            [e.key[:12], e.label.get("recipe", "-"), human_bytes(e.size), _ago(e.last_used)]
+            for e in plan.entries
+        ]
+        _table(
+            f"{verb} {len(plan.entries)} entries ({human_bytes(plan.bytes)})",
+            ["key", "recipe", "size", "last used"],
+            rows,
+        )
+
+    @app.command("prune")
+    def prune(
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Remove leftovers of dead builds, stale locks and quarantined entries."""
+        res = _store(cache_dir, allow_shared_root).prune()
+        _warn(res.warnings)
+        if json:
+            emit_json(res.__dict__)
+            return
+        console.print(
+            f"pruned {res.staging} staging dirs, {res.locks} locks, {res.quarantine} quarantined, "
+            f"{res.other} stale files; freed {human_bytes(res.bytes)}"
+        )
+
+    @app.command("stats")
+    def stats(
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Hits, misses, builds, bytes, and build seconds saved."""
+        s = _store(cache_dir, allow_shared_root).stats()
+        if json:
+            emit_json(s)
+            return
+        shown = {
+            **s,
+            "bytes": human_bytes(s["bytes"]),
+            "bytes_served": human_bytes(s["bytes_served"]),
+        }
+        _table("cache stats", ["stat", "value"], [[k, v] for k, v in shown.items()])
+
+    @app.command("export")
+    def export(
+        keys: Keys,
+        out: Annotated[Path, typer.Option("-o", "--output", help="Bundle file (.tar) to write.")],
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+    ):
+        """Write entries (verified first) to a tar bundle."""
+        from ..store.bundle import export as do_export
+
+        store = _store(cache_dir, allow_shared_root)
+        with _progress("exporting") as cb:
+            done = do_export(store, keys, out, progress=cb)
+        console.print(f"exported {len(done)} entries to {out}")
+
+    @app.command("import")
+    def import_(
+        file: Annotated[Path, typer.Argument(help="A bundle written by `acache export`.")],
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Verify and add a bundle's entries to the cache."""
+        from ..store.bundle import import_bundle
+
+        store = _store(cache_dir, allow_shared_root)
+        with _progress("importing") as cb:
+            keys = import_bundle(store, file, progress=cb)
+        if json:
+            emit_json({"imported": keys})
+            return
+        console.print(f"imported {len(keys)} entries: {', '.join(k[:12] for k in keys)}")
+
+    @app.command("key")
+    def key(
+        recipe: Annotated[str, typer.Argument(help="Built-in recipe name or path to a .toml.")],
+        backend: Annotated[
+            str, typer.Option("--backend", "-b", help="eager, inductor, aoti, ort, trt.")
+        ],
+        device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
+        mode: Annotated[str | None, typer.Option(help="Backend-specific mode.")] = None,
+        weights: Annotated[Path | None, typer.Option(help="safetensors file or HF folder.")] = None,
+        seed: Annotated[int, typer.Option(help="Seed of random weights.")] = 0,
+        explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Print the cache key a build would use (and, with --explain, what it covers)."""
+        from ..api import key_for, make_context
+        from ..keys import flatten
+
+        b, ctx = make_context(
+            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed
+        )
+        # Only a real checkpoint needs the store (its digest memo lives there).
+        memo = _store(cache_dir, allow_shared_root).base if weights is not None else None
+        info = key_for(b, ctx, memo_dir=memo)
+        if json:
+            emit_json(
+                {
+                    "key": info.key,
+                    "full_key": info.full_key,
+                    "arch_key": info.arch_key,
+                    "factors": info.factors,
+                }
+            )
+            return
+        console.print(info.key, highlight=False)
+        if explain:
+            _table(None, ["factor", "value"], flatten(info.factors))
+
+    @app.command("diff")
+    def diff(
+        key1: Annotated[str, typer.Argument(help="First key or prefix.")],
+        key2: Annotated[str, typer.Argument(help="Second key or prefix.")],
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
+        """Name the factors that differ between two entries."""
+        from ..keys import diff_factors
+
+        store = _store(cache_dir, allow_shared_root)
+        a, b = store.peek(key1), store.peek(key2)
+        diffs = diff_factors(a.factors, b.factors)
+        if json:
+            emit_json([{"factor": d.path, "a": d.a, "b": d.b} for d in diffs])
+            return
+        if not diffs:
+            console.print(f"{a.key[:12]} and {b.key[:12]} have identical factors")
+            return
+        _table(
+            f"{len(diffs)} factors differ",
+            ["factor", a.key[:12], b.key[:12]],
+            [[d.path, d.a, d.b] for d in diffs],
+        )

@@ -1,0 +1,207 @@
+"""Filesystem primitives for the local store: digests, fsync, locks, atomic swaps.
+
+Kept apart from ``local.py`` so the store logic reads as policy, not plumbing.
+Linux/POSIX only (flock, O_NOFOLLOW); nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import mmap
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+# Opening anything inside an entry never follows a symlink: a swapped-in link
+# fails with ELOOP instead of reading some other file.
+O_READ = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class NotRegularFile(Exception):
+    """A path inside an entry is a symlink, device, fifo or directory."""
+
+
+def digest_file(path: Path) -> tuple[str, os.stat_result, os.stat_result]:
+    """``("blake3:<hex>", stat before, stat after)`` of a regular file, never via a symlink.
+
+    The file is mmapped and hashed in one ``update`` call: blake3 then splits the
+    work across all cores (``max_threads=AUTO``) with the GIL released. The two
+    stats let a caller memoize the result only if nothing changed meanwhile.
+    """
+    import blake3
+
+    try:
+        fd = os.open(path, O_READ)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotRegularFile(f"{path.name} is a symlink") from None
+        raise
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise NotRegularFile(f"{path.name} is not a regular file")
+        h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+        if before.st_size:
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+                h.update(mm)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return "blake3:" + h.hexdigest(), before, after
+
+
+def stat_sig(st: os.stat_result) -> list[int]:
+    """What must be unchanged for a memoized digest to still hold.
+
+    ctime cannot be set from user space, so any write, truncate, chmod or
+    rename-over changes it even if the writer restores mtime.
+    """
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def walk_files(top: Path) -> tuple[dict[str, os.stat_result], list[str]]:
+    """Regular files under ``top`` by relative posix path, plus problems found.
+
+    Uses lstat semantics throughout: a symlink (to a file or a directory) or any
+    special file is reported as a problem and never entered.
+    """
+    files: dict[str, os.stat_result] = {}
+    problems: list[str] = []
+    stack = [(top, "")]
+    while stack:
+        d, rel = stack.pop()
+        with os.scandir(d) as it:
+            for de in it:
+                name = f"{rel}{de.name}"
+                st = de.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    files[name] = st
+                elif stat.S_ISDIR(st.st_mode):
+                    stack.append((Path(de.path), name + "/"))
+                elif stat.S_ISLNK(st.st_mode):
+                    problems.append(f"{name} is a symlink")
+                else:
+                    problems.append(f"{name} is not a regular file")
+    return files, problems
+
+
+def rmtree(path: Path) -> None:
+    """Remove a tree; a concurrent remover deleting parts of it first is fine."""
+
+    def onerror(func, p, exc_info):  # noqa: ANN001 - shutil's callback signature
+        if not isinstance(exc_info[1], FileNotFoundError):
+            raise exc_info[1]
+
+    if os.path.lexists(path):
+        if os.path.islink(path) or not os.path.isdir(path):
+            os.unlink(path)
+        else:
+            shutil.rmtree(path, onerror=onerror)
+
+
+# ------------------------------------------------------------------ locks --
+
+
+@contextlib.contextmanager
+def flock_file(path: Path, *, blocking: bool = True) -> Iterator[bool]:
+    """Exclusive flock on ``path`` (created if needed); yields whether it is held.
+
+    After locking, the path must still name the inode we locked: ``prune`` may
+    unlink a lock file it holds, and a waiter that locked the unlinked inode
+    would otherwise believe it owned the key. In that case we retry on the new
+    file. The kernel drops the lock when the process dies, even by SIGKILL.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            os.close(fd)
+            yield False
+            return
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield True
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def try_lock_dir(path: Path) -> int | None:
+    """A non-blocking flock on a directory: the fd if taken, None if someone holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lock_dir(path: Path) -> int:
+    """A blocking flock on a directory we just created; returns the fd to hold."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+# ---------------------------------------------------------- atomic swaps --
+
+_RENAME_EXCHANGE = 2
+_libc = None
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        fn = _libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False  # filesystem or kernel without RENAME_EXCHANGE
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a small file by tmp + fsync + rename, so readers see old or new, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)

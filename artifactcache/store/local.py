@@ -1,0 +1,447 @@
+"""The local store: content-addressed entries on disk, layout v1.
+
+On-disk tree (``root`` is ``$ACACHE_DIR`` or platformdirs' user cache dir)::
+
+    <root>/                         0700, yours; refused if a symlink / foreign / shared
+      v1/
+        entries/ab/abcdef.../       one published entry; never changes after the rename
+          manifest.json             written last: files (size, blake3), factors, label, meta
+          <the artifact's files>
+        locks/abcdef....lock        per-key flock: one build per key across processes
+        staging/<uuid>/             builds in progress (flocked by their builder while alive)
+        quarantine/<key>.<ns>/      entries that failed verification, moved aside
+        state/<key>.verified        memo of verified (size, mtime, ctime, inode) per file
+        stats.log, stats.json       append-only event log and its folded totals
+
+An entry appears in ``entries/`` by one ``rename`` of a fully written, fsynced
+staging dir, so readers see all of it or none of it. Every load verifies first
+(see :meth:`LocalStore.get`); docs/cache.md lists each guarantee and its test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import CacheRootError, IntegrityError, KeyLookupError
+from ..keys import is_full_key
+from . import _fs
+from .entry import MANIFEST, Entry, GcPlan, PruneResult, VerifyResult, check_manifest
+from .maintenance import MaintenanceMixin
+from .stats import StatsLog
+
+__all__ = ["Entry", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
+
+LAYOUT = 1
+MIN_PREFIX = 8
+SUBDIRS = ("entries", "locks", "staging", "quarantine", "state")
+# Tests set this to observe or slow down publish stages; None in normal use.
+PUBLISH_HOOK: Callable[[str], None] | None = None
+
+
+def _hook(stage: str) -> None:
+    if PUBLISH_HOOK is not None:
+        PUBLISH_HOOK(stage)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("artifactcache")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class LocalStore(MaintenanceMixin):
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        allow_shared_root: bool = False,
+        full_verify: bool | None = None,
+    ) -> None:
+        if root is None:
+            root = os.environ.get("ACACHE_DIR") or None
+        if root is None:
+            import platformdirs
+
+            root = platformdirs.user_cache_dir("acache")
+        self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
+        env_allow = os.environ.get("ACACHE_ALLOW_SHARED_ROOT", "").lower() in ("1", "true", "yes")
+        self.allow_shared_root = allow_shared_root or env_allow
+        # full_verify re-hashes every file on every hit instead of trusting the
+        # stat memo (see docs/cache.md, "Verification cost").
+        if full_verify is None:
+            full_verify = os.environ.get("ACACHE_VERIFY", "").lower() == "full"
+        self.full_verify = full_verify
+        self.base = self.root / "v1"
+        self._prepare_root()
+        self._stats = StatsLog(self.base)
+        self._held = threading.local()
+
+    # ----------------------------------------------------------- the root --
+
+    def _prepare_root(self) -> None:
+        root, hint = self.root, "pass another --cache-dir or set ACACHE_DIR"
+        try:
+            try:
+                st = os.lstat(root)
+            except FileNotFoundError:
+                os.makedirs(root, mode=0o700)
+                os.chmod(root, 0o700)  # makedirs' mode is masked by the umask
+                st = os.lstat(root)
+        except OSError as e:
+            raise CacheRootError(f"cannot create cache dir {root} ({e.strerror}); {hint}") from None
+        if stat.S_ISLNK(st.st_mode):
+            if not self.allow_shared_root:
+                raise CacheRootError(
+                    f"cache dir {root} is a symlink; point --cache-dir at the real directory "
+                    "or pass --allow-shared-root if you trust its target"
+                )
+            st = os.stat(root)
+        if not stat.S_ISDIR(st.st_mode):
+            raise CacheRootError(f"cache dir {root} is not a directory; {hint}")
+        if not self.allow_shared_root:
+            if st.st_uid != os.geteuid():
+                raise CacheRootError(
+                    f"cache dir {root} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}); "
+                    "use your own --cache-dir or pass --allow-shared-root"
+                )
+            if st.st_mode & 0o022:
+                raise CacheRootError(
+                    f"cache dir {root} is writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}); run `chmod 700 {root}` or pass "
+                    "--allow-shared-root"
+                )
+        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+            raise CacheRootError(f"cache dir {root} is not readable and writable by you; {hint}")
+        try:
+            for d in [self.base, *(self.base / s for s in SUBDIRS)]:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o700)
+                if not stat.S_ISDIR(os.lstat(d).st_mode):
+                    raise CacheRootError(f"{d} is not a directory (a symlink?); remove it")
+        except OSError as e:
+            msg = f"cannot write to cache dir {root} ({e.strerror}); {hint}"
+            raise CacheRootError(msg) from None
+
+    # ---------------------------------------------------------- primitives --
+
+    def entry_path(self, key: str) -> Path:
+        if not is_full_key(key):
+            raise KeyLookupError(f"{key!r} is not a full key (64 hex characters)")
+        return self.base / "entries" / key[:2] / key
+
+    def _memo_path(self, key: str) -> Path:
+        return self.base / "state" / f"{key}.verified"
+
+    @contextlib.contextmanager
+    def lock(self, key: str) -> Iterator[None]:
+        """The per-key lock across processes; re-entrant within one thread."""
+        self.entry_path(key)  # validates the key before it becomes a file name
+        held: set[str] = self._held.__dict__.setdefault("keys", set())
+        if key in held:
+            yield
+            return
+        with _fs.flock_file(self.base / "locks" / f"{key}.lock"):
+            held.add(key)
+            try:
+                yield
+            finally:
+                held.discard(key)
+
+    @contextlib.contextmanager
+    def new_staging_dir(self) -> Iterator[Path]:
+        """A fresh dir under staging/, flocked while we live; removed unless published.
+
+        The flock is how ``prune`` tells a live build from a SIGKILLed one: the
+        kernel drops it when the process dies, whatever the pid or its age.
+        """
+        while True:
+            d = self.base / "staging" / uuid.uuid4().hex
+            os.mkdir(d, 0o700)
+            try:
+                fd = _fs.lock_dir(d)
+            except FileNotFoundError:
+                continue  # prune removed it between mkdir and flock
+            try:
+                if os.stat(d, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        try:
+            yield d
+        finally:
+            try:
+                _fs.rmtree(d)  # gone already if it was published
+            finally:
+                os.close(fd)
+
+    def record(self, event: str, key: str, seconds_saved: float = 0.0, nbytes: int = 0) -> None:
+        """Count a stats event: hit, miss, build, pulled, push, remote_error."""
+        self._stats.record(event, key, seconds_saved, nbytes)
+
+    # -------------------------------------------------------------- verify --
+
+    def _load_memo(self, key: str) -> dict[str, Any]:
+        try:
+            memo = json.loads(self._memo_path(key).read_text())
+            return memo if isinstance(memo, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _verify(self, key: str, path: Path, *, full: bool) -> tuple[dict | None, str | None]:
+        """(manifest, None): intact; (None, problem): corrupt; (None, None): absent."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None, None
+        if not stat.S_ISDIR(st.st_mode):
+            return None, "the entry is not a directory"
+        try:
+            fd = os.open(path / MANIFEST, _fs.O_READ)
+            with open(fd, "rb") as f:
+                manifest = json.loads(f.read())
+        except FileNotFoundError:
+            return None, "manifest.json is missing"
+        except (OSError, ValueError) as e:
+            return None, f"manifest.json is unreadable ({getattr(e, 'strerror', None) or e})"
+        if problem := check_manifest(manifest, key):
+            return None, problem
+        try:
+            return self._verify_files(key, path, manifest, full=full)
+        except FileNotFoundError:
+            return None, None  # removed or replaced while we looked: treat as absent
+        except (OSError, _fs.NotRegularFile) as e:
+            return None, str(e)
+
+    def _verify_files(self, key: str, path: Path, manifest: dict, *, full: bool):
+        found, problems = _fs.walk_files(path)
+        if problems:
+            return None, problems[0]
+        want = manifest["files"]
+        if missing := sorted(set(want) - set(found)):
+            return None, f"{missing[0]} is missing"
+        if extra := sorted(set(found) - set(want) - {MANIFEST}):
+            return None, f"unexpected file {extra[0]}"
+        memo = {} if full else self._load_memo(key)
+        fresh: dict[str, list] = {}
+        for rel, info in want.items():
+            st = found[rel]
+            if st.st_size != info["size"]:
+                return None, f"{rel} is {st.st_size} bytes, manifest says {info['size']}"
+            sig = [*_fs.stat_sig(st), info["digest"]]
+            if memo.get(rel) == sig:
+                fresh[rel] = sig
+                continue
+            digest, before, after = _fs.digest_file(path / rel)
+            if digest != info["digest"]:
+                return None, f"{rel} does not match its digest"
+            if _fs.stat_sig(before) == _fs.stat_sig(after) == sig[:-1]:
+                fresh[rel] = sig
+        if fresh != memo:
+            with contextlib.suppress(OSError):  # a read-only cache just re-hashes next time
+                _fs.write_atomic(self._memo_path(key), json.dumps(fresh).encode())
+        return manifest, None
+
+    def _quarantine(self, key: str, path: Path, problem: str) -> None:
+        """Move a bad entry aside. The caller holds the key's lock."""
+        dst = self.base / "quarantine" / f"{key}.{time.time_ns()}"
+        with contextlib.suppress(OSError):  # read-only or vanished: the load still fails
+            os.rename(path, dst)
+            (dst / "QUARANTINE_REASON").write_text(problem + "\n")
+            self._memo_path(key).unlink()
+
+    def _check(self, key: str, *, full: bool | None = None) -> tuple[Entry | None, str | None]:
+        path = self.entry_path(key)
+        manifest, problem = self._verify(key, path, full=self.full_verify if full is None else full)
+        if problem is not None:
+            with self.lock(key):  # re-check under the lock: a builder may have replaced it
+                manifest, problem = self._verify(key, path, full=True)
+                if problem is not None:
+                    self._quarantine(key, path, problem)
+                    return None, problem
+        return (Entry(key, path, manifest), None) if manifest is not None else (None, None)
+
+    def _hit(self, entry: Entry) -> Entry:
+        with contextlib.suppress(OSError):  # last-used: one utime, no rewrite
+            os.utime(entry.path)
+        self.record("hit", entry.key, entry.build_seconds, entry.size)
+        return entry
+
+    # ------------------------------------------------------------- lookups --
+
+    def get(self, key: str) -> Entry | None:
+        """A verified entry, or None; a corrupt entry is quarantined first."""
+        entry, _ = self._check(key)
+        if entry is None:
+            self.record("miss", key)
+            return None
+        return self._hit(entry)
+
+    def open(self, key: str) -> Entry:
+        """Like get, for a key or unique prefix; raises KeyLookupError / IntegrityError."""
+        key = self.resolve(key)
+        entry, problem = self._check(key)
+        if problem is not None:
+            raise IntegrityError(
+                f"entry {key[:12]} failed verification ({problem}) and was quarantined; "
+                "rebuild it (acache build) or import it again"
+            )
+        if entry is None:
+            raise KeyLookupError(f"no entry {key[:12]} (see `acache ls`)")
+        return self._hit(entry)
+
+    def resolve(self, prefix: str) -> str:
+        """The one full key starting with ``prefix`` (at least 8 hex characters)."""
+        p = prefix.strip().lower()
+        if len(p) < MIN_PREFIX or len(p) > 64 or any(c not in "0123456789abcdef" for c in p):
+            raise KeyLookupError(
+                f"{prefix!r} is not a key prefix: give {MIN_PREFIX} to 64 hex characters "
+                "(see `acache ls`)"
+            )
+        try:
+            names = [n for n in os.listdir(self.base / "entries" / p[:2]) if n.startswith(p)]
+        except FileNotFoundError:
+            names = []
+        names = [n for n in names if is_full_key(n)]
+        if not names:
+            bad = [n for n in os.listdir(self.base / "quarantine") if n.startswith(p)]
+            why = " (it failed verification and was quarantined; rebuild it)" if bad else ""
+            raise KeyLookupError(f"no entry matches key prefix {p}{why} (see `acache ls`)")
+        if len(names) > 1:
+            raise KeyLookupError(
+                f"key prefix {p} is ambiguous ({len(names)} entries match); give more characters"
+            )
+        return names[0]
+
+    # ------------------------------------------------------------- publish --
+
+    def _digest_tree(self, d: Path) -> tuple[dict[str, dict], dict[str, list]]:
+        found, problems = _fs.walk_files(d)
+        if problems:
+            raise IntegrityError(f"rejected {d.name}: {problems[0]}")
+        files, memo = {}, {}
+        for rel in sorted(found):
+            digest, before, after = _fs.digest_file(d / rel)
+            files[rel] = {"size": after.st_size, "digest": digest}
+            if _fs.stat_sig(before) == _fs.stat_sig(after):
+                memo[rel] = [*_fs.stat_sig(after), digest]
+        return files, memo
+
+    def publish_dir(self, staging_dir: Path, manifest: dict[str, Any]) -> Entry:
+        """Verify staging_dir against ``manifest`` and publish it atomically.
+
+        Used by bundle import and remote pull. Every file must match the
+        manifest's size and digest, with nothing missing or extra; otherwise
+        IntegrityError and nothing is published. An intact entry already there
+        wins and the staged copy is discarded.
+        """
+        key = str(manifest.get("key", ""))
+        self.entry_path(key)
+        if problem := check_manifest(manifest, key):
+            raise IntegrityError(f"cannot publish {key[:12]}: {problem}")
+        if (staging_dir / MANIFEST).exists():
+            (staging_dir / MANIFEST).unlink()  # ours is written from the given dict below
+        files, memo = self._digest_tree(staging_dir)
+        want = {r: {"size": i["size"], "digest": i["digest"]} for r, i in manifest["files"].items()}
+        if files != want:
+            bad = sorted(set(files) ^ set(want)) or [r for r in want if files[r] != want[r]]
+            raise IntegrityError(
+                f"entry {key[:12]} does not match its manifest ({bad[0]}); nothing was published"
+            )
+        with self.lock(key):
+            existing, _ = self._check(key)
+            if existing is not None:
+                _fs.rmtree(staging_dir)
+                return existing
+            return self._install(staging_dir, dict(manifest), memo, replace=False)
+
+    def _install(self, staging: Path, manifest: dict, memo: dict, *, replace: bool) -> Entry:
+        """Write the manifest, fsync everything, rename into entries/. Caller holds the lock."""
+        key = manifest["key"]
+        _hook("manifest")
+        (staging / MANIFEST).write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        found, _ = _fs.walk_files(staging)
+        for rel in found:
+            _fs.fsync_path(staging / rel)
+        for d in {(staging / rel).parent for rel in found}:
+            _fs.fsync_path(d, directory=True)
+        _hook("fsynced")
+        dst = self.entry_path(key)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(dst.parent, 0o700)
+        try:
+            os.rename(staging, dst)
+        except OSError as e:
+            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not replace:
+                raise
+            if not _fs.exchange(staging, dst):  # no RENAME_EXCHANGE: brief gap, never a mix
+                aside = staging.with_name(staging.name + ".old")
+                os.rename(dst, aside)
+                os.rename(staging, dst)
+                staging = aside
+            _fs.rmtree(staging)  # now the old entry
+        _hook("renamed")
+        _fs.fsync_path(dst.parent, directory=True)
+        with contextlib.suppress(OSError):
+            _fs.write_atomic(self._memo_path(key), json.dumps(memo).encode())
+        os.utime(dst)
+        return Entry(key, dst, manifest)
+
+    def get_or_build(
+        self,
+        key: str,
+        factors: dict[str, Any],
+        build: Callable[[Path], dict[str, Any] | None],
+        *,
+        force: bool = False,
+        label: dict[str, Any] | None = None,
+    ) -> tuple[Entry, str]:
+        """(entry, "local" | "built"): one build per key across processes.
+
+        ``build(workdir)`` writes the artifact into a fresh staging dir and returns
+        metadata for the manifest. If it raises, nothing is published and the
+        staging dir is removed; force=True rebuilds and swaps the entry atomically.
+        """
+        if not force and (entry := self.get(key)) is not None:
+            return entry, "local"
+        with self.lock(key):
+            if not force:
+                entry, _ = self._check(key)  # a waiter loads what the builder published
+                if entry is not None:
+                    return self._hit(entry), "local"
+            with self.new_staging_dir() as work:
+                t0 = time.perf_counter()
+                meta = build(work) or {}
+                seconds = time.perf_counter() - t0
+                _hook("built")
+                files, memo = self._digest_tree(work)
+                if MANIFEST in files:
+                    raise IntegrityError(f"build output rejected: it wrote its own {MANIFEST}")
+                manifest = {
+                    "layout": LAYOUT,
+                    "key": key,
+                    "arch_key": (label or {}).get("arch_key"),
+                    "factors": factors,
+                    "label": label or {},
+                    "meta": meta,
+                    "files": files,
+                    "created": time.time(),
+                    "build_seconds": round(seconds, 6),
+                    "acache_version": _version(),
+                }
+                entry = self._install(work, manifest, memo, replace=force)
+        self.record("build", key, seconds, entry.size)
+        return entry, "built"
