@@ -275,8 +275,11 @@ class LocalStore(MaintenanceMixin):
         return (Entry(key, path, manifest), None) if manifest is not None else (None, None)
 
     def _hit(self, entry: Entry) -> Entry:
-        with contextlib.suppress(OSError):  # last-used: one utime, no rewrite
-            os.utime(entry.path)
+        # last-used: one utime, no rewrite. An explicit time, because the kernel's
+        # coarse clock (UTIME_NOW) can lag time.time(), which gc plans compare to.
+        now = time.time_ns()
+        with contextlib.suppress(OSError):
+            os.utime(entry.path, ns=(now, now))
         self.record("hit", entry.key, entry.build_seconds, entry.size)
         return entry
 
@@ -397,7 +400,8 @@ class LocalStore(MaintenanceMixin):
         _fs.fsync_path(dst.parent, directory=True)
         with contextlib.suppress(OSError):
             _fs.write_atomic(self._memo_path(key), json.dumps(memo).encode())
-        os.utime(dst)
+        now = time.time_ns()
+        os.utime(dst, ns=(now, now))
         return Entry(key, dst, manifest)
 
     def get_or_build(
