@@ -1,0 +1,362 @@
+"""ort: ONNX Runtime over the cached ONNX export, with the optimized graph as the artifact.
+
+Build: take the shared export (``onnx_export.ensure_export``: its own cache
+entry, so ``ort`` and ``trt`` export once), create a session with graph
+optimizations on and ``SessionOptions.optimized_model_filepath`` pointing into
+the staging dir. ORT writes the graph after its optimizers ran
+(``model.opt.onnx``) and that file is the artifact.
+
+Load: a session over ``model.opt.onnx`` with ``ORT_DISABLE_ALL``: the graph is
+already optimized, so a warm process skips the optimizer passes (ORT's verbose
+log then says "No graph transformers registered for level 1/2/3"; see
+tests/test_backend_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
+specific to the CPU they ran on, the key's hardware factor carries the CPU ISA.
+
+Execution providers (``--mode``): ``cpu`` (default on --device cpu), ``cuda``
+(onnxruntime-gpu), ``tensorrt`` (default on --device cuda when tensorrt is
+importable). The TensorRT EP compiles subgraphs into engines, and ORT refuses to
+serialize a graph with compiled nodes, so with that EP the artifact is the EP's
+engine and timing cache, built into the staging dir; at load they are copied
+to a private temp dir first, because the EP writes into its cache dir on any
+mismatch and a verified entry must never change. The TensorRT EP path is
+written to ONNX Runtime's documented provider options and unverified here:
+no machine we have can install TensorRT.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError
+from ..keys import toolchain_fingerprint
+from .base import INSTALL_HINTS, BuildContext, BuildOptions
+from .onnx_export import INPUT_NAMES, OUTPUT_NAMES, cache_shape, ensure_export, export_spec
+
+if TYPE_CHECKING:
+    from ..recipes import Recipe
+    from .runner import StepRunner
+
+OPT_MODEL = "model.opt.onnx"
+OPT_DATA = "model.opt.onnx.data"
+TRT_CACHE_DIR = "trt_cache"
+FORMAT = 1
+EPS = ("cpu", "cuda", "tensorrt")
+EP_PROVIDER = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+# dtypes each EP runs here: ORT's CPU EP lacks fp16/bf16 kernels for most of these ops,
+# and neither GPU EP path is set up for bf16 inputs.
+EP_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16")}
+OPT_LEVELS = ("basic", "extended", "all")
+EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
+
+
+def _ort() -> Any:
+    import onnxruntime
+
+    return onnxruntime
+
+
+def tensorrt_importable() -> bool:
+    return importlib.util.find_spec("tensorrt") is not None
+
+
+def resolve_ep(opts: BuildOptions) -> str:
+    """The execution provider the options ask for (``--mode``), or the default for the device."""
+    on_gpu = opts.device.startswith("cuda")
+    mode = opts.mode
+    if mode in (None, "default", "auto"):
+        if not on_gpu:
+            return "cpu"
+        return "tensorrt" if tensorrt_importable() else "cuda"
+    if mode not in EPS:
+        raise BackendError(f"backend 'ort' has modes {', '.join(EPS)} (got --mode {mode})")
+    if (mode == "cpu") == on_gpu:
+        want = "cpu" if mode == "cpu" else "cuda"
+        raise BackendError(f"--mode {mode} runs on --device {want}, not {opts.device}")
+    return mode
+
+
+def graph_level(opts: BuildOptions) -> str:
+    level = str(opts.extra.get("graph_optimization", "all"))
+    if level not in OPT_LEVELS:
+        raise BackendError(
+            f"graph_optimization must be one of {', '.join(OPT_LEVELS)}, got {level!r}"
+        )
+    return level
+
+
+def _ort_level(name: str) -> Any:
+    g = _ort().GraphOptimizationLevel
+    return {
+        "none": g.ORT_DISABLE_ALL,
+        "basic": g.ORT_ENABLE_BASIC,
+        "extended": g.ORT_ENABLE_EXTENDED,
+        "all": g.ORT_ENABLE_ALL,
+    }[name]
+
+
+def session_options(
+    level: str, *, optimized_out: Path | None = None, external: bool = False, verbose: bool = False
+) -> Any:
+    """SessionOptions for building (level != "none", saving the graph) or loading ("none")."""
+    so = _ort().SessionOptions()
+    so.graph_optimization_level = _ort_level(level)
+    if optimized_out is not None:
+        so.optimized_model_filepath = str(optimized_out)
+        if external:
+            # Weights over 2 GiB cannot live inside the protobuf: keep them in one side file.
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", OPT_DATA
+            )
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+            )
+    # Errors only by default: ORT warns that an ORT_ENABLE_ALL graph is specific to
+    # this CPU, which the key already accounts for (hardware.cpu_isa).
+    # ACACHE_ORT_VERBOSE=1 shows ORT's own log (which optimizer passes ran).
+    verbose = verbose or os.environ.get("ACACHE_ORT_VERBOSE", "") == "1"
+    so.log_severity_level = 0 if verbose else 3
+    return so
+
+
+def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str, str]:
+    """TensorRT EP options: engine and timing caches in cache_dir, one token-axis profile."""
+    p = recipe.shapes.prefill_len
+    return {
+        "device_id": str(device_id),
+        "trt_engine_cache_enable": "True",
+        "trt_engine_cache_path": str(cache_dir),
+        "trt_timing_cache_enable": "True",
+        "trt_timing_cache_path": str(cache_dir),
+        # Explicit profiles make the EP build its engine at session creation, for
+        # every token count the runner uses (1 for decode, prefill_len for prefill).
+        "trt_profile_min_shapes": "input_ids:1x1,input_pos:1",
+        "trt_profile_opt_shapes": f"input_ids:1x{p},input_pos:{p}",
+        "trt_profile_max_shapes": f"input_ids:1x{p},input_pos:{p}",
+    }
+
+
+def providers_for(ep: str, opts: BuildOptions, recipe: Recipe, trt_dir: Path | None) -> list:
+    dev_id = int(opts.device.split(":")[1]) if ":" in opts.device else 0
+    if ep == "cpu":
+        return ["CPUExecutionProvider"]
+    cuda = ("CUDAExecutionProvider", {"device_id": str(dev_id)})
+    if ep == "cuda":
+        return [cuda, "CPUExecutionProvider"]
+    assert trt_dir is not None
+    trt = ("TensorrtExecutionProvider", trt_ep_options(recipe, trt_dir, dev_id))
+    return [trt, cuda, "CPUExecutionProvider"]
+
+
+class _OrtSteps:
+    """prefill/decode step callables over one session; the KV cache lives in OrtValues."""
+
+    def __init__(self, sess: Any, recipe: Recipe, dtype: str, ep: str, device_id: int) -> None:
+        import numpy as np
+
+        self.sess = sess
+        self.ort = _ort()
+        self.dev = ("cpu", 0) if ep == "cpu" else ("cuda", device_id)
+        np_dtype = np.float16 if dtype == "fp16" else np.float32
+        zeros = np.zeros(cache_shape(recipe), dtype=np_dtype)
+        self.zero_k = self._value(zeros)
+        self.zero_v = self._value(zeros.copy())
+        self.keys, self.values = self.zero_k, self.zero_v
+
+    def _value(self, arr: Any) -> Any:
+        return self.ort.OrtValue.ortvalue_from_numpy(arr, *self.dev)
+
+    def _run(self, idx: Any, pos: Any, keys: Any, values: Any) -> Any:
+        import torch
+
+        ids, p = idx.cpu().numpy(), pos.cpu().numpy()
+        feeds = {
+            INPUT_NAMES[0]: self.ort.OrtValue.ortvalue_from_numpy(ids),
+            INPUT_NAMES[1]: self.ort.OrtValue.ortvalue_from_numpy(p),
+            INPUT_NAMES[2]: keys,
+            INPUT_NAMES[3]: values,
+        }
+        logits, self.keys, self.values = self.sess.run_with_ort_values(list(OUTPUT_NAMES), feeds)
+        return torch.from_numpy(logits.numpy())
+
+    def prefill(self, idx: Any, pos: Any) -> Any:
+        # A request starts from an empty cache; stale slots would be masked anyway.
+        return self._run(idx, pos, self.zero_k, self.zero_v)
+
+    def decode(self, idx: Any, pos: Any) -> Any:
+        return self._run(idx, pos, self.keys, self.values)
+
+
+class OrtBackend:
+    name = "ort"
+    weights_external = False
+
+    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+        hint = INSTALL_HINTS["ort"]
+        for mod in ("onnxruntime", "onnx", "onnxscript"):
+            if importlib.util.find_spec(mod) is None:
+                return False, f"{mod} not importable: {hint}"
+        try:
+            ep = resolve_ep(opts)
+        except BackendError as e:
+            return False, str(e)
+        have = _ort().get_available_providers()
+        if EP_PROVIDER[ep] not in have:
+            if ep == "tensorrt":
+                return False, (
+                    "onnxruntime has no TensorrtExecutionProvider: install onnxruntime-gpu "
+                    "built with TensorRT and TensorRT itself"
+                )
+            if ep == "cuda":
+                return False, (
+                    "onnxruntime has no CUDAExecutionProvider (CPU-only build): "
+                    "pip install 'artifactcache[ort-gpu]'"
+                )
+        if ep == "tensorrt" and not tensorrt_importable():
+            return False, f"tensorrt not importable for the TensorRT EP: {INSTALL_HINTS['trt']}"
+        return True, ""
+
+    def check_options(self, opts: BuildOptions) -> None:
+        ep = resolve_ep(opts)
+        unknown = sorted(set(opts.extra) - set(EXTRA_KEYS))
+        if unknown:
+            raise BackendError(
+                f"backend 'ort' does not take {unknown}: its options are {', '.join(EXTRA_KEYS)}"
+            )
+        if opts.dtype not in EP_DTYPES[ep]:
+            raise BackendError(
+                f"backend 'ort' with the {ep} execution provider supports dtype "
+                f"{', '.join(EP_DTYPES[ep])}, not {opts.dtype!r}"
+            )
+        graph_level(opts)
+        export_spec(opts)
+
+    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+        # The export's own key is a function of the recipe and weights (already in this
+        # key) and of these export factors, so this key determines the export key too;
+        # the export key itself is recorded in the manifest's meta.
+        from .onnx_export import export_toolchain
+
+        return {
+            "format": FORMAT,
+            "dtype": opts.dtype,
+            "ep": resolve_ep(opts),
+            "graph_optimization": graph_level(opts),
+            "export": {**export_spec(opts).factors(), "toolchain": export_toolchain()},
+        }
+
+    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+        gpu = importlib.util.find_spec("onnxruntime") is not None and any(
+            p != "CPUExecutionProvider" and p != "AzureExecutionProvider"
+            for p in _ort().get_available_providers()
+        )
+        pkgs = ["torch", "onnx", "onnxruntime-gpu" if gpu else "onnxruntime"]
+        out = toolchain_fingerprint(pkgs)
+        out["onnxruntime_build"] = _ort().__version__
+        if resolve_ep(opts) == "tensorrt":
+            out.update(toolchain_fingerprint(("tensorrt",)))
+        return out
+
+    def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
+        import onnx
+
+        opts = ctx.opts
+        ep = resolve_ep(opts)
+        spec = export_spec(opts)
+        onnx_path, ekey, emeta, esource = ensure_export(ctx, spec)
+        level = graph_level(opts)
+        meta: dict[str, Any] = {
+            "format": FORMAT,
+            "ep": ep,
+            "export_key": ekey,
+            "export_source": esource,
+            "exporter_used": emeta.get("exporter_used"),
+            "graph_optimization": level,
+        }
+        trt_dir = None
+        if ep == "tensorrt":
+            trt_dir = workdir / TRT_CACHE_DIR
+            trt_dir.mkdir()
+            so = session_options(level)
+        else:
+            so = session_options(
+                level, optimized_out=workdir / OPT_MODEL, external=emeta.get("external_data", False)
+            )
+        t0 = time.perf_counter()
+        sess = _ort().InferenceSession(
+            str(onnx_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
+        )
+        meta["optimize_seconds"] = round(time.perf_counter() - t0, 4)
+        meta["providers"] = sess.get_providers()
+        if ep == "tensorrt":
+            # Run both shapes once so every engine the EP needs is in the cache dir.
+            steps = _OrtSteps(sess, ctx.recipe, opts.dtype, ep, _device_id(opts))
+            _warm(steps, ctx.recipe)
+            if not any(trt_dir.iterdir()):
+                raise BackendError("the TensorRT EP wrote no engine cache; check its log")
+        else:
+            meta["nodes_before"] = emeta.get("nodes")
+            meta["nodes_after"] = len(
+                onnx.load(str(workdir / OPT_MODEL), load_external_data=False).graph.node
+            )
+        return meta
+
+    def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
+        import torch
+
+        from .runner import StepRunner
+
+        opts = ctx.opts
+        ep = resolve_ep(opts)
+        if meta.get("ep") != ep:
+            raise BackendError(f"entry {entry_dir.name[:12]} was built for EP {meta.get('ep')!r}")
+        keepalive: list[Any] = []
+        if ep == "tensorrt":
+            onnx_path, _, _, _ = ensure_export(ctx, export_spec(opts))
+            tmp = Path(tempfile.mkdtemp(prefix="acache-ort-trt-"))
+            shutil.copytree(entry_dir / TRT_CACHE_DIR, tmp / TRT_CACHE_DIR)
+            trt_dir = tmp / TRT_CACHE_DIR
+            model_path, so = onnx_path, session_options(graph_level(opts))
+        else:
+            trt_dir, tmp = None, None
+            model_path, so = entry_dir / OPT_MODEL, session_options("none")
+        t0 = time.perf_counter()
+        sess = _ort().InferenceSession(
+            str(model_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
+        )
+        ctx.phases["session_seconds"] = time.perf_counter() - t0
+        # The weights are inside the graph: they are ready when the session is.
+        ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
+        steps = _OrtSteps(sess, ctx.recipe, opts.dtype, ep, _device_id(opts))
+        keepalive.append(steps)
+        runner = StepRunner(
+            ctx.recipe, steps.prefill, steps.decode, torch.device("cpu"), keepalive=keepalive
+        )
+        if tmp is not None:
+            weakref.finalize(runner, shutil.rmtree, tmp, True)
+        return runner
+
+
+def _device_id(opts: BuildOptions) -> int:
+    return int(opts.device.split(":")[1]) if ":" in opts.device else 0
+
+
+def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
+    import torch
+
+    p = recipe.shapes.prefill_len
+    steps.prefill(torch.zeros(1, p, dtype=torch.int64), torch.arange(p))
+    steps.decode(torch.zeros(1, 1, dtype=torch.int64), torch.tensor([p]))
+
+
+BACKEND = OrtBackend()

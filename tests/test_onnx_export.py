@@ -1,0 +1,132 @@
+"""ONNX export: the functional-KV step graph, its checker pass, and its own cache key."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime
+import pytest
+import torch
+
+from artifactcache.backends import onnx_export as ox
+from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.errors import BackendError
+from artifactcache.models import WeightsSpec, build_model
+from artifactcache.recipes import load_recipe
+from artifactcache.store.local import LocalStore
+
+
+def _ctx(recipe: str = "tiny-llama", seed: int = 0, store=None, **extra) -> BuildContext:
+    ctx = BuildContext(
+        recipe=load_recipe(recipe), opts=BuildOptions(extra=extra), weights=WeightsSpec(None, seed)
+    )
+    ctx.store = store
+    return ctx
+
+
+def _feeds(*tensors) -> dict:
+    return {
+        n: t.numpy() if isinstance(t, torch.Tensor) else t
+        for n, t in zip(ox.INPUT_NAMES, tensors, strict=True)
+    }
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+def test_functional_step_matches_the_in_place_model():
+    """The export wrapper (KV cache in and out) computes what the model computes."""
+    recipe = load_recipe("tiny-mistral")  # sliding window: the mask matters
+    ref = build_model(recipe)
+    step = ox._step_module(build_model(recipe))
+    ids, pos, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids = torch.randint(0, 1000, ids.shape)
+    with torch.no_grad():
+        logits, keys, values = step(ids, pos, keys, values)
+        assert _rel(logits, ref(ids, pos)) < 1e-6
+        for t in range(20):  # past the 16-token window
+            tok, p = torch.tensor([[7 + t]]), torch.tensor([recipe.shapes.prefill_len + t])
+            logits, keys, values = step(tok, p, keys, values)
+            assert _rel(logits, ref(tok, p)) < 1e-5
+    assert keys.shape == ox.cache_shape(recipe)
+
+
+def test_export_graph_contract_and_cache_entry(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    ctx = _ctx(store=store)
+    path, key, meta, source = ox.ensure_export(ctx, ox.ExportSpec())
+    assert source == "built" and meta["exporter_used"] == "dynamo", meta.get("dynamo_error")
+    onnx.checker.check_model(str(path), full_check=True)
+    graph = onnx.load(str(path)).graph
+    assert [i.name for i in graph.input] == list(ox.INPUT_NAMES)
+    assert [o.name for o in graph.output] == list(ox.OUTPUT_NAMES)
+    ids_dims = graph.input[0].type.tensor_type.shape.dim
+    assert ids_dims[0].dim_value == 1 and ids_dims[1].dim_param  # dynamic token axis
+    cache_dims = [d.dim_value for d in graph.input[2].type.tensor_type.shape.dim]
+    assert tuple(cache_dims) == ox.cache_shape(ctx.recipe)
+    # A second request is a hit on the same entry: no second export.
+    path2, key2, _, source2 = ox.ensure_export(_ctx(store=store), ox.ExportSpec())
+    assert (path2, key2, source2) == (path, key, "local")
+    assert store.get(key).label["backend"] == "onnx-export"
+
+    # One graph, both steps: T = prefill_len, then T = 1 against the returned cache.
+    recipe = ctx.recipe
+    ref = build_model(recipe)
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids, pos, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids = torch.randint(0, 1000, ids.shape)
+    out = sess.run(None, _feeds(ids, pos, keys, values))
+    assert _rel(torch.from_numpy(out[0]), ref(ids, pos)) < 1e-4
+    tok, p = torch.tensor([[3]]), torch.tensor([recipe.shapes.prefill_len])
+    out = sess.run(None, _feeds(tok, p, out[1], out[2]))
+    assert _rel(torch.from_numpy(out[0]), ref(tok, p)) < 1e-4
+
+
+def test_torchscript_exporter_on_request(tmp_path):
+    ctx = _ctx("tiny-phi-2", store=LocalStore(tmp_path / "c"), exporter="torchscript")
+    spec = ox.export_spec(ctx.opts)
+    path, _, meta, _ = ox.ensure_export(ctx, spec)
+    assert meta["exporter_used"] == "torchscript" and meta["opset"] == ox.DEFAULT_OPSET
+    ref = build_model(ctx.recipe)
+    sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids, pos, keys, values = ox.example_inputs(ctx.recipe, torch.float32)
+    out = sess.run(None, _feeds(ids, pos, keys, values))
+    assert _rel(torch.from_numpy(out[0]), ref(ids, pos)) < 1e-4
+    assert not ox.has_qdq(path)
+
+
+def test_export_key_factors():
+    ctx = _ctx()
+    base, factors = ox.export_key(ctx, ox.ExportSpec())
+    assert factors["backend"]["name"] == "onnx-export"
+    assert set(factors["toolchain"]) >= {"torch", "onnx", "onnxscript"}
+    assert factors["hardware"] == {}  # one export serves CPU and GPU backends
+    assert ox.export_key(_ctx(), ox.ExportSpec())[0] == base
+    changed = [
+        ox.export_key(ctx, ox.ExportSpec(opset=19))[0],
+        ox.export_key(ctx, ox.ExportSpec(dtype="fp16"))[0],
+        ox.export_key(ctx, ox.ExportSpec(exporter="torchscript"))[0],
+        ox.export_key(_ctx(seed=1), ox.ExportSpec())[0],
+        ox.export_key(_ctx("tiny-phi-3"), ox.ExportSpec())[0],
+    ]
+    assert len(set(changed)) == len(changed) and base not in changed
+
+
+@pytest.mark.parametrize(
+    "extra, dtype, message",
+    [
+        ({"opset": 13}, "fp32", "opset 13 is too old"),
+        ({"opset": "x"}, "fp32", "opset must be an integer"),
+        ({"exporter": "jit"}, "fp32", "unknown exporter 'jit'"),
+        ({}, "int8", "ONNX export supports dtype"),
+    ],
+)
+def test_export_spec_rejects_bad_options(extra, dtype, message):
+    with pytest.raises(BackendError, match=message) as e:
+        ox.export_spec(BuildOptions(dtype=dtype, extra=extra))
+    assert "\n" not in str(e.value)
+
+
+def test_export_needs_a_store():
+    with pytest.raises(BackendError, match="needs a cache store"):
+        ox.ensure_export(_ctx(store=None), ox.ExportSpec())
