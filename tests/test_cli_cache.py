@@ -1,0 +1,217 @@
+"""The cache commands through the real Typer app: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from artifactcache.cli.app import app
+from artifactcache.keys import compute_key
+from artifactcache.store.local import LocalStore
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, *, contains: str = "") -> None:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert contains in lines[0]
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def put(store: LocalStore, i: int, *, recipe: str = "tiny", key: str | None = None) -> str:
+    factors = {"schema": 1, "backend": {"name": "eager", "options": {"dtype": f"fp{i}"}}}
+    key = key or compute_key(factors)
+
+    def build(d: Path) -> dict:
+        (d / "model.bin").write_bytes(bytes([i]) * 2000)
+        return {}
+
+    store.get_or_build(key, factors, build, label={"recipe": recipe, "backend": "eager"})
+    return key
+
+
+@pytest.fixture
+def store(cache_dir) -> LocalStore:
+    return LocalStore(cache_dir)
+
+
+def test_ls_show_stats_diff_rm(store):
+    k1, k2 = put(store, 1), put(store, 2)
+    r = run("ls", "--json")
+    assert r.exit_code == 0 and {e["key"] for e in json.loads(r.stdout)} == {k1, k2}
+    r = run("ls")
+    assert r.exit_code == 0 and k1[:12] in r.stdout and "2 entries" in r.stdout
+    r = run("show", k1[:8], "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["manifest"]["key"] == k1
+    assert k1 in run("show", k1[:8]).stdout
+    r = run("diff", k1[:8], k2[:8], "--json")
+    assert r.exit_code == 0
+    assert [d["factor"] for d in json.loads(r.stdout)] == ["backend.options.dtype"]
+    assert "backend.options.dtype" in run("diff", k1[:8], k2[:8]).stdout
+    assert "identical" in run("diff", k1[:8], k1).stdout
+    store.get(k1)
+    s = json.loads(run("stats", "--json").stdout)
+    assert (s["hits"], s["builds"], s["entries"]) == (1, 2, 2)
+    assert "build_seconds_saved" in run("stats").stdout
+    r = run("rm", k1[:8])
+    assert r.exit_code == 0 and "removed 1" in r.stdout
+    assert [e.key for e in store.scan()[0]] == [k2]
+
+
+def test_verify_reports_corruption(store):
+    k1, k2 = put(store, 1), put(store, 2)
+    assert run("verify").exit_code == 0
+    path = store.entry_path(k1) / "model.bin"
+    path.write_bytes(b"\x00" + path.read_bytes()[1:])
+    r = run("verify", "--json")
+    assert_user_error(r, contains="1 of 2 entries failed verification")
+    assert {x["key"]: x["ok"] for x in json.loads(r.stdout)} == {k1: False, k2: True}
+    assert [e.key for e in store.scan()[0]] == [k2]  # quarantined
+
+
+def test_gc_dry_run_then_lru(store):
+    keys = [put(store, i) for i in range(1, 4)]
+    for age, key in zip((3, 2, 1), keys, strict=True):  # keys[0] least recently used
+        t = time.time() - age * 3600
+        os.utime(store.entry_path(key), (t, t))
+    before = snapshot(store.root)
+    r = run("gc", "--max-size", "5KiB", "--dry-run", "--json")
+    assert r.exit_code == 0 and [e["key"] for e in json.loads(r.stdout)["entries"]] == keys[:1]
+    assert snapshot(store.root) == before  # dry run deletes nothing
+    r = run("gc", "--max-size", "3000", "--older-than", "90m")
+    assert r.exit_code == 0 and "evicted 2 entries" in r.stdout
+    assert [e.key for e in store.scan()[0]] == [keys[2]]
+    assert run("gc", "--max-size", "10Q").exit_code == 2  # a usage error
+    assert run("gc").exit_code == 2
+
+
+def test_prune_cli(store):
+    (store.base / "staging" / "leftover").mkdir()
+    r = run("prune", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["staging"] == 1
+
+
+def test_export_import_cli(store, tmp_path):
+    k1 = put(store, 1)
+    out = tmp_path / "b.tar"
+    r = run("export", k1[:8], "-o", out)
+    assert r.exit_code == 0 and out.exists()
+    other = tmp_path / "other"
+    r = run("import", out, "--cache-dir", other, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"imported": [k1]}
+    assert LocalStore(other).open(k1).key == k1
+
+
+def _bundle(path: Path, key: str, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+    with tarfile.open(path, "w") as tf:
+        good = tarfile.TarInfo(f"{key}/manifest.json")
+        good.size = 2
+        tf.addfile(good, io.BytesIO(b"{}"))
+        member.size = len(data)
+        tf.addfile(member, io.BytesIO(data))
+    return path
+
+
+def _symlink_member(key: str) -> tarfile.TarInfo:
+    m = tarfile.TarInfo(f"{key}/model.bin")
+    m.type, m.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    return m
+
+
+BAD_INPUTS = {
+    "unknown-recipe": (lambda k, t: ["key", "nope", "--backend", "eager"], "unknown recipe"),
+    "unknown-backend": (lambda k, t: ["key", "tiny-llama", "--backend", "nope"], "unknown backend"),
+    "unknown-prefix": (lambda k, t: ["show", "12345678"], "no entry matches"),
+    "ambiguous-prefix": (lambda k, t: ["show", "abcdef01"], "ambiguous"),
+    "short-prefix": (lambda k, t: ["rm", "abc"], "8 to 64"),
+    "export-unknown": (lambda k, t: ["export", "12345678", "-o", t / "x.tar"], "no entry"),
+    "malformed-bundle": (lambda k, t: ["import", t / "junk.tar"], "not a readable tar"),
+    "dotdot-bundle": (
+        lambda k, t: ["import", _bundle(t / "dd.tar", k, tarfile.TarInfo(f"{k}/../../x"), b"x")],
+        "unsafe path",
+    ),
+    "symlink-bundle": (
+        lambda k, t: ["import", _bundle(t / "sl.tar", k, _symlink_member(k))],
+        "is a link",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_one_line_nothing_written(store, tmp_path, case):
+    put(store, 1, key="abcdef01" + "0" * 56)
+    put(store, 2, key="abcdef01" + "1" * 56)
+    (tmp_path / "junk.tar").write_bytes(b"not a tar" * 200)
+    make_args, contains = BAD_INPUTS[case]
+    args = make_args("ab" * 32, tmp_path)
+    before = snapshot(store.root)
+    assert_user_error(run(*args), contains=contains)
+    assert snapshot(store.root) == before
+    assert not (tmp_path / "x.tar").exists()
+
+
+def test_bad_cache_roots(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert_user_error(run("ls", "--cache-dir", afile), contains="not a directory")
+    assert_user_error(run("ls", "--cache-dir", afile / "sub"), contains="cannot create")
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    assert_user_error(run("ls", "--cache-dir", tmp_path / "link"), contains="symlink")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert_user_error(run("stats", "--cache-dir", shared), contains="--allow-shared-root")
+    assert os.listdir(real) == [] and os.listdir(shared) == []  # nothing written
+    assert run("ls", "--cache-dir", shared, "--allow-shared-root").exit_code == 0
+    if os.geteuid() != 0:  # root ignores permission bits
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o500)
+        assert_user_error(run("ls", "--cache-dir", ro), contains="not readable and writable")
+
+
+def test_key_explain():
+    pytest.importorskip("torch")
+    r = run("key", "tiny-llama", "--backend", "eager", "--json")
+    if r.exit_code == 1 and "unavailable" in r.stderr:
+        pytest.skip(r.stderr.strip())
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["key"] == compute_key(info["factors"])
+    r = run("key", "tiny-llama", "--backend", "eager", "--explain")
+    assert r.exit_code == 0 and r.stdout.split()[0] == info["key"]
+    assert "backend.name" in r.stdout and "toolchain.python" in r.stdout
+
+
+def test_module_entry_point_one_line_error(cache_dir):
+    r = subprocess.run(
+        [sys.executable, "-m", "artifactcache.cli", "show", "12345678"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1 and r.stderr.startswith("error: no entry matches")
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
