@@ -1,0 +1,399 @@
+"""Cold, warm and eager start, each in fresh processes; break-even against eager.
+
+Scenarios (docs/measurement.md has the full protocol):
+
+``cold``   an EMPTY temporary acache dir, and TORCHINDUCTOR_CACHE_DIR,
+           TRITON_CACHE_DIR, CUDA_CACHE_PATH (+ TRITON_HOME,
+           PYTORCH_KERNEL_CACHE_PATH) at fresh empty temp dirs: the probe builds.
+``warm``   the acache dir the preceding cold run populated, framework caches
+           fresh and EMPTY again: only the artifact can carry the warmth.
+``eager``  the eager backend, its (trivial) entry built by an untimed prime
+           run first, so the baseline is plain PyTorch start-up, not acache's build.
+
+Runs interleave (cold 1, warm 1, cold 2, warm 2, ...) so a cold run after a
+warm run proves the caches were really emptied, and slow drift hits both alike.
+The user's cache is never touched: every dir lives under a temporary work dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import MeasureError
+from .probe import PHASE_ORDER, T0_ENV
+
+# Framework caches a cold/warm run must not inherit from the user's machine.
+FRAMEWORK_CACHE_VARS = (
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TRITON_CACHE_DIR",
+    "CUDA_CACHE_PATH",
+    "TRITON_HOME",
+    "PYTORCH_KERNEL_CACHE_PATH",
+)
+# Would let a child reach a cache we do not control (remote tiers, shared roots).
+SCRUBBED_VARS = (
+    "ACACHE_REMOTE",
+    "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+    "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+    "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
+)
+SCENARIOS = ("cold", "warm", "eager")
+DEFAULT_TIMEOUT_S = 1800.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class ProbeSpec:
+    """What one probe child measures (its command-line flags)."""
+
+    recipe: str
+    backend: str
+    device: str = "cpu"
+    dtype: str = "fp32"
+    mode: str | None = None
+    weights: str | None = None
+    seed: int = 0
+    new_tokens: int | None = None
+    iters: int = 3
+    warmup: int = 1
+    copy_bandwidth: bool = False
+    extra_flags: list[str] = field(default_factory=list)
+
+    def argv(self, cache_dir: Path | None) -> list[str]:
+        cmd = [sys.executable, "-m", "artifactcache.measure.probe", "--recipe", self.recipe]
+        cmd += ["--backend", self.backend, "--device", self.device, "--dtype", self.dtype]
+        cmd += ["--seed", str(self.seed)]
+        if cache_dir is not None:
+            cmd += ["--cache-dir", str(cache_dir)]
+        cmd += ["--iters", str(self.iters), "--warmup", str(self.warmup)]
+        if self.mode:
+            cmd += ["--mode", self.mode]
+        if self.weights:
+            cmd += ["--weights", self.weights]
+        if self.new_tokens is not None:
+            cmd += ["--new-tokens", str(self.new_tokens)]
+        if self.copy_bandwidth:
+            cmd.append("--copy-bandwidth")
+        return cmd + list(self.extra_flags)
+
+
+def _dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def fresh_framework_dirs(parent: Path) -> dict[str, Path]:
+    """New, empty dirs for every framework cache variable (checked empty)."""
+    dirs: dict[str, Path] = {}
+    for var in FRAMEWORK_CACHE_VARS:
+        d = parent / var.lower()
+        if d.exists():
+            shutil.rmtree(d)
+        d.mkdir(parents=True, mode=0o700)
+        dirs[var] = d
+    return dirs
+
+
+def spawn_probe(
+    spec: ProbeSpec,
+    cache_dir: Path | None,
+    *,
+    env_dirs: dict[str, Path] | None = None,
+    log_path: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run one probe child and return its JSON; MeasureError if it failed.
+
+    ``cache_dir`` None: the child uses the user's cache ($ACACHE_DIR or the default).
+    """
+    env = dict(os.environ)
+    for var in SCRUBBED_VARS:
+        env.pop(var, None)
+    if cache_dir is not None:
+        env["ACACHE_DIR"] = str(cache_dir)
+    for var, d in (env_dirs or {}).items():
+        env[var] = str(d)
+    env.update(extra_env or {})
+    cmd = spec.argv(cache_dir)
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        # The child measures from this stamp: taken as late as possible before exec.
+        env[T0_ENV] = repr(time.monotonic())
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=log, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise MeasureError(
+            f"probe for {spec.recipe}/{spec.backend} ran past {timeout:.0f} s and was stopped"
+        ) from None
+    finally:
+        if log_path:
+            log.close()  # type: ignore[union-attr]
+    lines = [ln for ln in proc.stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "error": None}
+    if not result.get("ok"):
+        what = result.get("error") or f"exited {proc.returncode} without a result"
+        raise MeasureError(
+            f"probe for {spec.recipe}/{spec.backend} failed: {what}{_keep_log(log_path)}"
+        )
+    return result
+
+
+def _keep_log(log_path: Path | None) -> str:
+    """Copy a failed child's stderr somewhere that outlives the temp work dir."""
+    if not log_path or not log_path.is_file():
+        return ""
+    fd, kept = tempfile.mkstemp(prefix="acache-probe-", suffix=".log")
+    os.close(fd)
+    shutil.copyfile(log_path, kept)
+    tail = [ln.strip() for ln in log_path.read_text(errors="replace").splitlines() if ln.strip()]
+    last = f"; last log line: {tail[-1][:200]}" if tail else ""
+    return f" (log: {kept}{last})"
+
+
+def _cache_sizes(dirs: dict[str, Path]) -> dict[str, int]:
+    return {var: _dir_bytes(d) for var, d in dirs.items()}
+
+
+def _one_run(
+    spec: ProbeSpec, run_dir: Path, acache_dir: Path, timeout: float, *, must_be_empty: bool
+) -> dict[str, Any]:
+    dirs = fresh_framework_dirs(run_dir / "framework")
+    if must_be_empty and acache_dir.exists() and any(acache_dir.iterdir()):
+        raise MeasureError(f"cold run's acache dir {acache_dir} is not empty")
+    acache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    before = _cache_sizes(dirs)
+    if any(before.values()):  # fresh_framework_dirs just made them; a leak would be a bug
+        raise MeasureError(f"framework cache dirs not empty before a run: {before}")
+    result = spawn_probe(
+        spec, acache_dir, env_dirs=dirs, log_path=run_dir / "probe.log", timeout=timeout
+    )
+    result["framework_cache_bytes_after"] = _cache_sizes(dirs)
+    shutil.rmtree(run_dir / "framework", ignore_errors=True)
+    return result
+
+
+def _journal_load(path: Path | None) -> dict[tuple[str, int], dict[str, Any]]:
+    done: dict[tuple[str, int], dict[str, Any]] = {}
+    if path and path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                done[(rec["scenario"], int(rec["index"]))] = rec["result"]
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a killed run: that run is redone
+    return done
+
+
+def _journal_add(path: Path | None, scenario: str, index: int, result: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps({"scenario": scenario, "index": index, "result": result}) + "\n")
+
+
+def run_scenarios(
+    spec: ProbeSpec,
+    runs: int,
+    scenarios: Iterable[str] = ("cold", "warm", "eager"),
+    *,
+    work_dir: Path | None = None,
+    journal: Path | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    progress: Progress | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Fresh-process runs per scenario, interleaved; results keyed by scenario.
+
+    With ``journal``, each finished run is appended there and skipped on a later
+    call (the work dir must then persist too, so a warm run finds its entry).
+    """
+    if runs < 1:
+        raise MeasureError(f"--runs must be at least 1, got {runs}")
+    wanted = [s for s in SCENARIOS if s in set(scenarios)]
+    if not wanted:
+        raise MeasureError(f"no scenario to run: choose from {', '.join(SCENARIOS)}")
+    say = progress or (lambda _msg: None)
+    own_tmp = work_dir is None
+    root = Path(tempfile.mkdtemp(prefix="acache-coldstart-")) if own_tmp else Path(work_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    done = _journal_load(journal)
+    out: dict[str, list[dict[str, Any]]] = {s: [] for s in wanted}
+    eager_spec = ProbeSpec(**{**spec.__dict__, "backend": "eager", "mode": None})
+    eager_dir = root / "eager" / "acache"
+    try:
+        if "eager" in wanted and any(("eager", i) not in done for i in range(runs)):
+            say("eager: building the baseline entry (untimed)")
+            prime = ProbeSpec(**{**eager_spec.__dict__, "extra_flags": ["--build-only"]})
+            _one_run(prime, root / "eager" / "prime", eager_dir, timeout, must_be_empty=False)
+        for i in range(runs):
+            cold_dir = root / f"cold-{i}" / "acache"
+            if "cold" in wanted:
+                if ("cold", i) in done:
+                    out["cold"].append(done[("cold", i)])
+                else:
+                    say(f"cold {i + 1}/{runs}: empty caches, builds")
+                    shutil.rmtree(cold_dir.parent, ignore_errors=True)
+                    res = _one_run(spec, cold_dir.parent, cold_dir, timeout, must_be_empty=True)
+                    _journal_add(journal, "cold", i, res)
+                    out["cold"].append(res)
+            if "warm" in wanted:
+                if ("warm", i) in done:
+                    out["warm"].append(done[("warm", i)])
+                else:
+                    if not cold_dir.is_dir():  # warm alone: populate an entry, untimed
+                        say(f"warm {i + 1}/{runs}: building the entry first (untimed)")
+                        prime = ProbeSpec(**{**spec.__dict__, "extra_flags": ["--build-only"]})
+                        _one_run(prime, cold_dir.parent, cold_dir, timeout, must_be_empty=False)
+                    say(f"warm {i + 1}/{runs}: entry present, framework caches empty")
+                    res = _one_run(spec, root / f"warm-{i}", cold_dir, timeout, must_be_empty=False)
+                    _journal_add(journal, "warm", i, res)
+                    out["warm"].append(res)
+            # Cold entries can be huge (an AOTI package with weights is 13.6 GB for 7B).
+            shutil.rmtree(cold_dir.parent, ignore_errors=True)
+            if "eager" in wanted:
+                if ("eager", i) in done:
+                    out["eager"].append(done[("eager", i)])
+                else:
+                    say(f"eager {i + 1}/{runs}: baseline")
+                    res = _one_run(
+                        eager_spec, root / f"eager-{i}", eager_dir, timeout, must_be_empty=False
+                    )
+                    _journal_add(journal, "eager", i, res)
+                    out["eager"].append(res)
+    finally:
+        if own_tmp:
+            shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+# ---------------------------------------------------------------- summary --
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def phase_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per phase: median and min-max over runs, in seconds since process start."""
+    out: dict[str, Any] = {}
+    for ph in PHASE_ORDER:
+        vals = [r["phases"][ph] for r in results if ph in r.get("phases", {})]
+        if vals:
+            out[ph] = spread(vals)
+    return out
+
+
+def request_latency(results: list[dict[str, Any]]) -> float | None:
+    """Median seconds of one seed request (prefill + N tokens) over every timed iteration."""
+    vals = [x for r in results for x in r.get("steady", {}).get("request_s", [])]
+    return statistics.median(vals) if vals else None
+
+
+def ttfr(results: list[dict[str, Any]]) -> float | None:
+    vals = [r["phases"]["first_result"] for r in results if "first_result" in r.get("phases", {})]
+    return statistics.median(vals) if vals else None
+
+
+def break_even(
+    ttfr_backend: float, latency_backend: float, ttfr_eager: float, latency_eager: float
+) -> dict[str, Any]:
+    """n* = (ttfr_b - ttfr_e) / (lat_e - lat_b), in requests and in seconds of serving.
+
+    Verdicts:
+    ``immediately``  the backend's first result comes no later than eager's and it
+                     is no slower per request: ahead from the first request on;
+    ``after``        it starts later but is faster per request: level after n*
+                     requests, i.e. n* x lat_b seconds of serving after its first result;
+    ``never``        it starts later and is not faster per request;
+    ``ahead-then-behind``  it starts no later but is slower per request: eager
+                     overtakes it after ``eager_overtakes_after_requests``.
+    """
+    extra = ttfr_backend - ttfr_eager
+    gain = latency_eager - latency_backend
+    base: dict[str, Any] = {
+        "startup_extra_s": extra,
+        "per_request_gain_s": gain,
+        "ttfr_backend_s": ttfr_backend,
+        "ttfr_eager_s": ttfr_eager,
+        "latency_backend_s": latency_backend,
+        "latency_eager_s": latency_eager,
+        "requests": None,
+        "seconds": None,
+        "level_at_s": None,
+    }
+    if extra <= 0 and gain >= 0:
+        return {**base, "verdict": "immediately", "requests": 0.0, "seconds": 0.0}
+    if extra <= 0:
+        return {
+            **base,
+            "verdict": "ahead-then-behind",
+            "eager_overtakes_after_requests": extra / gain,
+        }
+    if gain <= 0:
+        return {**base, "verdict": "never"}
+    n = extra / gain
+    return {
+        **base,
+        "verdict": "after",
+        "requests": n,
+        "seconds": n * latency_backend,
+        # Since process start, both have then served n requests: the two lines cross.
+        "level_at_s": ttfr_backend + n * latency_backend,
+    }
+
+
+def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Phase spreads per scenario, cold/warm ratio, and break-even vs eager."""
+    out: dict[str, Any] = {"scenarios": {}}
+    for scen, results in runs.items():
+        if not results:
+            continue
+        out["scenarios"][scen] = {
+            "runs": len(results),
+            "phases": phase_summary(results),
+            "ttfr_s": ttfr(results),
+            "request_latency_s": request_latency(results),
+            "compiled": [bool(r["compile"]["compiled"]) for r in results],
+            "built": [bool(r.get("built")) for r in results],
+            "peak_rss_bytes": max(r["memory"]["peak_rss_bytes"] for r in results),
+            "peak_device_allocated_bytes": max(
+                (r["memory"].get("peak_device_allocated_bytes", 0) for r in results), default=0
+            ),
+        }
+    sc = out["scenarios"]
+    if "cold" in sc and "warm" in sc and sc["warm"]["ttfr_s"]:
+        out["cold_warm_ratio"] = sc["cold"]["ttfr_s"] / sc["warm"]["ttfr_s"]
+    if "eager" in sc:
+        e = sc["eager"]
+        for scen in ("warm", "cold"):
+            if scen in sc and sc[scen]["request_latency_s"] and e["request_latency_s"]:
+                out[f"break_even_{scen}"] = break_even(
+                    sc[scen]["ttfr_s"],
+                    sc[scen]["request_latency_s"],
+                    e["ttfr_s"],
+                    e["request_latency_s"],
+                )
+    return out

@@ -1,0 +1,315 @@
+"""compare: coldstart + bench for every (recipe, backend) pair -> one report.
+
+Work is split into *units*, each saved under ``OUT/units/`` the moment it
+finishes, so a long comparison can be resumed (``resume=True``) across several
+calls: one eager unit per recipe (the baseline every backend's break-even is
+computed against, and the eager column) and one cold+warm unit per other
+backend. Steady-state numbers (the bench) come from the warm runs' timed loops,
+which happen after the phases are stamped and never affect them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import AcacheError, BackendError, MeasureError
+from . import bench, coldstart
+
+Progress = Callable[[str, int, int], None]  # (message, units done, units total)
+
+
+@dataclass
+class CompareSpec:
+    recipes: list[str]
+    backends: list[str]
+    device: str = "cpu"
+    dtype: str = "fp32"
+    weights: str | None = None
+    seed: int = 0
+    runs: int = 1
+    new_tokens: int | None = None
+    iters: int = 3
+    warmup: int = 1
+    modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
+    timeout: float = coldstart.DEFAULT_TIMEOUT_S
+
+
+def parse_list(text: str, what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise MeasureError(f"--{what} needs at least one name (comma-separated)")
+    if len(set(items)) != len(items):
+        raise MeasureError(f"--{what} names one entry twice: {text}")
+    return items
+
+
+def parse_modes(values: list[str]) -> dict[str, str]:
+    """``inductor=reduce-overhead,aoti=default`` -> {backend: mode}."""
+    out: dict[str, str] = {}
+    for v in values:
+        for part in filter(None, (x.strip() for x in v.split(","))):
+            b, sep, m = part.partition("=")
+            if not sep or not b or not m:
+                raise MeasureError(f"--modes takes BACKEND=MODE pairs, got {part!r}")
+            out[b] = m
+    return out
+
+
+def check_out_dir(out: Path) -> None:
+    """The report dir must be creatable and writable: checked before any run."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=".acache-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise MeasureError(f"cannot write to --out {out}: {e.strerror or e}") from None
+
+
+def validate(spec: CompareSpec) -> dict[str, Any]:
+    """Recipes, backends, numbers and shapes; raises before anything is spawned."""
+    from ..backends.base import BACKEND_NAMES
+    from ..recipes import load_recipe
+
+    if spec.runs < 1:
+        raise MeasureError(f"--runs must be at least 1, got {spec.runs}")
+    if spec.iters < 1:
+        raise MeasureError(f"--iters must be at least 1, got {spec.iters}")
+    for b in [*spec.backends, *spec.modes]:
+        if b not in BACKEND_NAMES:
+            raise BackendError(f"unknown backend {b!r}: choose one of {', '.join(BACKEND_NAMES)}")
+    if spec.device != "cpu" and not spec.device.startswith("cuda"):
+        raise BackendError(f"unknown device {spec.device!r}: use cpu, cuda or cuda:N")
+    if spec.dtype not in bench.DTYPE_BYTES:
+        raise BackendError(f"unknown dtype {spec.dtype!r}: choose one of fp32, bf16, fp16")
+    recipes = {r: load_recipe(r) for r in spec.recipes}
+    for rec in recipes.values():
+        bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+    if spec.weights is not None and not Path(spec.weights).exists():
+        raise MeasureError(f"--weights {spec.weights} does not exist")
+    return recipes
+
+
+def availability(spec: CompareSpec) -> dict[str, tuple[bool, str]]:
+    """backend -> (ok, reason), from each backend's own available()/check_options()."""
+    from ..backends.base import BuildOptions, get_backend
+
+    out: dict[str, tuple[bool, str]] = {}
+    for name in dict.fromkeys(["eager", *spec.backends]):
+        opts = BuildOptions(device=spec.device, dtype=spec.dtype, mode=spec.modes.get(name))
+        try:
+            b = get_backend(name)
+            b.check_options(opts)
+            ok, reason = b.available(opts)
+        except AcacheError as e:
+            ok, reason = False, str(e)
+        out[name] = (ok, reason or "")
+    return out
+
+
+def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
+    return coldstart.ProbeSpec(
+        recipe="",
+        backend=backend,
+        device=spec.device,
+        dtype=spec.dtype,
+        mode=spec.modes.get(backend),
+        weights=spec.weights,
+        seed=spec.seed,
+        new_tokens=spec.new_tokens,
+        iters=spec.iters,
+        warmup=spec.warmup,
+        copy_bandwidth=True,
+    )
+
+
+def unit_name(recipe: str, backend: str) -> str:
+    return f"{recipe}__{backend}"
+
+
+def run_unit(
+    spec: CompareSpec,
+    recipe: str,
+    backend: str,
+    units_dir: Path,
+    *,
+    resume: bool,
+    work_root: Path | None,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run (or, with resume, reload) one unit; never raises for a failed probe."""
+    name = unit_name(recipe, backend)
+    done_path = units_dir / f"{name}.json"
+    if resume and done_path.is_file():
+        return json.loads(done_path.read_text())
+    ps = _probe_spec(spec, backend)
+    ps.recipe = recipe
+    scenarios = ("eager",) if backend == "eager" else ("cold", "warm")
+    work = (work_root / name) if work_root else None
+    try:
+        runs = coldstart.run_scenarios(
+            ps,
+            spec.runs,
+            scenarios,
+            work_dir=work,
+            journal=(units_dir / f"{name}.jsonl") if resume else None,
+            timeout=spec.timeout,
+            progress=lambda m: say(f"{recipe}/{backend}: {m}"),
+        )
+        unit = {"status": "ok", "runs": runs}
+    except MeasureError as e:
+        unit = {"status": "failed", "reason": str(e), "runs": {}}
+    units_dir.mkdir(parents=True, exist_ok=True)
+    done_path.write_text(json.dumps(unit) + "\n")
+    if work is not None and unit["status"] == "ok":
+        shutil.rmtree(work, ignore_errors=True)
+    return unit
+
+
+def pair_result(
+    recipe_obj: Any, spec: CompareSpec, unit: dict[str, Any], eager: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Coldstart summary (with break-even against eager) and bench for one pair."""
+    if unit["status"] != "ok":
+        return {"status": unit["status"], "reason": unit["reason"]}
+    runs = dict(unit["runs"])
+    steady_from = runs.get("warm") or runs.get("eager")
+    with_eager = dict(runs)
+    if eager and eager["status"] == "ok" and "eager" not in runs:
+        with_eager["eager"] = eager["runs"]["eager"]
+    summary = coldstart.summarize(with_eager)
+    if "eager" not in runs:  # the baseline's own rows belong to the eager pair
+        summary["scenarios"].pop("eager", None)
+    return {
+        "status": "ok",
+        "runs": runs,
+        "coldstart": summary,
+        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from),
+    }
+
+
+def _environment(pairs: dict[str, Any], device: str) -> dict[str, Any]:
+    from ..keys import cuda_driver_version
+
+    env: dict[str, Any] = {"host": platform.node(), "machine": platform.machine()}
+    for p in pairs.values():
+        for results in p.get("runs", {}).values():
+            if results:
+                env.update(results[0].get("environment", {}))
+                break
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                env["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    env["cpu_count"] = os.cpu_count()
+    env["driver"] = cuda_driver_version() if device.startswith("cuda") else None
+    return env
+
+
+def run_compare(
+    spec: CompareSpec,
+    out: Path,
+    *,
+    command: str,
+    resume: bool = False,
+    work_root: Path | None = None,
+    progress: Progress | None = None,
+    keep_going: Callable[[str, str], bool] | None = None,
+) -> dict[str, Any]:
+    """Every unit, then report.json's dict (not yet written). See module doc.
+
+    ``keep_going(recipe, backend)`` is asked before each unit that still has to
+    run; False leaves it (and its pair) "not run" so a later call can resume.
+    """
+    recipes = validate(spec)
+    check_out_dir(out)
+    avail = availability(spec)
+    units_dir = out / "units"
+    todo = [(r, b) for r in spec.recipes for b in dict.fromkeys(["eager", *spec.backends])]
+    todo = [(r, b) for r, b in todo if avail[b][0]]
+    total = len(todo)
+    say = progress or (lambda _m, _d, _t: None)
+    units: dict[tuple[str, str], dict[str, Any]] = {}
+    for i, (r, b) in enumerate(todo):
+        have = resume and (units_dir / f"{unit_name(r, b)}.json").is_file()
+        if not have and keep_going is not None and not keep_going(r, b):
+            units[(r, b)] = {"status": "skipped", "reason": "left for a later call (time budget)"}
+            continue
+        say(f"{r}/{b}: starting", i, total)
+        units[(r, b)] = run_unit(
+            spec,
+            r,
+            b,
+            units_dir,
+            resume=resume,
+            work_root=work_root,
+            say=lambda m, i=i: say(m, i, total),
+        )
+        say(f"{r}/{b}: {units[(r, b)]['status']}", i + 1, total)
+    pairs: dict[str, Any] = {}
+    for r in spec.recipes:
+        eager = units.get((r, "eager"))
+        for b in spec.backends:
+            ok, reason = avail[b]
+            if not ok:
+                pairs[f"{r}/{b}"] = {
+                    "status": "skipped",
+                    "reason": f"{b} unavailable here ({reason})",
+                }
+            elif units[(r, b)]["status"] == "skipped":
+                pairs[f"{r}/{b}"] = dict(units[(r, b)])
+            else:
+                pairs[f"{r}/{b}"] = pair_result(recipes[r], spec, units[(r, b)], eager)
+    baselines: dict[str, Any] = {}
+    for r in spec.recipes:
+        e = units.get((r, "eager"))
+        if e is None:
+            baselines[r] = {
+                "status": "skipped",
+                "reason": f"eager unavailable here ({avail['eager'][1]})",
+            }
+        elif e["status"] != "ok":
+            baselines[r] = {"status": e["status"], "reason": e["reason"]}
+        else:
+            baselines[r] = {
+                "status": "ok",
+                "runs": e["runs"],
+                "coldstart": coldstart.summarize(e["runs"]),
+            }
+    new_tokens = sorted(
+        {bench.resolve_new_tokens(rec, spec.new_tokens) for rec in recipes.values()}
+    )
+    return {
+        "schema": 1,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": command,
+        "recipes": spec.recipes,
+        "backends": spec.backends,
+        "settings": {
+            "device": spec.device,
+            "dtype": spec.dtype,
+            "weights": spec.weights,
+            "seed": spec.seed,
+            "runs": spec.runs,
+            "iters": spec.iters,
+            "warmup": spec.warmup,
+            "new_tokens": spec.new_tokens,
+            "new_tokens_label": "/".join(str(n) for n in new_tokens),
+            "modes": spec.modes,
+        },
+        "environment": _environment(pairs, spec.device),
+        "pairs": pairs,
+        "baselines": baselines,
+    }

@@ -1,0 +1,327 @@
+"""The measurement probe: one fresh process, one load, one JSON line.
+
+Run as ``python -m artifactcache.measure.probe --recipe R --backend B ...`` by
+coldstart.py (which controls the environment: empty or warm caches). It prints
+exactly one JSON line on stdout; everything else anything prints goes to stderr.
+
+Clock: every timestamp is seconds since *process start*, on CLOCK_MONOTONIC.
+The parent writes ``time.monotonic()`` into ``ACACHE_PROBE_T0`` immediately
+before it spawns us; on Linux ``time.perf_counter()`` reads the same
+system-wide clock, so the child's stamps and the parent's are directly
+comparable, with nanosecond resolution, and "process start" includes fork,
+exec and interpreter start-up, which is what a user waits for. Without that
+variable (or on a platform where perf_counter is another clock) we fall back to
+the kernel's start time of this process from /proc/self/stat, which only has
+clock-tick (10 ms) resolution. Both are recorded; ``t0_source`` says which one
+the phases use.
+
+Phases (all in ``phases``; a later phase never precedes an earlier one):
+
+``python_ready``    the interpreter has started and this module is running
+``imports_done``    torch, artifactcache.api and the backend module are imported
+``load_called``     api.load() was entered (key computation follows)
+``entry_ready``     the store returned a verified entry (lookup + digest check,
+                    or the whole build on a miss)
+``weights_ready``   the backend's weights are on the device (backend stamp)
+``artifact_ready``  the artifact is loaded/deserialized/compiled (backend stamp)
+``first_result``    the first generated token of the seed prompt (prefill +
+                    one greedy pick), device synchronized
+``first_request``   the first complete seed request (prefill + N new tokens)
+                    after first_result: a lazily compiled decode step shows here
+``done``            the steady-state loop is over
+
+``subphases`` holds whatever else the backend stamped in ``context.phases``
+plus the probe's own ``store_call``/``build_start``/``build_done``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+_PY_READY = time.perf_counter()  # before any heavy import: when our code first ran
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+T0_ENV = "ACACHE_PROBE_T0"
+SCHEMA = 1
+PHASE_ORDER = (
+    "python_ready",
+    "imports_done",
+    "load_called",
+    "entry_ready",
+    "weights_ready",
+    "artifact_ready",
+    "first_result",
+    "first_request",
+    "done",
+)
+
+
+def _proc_start_perf() -> float | None:
+    """This process's start on the perf_counter clock, from /proc (10 ms resolution)."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except OSError:
+        return None
+    now = time.perf_counter()
+    # Field 22 (starttime, clock ticks since boot); the command name in field 2 may
+    # contain spaces, so count from the closing parenthesis.
+    fields = stat.rsplit(")", 1)[1].split()
+    start_ticks = int(fields[19])
+    age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    return now - age
+
+
+def _t0() -> tuple[float, str, float | None]:
+    """(t0 on the perf_counter clock, its source, the /proc estimate)."""
+    proc = _proc_start_perf()
+    same_clock = (
+        time.get_clock_info("perf_counter").implementation
+        == time.get_clock_info("monotonic").implementation
+    )
+    raw = os.environ.get(T0_ENV)
+    if raw and same_clock:
+        try:
+            return float(raw), "parent_spawn_monotonic", proc
+        except ValueError:
+            pass
+    if proc is not None:
+        return proc, "proc_self_stat", proc
+    return _PY_READY, "python_ready", proc  # no better start known: says so in t0_source
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m artifactcache.measure.probe")
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--backend", required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--mode", default=None)
+    p.add_argument("--cache-dir", default=None, help="default: $ACACHE_DIR or the user cache")
+    p.add_argument("--weights", default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
+    p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
+    p.add_argument("--no-build", action="store_true", help="fail instead of building on a miss")
+    p.add_argument("--build-only", action="store_true", help="build the entry and exit")
+    p.add_argument("--copy-bandwidth", action="store_true", help="also measure device copy GB/s")
+    p.add_argument("--allow-shared-root", action="store_true")
+    return p.parse_args(argv)
+
+
+class _RecordingStore:
+    """Wraps the LocalStore to timestamp the lookup and see whether we built.
+
+    api.load() calls get_or_build(); everything else passes straight through.
+    """
+
+    def __init__(self, inner: Any, stamps: dict[str, float]) -> None:
+        self._inner = inner
+        self._stamps = stamps
+        self.source: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def get_or_build(self, key: str, factors: Any, build: Any, **kw: Any) -> Any:
+        def timed_build(workdir: Path) -> Any:
+            self._stamps["build_start"] = time.perf_counter()
+            meta = build(workdir)
+            self._stamps["build_done"] = time.perf_counter()
+            return meta
+
+        self._stamps["store_call"] = time.perf_counter()
+        entry, source = self._inner.get_or_build(key, factors, timed_build, **kw)
+        self.source = source
+        return entry, source
+
+
+def _compile_report(backend: str, built: bool) -> dict[str, Any]:
+    """Whether this process compiled, from torch's counters and the store.
+
+    fxgraph_cache_miss/bypass count graphs Inductor compiled from scratch; a hit
+    replays a cached graph (and even replays generated_kernel_count, so that
+    metric cannot tell a hit from a compile). Dynamo tracing alone is not
+    compilation here: a warm torch.compile still traces, then hits the cache.
+    AOTInductor's compile_and_package leaves those counters untouched, so an
+    entry built in this process by any backend but eager counts as compiled too.
+    """
+    out: dict[str, Any] = {
+        "dynamo_imported": "torch._dynamo" in sys.modules,
+        "inductor_imported": "torch._inductor" in sys.modules,
+    }
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None) if utils else None
+    ind = dict(counters.get("inductor", {})) if counters else {}
+    aot = dict(counters.get("aot_autograd", {})) if counters else {}
+    stats = dict(counters.get("stats", {})) if counters else {}
+    out.update(
+        fxgraph_cache_miss=int(ind.get("fxgraph_cache_miss", 0)),
+        fxgraph_cache_hit=int(ind.get("fxgraph_cache_hit", 0)),
+        fxgraph_cache_bypass=int(ind.get("fxgraph_cache_bypass", 0)),
+        autograd_cache_miss=int(aot.get("autograd_cache_miss", 0)),
+        autograd_cache_hit=int(aot.get("autograd_cache_hit", 0)),
+        dynamo_unique_graphs=int(stats.get("unique_graphs", 0)),
+    )
+    out["inductor_codegen"] = out["fxgraph_cache_miss"] + out["fxgraph_cache_bypass"] > 0
+    out["built_here"] = built
+    out["compiled"] = out["inductor_codegen"] or (built and backend != "eager")
+    return out
+
+
+def _memory(dev: Any) -> dict[str, Any]:
+    import torch
+
+    # ru_maxrss is KiB on Linux (bytes on macOS).
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_bytes = rss if sys.platform == "darwin" else rss * 1024
+    out: dict[str, Any] = {"peak_rss_bytes": rss_bytes}
+    if dev.type == "cuda":
+        out["peak_device_allocated_bytes"] = int(torch.cuda.max_memory_allocated(dev))
+        out["peak_device_reserved_bytes"] = int(torch.cuda.max_memory_reserved(dev))
+    return out
+
+
+def _environment(dev: Any) -> dict[str, Any]:
+    import platform
+
+    import torch
+
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import triton  # type: ignore[import-not-found]
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if dev.type == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(dev)
+        env["cuda"] = torch.version.cuda
+    env["torch_threads"] = torch.get_num_threads()
+    return env
+
+
+def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None) -> dict[str, Any]:
+    stamps: dict[str, float] = {"python_ready": _PY_READY}
+    import torch
+
+    from .. import api
+    from ..backends.base import BuildContext, get_backend
+    from ..recipes import load_recipe
+    from ..store.local import LocalStore
+    from . import bench
+
+    get_backend(args.backend)  # imports the backend module: part of "imports done"
+    stamps["imports_done"] = time.perf_counter()
+
+    recipe = load_recipe(args.recipe)
+    prompt = list(recipe.bench.prompt_ids)
+    new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens)
+    dev = torch.device(args.device)
+    common = dict(
+        device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed
+    )
+    store = _RecordingStore(
+        LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
+    )
+    result: dict[str, Any] = {
+        "schema": SCHEMA,
+        "ok": True,
+        "recipe": recipe.name,
+        "backend": args.backend,
+        **common,
+        "prompt_len": len(prompt),
+        "new_tokens": new_tokens,
+        "pid": os.getpid(),
+        "t0_source": t0_source,
+    }
+    if args.build_only:
+        built = api.build(args.recipe, args.backend, store=store, **common)
+        result.update(built=built.built, entry_source=built.source, key=built.key)
+        stamps["done"] = time.perf_counter()
+    else:
+        ctx = BuildContext(recipe=recipe, opts=None, weights=None)  # type: ignore[arg-type]
+        stamps["load_called"] = time.perf_counter()
+        runner = api.load(
+            args.recipe,
+            args.backend,
+            store=store,
+            context=ctx,
+            build_on_miss=not args.no_build,
+            **common,
+        )
+        bench.sync(dev)
+        backend_stamps = dict(ctx.phases)
+        first = runner.generate(prompt, 1)
+        bench.sync(dev)
+        stamps["first_result"] = time.perf_counter()
+        steady = bench.measure_requests(
+            runner, prompt, new_tokens, iters=args.iters, warmup=args.warmup, device=dev
+        )
+        stamps["first_request"] = steady.pop("first_request_end")
+        stamps["done"] = time.perf_counter()
+        for k in ("entry_ready", "weights_ready", "artifact_ready"):
+            if k not in backend_stamps:
+                raise RuntimeError(f"backend {args.backend!r} did not record phase {k!r}")
+            stamps[k] = backend_stamps.pop(k)
+        stamps.update(backend_stamps)
+        result.update(
+            built=store.source == "built",
+            entry_source=store.source,
+            first_token=first[0],
+            steady=steady,
+        )
+    result["memory"] = _memory(dev)  # before the copy test, whose buffers are not the model's
+    result["compile"] = _compile_report(args.backend, bool(result.get("built")))
+    result["environment"] = _environment(dev)
+    if args.copy_bandwidth:
+        result["copy_bandwidth"] = bench.copy_bandwidth(dev)
+    main_phases = {k: stamps.pop(k) - t0 for k in PHASE_ORDER if k in stamps}
+    result["phases"] = main_phases
+    result["subphases"] = dict(
+        sorted(((k, v - t0) for k, v in stamps.items()), key=lambda kv: kv[1])
+    )
+    result["proc_start"] = None if proc is None else proc - t0
+    return result
+
+
+def _emit(out_fd: int, obj: dict[str, Any]) -> None:
+    os.write(out_fd, (json.dumps(obj, sort_keys=True) + "\n").encode())
+
+
+def main(argv: list[str] | None = None) -> int:
+    t0, t0_source, proc = _t0()
+    # Keep stdout for our one JSON line: anything torch or a backend prints goes to stderr.
+    out_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    args = _parse(argv)
+    from ..errors import AcacheError
+
+    try:
+        result = run(args, t0, t0_source, proc)
+    except AcacheError as e:
+        _emit(
+            out_fd, {"schema": SCHEMA, "ok": False, "error": str(e), "error_type": type(e).__name__}
+        )
+        return 1
+    except Exception as e:  # a bug or a crash in a backend: keep the traceback on stderr
+        traceback.print_exc()
+        msg = " ".join(f"{type(e).__name__}: {e}".split())[:500]
+        _emit(out_fd, {"schema": SCHEMA, "ok": False, "error": msg, "error_type": "crash"})
+        return 2
+    _emit(out_fd, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

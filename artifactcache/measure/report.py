@@ -1,0 +1,350 @@
+"""report.json -> report.md + PNG charts (matplotlib, Agg: no display needed).
+
+The JSON is what compare.py writes (schema in docs/measurement.md). Every cell
+comes from a measured value in it; a pair that did not run says why instead.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from ..errors import MeasureError
+
+# (label, from phase, to phase): the stacked segments of the phase chart.
+SEGMENTS = (
+    ("start-up + imports", None, "imports_done"),
+    ("lookup/verify (+build)", "imports_done", "entry_ready"),
+    ("weights", "entry_ready", "weights_ready"),
+    ("artifact load", "weights_ready", "artifact_ready"),
+    ("first token", "artifact_ready", "first_result"),
+)
+SEGMENT_COLORS = ("#bbbbbb", "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c")
+WARM_TTFR_GPU_TARGET_S = 8.0  # issue 4's expectation for acache's warm start on the GPU
+
+
+def _f(x: float | None, fmt: str = "{:.1f}", unit: str = "") -> str:
+    return "–" if x is None else fmt.format(x) + unit
+
+
+def _spread(ph: dict[str, Any] | None) -> str:
+    if not ph:
+        return "–"
+    if ph["n"] == 1:
+        return f"{ph['median']:.2f} s"
+    return f"{ph['median']:.2f} s ({ph['min']:.2f}–{ph['max']:.2f})"
+
+
+def _verdict(be: dict[str, Any] | None) -> str:
+    if not be:
+        return "–"
+    v = be["verdict"]
+    if v == "immediately":
+        return "pays off immediately"
+    if v == "never":
+        return "never pays off (not faster per request)"
+    if v == "ahead-then-behind":
+        return (
+            f"ahead at start; eager overtakes after {be['eager_overtakes_after_requests']:.1f} req"
+        )
+    return f"{be['requests']:.1f} req ({be['seconds']:.1f} s serving)"
+
+
+def _cell_status(pair: dict[str, Any] | None) -> str | None:
+    """None when the pair has numbers; else the reason it has none."""
+    if pair is None:
+        return "not run"
+    if pair["status"] == "ok":
+        return None
+    return f"{'not run' if pair['status'] == 'skipped' else 'failed'}: {pair['reason']}"
+
+
+def _pair(report: dict[str, Any], recipe: str, backend: str) -> dict[str, Any] | None:
+    return report["pairs"].get(f"{recipe}/{backend}")
+
+
+def _baseline(report: dict[str, Any], recipe: str) -> dict[str, Any] | None:
+    """The eager scenario's summary for a recipe, or None where it did not run."""
+    base = report.get("baselines", {}).get(recipe)
+    if not base or base["status"] != "ok":
+        return None
+    return base["coldstart"]["scenarios"]["eager"]
+
+
+def phase_rows(report: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+    """(label, raw runs, phase summary): eager baseline, then each backend's cold and warm."""
+    rows = []
+    for recipe in report["recipes"]:
+        base = report.get("baselines", {}).get(recipe)
+        if base and base["status"] == "ok":
+            summ = base["coldstart"]["scenarios"]["eager"]
+            rows.append((f"{recipe} eager", base["runs"]["eager"], summ["phases"]))
+        for b in report["backends"]:
+            p = _pair(report, recipe, b)
+            if b == "eager" or not p or p["status"] != "ok":
+                continue
+            for scen in ("cold", "warm"):
+                if scen in p["runs"]:
+                    summ = p["coldstart"]["scenarios"][scen]
+                    rows.append((f"{recipe} {b} {scen}", p["runs"][scen], summ["phases"]))
+    return rows
+
+
+def seed_table(report: dict[str, Any]) -> list[str]:
+    backends = report["backends"]
+    lines = [
+        "| model | " + " | ".join(backends) + " |",
+        "|---|" + "---:|" * len(backends),
+    ]
+    for recipe in report["recipes"]:
+        cells = []
+        for b in backends:
+            p = _pair(report, recipe, b)
+            why = _cell_status(p)
+            if why:
+                cells.append(why)
+                continue
+            bench = p["bench"]
+            tok = _f(bench["decode_tok_s"])
+            pct = _f(bench["roofline_pct"], "{:.0f}", "%")
+            cells.append(f"{tok} tok/s ({pct} roofline)")
+        lines.append(f"| {recipe} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def detail_table(report: dict[str, Any]) -> list[str]:
+    head = (
+        "| model | backend | decode tok/s | request p50 / p99 | prefill p50 | cold TTFR | "
+        "warm TTFR | eager TTFR | cold/warm | break-even (warm) | GB/s | % roofline | "
+        "compiled cold / warm | peak RSS | peak GPU |"
+    )
+    lines = [head, "|---|---|" + "---:|" * 13]
+    for recipe in report["recipes"]:
+        eager_ttfr = _baseline(report, recipe)
+        for b in report["backends"]:
+            p = _pair(report, recipe, b)
+            why = _cell_status(p)
+            if why:
+                lines.append(f"| {recipe} | {b} | {why} |" + " |" * 12)
+                continue
+            cs, bench = p["coldstart"], p["bench"]
+            sc = cs["scenarios"]
+            cold, warm = sc.get("cold"), sc.get("warm")
+
+            def ttfr(s: dict[str, Any] | None) -> str:
+                return _spread(s["phases"].get("first_result")) if s else "–"
+
+            def compiled(s: dict[str, Any] | None) -> str:
+                return "/".join("yes" if c else "no" for c in s["compiled"]) if s else "–"
+
+            mem = [s for s in sc.values()]
+            rss = max(s["peak_rss_bytes"] for s in mem) / 2**30
+            gpu = max(s["peak_device_allocated_bytes"] for s in mem) / 2**30
+            lines.append(
+                f"| {recipe} | {b} | {_f(bench['decode_tok_s'])} | "
+                f"{bench['request']['p50']:.3f} / {bench['request']['p99']:.3f} s"
+                f" | {_f(bench['prefill']['p50'] * 1e3, '{:.1f}', ' ms')} | {ttfr(cold)} | "
+                f"{ttfr(warm)} | {ttfr(eager_ttfr)} | {_f(cs.get('cold_warm_ratio'), '{:.1f}x')}"
+                f" | {_verdict(cs.get('break_even_warm'))} | {_f(bench['achieved_gbps'])} | "
+                f"{_f(bench['roofline_pct'], '{:.0f}', '%')} | {compiled(cold)} / "
+                f"{compiled(warm)} | {rss:.1f} GiB | {_f(gpu if gpu else None, '{:.1f}', ' GiB')} |"
+            )
+    return lines
+
+
+def segment_durations(results: list[dict[str, Any]]) -> list[float]:
+    """Median duration of each SEGMENT over runs (per-run differences, then median)."""
+    out = []
+    for _label, a, b in SEGMENTS:
+        vals = []
+        for r in results:
+            ph = r["phases"]
+            if b in ph and (a is None or a in ph):
+                vals.append(max(0.0, ph[b] - (ph[a] if a else 0.0)))
+        out.append(statistics.median(vals) if vals else 0.0)
+    return out
+
+
+def phase_table(report: dict[str, Any]) -> list[str]:
+    labels = [s[0] for s in SEGMENTS]
+    lines = [
+        "| run | " + " | ".join(labels) + " | first result | first request |",
+        "|---|" + "---:|" * (len(labels) + 2),
+    ]
+    for label, results, ph in phase_rows(report):
+        seg = segment_durations(results)
+        lines.append(
+            f"| {label} | "
+            + " | ".join(f"{x:.2f} s" for x in seg)
+            + f" | {_spread(ph.get('first_result'))} | {_spread(ph.get('first_request'))} |"
+        )
+    return lines
+
+
+def findings(report: dict[str, Any]) -> list[str]:
+    """Measured facts that contradict what the design expects, stated plainly."""
+    out = []
+    gpu = report["settings"]["device"].startswith("cuda")
+    for key, p in report["pairs"].items():
+        if p["status"] != "ok":
+            continue
+        sc = p["coldstart"]["scenarios"]
+        warm, cold = sc.get("warm"), sc.get("cold")
+        if warm and any(warm["compiled"]):
+            out.append(f"{key}: a warm run compiled: the artifact did not carry the warmth.")
+        if cold and not all(cold["compiled"]):
+            out.append(f"{key}: a cold run did not compile (were the caches really empty?).")
+        if warm and cold and warm["ttfr_s"] >= cold["ttfr_s"]:
+            out.append(f"{key}: warm start ({warm['ttfr_s']:.2f} s) is not faster than cold.")
+        if gpu and warm and warm["ttfr_s"] > WARM_TTFR_GPU_TARGET_S:
+            out.append(
+                f"{key}: warm time to first token {warm['ttfr_s']:.1f} s exceeds the "
+                f"{WARM_TTFR_GPU_TARGET_S:.0f} s target (docs/perf-notes.md)."
+            )
+        be = p["coldstart"].get("break_even_warm")
+        if be and be["verdict"] in ("never", "ahead-then-behind"):
+            out.append(f"{key}: not faster than eager per request ({_verdict(be)}).")
+    return out
+
+
+def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
+    env, st = report["environment"], report["settings"]
+    weights = st.get("weights") or f"random (seed {st['seed']})"
+    lines = [
+        "# acache comparison report",
+        "",
+        f"- date: {report['created']}",
+        f"- command: `{report['command']}`",
+        f"- device: {st['device']} ({env.get('gpu') or env.get('cpu') or 'cpu'}), "
+        f"dtype {st['dtype']}, weights {weights}",
+        f"- versions: python {env.get('python')}, torch {env.get('torch')}, "
+        f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
+        f"- setup: batch 1, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
+        f"greedy, no early stop; {st['runs']} fresh process(es) per scenario; "
+        f"{st['iters']} timed requests per process after {st['warmup']} excluded",
+        f"- modes: {st.get('modes') or {}}",
+        "",
+        "## Decode tokens/s (seed setup)",
+        "",
+        *seed_table(report),
+        "",
+        "## Cold, warm, eager and break-even",
+        "",
+        "TTFR = seconds from process start to the first generated token (median, min–max). "
+        "Break-even uses the warm start against eager; see docs/measurement.md.",
+        "",
+        *detail_table(report),
+        "",
+        "## Phases (median seconds per segment)",
+        "",
+        *phase_table(report),
+        "",
+    ]
+    found = findings(report)
+    lines += ["## Findings", ""] + ([f"- {f}" for f in found] or ["- none"]) + [""]
+    if charts:
+        lines += ["## Charts", ""] + [f"![{c}]({c})" for c in charts] + [""]
+    return "\n".join(lines)
+
+
+def _ok_pairs(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for key, p in report["pairs"].items():
+        if p["status"] == "ok":
+            r, b = key.split("/", 1)
+            out.append((r, b, p))
+    return out
+
+
+def chart_tokens(report: dict[str, Any], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recipes, backends = report["recipes"], report["backends"]
+    ok = {(r, b): p for r, b, p in _ok_pairs(report) if p["bench"]["decode_tok_s"]}
+    if not ok:
+        return False
+    width = 0.8 / max(len(backends), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(recipes) * len(backends)), 4))
+    for j, b in enumerate(backends):
+        xs, ys = [], []
+        for i, r in enumerate(recipes):
+            if (r, b) in ok:
+                xs.append(i + (j - (len(backends) - 1) / 2) * width)
+                ys.append(ok[(r, b)]["bench"]["decode_tok_s"])
+        bars = ax.bar(xs, ys, width, label=b)
+        ax.bar_label(bars, fmt="%.0f", fontsize=7)
+    ax.set_xticks(range(len(recipes)), recipes)
+    ax.set_ylabel("decode tokens/s (batch 1)")
+    ax.set_title(f"Decode throughput, {report['settings']['device']} {report['settings']['dtype']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def chart_phases(report: dict[str, Any], path: Path) -> bool:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(label, segment_durations(results)) for label, results, _ in phase_rows(report)]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
+    left = [0.0] * len(rows)
+    for k, (label, _a, _b) in enumerate(SEGMENTS):
+        widths = [seg[k] for _, seg in rows]
+        ax.barh(range(len(rows)), widths, left=left, color=SEGMENT_COLORS[k], label=label)
+        left = [x + w for x, w in zip(left, widths, strict=True)]
+    ax.set_yticks(range(len(rows)), [lbl for lbl, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds from process start to first token (median per segment)")
+    ax.set_title("Cold vs warm vs eager start")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(report: dict[str, Any], out: Path) -> list[Path]:
+    """report.json, report.md and the charts into ``out``; returns the paths written."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        written = [out / "report.json"]
+        (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+        charts = []
+        if chart_tokens(report, out / "tokens_per_s.png"):
+            charts.append("tokens_per_s.png")
+        if chart_phases(report, out / "phases.png"):
+            charts.append("phases.png")
+        (out / "report.md").write_text(render_markdown(report, charts))
+    except OSError as e:
+        raise MeasureError(f"cannot write the report into {out}: {e.strerror or e}") from None
+    return written + [out / c for c in charts] + [out / "report.md"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Re-render report.md and charts from an existing report.json: ``python -m ...report DIR``."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m artifactcache.measure.report OUT_DIR", file=sys.stderr)
+        return 1
+    out = Path(args[0])
+    report = json.loads((out / "report.json").read_text())
+    for p in write_report(report, out):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
