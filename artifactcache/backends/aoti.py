@@ -1,0 +1,219 @@
+"""aoti: torch.export + AOTInductor, two weight-stripped packages sharing one model.
+
+The artifact (see docs/backends.md): the prefill and decode steps, each exported
+with ``torch.export`` and compiled with ``aoti_compile_and_package`` using
+``aot_inductor.package_constants_in_so=False``. Each .pt2 is unpacked into the
+entry at build time (``prefill/``, ``decode/``) and the archive dropped, so a
+load never extracts anything: it dlopens the ``.so`` straight from the entry.
+
+Constants are supplied at load time. AOTInductor treats every parameter *and*
+buffer as a constant, including the KV caches (which the graphs mutate in place)
+and the RoPE table. load() builds our model once and hands the same tensors to
+both runners with ``update_constant_buffer(..., user_managed=True)``: the
+runners keep pointers to our storage instead of copying, so prefill writes the
+KV cache that decode then reads, and the weights exist once in memory. Because
+no weights are in the artifact, ``weights_external = True``: api.py keys the
+entry by architecture, and one build serves every checkpoint of that shape.
+
+The runner is constructed directly (``torch._C._aoti.AOTIModelContainerRunner
+Cpu/Cuda``) rather than through ``aoti_load_package``/``AOTIModelPackageLoader``,
+which extract the whole archive to a temp dir on every load and which
+segfaulted on the GPU machine's torch 2.11 for stripped packages. On CUDA a
+context is created before the .so is loaded (``runner.device_of``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+import zipfile
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from ..errors import BackendError, BackendUnavailable
+from ..keys import toolchain_fingerprint
+from .base import BuildContext, BuildOptions
+from .runner import StepRunner, build_model_for, check_device_dtype, device_of, example_inputs
+
+RECORD = "aoti.json"
+FORMAT = 1
+STEPS = ("prefill", "decode")
+MODES = ("default", "max-autotune")
+
+
+def _mode(opts: BuildOptions) -> str:
+    return opts.mode or "default"
+
+
+def _inductor_configs(opts: BuildOptions) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
+        # The weight-stripped package: no constants in the .so, none beside it.
+        "aot_inductor.package_constants_in_so": False,
+    }
+    if _mode(opts) == "max-autotune":
+        cfg["max_autotune"] = True
+    return cfg
+
+
+def _safe_extract(archive: Path, dest: Path) -> list[str]:
+    """Unpack a .pt2 (a zip we just wrote) refusing absolute or '..' member names."""
+    names = []
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            p = PurePosixPath(info.filename)
+            if p.is_absolute() or ".." in p.parts:
+                raise BackendError(f"{archive}: unsafe member name {info.filename!r}")
+            if info.is_dir():
+                continue
+            target = dest.joinpath(*p.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(info) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out, 1 << 20)
+            names.append(str(p))
+    return names
+
+
+def _make_runner(so_path: Path, dev: Any) -> Any:
+    """An AOTI model-container runner over an already-unpacked .so."""
+    import torch
+
+    aoti = torch._C._aoti
+    if dev.type == "cuda":
+        cls = getattr(aoti, "AOTIModelContainerRunnerCuda", None)
+        if cls is None:
+            raise BackendUnavailable("this torch build has no AOTInductor CUDA runner")
+        # The kernel binaries (.cubin) sit beside the .so in the unpacked package.
+        return cls(str(so_path), 1, str(dev), str(so_path.parent))
+    return aoti.AOTIModelContainerRunnerCpu(str(so_path), 1)
+
+
+def _share_constants(runner: Any, state: dict[str, Any], step: str) -> int:
+    """Point the runner's constants at our model's tensors (zero copies)."""
+    fqns = runner.get_constant_names_to_original_fqns()
+    cmap = {}
+    for name, fqn in fqns.items():
+        t = state.get(fqn)
+        if t is None:
+            raise BackendError(
+                f"the {step} package needs constant {fqn!r}, which the model does not have: "
+                "rebuild the entry with --force"
+            )
+        cmap[name] = t
+    try:
+        # (tensor_map, use_inactive, validate_full_updates, user_managed)
+        runner.update_constant_buffer(cmap, False, True, True)
+    except TypeError:
+        import torch
+
+        # Without user_managed each runner would copy the KV cache, and decode
+        # would never see what prefill wrote.
+        raise BackendUnavailable(
+            f"torch {torch.__version__} cannot share AOTInductor constants "
+            "(update_constant_buffer has no user_managed argument); use torch >= 2.8"
+        ) from None
+    return len(cmap)
+
+
+class AotiBackend:
+    name = "aoti"
+    weights_external = True
+
+    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+        import torch
+
+        if not hasattr(torch._inductor, "aoti_compile_and_package"):
+            return False, f"torch {torch.__version__} has no aoti_compile_and_package"
+        if opts.device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                return False, "torch sees no CUDA GPU; use --device cpu"
+            if not hasattr(torch._C._aoti, "AOTIModelContainerRunnerCuda"):
+                return False, "this torch build has no AOTInductor CUDA runner"
+        return True, ""
+
+    def check_options(self, opts: BuildOptions) -> None:
+        check_device_dtype(opts)
+        mode = _mode(opts)
+        if mode not in MODES:
+            raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
+        if opts.extra:
+            raise BackendError(f"backend 'aoti' takes no extra options (got {sorted(opts.extra)})")
+
+    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "dtype": opts.dtype,
+            "device": opts.device.split(":")[0],
+            "mode": _mode(opts),
+            "constants": "user-managed",
+        }
+
+    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+        if opts.device.startswith("cuda"):
+            return toolchain_fingerprint(("torch", "triton"))
+        return toolchain_fingerprint(("torch",))
+
+    def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
+        import torch
+
+        dev = device_of(ctx.opts)
+        model = build_model_for(ctx, dev)
+        steps: dict[str, str] = {}
+        timings: dict[str, float] = {}
+        scratch = workdir / ".pt2"
+        scratch.mkdir()
+        for step in STEPS:
+            t0 = time.perf_counter()
+            args = example_inputs(ctx.recipe, dev, decode=step == "decode")
+            with torch.no_grad():
+                ep = torch.export.export(model, args, strict=False)
+                pkg = torch._inductor.aoti_compile_and_package(
+                    ep,
+                    package_path=str(scratch / f"{step}.pt2"),
+                    inductor_configs=_inductor_configs(ctx.opts),
+                )
+            # Members are under "<step>/" (the package's stem), so each step
+            # lands in its own folder of the entry.
+            names = _safe_extract(Path(pkg), workdir)
+            sos = [n for n in names if n.endswith(".so")]
+            if len(sos) != 1 or not sos[0].startswith(f"{step}/"):
+                raise BackendError(f"the {step} package holds .so files {sos}, expected one")
+            steps[step] = sos[0]
+            timings[step] = round(time.perf_counter() - t0, 3)
+        shutil.rmtree(scratch)  # the unpacked files are all load needs
+        meta = {
+            "format": FORMAT,
+            "mode": _mode(ctx.opts),
+            "steps": steps,
+            "compile_seconds": timings,
+            "weights": "external (user-managed constants)",
+        }
+        (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        return meta
+
+    def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
+        steps = meta.get("steps") or {}
+        paths = {s: entry_dir / steps.get(s, "<missing>") for s in STEPS}
+        for s, p in paths.items():
+            if not p.is_file():
+                raise BackendError(f"entry {entry_dir} has no {s} library: rebuild it with --force")
+        dev = device_of(ctx.opts)  # CUDA context first: see the module docstring
+        model = build_model_for(ctx, dev)
+        state = dict(model.named_parameters(remove_duplicate=False))
+        state.update(dict(model.named_buffers(remove_duplicate=False)))
+        runners = {}
+        for s in STEPS:
+            runners[s] = _make_runner(paths[s], dev)
+            _share_constants(runners[s], state, s)
+        ctx.phases["artifact_ready"] = time.perf_counter()
+        pre, dec = runners["prefill"], runners["decode"]
+        return StepRunner(
+            ctx.recipe,
+            lambda idx, pos: pre.run([idx, pos]),
+            lambda idx, pos: dec.run([idx, pos]),
+            dev,
+            keepalive=(model, runners),
+        )
+
+
+BACKEND = AotiBackend()
