@@ -1,0 +1,224 @@
+"""TensorRT-LLM path of ``--backend trt`` (``--mode llm``, the default for LLM recipes).
+
+Build: the recipe's model (seeded or from ``--weights``) is written as a Hugging
+Face checkpoint (config.json + model.safetensors; our module names mirror
+transformers', so this is a plain state_dict dump) into a temp dir, and
+TensorRT-LLM's LLM API builds it with a BuildConfig from the recipe's shapes;
+``llm.save()`` writes the engine directory, which is the cached artifact.
+
+Load: ``LLM(model=<engine dir>)`` and greedy generation through SamplingParams
+(top_k=1, ignore_eos, exactly max_new_tokens); ``logits()`` asks for context
+logits, which the engine only returns because it is built with
+``gather_context_logits=True``.
+
+UNVERIFIED: written to the TensorRT-LLM LLM API documentation and source
+(``tensorrt_llm._tensorrt_engine.LLM`` on 1.x, where ``tensorrt_llm.LLM`` is the
+PyTorch backend; ``tensorrt_llm.LLM`` on 0.x); TensorRT-LLM cannot be installed
+on any machine this project has. The checkpoint writer is tested here against
+transformers (tests/test_backend_trt.py), since that is what TensorRT-LLM reads.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError, ShapeError
+
+if TYPE_CHECKING:
+    from ..recipes import Recipe
+    from .base import BuildContext, BuildOptions
+
+TRTLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+_ARCH = {
+    "llama": ("LlamaForCausalLM", "llama"),
+    "mistral": ("MistralForCausalLM", "mistral"),
+    "phi-3": ("Phi3ForCausalLM", "phi3"),
+    "phi-2": ("PhiForCausalLM", "phi"),
+}
+
+
+def hf_config(recipe: Recipe, dtype: str) -> dict[str, Any]:
+    """A transformers config.json describing the recipe's architecture."""
+    m = recipe.model
+    arch, model_type = _ARCH[recipe.family]
+    cfg: dict[str, Any] = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "vocab_size": m.vocab_size,
+        "hidden_size": m.dim,
+        "intermediate_size": m.intermediate_size,
+        "num_hidden_layers": m.n_layers,
+        "num_attention_heads": m.n_heads,
+        "num_key_value_heads": m.n_kv_heads,
+        "max_position_embeddings": m.max_position_embeddings,
+        "rope_theta": m.rope_theta,
+        "tie_word_embeddings": m.tie_embeddings,
+        "torch_dtype": TRTLLM_DTYPES[dtype],
+        "use_cache": True,
+    }
+    if recipe.family == "phi-2":
+        cfg.update(
+            hidden_act="gelu_new",
+            layer_norm_eps=m.norm_eps,
+            partial_rotary_factor=m.partial_rotary_factor,
+            qk_layernorm=False,
+        )
+    else:
+        cfg.update(hidden_act="silu", rms_norm_eps=m.norm_eps, attention_bias=False)
+    if recipe.family == "mistral":
+        cfg["sliding_window"] = m.sliding_window
+    if recipe.family == "phi-3":
+        cfg.update(sliding_window=None, original_max_position_embeddings=m.max_position_embeddings)
+    if m.rope_scaling:
+        cfg["rope_scaling"] = {**m.rope_scaling, "rope_type": m.rope_scaling["type"]}
+    return cfg
+
+
+def write_hf_checkpoint(ctx: BuildContext, out: Path, dtype: str) -> Path:
+    """config.json + model.safetensors of the recipe's model with ctx's weights."""
+    from safetensors.torch import save_file
+
+    from ..models import build_model
+
+    model = build_model(ctx.recipe, device="cpu", dtype=dtype, weights=ctx.weights)
+    tied = ctx.recipe.model.tie_embeddings
+    state = {
+        k: v.detach().contiguous().clone()
+        for k, v in model.state_dict().items()
+        if not (tied and k == "lm_head.weight")  # safetensors refuses shared storage
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf_config(ctx.recipe, dtype), indent=2) + "\n")
+    return out
+
+
+def build_config_kwargs(recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+    """BuildConfig arguments from the recipe's shapes (also a key factor)."""
+    s = recipe.shapes
+    return {
+        "max_batch_size": s.max_batch,
+        "max_input_len": s.prefill_len,
+        "max_seq_len": s.max_seq_len,
+        "max_num_tokens": s.max_batch * s.prefill_len,
+        "max_beam_width": 1,
+        # Needed for Runner.logits(): without it the engine returns no prompt logits.
+        "gather_context_logits": True,
+    }
+
+
+def sampling_kwargs(max_new_tokens: int, context_logits: bool = False) -> dict[str, Any]:
+    """Greedy, no early stop: exactly max_new_tokens ids, like every other backend."""
+    return {
+        "max_tokens": max_new_tokens,
+        "top_k": 1,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        # With skip_tokenizer_init there is no tokenizer to supply end/pad ids, and
+        # SamplingParams._setup would read them from it; TensorRT-LLM itself sends
+        # end_id=-1 to the executor when ignore_eos is set.
+        "end_id": -1,
+        "pad_id": 0,
+        "detokenize": False,
+        "return_context_logits": context_logits,
+    }
+
+
+def _llm_class() -> Any:
+    try:  # TensorRT-LLM 1.x: the TensorRT-engine LLM lives here
+        from tensorrt_llm._tensorrt_engine import LLM
+    except ImportError:  # 0.x: tensorrt_llm.LLM is the TensorRT-engine LLM
+        from tensorrt_llm import LLM
+    return LLM
+
+
+def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
+    import tensorrt_llm
+    from tensorrt_llm import BuildConfig
+
+    from ..keys import package_version
+
+    opts = ctx.opts
+    kw = build_config_kwargs(ctx.recipe, opts)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="acache-hf-") as tmp:
+        hf_dir = write_hf_checkpoint(ctx, Path(tmp) / "hf", opts.dtype)
+        llm = _llm_class()(
+            model=str(hf_dir),
+            build_config=BuildConfig(**kw),
+            dtype=TRTLLM_DTYPES[opts.dtype],
+            skip_tokenizer_init=True,
+        )
+        try:
+            llm.save(str(engine_dir))
+        finally:
+            llm.shutdown()
+    if not (engine_dir / "config.json").is_file():
+        raise BackendError(f"TensorRT-LLM wrote no engine config into {engine_dir.name}/")
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.device(opts.device).index or 0)
+    return {
+        "tensorrt_llm": tensorrt_llm.__version__,
+        "tensorrt": package_version("tensorrt"),
+        "compute_capability": f"{props.major}.{props.minor}",
+        "build_config": kw,
+        "engine_build_seconds": round(time.perf_counter() - t0, 3),
+    }
+
+
+class TrtLlmRunner:
+    """Runner over TensorRT-LLM's LLM API (see backends/base.py)."""
+
+    def __init__(self, llm: Any, recipe: Recipe) -> None:
+        self.llm, self.recipe = llm, recipe
+
+    def _generate(self, ids: list[int], n: int, context_logits: bool) -> Any:
+        from tensorrt_llm import SamplingParams
+
+        vocab = self.recipe.model.vocab_size
+        for t in ids:
+            if not 0 <= t < vocab:
+                raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+        params = SamplingParams(**sampling_kwargs(n, context_logits))
+        return self.llm.generate([ids], params, use_tqdm=False)[0]
+
+    def logits(self, token_ids: list[int]) -> Any:
+        ids = [int(t) for t in token_ids]
+        self.recipe.check_fits(len(ids), 0)
+        out = self._generate(ids, 1, context_logits=True)
+        if out.context_logits is None:
+            raise BackendError("the engine returned no context logits: rebuild it with --force")
+        return out.context_logits.float().cpu().reshape(len(ids), -1)
+
+    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+        ids = [int(t) for t in prompt_ids]
+        self.recipe.check_fits(len(ids), max_new_tokens)
+        if max_new_tokens == 0:
+            return []
+        return list(self._generate(ids, max_new_tokens, False).outputs[0].token_ids)
+
+
+def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -> TrtLlmRunner:
+    import tensorrt_llm
+    import torch
+
+    from ..keys import package_version
+    from .trt import EngineIncompatible, compat_problem
+
+    props = torch.cuda.get_device_properties(torch.device(ctx.opts.device).index or 0)
+    problem = compat_problem(meta, package_version("tensorrt"), f"{props.major}.{props.minor}")
+    if problem is None and meta.get("tensorrt_llm") != tensorrt_llm.__version__:
+        problem = (
+            f"engine built with TensorRT-LLM {meta.get('tensorrt_llm')}, "
+            f"this runtime is {tensorrt_llm.__version__}"
+        )
+    if problem:
+        raise EngineIncompatible(f"cache miss for entry {engine_dir.parent.name[:12]}: {problem}")
+    llm = _llm_class()(model=str(engine_dir), skip_tokenizer_init=True)
+    ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
+    return TrtLlmRunner(llm, ctx.recipe)

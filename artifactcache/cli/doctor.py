@@ -1,0 +1,209 @@
+"""`acache doctor [--json]`: what works on this machine, and why not.
+
+The --json document is a stable schema (``DOCTOR_SCHEMA``; docs/backends.md,
+"doctor"): keys are only ever added, and a change of meaning bumps the schema.
+Doctor never creates the cache dir and never writes anywhere.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import stat
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .app import CacheDir, JsonOut, Remote, console, emit_json, human_bytes
+
+DOCTOR_SCHEMA = 1
+# Rows of the backend table, in order; "trt-llm" is the --mode llm path of backend "trt".
+BACKEND_ROWS = ("eager", "inductor", "aoti", "ort", "trt", "trt-llm")
+INSTALL = {
+    "eager": None,
+    "inductor": None,
+    "aoti": None,
+    "ort": "pip install 'artifactcache[ort]'",
+    "trt": "pip install 'artifactcache[trt]'",
+    "trt-llm": "pip install 'artifactcache[trtllm]'",
+}
+
+
+def _torch_info() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    try:
+        import torch
+    except ImportError as e:
+        return {"version": None, "cuda": None, "cuda_available": False, "error": str(e)}, []
+    gpus = []
+    ok = torch.cuda.is_available()
+    for i in range(torch.cuda.device_count() if ok else 0):
+        p = torch.cuda.get_device_properties(i)
+        gpus.append(
+            {
+                "index": i,
+                "name": p.name,
+                "compute_capability": f"{p.major}.{p.minor}",
+                "memory_bytes": int(p.total_memory),
+            }
+        )
+    info = {"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": ok}
+    return info, gpus
+
+
+def backend_status(name: str, device: str) -> dict[str, Any]:
+    """{name, available, reason, install} for one row of BACKEND_ROWS."""
+    from ..backends.base import BuildOptions, get_backend
+    from ..errors import AcacheError
+
+    row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
+    backend_name, mode = ("trt", "llm") if name == "trt-llm" else (name, None)
+    if name == "trt":
+        mode = "onnx"
+    if name == "trt-llm" and importlib.util.find_spec("tensorrt_llm") is None:
+        from ..backends.trt import TRTLLM_MISSING
+
+        row["reason"] = TRTLLM_MISSING
+        return row
+    try:
+        backend = get_backend(backend_name)
+        ok, reason = backend.available(BuildOptions(device=device, mode=mode))
+    except AcacheError as e:
+        ok, reason = False, str(e)
+    except ImportError as e:  # a backend module whose own import fails is reported, not fatal
+        ok, reason = False, f"backend module failed to import: {e}"
+    row["available"], row["reason"] = bool(ok), reason
+    return row
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(os.path.abspath(os.path.expanduser(cache_dir)))
+    env = os.environ.get("ACACHE_DIR")
+    if env:
+        return Path(os.path.abspath(os.path.expanduser(env)))
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("acache"))
+
+
+def cache_status(cache_dir: Path | None) -> dict[str, Any]:
+    """Where the cache is, how big, and whether the store will accept it (read-only look)."""
+    root = _cache_root(cache_dir)
+    out: dict[str, Any] = {
+        "dir": str(root),
+        "exists": False,
+        "mode": None,
+        "owner_is_you": None,
+        "size_bytes": 0,
+        "entries": 0,
+        "problem": None,
+    }
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        out["problem"] = "does not exist yet (the first build creates it, mode 0700)"
+        return out
+    out["exists"] = True
+    out["mode"] = f"{stat.S_IMODE(st.st_mode):04o}"
+    out["owner_is_you"] = st.st_uid == os.getuid()
+    if stat.S_ISLNK(st.st_mode):
+        out["problem"] = "is a symlink: the store refuses it without --allow-shared-root"
+    elif not stat.S_ISDIR(st.st_mode):
+        out["problem"] = "is not a directory"
+    elif not out["owner_is_you"]:
+        out["problem"] = "is owned by another user: refused without --allow-shared-root"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        out["problem"] = "is writable by group or others: refused without --allow-shared-root"
+    elif not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+        out["problem"] = "is not readable and writable by you"
+    size = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for f in files:
+            try:
+                size += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    out["size_bytes"] = size
+    entries = root / "v1" / "entries"
+    if entries.is_dir():
+        out["entries"] = sum(1 for d in entries.iterdir() for _ in d.iterdir() if d.is_dir())
+    return out
+
+
+def remote_status(url: str | None) -> dict[str, Any]:
+    if not url:
+        return {"configured": False, "url": None}
+    try:
+        from ..store.remote import check_remote
+    except ImportError as e:
+        return {"configured": True, "url": url, "error": f"remote support not installed ({e})"}
+    return {"configured": True, **check_remote(url)}
+
+
+def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
+    torch_info, gpus = _torch_info()
+    device = "cuda" if gpus else "cpu"
+    from ..keys import cuda_driver_version
+
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch_info,
+        "driver": cuda_driver_version(),
+        "gpus": gpus,
+        "device_checked": device,
+        "backends": [backend_status(name, device) for name in BACKEND_ROWS],
+        "cache": cache_status(cache_dir),
+        "remote": remote_status(remote),
+    }
+
+
+def _render(rep: dict[str, Any]) -> None:
+    t = rep["torch"]
+    console.print(
+        f"python {rep['python']}  torch {t['version']}  CUDA {t['cuda'] or '-'}  "
+        f"driver {rep['driver'] or '-'}",
+        highlight=False,
+    )
+    for g in rep["gpus"] or [{"index": "-", "name": "no CUDA GPU", "compute_capability": "-"}]:
+        console.print(f"gpu {g['index']}: {g['name']} (sm {g['compute_capability']})")
+    table = Table("backend", "available", "reason / install")
+    for b in rep["backends"]:
+        why = b["reason"] if b["available"] is False else ""
+        # escape: "[trt]" in an install hint is not rich markup
+        table.add_row(b["name"], "yes" if b["available"] else "no", escape(why))
+    console.print(table)
+    c = rep["cache"]
+    console.print(
+        f"cache {c['dir']}  {human_bytes(c['size_bytes'])}  {c['entries']} entries  "
+        f"mode {c['mode'] or '-'}" + (f"  ({c['problem']})" if c["problem"] else ""),
+        highlight=False,
+    )
+    r = rep["remote"]
+    if not r["configured"]:
+        console.print("remote: not configured (--remote / ACACHE_REMOTE)")
+    else:
+        state = r.get("error") or ", ".join(
+            k for k in ("reachable", "readable", "writable") if r.get(k)
+        )
+        console.print(f"remote {r['url']}: {state}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("doctor")
+    def doctor_cmd(
+        json_out: JsonOut = False,
+        cache_dir: CacheDir = None,
+        remote: Remote = None,
+    ) -> None:
+        """What works here: versions, GPUs, each backend (and why not), the cache, the remote."""
+        rep = doctor_report(cache_dir, remote)
+        if json_out:
+            emit_json(rep)
+        else:
+            _render(rep)

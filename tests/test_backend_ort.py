@@ -1,0 +1,154 @@
+"""ort backend: parity with eager on every tiny recipe, warm sessions skip the optimizer,
+the shared export cache, and one-line errors for bad inputs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from artifactcache import api
+from artifactcache.backends import onnx_export as ox
+from artifactcache.backends import ort as ortb
+from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.trt import export_spec_for
+from artifactcache.errors import BackendError, ShapeError
+from artifactcache.recipes import list_recipes
+from artifactcache.store.local import LocalStore
+
+TINY = [r.name for r in list_recipes() if r.name.startswith("tiny-")]
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module, so each recipe is exported and optimized once."""
+    root = tmp_path_factory.mktemp("ort-store")
+    root.chmod(0o700)
+    return LocalStore(root)
+
+
+def _prompt(name: str) -> list[int]:
+    return [r for r in list_recipes() if r.name == name][0].bench.prompt_ids
+
+
+@pytest.mark.parametrize("recipe", TINY)
+def test_parity_with_eager(recipe, store):
+    res = api.build(recipe, "ort", store=store)
+    assert res.entry.meta["ep"] == "cpu" and res.entry.meta["exporter_used"] == "dynamo"
+    assert (res.entry.path / ortb.OPT_MODEL).is_file()
+    ort_runner = api.load(recipe, "ort", store=store)
+    eager = api.load(recipe, "eager", store=store)
+    ids = list(_prompt(recipe))
+    got, want = ort_runner.logits(ids), eager.logits(ids)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    rel = float((got - want).abs().max() / want.abs().max())
+    assert rel <= 1e-4, f"{recipe}: max relative error {rel:.2e}"
+    n = 24  # crosses tiny-mistral's 16-token sliding window
+    assert ort_runner.generate(ids, n) == eager.generate(ids, n)
+
+
+def test_warm_session_skips_optimization(store, monkeypatch, capfd):
+    """ORT's own log: a build runs the optimizer passes, a warm load registers none."""
+    api.build("tiny-llama", "ort", store=store)
+    capfd.readouterr()
+    monkeypatch.setenv("ACACHE_ORT_VERBOSE", "1")
+    ctx = BuildContext(recipe=None, opts=None, weights=None)
+    api.load("tiny-llama", "ort", store=store, context=ctx)
+    warm_log = capfd.readouterr().err
+    assert "No graph transformers registered for level 1" in warm_log
+    assert "graph transformer(s) for level" not in warm_log
+    api.build("tiny-llama", "ort", store=store, force=True)  # the export stays a hit
+    cold_log = capfd.readouterr().err
+    assert "graph transformer(s) for level 1" in cold_log
+    assert ctx.phases["artifact_ready"] >= ctx.phases["entry_ready"]
+
+
+def test_session_creation_is_faster_warm(store):
+    """The timing side of the same claim: median of 5 session creations each way."""
+    res = api.build("tiny-phi-2", "ort", store=store)
+    raw = store.get(res.entry.meta["export_key"]).path / ox.MODEL_FILE
+    opt = res.entry.path / ortb.OPT_MODEL
+    ort = ortb._ort()
+
+    def median_seconds(path, level):
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            ort.InferenceSession(
+                str(path), ortb.session_options(level), providers=["CPUExecutionProvider"]
+            )
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[2]
+
+    cold, warm = median_seconds(raw, "all"), median_seconds(opt, "none")
+    print(f"\nsession creation tiny-phi-2: cold {cold * 1e3:.1f} ms, warm {warm * 1e3:.1f} ms")
+    assert warm < cold
+
+
+def test_one_export_serves_ort_and_trt(store):
+    res = api.build("tiny-llama", "ort", store=store)
+    ekey = res.entry.meta["export_key"]
+    _, ctx = api.make_context("tiny-llama", "eager")  # any backend: only recipe + weights matter
+    ctx.store = store
+    trt_spec = export_spec_for(BuildOptions(device="cuda", mode="onnx", dtype="fp32"))
+    ort_spec = ox.export_spec(BuildOptions(dtype="fp32"))
+    assert trt_spec == ort_spec
+    assert ox.export_key(ctx, trt_spec)[0] == ekey
+    _, key, _, source = ox.ensure_export(ctx, trt_spec)
+    assert (key, source) == (ekey, "local")  # no second export for trt
+
+
+def test_export_options_change_the_ort_key():
+    b, ctx = api.make_context("tiny-llama", "ort")
+    base = api.key_for(b, ctx).key
+    keys = {
+        api.key_for(*api.make_context("tiny-llama", "ort", extra={"opset": 19})).key,
+        api.key_for(*api.make_context("tiny-llama", "ort", extra={"exporter": "torchscript"})).key,
+        api.key_for(
+            *api.make_context("tiny-llama", "ort", extra={"graph_optimization": "basic"})
+        ).key,
+        api.key_for(*api.make_context("tiny-llama", "ort", seed=1)).key,
+    }
+    assert len(keys) == 4 and base not in keys
+    factors = api.key_for(b, ctx).factors
+    assert factors["backend"]["options"]["export"]["opset"] == ox.DEFAULT_OPSET
+    assert "onnxruntime" in factors["toolchain"] and "cpu_isa" in factors["hardware"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dtype": "bf16"}, "supports dtype fp32, not 'bf16'"),
+        ({"dtype": "fp16"}, "supports dtype fp32, not 'fp16'"),
+        ({"mode": "tensorrt"}, "--mode tensorrt runs on --device cuda"),
+        ({"mode": "vulkan"}, "has modes cpu, cuda, tensorrt"),
+        ({"extra": {"threads": 4}}, "does not take ['threads']"),
+        ({"extra": {"graph_optimization": "max"}}, "graph_optimization must be one of"),
+    ],
+)
+def test_bad_options_are_one_line_errors(kwargs, message):
+    with pytest.raises(BackendError) as e:
+        api.make_context("tiny-llama", "ort", **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_prompt_outside_the_profile(store):
+    runner = api.load("tiny-llama", "ort", store=store)
+    with pytest.raises(ShapeError, match="exceeds prefill_len 8"):
+        runner.logits(list(range(1, 10)))
+    with pytest.raises(ShapeError, match="exceeds max_seq_len 64"):
+        runner.generate([1, 2], 63)
+
+
+def test_cli_bad_inputs_exit_1(cache_dir):
+    from artifactcache.cli.app import app
+
+    cli = CliRunner()
+    r = cli.invoke(app, ["build", "tiny-llama", "--backend", "ort", "--dtype", "bf16"])
+    assert r.exit_code == 1
+    assert r.output.strip().count("\n") == 0 and "supports dtype fp32" in r.output
+    r = cli.invoke(app, ["run", "tiny-llama", "--backend", "ort", "--tokens", "1,2,3,4,5,6,7,8,9"])
+    assert r.exit_code == 1, r.output
+    assert r.output.strip().splitlines()[-1].startswith("error: prompt of 9 tokens exceeds")
