@@ -1,0 +1,93 @@
+"""`acache doctor --json`: a stable schema, and honest reasons for what is missing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+from typer.testing import CliRunner
+
+from artifactcache.cli.app import app
+from artifactcache.cli.doctor import BACKEND_ROWS, DOCTOR_SCHEMA
+
+TOP_KEYS = {
+    "schema",
+    "python",
+    "platform",
+    "torch",
+    "driver",
+    "gpus",
+    "device_checked",
+    "backends",
+    "cache",
+    "remote",
+}
+BACKEND_KEYS = {"name", "available", "reason", "install"}
+CACHE_KEYS = {"dir", "exists", "mode", "owner_is_you", "size_bytes", "entries", "problem"}
+
+
+def _doctor(*args: str, env: dict | None = None) -> dict:
+    r = CliRunner().invoke(app, ["doctor", "--json", *args], env=env)
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_schema_is_stable(cache_dir):
+    rep = _doctor()
+    assert set(rep) == TOP_KEYS and rep["schema"] == DOCTOR_SCHEMA
+    assert set(rep["torch"]) >= {"version", "cuda", "cuda_available"}
+    assert [b["name"] for b in rep["backends"]] == list(BACKEND_ROWS)
+    for b in rep["backends"]:
+        assert set(b) == BACKEND_KEYS and isinstance(b["available"], bool)
+        assert b["available"] or b["reason"]  # never "no" without a reason
+    assert set(rep["cache"]) == CACHE_KEYS
+    assert rep["cache"]["dir"] == str(cache_dir) and rep["cache"]["mode"] == "0700"
+    assert rep["cache"]["problem"] is None
+    assert rep["remote"] == {"configured": False, "url": None}
+    for g in rep["gpus"]:
+        assert set(g) == {"index", "name", "compute_capability", "memory_bytes"}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt present")
+def test_says_trt_and_trtllm_are_unavailable_with_reason(cache_dir):
+    rows = {b["name"]: b for b in _doctor()["backends"]}
+    assert rows["trt"]["available"] is False
+    assert rows["trt"]["reason"].startswith("tensorrt not importable: pip install")
+    assert rows["trt"]["install"] == "pip install 'artifactcache[trt]'"
+    assert rows["trt-llm"]["available"] is False
+    assert rows["trt-llm"]["reason"].startswith("tensorrt_llm not importable")
+    assert rows["trt-llm"]["install"] == "pip install 'artifactcache[trtllm]'"
+    assert rows["eager"]["available"] is True and rows["eager"]["install"] is None
+    assert rows["ort"]["available"] is (importlib.util.find_spec("onnxruntime") is not None)
+
+
+def test_cache_size_and_unsafe_permissions(tmp_path):
+    root = tmp_path / "c"
+    rep = _doctor("--cache-dir", str(root))
+    assert rep["cache"]["exists"] is False and "does not exist yet" in rep["cache"]["problem"]
+    assert not root.exists()  # doctor only looks
+    (root / "v1" / "entries" / "ab" / ("ab" + "0" * 62)).mkdir(parents=True)
+    (root / "v1" / "entries" / "ab" / ("ab" + "0" * 62) / "f.bin").write_bytes(b"x" * 1000)
+    os.chmod(root, 0o777)
+    rep = _doctor("--cache-dir", str(root))
+    assert rep["cache"]["size_bytes"] == 1000 and rep["cache"]["entries"] == 1
+    assert (
+        rep["cache"]["mode"] == "0777" and "writable by group or others" in rep["cache"]["problem"]
+    )
+
+
+def test_remote_is_checked_when_configured(cache_dir):
+    rep = _doctor("--remote", "s3://")
+    r = rep["remote"]
+    assert r["configured"] is True and r["url"] == "s3://"
+    assert r.get("error")  # an unusable URL is reported, not raised
+
+
+def test_human_output_names_every_backend(cache_dir):
+    r = CliRunner().invoke(app, ["doctor"])
+    assert r.exit_code == 0, r.output
+    for name in BACKEND_ROWS:
+        assert name in r.output
+    assert "artifactcache[trt]" in r.output or "trt      │ yes" in r.output
