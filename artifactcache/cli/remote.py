@@ -1,0 +1,117 @@
+"""Remote tier commands: push, pull, prewarm (and the rows behind `ls --remote`).
+
+Explicit commands fail loudly: a wrong bucket, rejected credentials, a down
+server or a read-only push is one `error:` line and exit 1. Implicit pushes
+during a build only warn (see store/remote.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..errors import RemoteError
+from .app import (
+    AllowSharedRoot,
+    CacheDir,
+    JsonOut,
+    Remote,
+    RemoteReadOnly,
+    console,
+    emit_json,
+    human_bytes,
+    open_store,
+)
+
+Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
+
+
+def _tiered(
+    cache_dir: Path | None, allow_shared_root: bool, remote: str | None, read_only: bool
+) -> Any:
+    if not remote:
+        raise RemoteError(
+            "no remote configured: pass --remote s3://bucket/prefix or set ACACHE_REMOTE"
+        )
+    return open_store(cache_dir, allow_shared_root, remote, read_only)
+
+
+def _render(rows: list[dict[str, Any]], json: bool) -> None:
+    if json:
+        emit_json(rows)
+        return
+    for r in rows:
+        console.print(
+            f"{r['key'][:12]}  {r['status']:<7} {human_bytes(r['bytes']):>10}  {r['seconds']:.2f}s",
+            highlight=False,
+        )
+
+
+def remote_rows(url: str) -> list[dict[str, Any]]:
+    """Rows for `acache ls --remote`: one per remote key, complete or not."""
+    from ..store.remote import list_remote
+
+    return list_remote(url)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("push")
+    def push(
+        keys: Keys,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        remote: Remote = None,
+        remote_read_only: RemoteReadOnly = False,
+        replace: Annotated[
+            bool,
+            typer.Option("--replace", help="Overwrite the remote copy (repairs a corrupt one)."),
+        ] = False,
+        json: JsonOut = False,
+    ):
+        """Upload local entries to the remote: files first, manifest last."""
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        _render([store.push(k, replace=replace) for k in keys], json)
+
+    @app.command("pull")
+    def pull(
+        keys: Keys,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        remote: Remote = None,
+        remote_read_only: RemoteReadOnly = False,
+        json: JsonOut = False,
+    ):
+        """Download entries from the remote, verify every digest, publish them locally."""
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        _render([store.pull(k) for k in keys], json)
+
+    @app.command("prewarm")
+    def prewarm(
+        recipe: Annotated[str, typer.Argument(help="Recipe name or path to a .toml.")],
+        backend: Annotated[str, typer.Option("--backend", "-b", help="Backend name.")],
+        device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="fp32, fp16 or bf16.")] = "fp32",
+        mode: Annotated[str | None, typer.Option(help="Backend mode, if any.")] = None,
+        weights: Annotated[
+            Path | None, typer.Option(help="Checkpoint file or folder (default: random).")
+        ] = None,
+        seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        remote: Remote = None,
+        remote_read_only: RemoteReadOnly = False,
+        json: JsonOut = False,
+    ):
+        """Pull and verify the artifact a recipe + backend needs (for a deploy hook); no build."""
+        from ..api import key_for, make_context
+
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        b, ctx = make_context(
+            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed
+        )
+        info = key_for(b, ctx, memo_dir=store.base)
+        row = store.pull(info.key)  # KeyLookupError (one line) if the remote lacks it
+        row.update(recipe=ctx.recipe.name, backend=b.name)
+        _render([row], json)
