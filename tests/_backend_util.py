@@ -1,0 +1,55 @@
+"""Helpers shared by the backend tests (not a test module)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+TINY = ["tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-phi-3"]
+CHILD = Path(__file__).with_name("_load_child.py")
+
+
+def private_dir(tmp_path_factory: Any, name: str) -> Path:
+    d = tmp_path_factory.mktemp(name)
+    os.chmod(d, 0o700)  # LocalStore refuses group/world-writable roots
+    return d
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+def tree_digest(path: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def load_in_child(
+    root: Path, recipe: str, backend: str, prompt: list[int], n: int, env: dict[str, str]
+) -> dict[str, Any]:
+    """api.load(build_on_miss=False) + generate in a fresh interpreter; what it saw."""
+    full_env = {**os.environ, **env, "ACACHE_DIR": str(root)}
+    out = subprocess.run(
+        [sys.executable, str(CHILD), str(root), recipe, backend, json.dumps(prompt), str(n)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def kernel_compiles(report: dict[str, Any]) -> list[str]:
+    """C++ compiles that produced code (.so/.o); header preprocessing runs (.i) excluded."""
+    return [t for t in report["compiles"] if not t.endswith(".i")]

@@ -1,0 +1,103 @@
+"""`acache recipes`, `acache build`, `acache run` through the real Typer app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from artifactcache.cli.app import app
+from artifactcache.cli.build import parse_token_ids
+from artifactcache.errors import AcacheError
+from artifactcache.recipes import load_recipe
+
+runner = CliRunner()
+
+
+def run(*args: str):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_user_error(result, contains: str) -> None:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert contains in lines[0], lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def _entries(root: Path) -> list[Path]:
+    return list((root / "v1" / "entries").rglob("manifest.json"))
+
+
+def test_recipes_lists_builtins():
+    r = run("recipes")
+    assert r.exit_code == 0 and "tiny-llama" in r.stdout and "mistral-7b" in r.stdout
+    data = json.loads(run("recipes", "--json").stdout)
+    by_name = {d["name"]: d for d in data}
+    assert by_name["llama-7b"]["model"]["dim"] == 4096
+    assert by_name["tiny-phi-2"]["family"] == "phi-2"
+
+
+def test_build_then_hit(cache_dir: Path):
+    first = run("build", "tiny-llama", "--backend", "eager", "--json")
+    assert first.exit_code == 0, first.stderr
+    a = json.loads(first.stdout)
+    assert a["status"] == "built" and len(a["key"]) == 64 and a["bytes"] > 0
+    assert Path(a["path"]).is_relative_to(cache_dir)
+    second = run("build", "tiny-llama", "--backend", "eager")
+    assert second.exit_code == 0
+    key, status = second.stdout.split()[:2]
+    assert key == a["key"] and status == "hit"
+    forced = json.loads(run("build", "tiny-llama", "--force", "--json").stdout)
+    assert forced["status"] == "built" and forced["key"] == a["key"]
+
+
+def test_run_prints_ids(cache_dir: Path):
+    r = run("run", "tiny-llama", "--tokens", "1,15043,29892", "--max-new-tokens", "5")
+    assert r.exit_code == 0, r.stderr
+    ids = [int(t) for t in r.stdout.split()]
+    assert len(ids) == 5 and all(0 <= i < 32000 for i in ids)
+    # The recipe's own prompt text needs no tokenizer: its ids are in the recipe.
+    j = json.loads(
+        run("run", "tiny-llama", "--prompt", "Hello, my name is", "-b", "eager", "--json").stdout
+    )
+    recipe = load_recipe("tiny-llama")
+    assert j["prompt_ids"] == list(recipe.bench.prompt_ids)
+    assert len(j["new_ids"]) == recipe.shapes.max_seq_len - len(j["prompt_ids"])
+    assert j["status"] == "hit"  # the first run built the entry
+    # Same input, same output: greedy and deterministic.
+    again = run("run", "tiny-llama", "--tokens", "1 15043 29892", "--max-new-tokens", "5")
+    assert again.stdout == r.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "contains"),
+    [
+        (["run", "tiny-llama", "--tokens", "1,x"], "--tokens must be integers"),
+        (["run", "tiny-llama", "--tokens", "1", "--prompt", "hi"], "not both"),
+        (["run", "tiny-llama", "--prompt", "Something else"], "pass token ids with --tokens"),
+        (["run", "tiny-llama", "--tokens", "1", "--max-new-tokens", "500"], "max_seq_len"),
+        (["run", "tiny-llama", "--tokens", ",".join(["1"] * 20)], "prefill_len"),
+        (["run", "tiny-llama", "--tokens", "99999", "--max-new-tokens", "2"], "vocabulary"),
+        (["build", "no-such-recipe"], "unknown recipe"),
+        (["build", "tiny-llama", "--backend", "nope"], "unknown backend"),
+        (["build", "tiny-llama", "--dtype", "fp8"], "unknown dtype"),
+        (["build", "tiny-llama", "-b", "inductor", "--mode", "reduce-overhead"], "cuda"),
+        (["build", "tiny-llama", "--weights", "/nonexistent/ckpt"], "weights not found"),
+    ],
+)
+def test_bad_inputs_exit_1_with_one_line(args, contains, cache_dir: Path, monkeypatch):
+    # No tokenizer download attempts: the prompt path must fail locally and fast.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert_user_error(run(*args), contains)
+    if args[0] == "build":
+        assert _entries(cache_dir) == []
+
+
+def test_parse_token_ids():
+    assert parse_token_ids(" 1, 2 3 ") == [1, 2, 3]
+    with pytest.raises(AcacheError):
+        parse_token_ids(" , ")

@@ -1,0 +1,105 @@
+"""Recipes: every built-in one loads; malformed ones are one-line errors naming file + field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from artifactcache.errors import RecipeError, ShapeError
+from artifactcache.recipes import FAMILIES, builtin_names, list_recipes, load_recipe
+
+SEED_MODELS = {"llama-7b", "llama-3-8b", "mistral-7b", "phi-2", "phi-3-mini"}
+TINY = {"tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-phi-3"}
+
+GOOD = """
+name = "mine"
+family = "llama"
+
+[model]
+vocab_size = 1000
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+intermediate_size = 128
+
+[shapes]
+max_seq_len = 64
+prefill_len = 8
+
+[bench]
+prompt_ids = [1, 2, 3]
+"""
+
+
+def test_builtins_cover_the_seed_models_and_tiny_variants():
+    assert SEED_MODELS | TINY <= set(builtin_names())
+    recs = list_recipes()
+    assert {r.family for r in recs} == set(FAMILIES)
+    for r in recs:
+        assert r.bench.prompt == "Hello, my name is"
+        assert r.bench.prompt_ids, r.name
+        assert r.bench.max_new_tokens == 200 and r.bench.batch_size == 1
+        assert r.model.dim % r.model.n_heads == 0
+
+
+def test_mistral_keeps_its_sliding_window():
+    assert load_recipe("mistral-7b").model.sliding_window == 4096
+    assert load_recipe("tiny-mistral").model.sliding_window is not None
+
+
+def test_user_file_by_path(tmp_path: Path):
+    p = tmp_path / "mine.toml"
+    p.write_text(GOOD)
+    r = load_recipe(p)
+    assert r.name == "mine" and r.model.n_kv_heads == 2 and r.source == str(p)
+
+
+def _bad(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "bad.toml"
+    p.write_text(text)
+    with pytest.raises(RecipeError) as ei:
+        load_recipe(p)
+    msg = str(ei.value)
+    assert "\n" not in msg and str(p) in msg
+    return msg
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("n_layers = 2\n", "", "model.n_layers"),  # missing
+        ("dim = 64", 'dim = "64"', "model.dim"),  # wrong type
+        ("n_layers = 2", "n_layers = 2.5", "model.n_layers"),  # float for int
+        ("vocab_size = 1000", "vocab_size = -5", "model.vocab_size"),  # negative
+        ("max_seq_len = 64", "max_seq_len = 0", "shapes.max_seq_len"),
+        ("n_heads = 4", "n_heads = 5", "model.n_heads"),  # 5 does not divide 64
+        ("n_kv_heads = 2", "n_kv_heads = 3", "model.n_kv_heads"),  # 3 does not divide 4
+        ('family = "llama"', 'family = "gpt"', "family"),
+        ("prefill_len = 8", "prefill_len = 128", "shapes.prefill_len"),
+        ("prompt_ids = [1, 2, 3]", "prompt_ids = [1, 2000]", "bench.prompt_ids[1]"),
+        ("[shapes]", "bogus = 1\n[shapes]", "model.bogus"),
+    ],
+)
+def test_malformed_recipe_names_file_and_field(tmp_path: Path, old: str, new: str, field: str):
+    assert old in GOOD
+    msg = _bad(tmp_path, GOOD.replace(old, new, 1))
+    assert f"'{field}'" in msg, msg
+
+
+def test_not_toml_and_unknown_name(tmp_path: Path):
+    assert "not valid TOML" in _bad(tmp_path, "name = \n")
+    with pytest.raises(RecipeError, match="unknown recipe 'nope'"):
+        load_recipe("nope")
+
+
+def test_check_fits():
+    r = load_recipe("tiny-llama")
+    r.check_fits(r.shapes.prefill_len, r.shapes.max_seq_len - r.shapes.prefill_len)
+    with pytest.raises(ShapeError, match="prefill_len"):
+        r.check_fits(r.shapes.prefill_len + 1, 1)
+    with pytest.raises(ShapeError, match="max_seq_len"):
+        r.check_fits(2, r.shapes.max_seq_len)
+    with pytest.raises(ShapeError, match="empty"):
+        r.check_fits(0, 1)
