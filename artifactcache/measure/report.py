@@ -107,6 +107,9 @@ def seed_table(report: dict[str, Any]) -> list[str]:
                 cells.append(why)
                 continue
             bench = p["bench"]
+            if bench["decode_tok_s"] is None:
+                cells.append("decode not resolvable (request ≤ prefill time)")
+                continue
             tok = _f(bench["decode_tok_s"])
             pct = _f(bench["roofline_pct"], "{:.0f}", "%")
             cells.append(f"{tok} tok/s ({pct} roofline)")
@@ -320,12 +323,22 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         written = [out / "report.json"]
         (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-        charts = []
-        if chart_tokens(report, out / "tokens_per_s.png"):
-            charts.append("tokens_per_s.png")
-        if chart_phases(report, out / "phases.png"):
-            charts.append("phases.png")
-        (out / "report.md").write_text(render_markdown(report, charts))
+        charts: list[str] = []
+        note = ""
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            # The GPU image has no matplotlib: keep the numbers, draw the charts later.
+            note = (
+                "\nCharts not drawn: matplotlib is not installed here; run "
+                "`python -m artifactcache.measure.report DIR` where it is.\n"
+            )
+        else:
+            if chart_tokens(report, out / "tokens_per_s.png"):
+                charts.append("tokens_per_s.png")
+            if chart_phases(report, out / "phases.png"):
+                charts.append("phases.png")
+        (out / "report.md").write_text(render_markdown(report, charts) + note)
     except OSError as e:
         raise MeasureError(f"cannot write the report into {out}: {e.strerror or e}") from None
     return written + [out / c for c in charts] + [out / "report.md"]

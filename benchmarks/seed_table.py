@@ -1,0 +1,137 @@
+"""The seed comparison table (docs/benchmarks.md) on one GPU, resumable across calls.
+
+Runs `acache compare` for the five seed models in bf16 with random weights, for
+eager, inductor (reduce-overhead) and aoti, into ``--out``. Every finished unit
+(one recipe's eager baseline, or one recipe x backend's cold + warm runs) is
+saved under OUT/units at once, and each probe run is journaled, so a call that
+hits the machine's time limit loses at most the run in flight: run the same
+command again and it continues where it stopped. Entries built by a cold run
+persist under OUT/work until that unit's warm runs are done.
+
+``--budget-s`` keeps a call inside the machine's per-call limit: a unit is only
+started when its estimated cost fits in what is left; the rest is reported as
+"not run: left for a later call". Each call rewrites report.json, report.md and
+the charts from everything finished so far, with the date, GPU, driver,
+torch/triton versions and this exact command.
+
+Example (on the GPU machine, repo root, ~9-minute calls):
+
+    python benchmarks/seed_table.py --out benchmarks/results/seed-h200 --budget-s 540
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SEED_RECIPES = ("llama-7b", "llama-3-8b", "mistral-7b", "phi-2", "phi-3-mini")
+SEED_BACKENDS = ("eager", "inductor", "aoti")
+# Rough seconds per unit for a 7B model at runs=1 (ENVIRONMENT.md: cold compile
+# ~72 s, AOTI build ~75-132 s, eager ~11 s to first token at 41 tok/s, plus 200-token
+# requests). Only used to decide whether a unit still fits in this call; scaled
+# by the recipe's parameter count and by --runs.
+UNIT_COST_7B_S = {"eager": 70.0, "inductor": 150.0, "aoti": 200.0, "ort": 300.0, "trt": 300.0}
+
+
+def _estimate(recipe: str, backend: str, runs: int) -> float:
+    import torch
+
+    from artifactcache.models import _architecture
+    from artifactcache.recipes import load_recipe
+
+    with torch.device("meta"):
+        n = sum(p.numel() for p in _architecture(load_recipe(recipe)).parameters())
+    return UNIT_COST_7B_S.get(backend, 300.0) * max(n / 6.74e9, 0.25) * runs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "seed-h200")
+    p.add_argument("--recipes", default=",".join(SEED_RECIPES))
+    p.add_argument("--backends", default=",".join(SEED_BACKENDS) + ",trt")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--runs", type=int, default=1, help="fresh processes per scenario")
+    p.add_argument("--new-tokens", type=int, default=200)
+    p.add_argument("--iters", type=int, default=2, help="timed requests per process")
+    p.add_argument("--modes", default="inductor=reduce-overhead")
+    p.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after")
+    p.add_argument("--probe-timeout-s", type=float, default=560.0)
+    args = p.parse_args(argv)
+    t_start = time.monotonic()
+
+    from artifactcache.errors import AcacheError
+    from artifactcache.measure import compare
+    from artifactcache.measure.report import seed_table, write_report
+
+    # Children import artifactcache from this checkout even when it is not installed.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    command = "python benchmarks/seed_table.py " + " ".join(
+        shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
+    )
+    try:
+        spec = compare.CompareSpec(
+            recipes=compare.parse_list(args.recipes, "recipes"),
+            backends=compare.parse_list(args.backends, "backends"),
+            device=args.device,
+            dtype=args.dtype,
+            runs=args.runs,
+            new_tokens=args.new_tokens,
+            iters=args.iters,
+            modes=compare.parse_modes([args.modes] if args.modes else []),
+            timeout=args.probe_timeout_s,
+        )
+
+        def keep_going(recipe: str, backend: str) -> bool:
+            left = args.budget_s - (time.monotonic() - t_start)
+            need = _estimate(recipe, backend, args.runs)
+            fits = need <= left
+            print(
+                f"[seed_table] {recipe}/{backend}: ~{need:.0f} s needed, {left:.0f} s left"
+                + ("" if fits else ": left for a later call"),
+                file=sys.stderr,
+                flush=True,
+            )
+            return fits
+
+        def progress(msg: str, done: int, total: int) -> None:
+            t = time.monotonic() - t_start
+            print(f"[seed_table {t:6.0f} s] ({done}/{total}) {msg}", file=sys.stderr, flush=True)
+
+        report = compare.run_compare(
+            spec,
+            args.out,
+            command=command,
+            resume=True,
+            work_root=args.out / "work",
+            progress=progress,
+            keep_going=keep_going,
+        )
+        write_report(report, args.out)
+    except AcacheError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print("\n".join(seed_table(report)))
+    left = [k for k, v in report["pairs"].items() if "later call" in v.get("reason", "")]
+    left += [
+        f"{r}/eager (baseline)"
+        for r, v in report["baselines"].items()
+        if "later call" in v.get("reason", "") and f"{r}/eager" not in report["pairs"]
+    ]
+    if left:
+        print(f"not finished in this call: {', '.join(left)}; run the same command again")
+    print(f"report: {args.out / 'report.md'} ({time.monotonic() - t_start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""The probe child: one JSON line with every phase, in order, from process start."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifactcache.errors import MeasureError
+from artifactcache.measure.coldstart import ProbeSpec, spawn_probe
+from artifactcache.measure.probe import PHASE_ORDER
+
+
+@pytest.fixture(scope="module")
+def eager_probe(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("probe-cache")
+    cache.chmod(0o700)
+    spec = ProbeSpec(recipe="tiny-llama", backend="eager", new_tokens=4, iters=2)
+    log = tmp_path_factory.mktemp("probe-log") / "probe.log"
+    return spawn_probe(spec, cache, log_path=log)
+
+
+def test_every_phase_present_and_monotonic(eager_probe):
+    r = eager_probe
+    assert r["ok"] and r["recipe"] == "tiny-llama" and r["backend"] == "eager"
+    phases = r["phases"]
+    assert list(phases) == list(PHASE_ORDER) or set(phases) == set(PHASE_ORDER)
+    values = [phases[k] for k in PHASE_ORDER]
+    assert all(v > 0 for v in values)
+    assert values == sorted(values), phases
+    # The parent's stamp was taken before the fork; the kernel's start time of the
+    # child (10 ms ticks) cannot be much earlier than it.
+    assert r["t0_source"] == "parent_spawn_monotonic"
+    assert r["proc_start"] > -0.05
+
+
+def test_steady_state_and_memory(eager_probe):
+    st = eager_probe["steady"]
+    assert st["iters"] == 2 and len(st["request_s"]) == 2 and len(st["prefill_s"]) == 2
+    assert len(st["tokens"]) == 4 and st["tokens"][0] == eager_probe["first_token"]
+    assert st["decode_tok_s"] is None or st["decode_tok_s"] > 0
+    assert eager_probe["memory"]["peak_rss_bytes"] > 10 << 20
+    assert eager_probe["built"] is True and eager_probe["entry_source"] == "built"
+    assert eager_probe["compile"]["compiled"] is False  # eager's build is not a compile
+    assert eager_probe["subphases"]["build_start"] < eager_probe["subphases"]["build_done"]
+
+
+def test_probe_failure_is_one_line_measure_error(tmp_path):
+    cache = tmp_path / "empty"
+    cache.mkdir(mode=0o700)
+    spec = ProbeSpec(recipe="tiny-llama", backend="eager", new_tokens=2, iters=1)
+    spec.extra_flags = ["--no-build"]
+    with pytest.raises(MeasureError) as ei:
+        spawn_probe(spec, cache, log_path=tmp_path / "p.log")
+    msg = str(ei.value)
+    assert "failed" in msg and "\n" not in msg

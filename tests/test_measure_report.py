@@ -1,0 +1,128 @@
+"""Report rendering from constructed results; bench arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+from PIL import Image
+
+from artifactcache.measure import bench, coldstart, report
+from artifactcache.recipes import load_recipe
+
+
+def _probe(first: float, req: float, pre: float, compiled: bool, gbps: float = 10.0) -> dict:
+    names = coldstart.PHASE_ORDER
+    phases = {k: first * (i + 1) / (len(names) - 1) for i, k in enumerate(names)}
+    phases["first_result"] = first
+    return {
+        "phases": phases,
+        "steady": {"request_s": [req, req * 1.1], "prefill_s": [pre, pre], "new_tokens": 8},
+        "compile": {"compiled": compiled},
+        "built": compiled,
+        "memory": {"peak_rss_bytes": 1 << 30},
+        "copy_bandwidth": {"gbps": gbps},
+    }
+
+
+def _pair(recipe, runs):
+    return {
+        "status": "ok",
+        "runs": runs,
+        "coldstart": coldstart.summarize(runs),
+        "bench": bench.summarize(recipe, "fp32", runs.get("warm") or runs["eager"]),
+    }
+
+
+@pytest.fixture
+def constructed():
+    rec = load_recipe("tiny-llama")
+    eager = {"eager": [_probe(4.0, 0.3, 0.05, False)]}
+    ind = {"cold": [_probe(60.0, 0.1, 0.01, True)], "warm": [_probe(8.0, 0.1, 0.01, False)]}
+    with_eager = dict(ind, eager=eager["eager"])
+    ind_pair = _pair(rec, with_eager)
+    ind_pair["runs"] = ind
+    return {
+        "created": "2026-01-01T00:00:00+00:00",
+        "command": "acache compare ...",
+        "recipes": ["tiny-llama"],
+        "backends": ["eager", "inductor", "trt"],
+        "settings": {
+            "device": "cpu",
+            "dtype": "fp32",
+            "seed": 0,
+            "runs": 1,
+            "iters": 2,
+            "warmup": 1,
+            "new_tokens_label": "8",
+            "modes": {},
+        },
+        "environment": {"python": "3.11", "torch": "2.13"},
+        "pairs": {
+            "tiny-llama/eager": _pair(rec, eager),
+            "tiny-llama/inductor": ind_pair,
+            "tiny-llama/trt": {
+                "status": "skipped",
+                "reason": "TensorRT unavailable on this machine",
+            },
+        },
+        "baselines": {
+            "tiny-llama": {"status": "ok", "runs": eager, "coldstart": coldstart.summarize(eager)}
+        },
+    }
+
+
+def test_markdown_has_seed_table_and_reasons(constructed):
+    md = report.render_markdown(constructed, [])
+    assert "| model | eager | inductor | trt |" in md
+    assert "not run: TensorRT unavailable on this machine" in md
+    # decode tok/s = (N - 1) / (median request - median prefill) = 7 / (0.105 - 0.01)
+    assert f"{7 / (0.105 - 0.01):.1f} tok/s" in md
+    be = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["break_even_warm"]
+    assert be["verdict"] == "after" and f"{be['requests']:.1f} req" in md
+    assert "8.0x" not in md and "7.5x" in md  # cold/warm = 60 / 8
+
+
+def test_write_report_pngs_open(constructed, tmp_path):
+    paths = report.write_report(constructed, tmp_path)
+    names = {p.name for p in paths}
+    assert {"report.json", "report.md", "tokens_per_s.png", "phases.png"} <= names
+    for png in ("tokens_per_s.png", "phases.png"):
+        with Image.open(tmp_path / png) as im:
+            im.verify()
+            assert im.format == "PNG"
+
+
+def test_findings_flag_a_warm_run_that_compiled(constructed):
+    pair = constructed["pairs"]["tiny-llama/inductor"]
+    pair["coldstart"]["scenarios"]["warm"]["compiled"] = [True]
+    assert any("a warm run compiled" in f for f in report.findings(constructed))
+
+
+def test_percentiles_match_numpy():
+    np = pytest.importorskip("numpy")
+    xs = [0.3, 0.1, 0.7, 0.2, 0.9, 0.4, 0.15]
+    for q in (0, 50, 90, 99, 100):
+        assert bench.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+
+
+def test_bytes_per_token_llama_7b():
+    rec = load_recipe("llama-7b")
+    b = bench.bytes_per_token(rec, "bf16")
+    params = 6_738_415_616  # Llama-2-7B's published parameter count
+    embed = 32000 * 4096
+    assert b["weights"] == (params - embed) * 2
+    assert b["kv_cache"] == 2 * 32 * 32 * 256 * 128 * 2
+    rl = bench.roofline(b["total"], 200.0, 4271.0)
+    assert rl["roofline_tok_s"] == pytest.approx(4271e9 / b["total"])
+    assert rl["roofline_pct"] == pytest.approx(100 * 200 / rl["roofline_tok_s"])
+
+
+def test_new_tokens_default_caps_to_kv_cache_and_explicit_must_fit():
+    from artifactcache.errors import ShapeError
+
+    rec = load_recipe("tiny-llama")  # max_seq_len 64, 6 prompt tokens
+    assert bench.resolve_new_tokens(rec, None) == 58
+    assert bench.resolve_new_tokens(load_recipe("llama-7b"), None) == 200
+    with pytest.raises(ShapeError):
+        bench.resolve_new_tokens(rec, 100)
+    with pytest.raises(ShapeError):
+        bench.check_batch(rec, 2)
