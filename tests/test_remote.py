@@ -387,3 +387,38 @@ def test_check_remote_reports_reachable_readable_writable(s3_server, s3_remote, 
     res = check_remote(s3_remote)
     assert (res["reachable"], res["writable"]) == (False, False)
     assert "cannot reach" in res["error"]
+
+
+def test_ls_remote_lists_complete_and_incomplete_entries(s3_remote, monkeypatch):
+    key = _key("ls")
+    LocalStore().get_or_build(key, _factors("ls"), _builder(b"ls"))
+    assert runner.invoke(app, ["push", key, "--remote", s3_remote]).exit_code == 0
+    # Files without a manifest: what an interrupted push leaves behind.
+    half = _key("ls-half")
+    S3Store(s3_remote).put(f"v1/{half}/0123456789abcdef/model.bin", b"x")
+    monkeypatch.setenv("ACACHE_REMOTE", s3_remote)
+    res = runner.invoke(app, ["ls", "--remote", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["key"]: r for r in json.loads(res.stdout)}
+    assert rows[key]["complete"] and rows[key]["files"] == 2
+    assert rows[half] == {"key": half, "complete": False, "problem": "no manifest"}
+    res = runner.invoke(app, ["ls", "--remote"])
+    assert res.exit_code == 0 and key[:12] in res.stdout and "no manifest" in res.stdout
+
+
+def test_prewarm_pulls_what_a_recipe_needs_without_building(s3_remote, tmp_path):
+    from artifactcache.api import build
+
+    deploy = ["--backend", "eager", "--remote", s3_remote, "--remote-read-only", "--json"]
+    res = runner.invoke(app, ["prewarm", "tiny-llama", *deploy, "--cache-dir", str(tmp_path / "d")])
+    assert res.exit_code == 1
+    assert "has no entry" in _one_line(res)  # nothing built on the deploy host
+
+    host_a = open_tiered(_store(tmp_path / "a"), s3_remote)
+    built = build("tiny-llama", "eager", store=host_a)
+    assert built.source == "built"
+    res = runner.invoke(app, ["prewarm", "tiny-llama", *deploy, "--cache-dir", str(tmp_path / "d")])
+    assert res.exit_code == 0, res.output
+    row = json.loads(res.stdout)[0]
+    assert (row["key"], row["status"], row["backend"]) == (built.key, "pulled", "eager")
+    assert LocalStore(tmp_path / "d", full_verify=True).open(built.key).files == built.entry.files

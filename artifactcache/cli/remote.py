@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.table import Table
 
 from ..errors import RemoteError
 from .app import (
@@ -49,11 +50,46 @@ def _render(rows: list[dict[str, Any]], json: bool) -> None:
         )
 
 
-def remote_rows(url: str) -> list[dict[str, Any]]:
-    """Rows for `acache ls --remote`: one per remote key, complete or not."""
+# `acache ls --remote` (the ls command lives in cli/cache.py): a flag, since a bare
+# `--remote` cannot take an optional value in Typer; the URL comes from
+# --remote-url or ACACHE_REMOTE.
+RemoteFlag = Annotated[
+    bool, typer.Option("--remote", help="List the remote tier (ACACHE_REMOTE) instead.")
+]
+RemoteUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--remote-url", envvar="ACACHE_REMOTE", help="Remote for --remote.", show_default=False
+    ),
+]
+
+
+def ls_remote(url: str | None, json: bool) -> None:
+    """`acache ls --remote`: one row per remote key; incomplete uploads are marked."""
     from ..store.remote import list_remote
 
-    return list_remote(url)
+    if not url:
+        raise RemoteError(
+            "no remote configured: pass --remote-url s3://bucket/prefix or set ACACHE_REMOTE"
+        )
+    rows = list_remote(url)
+    if json:
+        emit_json(rows)
+        return
+    table = Table(title=f"{len(rows)} entries in {url}")
+    for col in ("key", "recipe", "backend", "size", "build", "state"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        label = r.get("label", {})
+        table.add_row(
+            r["key"][:12],
+            str(label.get("recipe", "-")),
+            str(label.get("backend", "-")),
+            human_bytes(r["size"]) if r["complete"] else "-",
+            f"{r['build_seconds']:.1f}s" if r["complete"] else "-",
+            "ok" if r["complete"] else r["problem"],
+        )
+    console.print(table)
 
 
 def register(app: typer.Typer) -> None:
