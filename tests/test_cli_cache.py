@@ -96,10 +96,10 @@ def test_gc_dry_run_then_lru(store):
     for age, key in zip((3, 2, 1), keys, strict=True):  # keys[0] least recently used
         t = time.time() - age * 3600
         os.utime(store.entry_path(key), (t, t))
-    before = snapshot(store.root)
+    before = snapshot(store.base / "entries")
     r = run("gc", "--max-size", "5KiB", "--dry-run", "--json")
     assert r.exit_code == 0 and [e["key"] for e in json.loads(r.stdout)["entries"]] == keys[:1]
-    assert snapshot(store.root) == before  # dry run deletes nothing
+    assert snapshot(store.base / "entries") == before  # dry run deletes nothing
     r = run("gc", "--max-size", "3000", "--older-than", "90m")
     assert r.exit_code == 0 and "evicted 2 entries" in r.stdout
     assert [e.key for e in store.scan()[0]] == [keys[2]]

@@ -412,3 +412,18 @@ def test_store_does_not_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ls_index_follows_rebuilds_and_survives_damage(store, cache_dir):
+    key, factors = kf(17)
+    store.get_or_build(key, factors, writer(b"a" * 10), label={"recipe": "one"})
+    (info,), _ = store.ls()
+    assert (info.key, info.size, info.label) == (key, 10 + 2, {"recipe": "one"})
+    assert (cache_dir / "v1" / "state" / "index.json").exists()
+    store.get_or_build(key, factors, writer(b"b" * 20), force=True, label={"recipe": "two"})
+    (info,), _ = store.ls()  # a new entry dir (inode): the index record is refreshed
+    assert (info.size, info.label) == (20 + 2, {"recipe": "two"})
+    (cache_dir / "v1" / "state" / "index.json").write_text("{not json")
+    assert [i.key for i in store.ls()[0]] == [key]
+    store.remove([key])
+    assert store.ls() == ([], [])

@@ -55,6 +55,18 @@ def digest_file(path: Path) -> tuple[str, os.stat_result, os.stat_result]:
     return "blake3:" + h.hexdigest(), before, after
 
 
+def read_small(path: str | os.PathLike[str]) -> bytes:
+    """A small file's bytes (a manifest), never via a symlink, without io's wrappers."""
+    fd = os.open(path, O_READ)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
 def stat_sig(st: os.stat_result) -> list[int]:
     """What must be unchanged for a memoized digest to still hold.
 

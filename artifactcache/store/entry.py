@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ class Entry:
     def size(self) -> int:
         return sum(int(f.get("size", 0)) for f in self.files.values())
 
-    @property
+    @functools.cached_property  # one stat per Entry: ls sorts and prints by it
     def last_used(self) -> float:
         """The entry dir's mtime: a hit sets it with utime (no rewrite of anything)."""
         try:
@@ -54,8 +55,57 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class EntryInfo:
+    """What `ls`, `gc` and `stats` need of an entry, without its manifest.
+
+    Built from the summary index (state/index.json), so listing 10,000 entries
+    parses one file instead of 10,000 manifests. Never used to verify anything.
+    """
+
+    key: str
+    dir: str
+    label: dict[str, Any]
+    size: int
+    nfiles: int
+    created: float
+    build_seconds: float
+    arch_key: str | None
+    last_used: float  # the entry dir's mtime when listed
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    @staticmethod
+    def record(manifest: dict[str, Any]) -> dict[str, Any]:
+        """The index record of a manifest (the fields above that it determines)."""
+        e = Entry(manifest["key"], Path(), manifest)
+        return {
+            "label": e.label,
+            "size": e.size,
+            "nfiles": len(e.files),
+            "created": e.created,
+            "build_seconds": e.build_seconds,
+            "arch_key": e.arch_key,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "path": self.dir,
+            "label": self.label,
+            "size": self.size,
+            "files": self.nfiles,
+            "created": self.created,
+            "last_used": self.last_used,
+            "build_seconds": self.build_seconds,
+            "arch_key": self.arch_key,
+        }
+
+
+@dataclass(frozen=True)
 class GcPlan:
-    entries: list[Entry]  # to delete, least recently used first
+    entries: list[EntryInfo]  # to delete, least recently used first
     bytes: int  # what deleting them frees
     total_bytes: int  # the cache's entries before
     planned_at: float = field(default_factory=time.time)

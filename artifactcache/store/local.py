@@ -35,11 +35,11 @@ from typing import Any
 from ..errors import CacheRootError, IntegrityError, KeyLookupError
 from ..keys import is_full_key
 from . import _fs
-from .entry import MANIFEST, Entry, GcPlan, PruneResult, VerifyResult, check_manifest
+from .entry import MANIFEST, Entry, EntryInfo, GcPlan, PruneResult, VerifyResult, check_manifest
 from .maintenance import MaintenanceMixin
 from .stats import StatsLog
 
-__all__ = ["Entry", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
+__all__ = ["Entry", "EntryInfo", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
 
 LAYOUT = 1
 MIN_PREFIX = 8

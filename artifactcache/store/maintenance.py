@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -18,47 +19,105 @@ from typing import Any
 from ..errors import IntegrityError
 from ..keys import is_full_key
 from . import _fs
-from .entry import MANIFEST, Entry, GcPlan, PruneResult, VerifyResult, check_manifest, tree_bytes
+from .entry import (
+    MANIFEST,
+    Entry,
+    EntryInfo,
+    GcPlan,
+    PruneResult,
+    VerifyResult,
+    check_manifest,
+    tree_bytes,
+)
+
+_KEY = re.compile("[0-9a-f]{64}")
 
 
 class MaintenanceMixin:
     base: Path
 
-    def _key_dirs(self) -> Iterator[tuple[str, Path]]:
+    def _key_dirs(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """(prefix dir name, dir entry) of everything under entries/."""
         with os.scandir(self.base / "entries") as top:
             for sub in sorted(top, key=lambda d: d.name):
                 if sub.is_dir(follow_symlinks=False):
                     with os.scandir(sub.path) as it:
-                        yield from ((d.name, Path(d.path)) for d in it)
+                        yield from ((sub.name, d) for d in it)
 
-    def scan(self) -> tuple[list[Entry], list[str]]:
-        """Every readable entry (unverified, cheap) and warnings about the rest."""
-        entries: list[Entry] = []
-        warnings: list[str] = []
-        for name, path in self._key_dirs():
-            if not is_full_key(name) or path.parent.name != name[:2]:
-                warnings.append(f"unexpected item entries/{path.parent.name}/{name}; remove it")
-                continue
-            try:
-                fd = os.open(path / MANIFEST, _fs.O_READ)
-                with open(fd, "rb") as f:
-                    manifest = json.loads(f.read())
-                if check_manifest(manifest, name):
-                    raise ValueError("malformed")
-            except (OSError, ValueError):
-                warnings.append(f"entry {name[:12]} has no valid manifest; run `acache verify`")
-                continue
-            entries.append(Entry(name, path, manifest))
+    def _leftover_warnings(self) -> list[str]:
+        out = []
         for sub in ("staging", "quarantine"):
             if n := len(os.listdir(self.base / sub)):
-                warnings.append(f"{n} item(s) in {sub}/ (`acache prune` removes leftovers)")
-        return entries, warnings
+                out.append(f"{n} item(s) in {sub}/ (`acache prune` removes leftovers)")
+        return out
+
+    def scan(self) -> tuple[list[Entry], list[str]]:
+        """Every readable entry, with its manifest (unverified), and warnings about the rest."""
+        entries: list[Entry] = []
+        warnings: list[str] = []
+        for prefix, d in self._key_dirs():
+            manifest, warning = self._one_manifest(prefix, d)
+            if warning:
+                warnings.append(warning)
+            else:
+                entries.append(Entry(d.name, Path(d.path), manifest))  # type: ignore[arg-type]
+        return entries, warnings + self._leftover_warnings()
+
+    def ls(self) -> tuple[list[EntryInfo], list[str]]:
+        """Like scan, but from the summary index: one parse, plus one lstat per entry.
+
+        The index (state/index.json) caches each manifest's summary keyed by the
+        entry dir's inode; entries are immutable and a forced rebuild swaps in a
+        new dir, so a matching inode means a matching manifest. Misses fall back
+        to reading the manifest, and the index is rewritten (best effort).
+        """
+        index_path = self.base / "state" / "index.json"
+        try:
+            index = json.loads(_fs.read_small(index_path))
+            index = index if isinstance(index, dict) else {}
+        except (OSError, ValueError):
+            index = {}
+        fresh: dict[str, dict] = {}
+        out: list[EntryInfo] = []
+        warnings: list[str] = []
+        for prefix, d in self._key_dirs():
+            name = d.name
+            try:
+                st = d.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed while we listed
+            rec = index.get(name)
+            if not (isinstance(rec, dict) and rec.get("ino") == st.st_ino):
+                manifest, warning = self._one_manifest(prefix, d)
+                if warning:
+                    warnings.append(warning)
+                    continue
+                rec = {**EntryInfo.record(manifest), "ino": st.st_ino}  # type: ignore[arg-type]
+            fresh[name] = rec
+            fields = {k: v for k, v in rec.items() if k != "ino"}
+            out.append(EntryInfo(key=name, dir=d.path, last_used=st.st_mtime, **fields))
+        if fresh != index:
+            with contextlib.suppress(OSError):
+                _fs.write_atomic(index_path, json.dumps(fresh, separators=(",", ":")).encode())
+        return out, warnings + self._leftover_warnings()
+
+    def _one_manifest(self, prefix: str, d: os.DirEntry[str]) -> tuple[dict | None, str | None]:
+        name = d.name
+        if not _KEY.fullmatch(name) or prefix != name[:2]:
+            return None, f"unexpected item entries/{prefix}/{name}; remove it"
+        try:
+            manifest = json.loads(_fs.read_small(os.path.join(d.path, MANIFEST)))
+            if check_manifest(manifest, name):
+                raise ValueError("malformed")
+        except (OSError, ValueError):
+            return None, f"entry {name[:12]} has no valid manifest; run `acache verify`"
+        return manifest, None
 
     def verify(
         self, keys: Iterable[str] | None = None, progress: Callable[[int, int], None] | None = None
     ) -> list[VerifyResult]:
         """Re-hash every file of the given (default: all) entries; quarantine failures."""
-        todo = [self.resolve(k) for k in keys] if keys else [n for n, _ in self._key_dirs()]
+        todo = [self.resolve(k) for k in keys] if keys else [d.name for _, d in self._key_dirs()]
         out = []
         for i, key in enumerate(todo):
             if not is_full_key(key):
@@ -96,7 +155,7 @@ class MaintenanceMixin:
 
     def gc_plan(self, max_size: int | None = None, older_than: float | None = None) -> GcPlan:
         """Entries to evict: those unused for ``older_than`` seconds, then LRU until <= max_size."""
-        entries, _ = self.scan()
+        entries, _ = self.ls()
         by_age = sorted(entries, key=lambda e: e.last_used)
         now, total = time.time(), sum(e.size for e in entries)
         victims = [e for e in by_age if older_than is not None and now - e.last_used > older_than]
@@ -158,8 +217,8 @@ class MaintenanceMixin:
 
     def stats(self) -> dict[str, Any]:
         """Counters from the event log plus what the store holds now."""
-        totals = self._stats.read()
-        entries, _ = self.scan()
+        totals = self._stats.read()  # type: ignore[attr-defined]
+        entries, _ = self.ls()
         totals["entries"] = len(entries)
         totals["bytes"] = sum(e.size for e in entries)
         return totals
@@ -169,9 +228,7 @@ class MaintenanceMixin:
         key = self.resolve(key)  # type: ignore[attr-defined]
         path = self.entry_path(key)  # type: ignore[attr-defined]
         try:
-            fd = os.open(path / MANIFEST, _fs.O_READ)
-            with open(fd, "rb") as f:
-                manifest = json.loads(f.read())
+            manifest = json.loads(_fs.read_small(path / MANIFEST))
         except (OSError, ValueError):
             manifest = None
         if check_manifest(manifest, key):
