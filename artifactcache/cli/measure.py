@@ -230,13 +230,11 @@ def bench_cmd(
         copy_bandwidth=True,
         extra_flags=["--allow-shared-root"] if allow_shared_root else [],
     )
+    log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
     with _progress("bench") as say:
-        say(
-            f"bench {recipe}/{backend}: loading (builds on a miss), then {iters} timed requests",
-            0,
-            1,
-        )
-        probe = coldstart.spawn_probe(ps, cache_dir)
+        say(f"bench {recipe}/{backend}: load (builds on a miss), {iters} timed requests", 0, 1)
+        probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
+    log.unlink(missing_ok=True)
     res = bench.summarize(recipes[recipe], dtype, [probe])
     res.update(
         recipe=recipe,

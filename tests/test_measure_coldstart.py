@@ -1,0 +1,106 @@
+"""Cold really starts empty, warm does not compile, break-even arithmetic."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from artifactcache.measure import coldstart
+from artifactcache.measure.coldstart import ProbeSpec, break_even, run_scenarios, summarize
+
+
+def test_break_even_after():
+    be = break_even(ttfr_backend=10.0, latency_backend=1.0, ttfr_eager=4.0, latency_eager=3.0)
+    assert be["verdict"] == "after"
+    assert be["requests"] == pytest.approx(3.0)  # 6 s extra start-up / 2 s saved per request
+    assert be["seconds"] == pytest.approx(3.0)  # 3 requests x 1 s each
+    assert be["level_at_s"] == pytest.approx(13.0) == 4.0 + 3 * 3.0  # both lines cross here
+
+
+def test_break_even_never_pays_off():
+    be = break_even(ttfr_backend=10.0, latency_backend=3.0, ttfr_eager=4.0, latency_eager=3.0)
+    assert be["verdict"] == "never" and be["requests"] is None and be["seconds"] is None
+    slower = break_even(10.0, 4.0, 4.0, 3.0)
+    assert slower["verdict"] == "never"
+
+
+def test_break_even_pays_off_immediately():
+    be = break_even(ttfr_backend=3.0, latency_backend=1.0, ttfr_eager=4.0, latency_eager=3.0)
+    assert be["verdict"] == "immediately" and be["requests"] == 0.0
+    tie = break_even(4.0, 3.0, 4.0, 3.0)
+    assert tie["verdict"] == "immediately"
+
+
+def test_break_even_ahead_then_behind():
+    be = break_even(ttfr_backend=2.0, latency_backend=2.0, ttfr_eager=4.0, latency_eager=1.0)
+    assert be["verdict"] == "ahead-then-behind"
+    assert be["eager_overtakes_after_requests"] == pytest.approx(2.0)
+
+
+def _fake(first: float, req: list[float], compiled: bool) -> dict:
+    phases = {k: first * (i + 1) / 9 for i, k in enumerate(coldstart.PHASE_ORDER)}
+    phases["first_result"] = first
+    return {
+        "phases": phases,
+        "steady": {"request_s": req},
+        "compile": {"compiled": compiled},
+        "built": compiled,
+        "memory": {"peak_rss_bytes": 1},
+    }
+
+
+def test_summary_medians_ratio_and_break_even():
+    runs = {
+        "cold": [_fake(30.0, [1.0], True), _fake(40.0, [1.0], True), _fake(20.0, [1.0], True)],
+        "warm": [_fake(6.0, [1.0, 1.0], False), _fake(4.0, [1.0], False)],
+        "eager": [_fake(3.0, [2.0, 2.0], False)],
+    }
+    s = summarize(runs)
+    cold = s["scenarios"]["cold"]["phases"]["first_result"]
+    assert (cold["median"], cold["min"], cold["max"], cold["n"]) == (30.0, 20.0, 40.0, 3)
+    assert s["cold_warm_ratio"] == pytest.approx(30.0 / 5.0)
+    assert s["break_even_warm"]["requests"] == pytest.approx((5.0 - 3.0) / (2.0 - 1.0))
+    assert s["break_even_cold"]["requests"] == pytest.approx((30.0 - 3.0) / 1.0)
+
+
+def test_runs_must_be_positive():
+    from artifactcache.errors import MeasureError
+
+    with pytest.raises(MeasureError):
+        run_scenarios(ProbeSpec(recipe="tiny-llama", backend="eager"), 0)
+
+
+def test_journal_resumes_without_respawning(tmp_path, monkeypatch):
+    spec = ProbeSpec(recipe="tiny-llama", backend="eager", new_tokens=2, iters=1)
+    journal, work = tmp_path / "j.jsonl", tmp_path / "work"
+    first = run_scenarios(spec, 1, ("eager",), work_dir=work, journal=journal)
+
+    def boom(*a, **k):
+        raise AssertionError("a journaled run was spawned again")
+
+    monkeypatch.setattr(coldstart, "spawn_probe", boom)
+    again = run_scenarios(spec, 1, ("eager",), work_dir=work, journal=journal)
+    assert again["eager"][0]["phases"] == first["eager"][0]["phases"]
+
+
+@pytest.mark.slow
+def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch):
+    # A framework cache in OUR environment must not leak into the children.
+    leaked = tmp_path / "parent-inductor-cache"
+    leaked.mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(leaked))
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=3, iters=1)
+    runs = run_scenarios(spec, 2, ("cold", "warm"))  # cold 1, warm 1, cold 2, warm 2
+    cold, warm = runs["cold"], runs["warm"]
+    for r in cold:  # the second cold run comes after a warm one: it must compile again
+        assert r["built"] and r["compile"]["compiled"], r["compile"]
+        assert r["compile"]["fxgraph_cache_miss"] > 0
+        assert r["framework_cache_bytes_after"]["TORCHINDUCTOR_CACHE_DIR"] > 0
+    for r in warm:
+        assert not r["built"] and r["entry_source"] == "local"
+        assert not r["compile"]["compiled"], r["compile"]
+        assert r["compile"]["fxgraph_cache_hit"] > 0
+    assert os.listdir(leaked) == []
+    # The same greedy tokens whatever the start: warm and cold load the same artifact.
+    assert cold[1]["steady"]["tokens"] == warm[0]["steady"]["tokens"]
