@@ -49,6 +49,34 @@ def parse_size(text: str) -> int:
     return p(text)
 
 
+def paired(r: dict, group: str, fns: dict, reps: int, before=None) -> None:
+    """Run ``fns`` in rounds; keep every time, so ratios can be taken per round.
+
+    The order rotates each round, so no function always runs first (or right
+    after the one that warmed a cache).
+    """
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for i in range(reps):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    r[group] = {n: {"times_s": ts, "median_s": statistics.median(ts)} for n, ts in times.items()}
+
+
+def ratio(group: dict, name: str, base: str) -> float:
+    """Median over rounds of time(name) / time(base) in the same round."""
+    pairs = zip(group[name]["times_s"], group[base]["times_s"], strict=True)
+    return statistics.median(t / b for t, b in pairs)
+
+
+def span(t: dict) -> str:
+    return f"{t['median_s']:.3f} ({min(t['times_s']):.3f}-{max(t['times_s']):.3f})"
+
+
 def timed(fn, reps: int) -> float:
     """Median wall seconds of ``reps`` calls."""
     out = []
@@ -140,6 +168,7 @@ def machine() -> dict:
         "python": platform.python_version(),
         "packages": versions,
         "command": "python " + " ".join(sys.argv),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -149,12 +178,14 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=10_000, help="entries for the ls timing")
     ap.add_argument("--ckpt-size", default="256MiB", help="real checkpoint for the key lookup")
     ap.add_argument("--sparse", default="13GB", help="sparse checkpoint for the key lookup")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3, help="rounds of the write measurements")
+    ap.add_argument("--read-reps", type=int, default=5, help="rounds of the read/list ones")
     ap.add_argument("--dir", default=None, help="scratch dir (default: a temp dir)")
     args = ap.parse_args()
     size = parse_size(args.size)
     work = Path(tempfile.mkdtemp(prefix="acache-bench-", dir=args.dir))
     r: dict = {"machine": machine(), "size_bytes": size, "reps": args.reps}
+    r["read_reps"] = args.read_reps
     try:
         src = work / "artifact.bin"
         write_random(src, size)
@@ -162,9 +193,22 @@ def main() -> None:
         key, factors = keys.compute_key({"bench": 1}), {"bench": 1}
         build = lambda d: shutil.copyfile(src, d / "model.bin") and None  # noqa: E731
 
-        r["copy_s"] = timed(lambda: shutil.copyfile(src, work / "copy.bin"), args.reps)
-        r["copy_fsync_s"] = timed(lambda: copy_fsync(src, work / "copy.bin"), args.reps)
-        r["put_s"] = timed(lambda: store.get_or_build(key, factors, build, force=True), args.reps)
+        def put() -> None:
+            store.get_or_build(key, factors, build, force=True)
+
+        # Paired rounds: each round runs the baseline and the subjects back to
+        # back, and ratios are the median of per-round ratios. On a shared
+        # machine whose load drifts, that is far steadier than separate medians.
+        paired(
+            r,
+            "write",
+            {
+                "copy": lambda: shutil.copyfile(src, work / "copy.bin"),
+                "copy_fsync": lambda: copy_fsync(src, work / "copy.bin"),
+                "put": put,
+            },
+            args.reps,
+        )
         entry = store.open(key)
         art = entry.path / "model.bin"
         full = LocalStore(store.root, full_verify=True)
@@ -175,29 +219,37 @@ def main() -> None:
             read_all(e.path / "model.bin")
 
         read_all(art)  # warm
-        r["raw_read_warm_s"] = timed(lambda: read_all(art), args.reps)
-        r["get_memo_warm_s"] = timed(lambda: hit(store), args.reps)
-        r["get_full_warm_s"] = timed(lambda: hit(full), args.reps)
-        r["digest_warm_s"] = timed(lambda: _fs.digest_file(art), args.reps)
-        r["digest_1thread_warm_s"] = timed(lambda: digest_one_thread(art), args.reps)
-
-        r["raw_read_cold_s"] = timed_cold(lambda: read_all(art), art, args.reps)
-        r["get_memo_cold_s"] = timed_cold(lambda: hit(store), art, args.reps)
-        r["get_full_cold_s"] = timed_cold(lambda: hit(full), art, args.reps)
+        warm = {
+            "raw_read": lambda: read_all(art),
+            "get_memo": lambda: hit(store),
+            "get_full": lambda: hit(full),
+            "digest": lambda: _fs.digest_file(art),
+            "digest_1thread": lambda: digest_one_thread(art),
+        }
+        paired(r, "warm", warm, args.read_reps)
+        cold = {k: warm[k] for k in ("raw_read", "get_memo", "get_full")}
+        paired(r, "cold", cold, args.read_reps, before=lambda: drop_cache(art))
 
         many = LocalStore(work / "many")
         synthetic_entries(many, args.entries)
         r["entries"] = args.entries
-        r["scan_s"] = timed(lambda: many.scan(), args.reps)
+        t0 = time.perf_counter()
+        many.ls()
+        r["ls_first_s"] = time.perf_counter() - t0  # reads every manifest, writes the index
         env = {**os.environ, "ACACHE_DIR": str(many.root)}
-        for name, cli in (("ls_json_cli_s", ["ls", "--json"]), ("ls_table_cli_s", ["ls"])):
-            cmd = [sys.executable, "-m", "artifactcache.cli", *cli]
-            run = lambda c=cmd: subprocess.run(c, env=env, stdout=subprocess.DEVNULL, check=True)  # noqa: E731
-            r[name] = timed(run, args.reps)
-        nop = [sys.executable, "-m", "artifactcache.cli", "--help"]
-        r["cli_startup_s"] = timed(
-            lambda: subprocess.run(nop, stdout=subprocess.DEVNULL), args.reps
-        )
+
+        def cli(*argv: str) -> None:
+            cmd = [sys.executable, "-m", "artifactcache.cli", *argv]
+            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, check=True)
+
+        listing = {
+            "help": lambda: cli("--help"),
+            "ls_json": lambda: cli("ls", "--json"),
+            "ls_table": lambda: cli("ls"),
+            "ls_lib": many.ls,
+            "scan_lib": many.scan,
+        }
+        paired(r, "list", listing, args.read_reps)
 
         for label, sz, sparse in (("ckpt", args.ckpt_size, False), ("sparse", args.sparse, True)):
             ck = work / f"{label}.safetensors"
@@ -227,96 +279,56 @@ def main() -> None:
             r[f"{label}_memo_lookup_s"] = timed(lookup, 20)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    r["load_after"] = [round(x, 2) for x in os.getloadavg()]
     report(r)
 
 
-def timed_cold(fn, path: Path, reps: int) -> float:
-    out = []
-    for _ in range(reps):
-        drop_cache(path)
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+ROWS = [  # label, group, subject, baseline, baseline label, target
+    ("put (copy in + hash + fsync + rename)", "write", "put", "copy", "plain copy", ""),
+    ("put", "write", "put", "copy_fsync", "plain copy + fsync", ""),
+    ("verified get + read, memo", "warm", "get_memo", "raw_read", "raw read, warm", "<= 1.1x"),
+    ("verified get + read, memo", "cold", "get_memo", "raw_read", "raw read, cold", "<= 1.1x"),
+    ("verified get + read, full re-hash", "warm", "get_full", "raw_read", "raw read, warm", ""),
+    ("verified get + read, full re-hash", "cold", "get_full", "raw_read", "raw read, cold", ""),
+    ("blake3 digest, mmap, max_threads=AUTO", "warm", "digest", "raw_read", "raw read, warm", ""),
+    ("blake3 digest, mmap, one thread", "warm", "digest_1thread", "raw_read", "raw read, warm", ""),
+]
 
 
 def report(r: dict) -> None:
-    gib = r["size_bytes"] / 2**30
-    rows = [
-        (
-            "put (copy in + hash + fsync + rename)",
-            r["put_s"],
-            r["put_s"] / r["copy_fsync_s"],
-            "plain copy + fsync",
-            "",
-        ),
-        ("put", r["put_s"], r["put_s"] / r["copy_s"], "plain copy (no fsync)", ""),
-        (
-            "verified get + read, memo, warm",
-            r["get_memo_warm_s"],
-            r["get_memo_warm_s"] / r["raw_read_warm_s"],
-            "raw read, warm",
-            "<= 1.1x",
-        ),
-        (
-            "verified get + read, memo, cold",
-            r["get_memo_cold_s"],
-            r["get_memo_cold_s"] / r["raw_read_cold_s"],
-            "raw read, cold",
-            "<= 1.1x",
-        ),
-        (
-            "verified get + read, full re-hash, warm",
-            r["get_full_warm_s"],
-            r["get_full_warm_s"] / r["raw_read_warm_s"],
-            "raw read, warm",
-            "",
-        ),
-        (
-            "verified get + read, full re-hash, cold",
-            r["get_full_cold_s"],
-            r["get_full_cold_s"] / r["raw_read_cold_s"],
-            "raw read, cold",
-            "",
-        ),
-        (
-            "blake3 digest (mmap, all cores), warm",
-            r["digest_warm_s"],
-            r["digest_warm_s"] / r["raw_read_warm_s"],
-            "raw read, warm",
-            "",
-        ),
-        (
-            "blake3 digest (mmap, one thread), warm",
-            r["digest_1thread_warm_s"],
-            r["digest_1thread_warm_s"] / r["raw_read_warm_s"],
-            "raw read, warm",
-            "",
-        ),
-    ]
-    print(f"Artifact: {gib:.2f} GiB of random bytes; median of {r['reps']} runs.\n")
-    print("| operation | seconds | ratio | baseline | target |")
-    print("|---|---:|---:|---|---|")
-    for name, s, ratio, base, target in rows:
-        print(f"| {name} | {s:.3f} | {ratio:.2f}x | {base} | {target} |")
-    gbs = lambda s: r["size_bytes"] / s / 1e9  # noqa: E731
+    gib, n, ls = r["size_bytes"] / 2**30, r["entries"], r["list"]
     print(
-        f"\nThroughput (GB/s): raw read warm {gbs(r['raw_read_warm_s']):.2f}, cold "
-        f"{gbs(r['raw_read_cold_s']):.2f}; blake3 warm {gbs(r['digest_warm_s']):.2f}; "
-        f"plain copy {gbs(r['copy_s']):.2f}; copy+fsync {gbs(r['copy_fsync_s']):.2f}."
+        f"Artifact: {gib:.2f} GiB of random bytes. Seconds: median (min-max) over "
+        f"{r['reps']} write / {r['read_reps']} read rounds; ratio: median of per-round ratios "
+        "to the baseline timed in the same round.\n"
+    )
+    print("| operation | cache | seconds | ratio | baseline | target |")
+    print("|---|---|---:|---:|---|---|")
+    for label, group, name, base, base_label, target in ROWS:
+        g = r[group]
+        cache = group if group in ("warm", "cold") else ""
+        rat = ratio(g, name, base)
+        print(f"| {label} | {cache} | {span(g[name])} | {rat:.2f}x | {base_label} | {target} |")
+    gbs = lambda g, k: r["size_bytes"] / r[g][k]["median_s"] / 1e9  # noqa: E731
+    print(
+        f"\nThroughput (GB/s, medians): raw read warm {gbs('warm', 'raw_read'):.2f}, cold "
+        f"{gbs('cold', 'raw_read'):.2f}; blake3 AUTO {gbs('warm', 'digest'):.2f}, one thread "
+        f"{gbs('warm', 'digest_1thread'):.2f}; plain copy {gbs('write', 'copy'):.2f}; "
+        f"copy + fsync {gbs('write', 'copy_fsync'):.2f}; put {gbs('write', 'put'):.2f}."
     )
     print("\n| listing / lookup | seconds | target |")
     print("|---|---:|---|")
-    print(f"| scan() of {r['entries']} entries, in process | {r['scan_s']:.3f} | |")
-    print(
-        f"| `acache ls --json`, {r['entries']} entries, whole process | {r['ls_json_cli_s']:.3f} "
-        "| < 0.5 s |"
-    )
-    print(
-        f"| `acache ls` (rich table), {r['entries']} entries, whole process "
-        f"| {r['ls_table_cli_s']:.3f} | |"
-    )
-    print(f"| `acache --help` (process start + imports only) | {r['cli_startup_s']:.3f} | |")
+    rows = [
+        (f"`LocalStore.ls()` of {n} entries, in process (summary index)", "ls_lib", ""),
+        (f"`LocalStore.scan()` of {n} entries, in process (every manifest)", "scan_lib", ""),
+        (f"`acache ls --json`, {n} entries, whole process", "ls_json", "< 0.5 s"),
+        (f"`acache ls` (table), {n} entries, whole process", "ls_table", ""),
+        ("`acache --help`: process start + imports, no cache work", "help", ""),
+    ]
+    for label, name, target in rows:
+        print(f"| {label} | {span(ls[name])} | {target} |")
+    first = r["ls_first_s"]
+    print(f"| first `ls()` after {n} new entries (reads manifests, writes index) | {first:.3f} | |")
     for label in ("ckpt", "sparse"):
         gb = r[f"{label}_bytes"] / 1e9
         print(
@@ -327,7 +339,8 @@ def report(r: dict) -> None:
     m = r["machine"]
     print(
         f"\nMachine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']} GiB, kernel {m['kernel']}; "
-        f"Python {m['python']}; {m['packages']}; {m['date']}."
+        f"Python {m['python']}; {m['packages']}; {m['date']}; load average before "
+        f"{m['load_before']}, after {r['load_after']} (a machine shared with other work)."
     )
     print(f"Command: `{m['command']}`\n")
     print("```json\n" + json.dumps(r, indent=1, sort_keys=True) + "\n```")

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from ..errors import IntegrityError
@@ -68,6 +67,8 @@ def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
     if not err_console.is_terminal:
         yield None
         return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     cols = [TextColumn(what), BarColumn(), DownloadColumn(), TimeRemainingColumn()]
     with Progress(*cols, console=err_console, transient=True) as bar:
         task = bar.add_task(what, total=None)
