@@ -273,7 +273,11 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
             if k not in backend_stamps:
                 raise RuntimeError(f"backend {args.backend!r} did not record phase {k!r}")
             stamps[k] = backend_stamps.pop(k)
-        stamps.update(backend_stamps)
+        # The contract says phases are perf_counter stamps, but a backend may also
+        # report a duration there (ort's "session_seconds"): keep those apart.
+        durations = {k: v for k, v in backend_stamps.items() if k.endswith(("_seconds", "_s"))}
+        stamps.update({k: v for k, v in backend_stamps.items() if k not in durations})
+        result["backend_durations"] = durations
         result.update(
             built=store.source == "built",
             entry_source=store.source,
