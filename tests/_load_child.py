@@ -1,16 +1,21 @@
 """Child process for the 'second process does not compile' tests.
 
-argv: cache_root recipe backend prompt_json n_new. Prints one JSON line: every
-C++ compiler invocation Inductor made, Dynamo/Inductor counters, generated ids.
+argv: cache_root recipe backend prompt_json n_new [device [dtype [mode]]]. Prints
+one JSON line: every C++ compiler invocation Inductor made, Dynamo/Inductor
+counters, generated ids, and the load phases in seconds since the child started.
+Also usable by hand on a GPU machine (see docs/backends.md).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 
-import torch._inductor.cpp_builder as cpp_builder
-from torch._dynamo.utils import counters
+T0 = time.perf_counter()
+
+import torch._inductor.cpp_builder as cpp_builder  # noqa: E402 (timed from T0)
+from torch._dynamo.utils import counters  # noqa: E402
 
 compiles: list[str] = []
 _orig_build = cpp_builder.CppBuilder.build
@@ -29,14 +34,33 @@ def main() -> None:
     from artifactcache.backends.base import BuildContext
 
     root, recipe, backend, prompt, n = sys.argv[1:6]
+    device, dtype, mode = (sys.argv[6:9] + ["cpu", "fp32", ""][len(sys.argv[6:9]) :])[:3]
     ctx = BuildContext(recipe=None, opts=None, weights=None)  # api.load fills it
-    runner = api.load(recipe, backend, cache_dir=root, build_on_miss=False, context=ctx)
+    runner = api.load(
+        recipe,
+        backend,
+        device=device,
+        dtype=dtype,
+        mode=mode or None,
+        cache_dir=root,
+        build_on_miss=False,
+        context=ctx,
+    )
+    t_loaded = time.perf_counter()
+    ids = runner.generate(json.loads(prompt), 1)
+    t_first = time.perf_counter()
     ids = runner.generate(json.loads(prompt), int(n))
+    t_done = time.perf_counter()
     report = {
         "compiles": compiles,
         "counters": {k: dict(v) for k, v in counters.items()},
         "ids": ids,
-        "phases": sorted(ctx.phases),
+        "phases": {k: round(v - T0, 3) for k, v in ctx.phases.items()},
+        "seconds": {
+            "load": round(t_loaded - T0, 3),
+            "first_token": round(t_first - T0, 3),
+            "generate_n": round(t_done - t_first, 3),
+        },
     }
     print(json.dumps(report))
 

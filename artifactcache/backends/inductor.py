@@ -181,8 +181,10 @@ class InductorBackend:
             data, info = saved
             src = _inductor_cache_dir()
             for f in sorted(src.rglob("*")):
-                if f.is_file() and f.suffix in _KERNEL_SUFFIXES:
-                    rel = f.relative_to(src)
+                rel = f.relative_to(src)
+                # Triton's own cache (fresh_cache puts it under "triton/") is carried
+                # by the Mega-Cache's Triton bundle; only Inductor's C++ objects here.
+                if f.is_file() and f.suffix in _KERNEL_SUFFIXES and rel.parts[0] != "triton":
                     dst = workdir / KERNELS / rel
                     dst.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(f, dst)

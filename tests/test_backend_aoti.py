@@ -1,0 +1,136 @@
+"""aoti: parity with eager for every tiny recipe, shared constants, architecture keys,
+and a second process that loads the unpacked packages without compiling anything.
+
+Each recipe's two packages take tens of seconds to compile on CPU, so entries are
+built once per module into one cache root and shared by the tests.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from _backend_util import (
+    TINY,
+    kernel_compiles,
+    load_in_child,
+    private_dir,
+    rel_err,
+    tree_digest,
+)
+
+from artifactcache import api
+from artifactcache.errors import BackendError, ShapeError
+from artifactcache.models import WeightsSpec, build_model
+from artifactcache.recipes import load_recipe
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return private_dir(tmp_path_factory, "aoti-cache")
+
+
+@pytest.fixture(scope="module")
+def runners(root: Path):
+    cache: dict = {}
+
+    def get(name: str, backend: str, weights: Path | None = None):
+        k = (name, backend, weights)
+        if k not in cache:
+            cache[k] = api.load(name, backend, weights=weights, cache_dir=root)
+        return cache[k]
+
+    return get
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_matches_eager(name: str, runners):
+    recipe = load_recipe(name)
+    eager, aoti = runners(name, "eager"), runners(name, "aoti")
+    prompt = list(recipe.bench.prompt_ids)
+    full = [(7 * i + 11) % recipe.model.vocab_size for i in range(recipe.shapes.prefill_len)]
+    for ids in (prompt, full):
+        assert rel_err(aoti.logits(ids), eager.logits(ids)) <= 1e-4
+    # Decode reads the KV cache prefill wrote: only true if both runners share it.
+    assert aoti.generate(prompt, 32) == eager.generate(prompt, 32)
+
+
+def test_entry_is_unpacked_and_weight_free(root: Path):
+    res = api.build("tiny-llama", "aoti", cache_dir=root)
+    path, meta = res.entry.path, res.entry.meta
+    assert set(meta["steps"]) == {"prefill", "decode"}
+    for rel in meta["steps"].values():
+        assert (path / rel).is_file() and rel.endswith(".so")
+    assert not list(path.rglob("*.pt2"))  # nothing left to extract at load
+    n_params = sum(p.numel() for p in build_model(load_recipe("tiny-llama")).parameters())
+    assert res.bytes < n_params * 4 / 2  # fp32 weights would be ~4 bytes per parameter
+    assert res.entry.manifest["arch_key"] == res.key
+
+
+def test_one_build_serves_other_weights(root: Path, runners, tmp_path: Path):
+    """Weight-stripped: a checkpoint of the same architecture hits the same entry."""
+    from safetensors.torch import save_file
+
+    recipe = load_recipe("tiny-llama")
+    other = build_model(recipe, weights=WeightsSpec(seed=7))
+    ckpt = tmp_path / "model.safetensors"
+    save_file({k: v.contiguous() for k, v in other.state_dict().items()}, str(ckpt))
+    random_key = api.build("tiny-llama", "aoti", cache_dir=root).key
+    res = api.build("tiny-llama", "aoti", weights=ckpt, cache_dir=root)
+    assert res.key == random_key and not res.built
+    prompt = list(recipe.bench.prompt_ids)
+    got = runners("tiny-llama", "aoti", ckpt).logits(prompt)
+    want = runners("tiny-llama", "eager", ckpt).logits(prompt)
+    assert rel_err(got, want) <= 1e-4
+    assert rel_err(got, runners("tiny-llama", "aoti").logits(prompt)) > 1e-2
+
+
+def test_second_process_does_not_compile(root: Path, runners, tmp_path: Path):
+    recipe = load_recipe("tiny-phi-2")
+    prompt = list(recipe.bench.prompt_ids)
+    want = runners("tiny-phi-2", "eager").generate(prompt, 16)
+    entry = api.build("tiny-phi-2", "aoti", cache_dir=root).entry
+    before = tree_digest(entry.path)
+    fw = tmp_path / "inductor"
+    fw.mkdir()
+    os.chmod(fw, 0o500)  # empty and read-only: nothing may be generated or extracted here
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(fw),
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
+    try:
+        report = load_in_child(root, "tiny-phi-2", "aoti", prompt, 16, env)
+    finally:
+        os.chmod(fw, 0o700)
+    assert report["ids"] == want
+    assert report["compiles"] == [] and kernel_compiles(report) == []
+    assert report["counters"].get("inductor", {}) == {}
+    assert os.listdir(fw) == []
+    assert tree_digest(entry.path) == before  # loading never writes into the entry
+
+
+def test_shapes_that_do_not_fit(runners):
+    recipe = load_recipe("tiny-llama")
+    runner = runners("tiny-llama", "aoti")
+    with pytest.raises(ShapeError):
+        runner.logits(list(range(1, recipe.shapes.prefill_len + 2)))
+    with pytest.raises(ShapeError):
+        runner.generate([1, 2], recipe.shapes.max_seq_len)
+
+
+def test_logits_are_fresh_each_call(runners):
+    runner = runners("tiny-llama", "aoti")
+    a = runner.logits([5, 6, 7])
+    runner.generate([9, 9, 9, 9], 20)
+    assert torch.equal(runner.logits([5, 6, 7]), a)
+
+
+def test_bad_mode_is_one_line_error():
+    with pytest.raises(BackendError, match="unknown aoti mode") as ei:
+        api.make_context("tiny-llama", "aoti", mode="reduce-overhead")
+    assert "\n" not in str(ei.value)
