@@ -52,7 +52,18 @@ class MaintenanceMixin:
         return out
 
     def scan(self) -> tuple[list[Entry], list[str]]:
-        """Every readable entry, with its manifest (unverified), and warnings about the rest."""
+        """Every readable entry, with its manifest (unverified), and warnings about the rest.
+
+        Walks (tolerating anything unexpected, like huggingface_hub's scan_cache_dir)::
+
+            v1/entries/
+              ab/                      prefix dir: the key's first two hex digits
+                abcdef...(64 hex)/     an entry -> Entry(key, path, manifest)
+                  manifest.json        missing or malformed -> a warning, entry skipped
+                  <files>
+                junk                   not a 64-hex key under its prefix -> a warning
+            v1/staging/, v1/quarantine/  anything there -> a warning (`acache prune`)
+        """
         entries: list[Entry] = []
         warnings: list[str] = []
         for prefix, d in self._key_dirs():
