@@ -269,6 +269,8 @@ def test_remote_down_is_a_warning_and_a_miss(tmp_path, monkeypatch, capsys):
     assert source == "built"
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("warning: ") for line in err)  # pull, push
+    assert "cannot reach remote" in err[0]
+    assert "skipped: remote" in err[1]  # no second timeout within one process
     assert store.local.stats()["remote_errors"] == 2
     assert store.get(key).files == entry.files  # and a later load is a local hit
 
@@ -324,6 +326,21 @@ def test_corrupted_remote_manifest_fails_pull_and_push_replaces_it(s3_server, s3
     )
     assert res.exit_code == 0, res.output
     assert _tree_bytes(LocalStore(tmp_path / "b").open(key)) == _tree_bytes(entry)
+
+
+def test_push_of_a_locally_damaged_entry_sends_nothing(s3_remote):
+    key = _key("damaged")
+    entry, _ = LocalStore().get_or_build(key, _factors("damaged"), _builder(b"dmg"))
+    target = entry.path / "model.bin"
+    target.chmod(0o600)
+    data = target.read_bytes()
+    target.write_bytes(bytes([data[0] ^ 1]) + data[1:])  # same size: only the digest can tell
+    res = runner.invoke(app, ["push", key, "--remote", s3_remote])
+    assert res.exit_code == 1
+    assert "no longer matches its manifest" in _one_line(res)
+    remote = S3Store(s3_remote)
+    assert fetch_manifest(remote, key) is None
+    assert not [p for p in remote.list(f"v1/{key}") if p.endswith("model.bin")]
 
 
 # ------------------------------------------------------------ user errors --

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from ..errors import IntegrityError, KeyLookupError, RemoteError
 from ..keys import is_full_key
 from .entry import Entry, check_manifest
-from .s3 import S3Store, parse_url
+from .s3 import RemoteUnreachable, S3Store, parse_url
 
 __all__ = [
     "RemoteStore",
@@ -54,6 +54,9 @@ __all__ = [
 
 LAYOUT_DIR = "v1"
 MANIFEST = "manifest.json"
+# After a remote gave no answer at all, a process skips it for this long, so a
+# down server costs one timeout per process, not one per lookup and push.
+UNREACHABLE_BACKOFF_S = 60.0
 # Tests set this to act between push stages ("file:<relpath>", "manifest"); None in normal use.
 PUSH_HOOK: Callable[[str], None] | None = None
 
@@ -94,6 +97,29 @@ def _hook(stage: str) -> None:
         PUSH_HOOK(stage)
 
 
+# Files up to this size move several at a time (a compiled package can hold dozens
+# of small files, each a round trip); bigger ones one at a time, each with parallel parts.
+SMALL_FILE = 16 << 20
+FILE_CONCURRENCY = 8
+
+
+def _for_each_file(fn: Callable[[str, dict], None], files: dict[str, dict]) -> None:
+    items = sorted(files.items())
+    small = [(r, i) for r, i in items if int(i["size"]) <= SMALL_FILE]
+    with ThreadPoolExecutor(FILE_CONCURRENCY) as pool:
+        futures = [pool.submit(fn, r, i) for r, i in small]
+        try:
+            for fut in futures:
+                fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()  # fail fast: do not start the rest against a broken remote
+            raise
+    for rel, info in items:
+        if int(info["size"]) > SMALL_FILE:
+            fn(rel, info)
+
+
 # ---------------------------------------------------- manifest helpers --
 
 
@@ -128,11 +154,14 @@ def push_entry(remote: RemoteStore, entry: Entry, *, replace: bool = False) -> s
     if old is not None and not replace:
         return "exists"  # first manifest wins, whatever its bytes
     tree = tree_id(manifest)
-    for rel, info in sorted(manifest["files"].items()):
+
+    def upload(rel: str, info: dict) -> None:
         remote.upload_file(
             file_path(key, tree, rel), entry.path / rel, info["size"], info["digest"]
         )
         _hook(f"file:{rel}")
+
+    _for_each_file(upload, manifest["files"])
     _hook("manifest")
     data = json.dumps(manifest, indent=1, sort_keys=True).encode()
     if remote.put(manifest_path(key), data, create=not replace):
@@ -159,13 +188,16 @@ def pull_entry(remote: RemoteStore, local: Any, key: str) -> Entry | None:
         return None
     tree = tree_id(manifest)
     with local.new_staging_dir() as staging:
-        for rel, info in sorted(manifest["files"].items()):
-            dest = staging / rel
+        for rel in manifest["files"]:
             try:
-                dest.parent.mkdir(parents=True, exist_ok=True)
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
             except OSError:  # "a" and "a/b" both listed: not a tree we can publish
                 raise IntegrityError(f"remote manifest of {key[:12]} lists {rel!r} twice") from None
-            remote.download_file(file_path(key, tree, rel), dest, int(info["size"]))
+
+        def download(rel: str, info: dict) -> None:
+            remote.download_file(file_path(key, tree, rel), staging / rel, int(info["size"]))
+
+        _for_each_file(download, manifest["files"])
         entry = local.publish_dir(staging, manifest)  # checks every digest, or publishes nothing
     local.record("pulled", key, entry.build_seconds, entry.size)
     return entry
@@ -208,6 +240,7 @@ class TieredStore:
         self.remote = remote
         self.read_only = read_only
         self._corrupt: set[str] = set()  # keys whose remote copy failed verification here
+        self._down_until = 0.0  # time.monotonic() before which the remote is not tried
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names TieredStore lacks: root, base, resolve, scan, gc, ...
@@ -224,6 +257,13 @@ class TieredStore:
         with contextlib.suppress(OSError):
             self.local.record("remote_error", key)
 
+    def _down(self) -> bool:
+        return time.monotonic() < self._down_until
+
+    def _failed(self, e: Exception) -> None:
+        if isinstance(e, RemoteUnreachable):
+            self._down_until = time.monotonic() + UNREACHABLE_BACKOFF_S
+
     def _present(self, key: str) -> Entry | None:
         """A local entry published while we waited for the key's lock, verified."""
         return self.local.get(key) if os.path.lexists(self.local.entry_path(key)) else None
@@ -231,7 +271,7 @@ class TieredStore:
     def _pull_locked(self, key: str) -> Entry | None:
         """Pull under the key's lock; any remote trouble is a warning and a miss."""
         with self.local.lock(key):
-            if (entry := self._present(key)) is not None:
+            if (entry := self._present(key)) is not None or self._down():
                 return entry
             try:
                 return pull_entry(self.remote, self.local, key)
@@ -239,20 +279,26 @@ class TieredStore:
                 self._corrupt.add(key)
                 self._warn(f"remote copy of {key[:12]} failed verification ({e}); not used", key)
             except RemoteError as e:
+                self._failed(e)
                 self._warn(f"{e}; treating {key[:12]} as a remote miss", key)
         return None
 
     def _push_quietly(self, entry: Entry) -> None:
         if self.read_only:
             return
+        retry = f"retry with `acache push {entry.key[:12]}`"
+        if self._down():
+            msg = f"push of {entry.key[:12]} skipped: remote {self.remote.url} is unreachable"
+            self._warn(f"{msg}; the local entry is intact, {retry}", entry.key)
+            return
         try:
             if push_entry(self.remote, entry, replace=entry.key in self._corrupt) == "pushed":
                 self.local.record("push", entry.key, 0.0, entry.size)
             self._corrupt.discard(entry.key)
         except (RemoteError, IntegrityError) as e:
+            self._failed(e)
             self._warn(
-                f"push of {entry.key[:12]} failed ({e}); the local entry is intact, "
-                f"retry with `acache push {entry.key[:12]}`",
+                f"push of {entry.key[:12]} failed ({e}); the local entry is intact, {retry}",
                 entry.key,
             )
 
