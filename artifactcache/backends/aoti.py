@@ -17,9 +17,10 @@ entry by architecture, and one build serves every checkpoint of that shape.
 
 The runner is constructed directly (``torch._C._aoti.AOTIModelContainerRunner
 Cpu/Cuda``) rather than through ``aoti_load_package``/``AOTIModelPackageLoader``,
-which extract the whole archive to a temp dir on every load and which
-segfaulted on the GPU machine's torch 2.11 for stripped packages. On CUDA a
-context is created before the .so is loaded (``runner.device_of``).
+which extract the whole archive to a temp dir on every load. On CUDA a context
+is created before the .so is loaded (``runner.device_of``). The segfault seen on
+the GPU machine's torch 2.11 was a C++ runtime mismatch, not the loader: the
+wrapper is now built with a compiler matching the loaded libstdc++ (cxx.py).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
+from .cxx import choose_cxx, describe
 from .runner import StepRunner, build_model_for, check_device_dtype, device_of, example_inputs
 
 RECORD = "aoti.json"
@@ -51,6 +53,10 @@ def _inductor_configs(opts: BuildOptions) -> dict[str, Any]:
         # The weight-stripped package: no constants in the .so, none beside it.
         "aot_inductor.package_constants_in_so": False,
     }
+    cxx = choose_cxx()
+    if cxx:
+        # Build with the compiler whose libstdc++ the loading process uses (cxx.py says why).
+        cfg["cpp.cxx"] = cxx
     if _mode(opts) == "max-autotune":
         cfg["max_autotune"] = True
     return cfg
@@ -149,9 +155,9 @@ class AotiBackend:
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
-        if opts.device.startswith("cuda"):
-            return toolchain_fingerprint(("torch", "triton"))
-        return toolchain_fingerprint(("torch",))
+        names = ("torch", "triton") if opts.device.startswith("cuda") else ("torch",)
+        # The C++ compiler shapes the wrapper .so (and whether it loads: see cxx.py).
+        return {**toolchain_fingerprint(names), **describe(choose_cxx())}
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         import torch
@@ -187,6 +193,7 @@ class AotiBackend:
             "steps": steps,
             "compile_seconds": timings,
             "weights": "external (user-managed constants)",
+            **describe(_inductor_configs(ctx.opts).get("cpp.cxx")),
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
