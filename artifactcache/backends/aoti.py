@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
-from .cxx import choose_cxx, describe
+from .cxx import build_record, check_runtime, choose_cxx, describe
 from .runner import StepRunner, build_model_for, check_device_dtype, device_of, example_inputs
 
 RECORD = "aoti.json"
@@ -193,7 +193,7 @@ class AotiBackend:
             "steps": steps,
             "compile_seconds": timings,
             "weights": "external (user-managed constants)",
-            **describe(_inductor_configs(ctx.opts).get("cpp.cxx")),
+            **build_record(_inductor_configs(ctx.opts).get("cpp.cxx")),
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
@@ -205,6 +205,7 @@ class AotiBackend:
             if not p.is_file():
                 raise BackendError(f"entry {entry_dir} has no {s} library: rebuild it with --force")
         dev = device_of(ctx.opts)  # CUDA context first: see the module docstring
+        check_runtime(meta)  # before any dlopen: a C++ runtime mismatch segfaults
         model = build_model_for(ctx, dev)
         state = dict(model.named_parameters(remove_duplicate=False))
         state.update(dict(model.named_buffers(remove_duplicate=False)))

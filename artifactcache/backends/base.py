@@ -9,9 +9,10 @@ rest of the CLI: ``available()`` reports it instead.
 Flow (see ``artifactcache/api.py``)::
 
     opts   = BuildOptions(device="cuda", dtype="bf16", mode="reduce-overhead")
-    key    = compute_key(make_factors(..., backend=b.name, options=b.options(opts), toolchain=b.toolchain(opts), ...))
-    entry  = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
-    runner = b.load(ctx, entry.path)
+    key    = compute_key(make_factors(..., options=b.factors(recipe, opts),
+                                      toolchain=b.toolchain(opts), ...))
+    entry, _ = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
+    runner = b.load(ctx, entry.path, entry.meta)
 """
 
 from __future__ import annotations

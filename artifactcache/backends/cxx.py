@@ -92,3 +92,31 @@ def describe(cxx: str | None) -> dict[str, str | None]:
         "cxx": str(Path(path).resolve()) if path else cxx,
         "cxx_version": compiler_version(path) if path else None,
     }
+
+
+def build_record(cxx: str | None) -> dict[str, str | None]:
+    """describe() plus the libstdc++ the compiler links against, for the manifest."""
+    path = shutil.which(cxx or "g++")
+    return {**describe(cxx), "libstdcxx": compiler_libstdcxx(path) if path else None}
+
+
+def check_runtime(meta: dict) -> None:
+    """Refuse to dlopen a wrapper built against another libstdc++ than the loaded one.
+
+    Loading it would segfault the whole process (not raise), so a one-line error
+    is the kind outcome. A user who preloads the matching runtime (LD_PRELOAD),
+    the workaround verified on the GPU image, is trusted.
+    """
+    from ..errors import BackendError
+
+    built = meta.get("libstdcxx")
+    loaded = loaded_libstdcxx()
+    if not built or not loaded or built == loaded:
+        return
+    if "libstdc++" in os.environ.get("LD_PRELOAD", ""):
+        return
+    raise BackendError(
+        f"this entry was compiled by {meta.get('cxx')} against {built}, but this process "
+        f"loaded {loaded}; loading it would crash: rebuild with `acache build ... --force` "
+        f"(acache picks a matching compiler) or start with LD_PRELOAD={loaded}"
+    )
