@@ -1,1 +1,59 @@
-"""artifactcache: build compiled PyTorch artifacts once, cache them by content, measure what that buys."""
+"""artifactcache: build compiled PyTorch artifacts once, cache them, measure what it buys.
+
+Public API (no CLI needed)::
+
+    import artifactcache
+    result = artifactcache.build("tiny-llama", backend="inductor")   # BuildResult
+    runner = artifactcache.load("tiny-llama", backend="inductor")    # Runner
+    runner.generate([1, 15043, 29892], max_new_tokens=8)
+
+    store = artifactcache.LocalStore()            # $ACACHE_DIR or the user cache dir
+    entries, warnings = store.scan()
+
+Heavy modules (torch, backends) are imported on first use, so importing this
+package is cheap and store-only tools never pay for torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import AcacheError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AcacheError",
+    "BuildResult",
+    "Entry",
+    "LocalStore",
+    "Runner",
+    "build",
+    "load",
+    "load_recipe",
+]
+
+_LAZY = {
+    "build": ("api", "build"),
+    "load": ("api", "load"),
+    "BuildResult": ("api", "BuildResult"),
+    "Runner": ("backends.base", "Runner"),
+    "LocalStore": ("store.local", "LocalStore"),
+    "Entry": ("store.local", "Entry"),
+    "load_recipe": ("recipes", "load_recipe"),
+}
+
+if TYPE_CHECKING:
+    from .api import BuildResult, build, load
+    from .backends.base import Runner
+    from .recipes import load_recipe
+    from .store.local import Entry, LocalStore
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

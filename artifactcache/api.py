@@ -11,9 +11,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backends.base import Backend, BuildContext, BuildOptions, Runner, get_backend, require_available
+from .backends.base import (
+    Backend,
+    BuildContext,
+    BuildOptions,
+    Runner,
+    get_backend,
+    require_available,
+)
 from .errors import BackendError
-from .keys import architecture_factors, compute_key, hardware_fingerprint, make_factors, weights_digest
+from .keys import (
+    architecture_factors,
+    compute_key,
+    hardware_fingerprint,
+    make_factors,
+    weights_digest,
+)
 from .recipes import Recipe, load_recipe
 
 
@@ -73,7 +86,9 @@ def make_context(
 
 def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyInfo:
     w = ctx.weights
-    wfactor = weights_digest(w.path, memo_dir=memo_dir) if w.path is not None else f"random:{w.seed}"
+    wfactor = (
+        weights_digest(w.path, memo_dir=memo_dir) if w.path is not None else f"random:{w.seed}"
+    )
     factors = make_factors(
         recipe=ctx.recipe.normalized(),
         weights=wfactor,
@@ -122,7 +137,16 @@ def build(
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is."""
     t0 = time.perf_counter()
-    b, ctx = make_context(recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed, extra=extra)
+    b, ctx = make_context(
+        recipe,
+        backend,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        weights=weights,
+        seed=seed,
+        extra=extra,
+    )
     st = _resolve_store(store, cache_dir, allow_shared_root)
     info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
     entry, source = _build_in(b, ctx, info, st, force)
@@ -156,7 +180,16 @@ def load(
 
     Pass ``context`` to receive phase timestamps in ``context.phases``.
     """
-    b, ctx = make_context(recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed, extra=extra)
+    b, ctx = make_context(
+        recipe,
+        backend,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        weights=weights,
+        seed=seed,
+        extra=extra,
+    )
     if context is not None:
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context

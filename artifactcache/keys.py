@@ -253,7 +253,16 @@ def _cpu_isa() -> list[str]:
     for line in text.splitlines():
         if line.startswith(("flags", "Features")):
             flags = set(line.split(":", 1)[1].split())
-            wanted = ["avx2", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16", "amx_tile", "asimd", "sve"]
+            wanted = [
+                "avx2",
+                "avx512f",
+                "avx512bw",
+                "avx512_bf16",
+                "amx_bf16",
+                "amx_tile",
+                "asimd",
+                "sve",
+            ]
             return [f for f in wanted if f in flags]
     return []
 
@@ -273,7 +282,9 @@ def hardware_fingerprint(device: str, *, with_driver: bool = False) -> dict[str,
     if not torch.cuda.is_available():
         from .errors import BackendError
 
-        raise BackendError(f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu")
+        raise BackendError(
+            f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu"
+        )
     idx = torch.device(device).index or 0
     props = torch.cuda.get_device_properties(idx)
     out["gpu"] = props.name

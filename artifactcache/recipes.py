@@ -155,7 +155,9 @@ def _fail(src: str, fld: str, what: str) -> RecipeError:
 _MODEL_INT_FIELDS = ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "intermediate_size")
 
 
-def _get(table: dict[str, Any], src: str, prefix: str, name: str, typ: Any, default: Any = ...) -> Any:
+def _get(
+    table: dict[str, Any], src: str, prefix: str, name: str, typ: Any, default: Any = ...
+) -> Any:
     fld = f"{prefix}{name}"
     if name not in table:
         if default is ...:
@@ -197,10 +199,14 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     for k, v in ints.items():
         _positive(src, f"model.{k}", v)
     if ints["dim"] % ints["n_heads"]:
-        raise _fail(src, "model.n_heads", f"({ints['n_heads']}) must divide model.dim ({ints['dim']})")
+        raise _fail(
+            src, "model.n_heads", f"({ints['n_heads']}) must divide model.dim ({ints['dim']})"
+        )
     if ints["n_heads"] % ints["n_kv_heads"]:
         raise _fail(
-            src, "model.n_kv_heads", f"({ints['n_kv_heads']}) must divide model.n_heads ({ints['n_heads']})"
+            src,
+            "model.n_kv_heads",
+            f"({ints['n_kv_heads']}) must divide model.n_heads ({ints['n_heads']})",
         )
     norm_eps = _get(m, src, "model.", "norm_eps", float, 1e-5)
     _positive(src, "model.norm_eps", norm_eps)
@@ -219,7 +225,9 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
         raise _fail(src, "model.partial_rotary_factor", f"must be in (0, 1], got {prf}")
     head_dim = ints["dim"] // ints["n_heads"]
     if int(head_dim * prf) % 2:
-        raise _fail(src, "model.partial_rotary_factor", f"gives an odd rotary dim for head_dim {head_dim}")
+        raise _fail(
+            src, "model.partial_rotary_factor", f"gives an odd rotary dim for head_dim {head_dim}"
+        )
     tie = _get(m, src, "model.", "tie_embeddings", bool, False)
     model = ModelConfig(
         **ints,
@@ -246,7 +254,11 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     if shapes.prefill_len > shapes.max_seq_len:
         raise _fail(src, "shapes.prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len")
     if shapes.max_seq_len > max_pos:
-        raise _fail(src, "shapes.max_seq_len", f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})")
+        raise _fail(
+            src,
+            "shapes.max_seq_len",
+            f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})",
+        )
 
     b = _get(data, src, "", "bench", dict, {})
     for k in b:
@@ -255,7 +267,11 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     ids = _get(b, src, "bench.", "prompt_ids", list, [])
     for i, t in enumerate(ids):
         if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < model.vocab_size:
-            raise _fail(src, f"bench.prompt_ids[{i}]", f"must be a token id in [0, {model.vocab_size}), got {t!r}")
+            raise _fail(
+                src,
+                f"bench.prompt_ids[{i}]",
+                f"must be a token id in [0, {model.vocab_size}), got {t!r}",
+            )
     bench = Bench(
         prompt=_get(b, src, "bench.", "prompt", str, "Hello, my name is"),
         prompt_ids=tuple(ids),
@@ -265,7 +281,15 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     )
     _positive(src, "bench.max_new_tokens", bench.max_new_tokens)
     _positive(src, "bench.batch_size", bench.batch_size)
-    return Recipe(name=name, family=family, model=model, shapes=shapes, bench=bench, description=description, source=src)
+    return Recipe(
+        name=name,
+        family=family,
+        model=model,
+        shapes=shapes,
+        bench=bench,
+        description=description,
+        source=src,
+    )
 
 
 def builtin_names() -> list[str]:

@@ -128,8 +128,18 @@ print(json.dumps({"ctx_s": t_ctx - t0, "load_s": t_load - t_ctx, "constants_s": 
 def run_child(variant: str, work: Path, gdb: bool = False) -> dict:
     cmd = [sys.executable, "-c", CHILD, variant, str(work), str(ROOT)]
     if gdb:
-        cmd = ["cuda-gdb", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt 30",
-               "--args", *cmd]
+        cmd = [
+            "cuda-gdb",
+            "-batch",
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "run",
+            "-ex",
+            "bt 30",
+            "--args",
+            *cmd,
+        ]
     t0 = time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=150)

@@ -41,7 +41,7 @@ class AcacheGroup(TyperGroup):
 app = typer.Typer(
     cls=AcacheGroup,
     name="acache",
-    help="Build compiled PyTorch artifacts once, cache them by content, and measure what that buys.",
+    help="Build compiled PyTorch artifacts once, cache them by content, measure what it buys.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -64,7 +64,7 @@ AllowSharedRoot = Annotated[
     typer.Option(
         "--allow-shared-root",
         envvar="ACACHE_ALLOW_SHARED_ROOT",
-        help="Accept a cache root that is a symlink, owned by another user, or group/world-writable.",
+        help="Accept a cache root that is a symlink, another user's, or group/world-writable.",
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -73,13 +73,17 @@ Remote = Annotated[
     typer.Option(
         "--remote",
         envvar="ACACHE_REMOTE",
-        help="Shared remote tier, e.g. s3://bucket/prefix (endpoint and credentials from the usual AWS_* env).",
+        help="Shared remote tier, e.g. s3://bucket/prefix (endpoint, credentials: the AWS_* env).",
         show_default=False,
     ),
 ]
 RemoteReadOnly = Annotated[
     bool,
-    typer.Option("--remote-read-only", envvar="ACACHE_REMOTE_READ_ONLY", help="Pull from the remote, never push."),
+    typer.Option(
+        "--remote-read-only",
+        envvar="ACACHE_REMOTE_READ_ONLY",
+        help="Pull from the remote, never push.",
+    ),
 ]
 
 

@@ -48,7 +48,9 @@ def rope_cache(cfg: ModelConfig, max_seq_len: int) -> torch.Tensor:
     return torch.stack([emb.cos(), emb.sin()])
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int
+) -> torch.Tensor:
     """x: [B, H, T, D]; cos/sin: [T, rotary_dim]. Rotates the first rotary_dim dims."""
     xr, xp = x[..., :rotary_dim], x[..., rotary_dim:]
     half = rotary_dim // 2
@@ -58,11 +60,17 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim
 
 
 class KVCache(nn.Module):
-    def __init__(self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device):
+    def __init__(
+        self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device
+    ):
         super().__init__()
         shape = (max_batch, n_kv_heads, max_seq_len, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer(
+            "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
+        self.register_buffer(
+            "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
+        )
 
     def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         # index_copy_ keeps the write in place and traceable (export sees a buffer mutation).
@@ -71,7 +79,9 @@ class KVCache(nn.Module):
         return self.k_cache, self.v_cache
 
 
-def attention_mask(input_pos: torch.Tensor, max_seq_len: int, sliding_window: int | None) -> torch.Tensor:
+def attention_mask(
+    input_pos: torch.Tensor, max_seq_len: int, sliding_window: int | None
+) -> torch.Tensor:
     """[T, S] bool: query at position p sees key s iff s <= p (and p - s < window)."""
     s = torch.arange(max_seq_len, device=input_pos.device)
     p = input_pos[:, None]

@@ -85,7 +85,9 @@ class Phi2Model(nn.Module):
             layer.self_attn.kv_cache = KVCache(
                 max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
             )
-        self.register_buffer("rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False)
+        self.register_buffer(
+            "rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False
+        )
         self.max_seq_len = max_seq_len
 
     def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,9 @@ _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 def weight_files(path: Path) -> list[Path]:
     if path.is_file():
         if path.suffix != ".safetensors":
-            raise WeightsError(f"{path}: only .safetensors weights are supported (convert with safetensors)")
+            raise WeightsError(
+                f"{path}: only .safetensors weights are supported (convert with safetensors)"
+            )
         return [path]
     if not path.is_dir():
         raise WeightsError(f"weights not found: {path}")
@@ -42,11 +44,15 @@ def weight_files(path: Path) -> list[Path]:
         return files
     files = sorted(path.glob("*.safetensors"))
     if not files:
-        raise WeightsError(f"no *.safetensors files in {path} (only safetensors checkpoints are supported)")
+        raise WeightsError(
+            f"no *.safetensors files in {path} (only safetensors checkpoints are supported)"
+        )
     return files
 
 
-def load_checkpoint(model: nn.Module, path: Path, device: torch.device, dtype: torch.dtype, tied: bool) -> None:
+def load_checkpoint(
+    model: nn.Module, path: Path, device: torch.device, dtype: torch.dtype, tied: bool
+) -> None:
     """Fill a meta-device model from safetensors files, checking every tensor."""
     from safetensors import safe_open
 
@@ -62,22 +68,31 @@ def load_checkpoint(model: nn.Module, path: Path, device: torch.device, dtype: t
                 if name.endswith(_IGNORED_SUFFIXES):
                     continue
                 if name not in expected:
-                    raise WeightsError(f"{f}: unexpected tensor '{name}': the checkpoint does not match this recipe")
+                    raise WeightsError(
+                        f"{f}: unexpected tensor '{name}': "
+                        "the checkpoint does not match this recipe"
+                    )
                 t = handle.get_tensor(name)
                 want = expected[name]
                 if tuple(t.shape) != tuple(want.shape):
                     raise WeightsError(
-                        f"{f}: tensor '{name}' has shape {tuple(t.shape)}, the recipe needs {tuple(want.shape)}"
+                        f"{f}: tensor '{name}' has shape {tuple(t.shape)}, "
+                        f"the recipe needs {tuple(want.shape)}"
                     )
                 if not t.is_floating_point():
-                    raise WeightsError(f"{f}: tensor '{name}' has dtype {t.dtype}, expected a float dtype")
+                    raise WeightsError(
+                        f"{f}: tensor '{name}' has dtype {t.dtype}, expected a float dtype"
+                    )
                 state[name] = t.to(dtype)
     if tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         state["lm_head.weight"] = state["model.embed_tokens.weight"]
     missing = [k for k in expected if k not in state]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise WeightsError(f"{path}: tensor '{missing[0]}' is missing{more}: the checkpoint does not match this recipe")
+        raise WeightsError(
+            f"{path}: tensor '{missing[0]}' is missing{more}: "
+            "the checkpoint does not match this recipe"
+        )
     model.load_state_dict(state, assign=True, strict=True)
 
 
