@@ -272,14 +272,18 @@ def chart_tokens(report: dict[str, Any], path: Path) -> bool:
     if not ok:
         return False
     width = 0.8 / max(len(backends), 1)
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(recipes) * len(backends)), 4))
+    # Capped width: five models x four backends must still fit a page.
+    fig, ax = plt.subplots(figsize=(min(16, max(6, 0.8 * len(recipes) * len(backends))), 4.5))
     for j, b in enumerate(backends):
         xs, ys = [], []
         for i, r in enumerate(recipes):
             if (r, b) in ok:
                 xs.append(i + (j - (len(backends) - 1) / 2) * width)
                 ys.append(ok[(r, b)]["bench"]["decode_tok_s"])
-        bars = ax.bar(xs, ys, width, label=b)
+        if not xs:  # nothing measured: an empty series would still get a (wrong) legend patch
+            continue
+        # An explicit colour per backend, stable whichever backends have numbers.
+        bars = ax.bar(xs, ys, width, label=b, color=f"C{j}")
         ax.bar_label(bars, fmt="%.0f", fontsize=7)
     ax.set_xticks(range(len(recipes)), recipes)
     ax.set_ylabel("decode tokens/s (batch 1)")

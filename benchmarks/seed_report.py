@@ -1,0 +1,68 @@
+"""Assemble one seed-table report from units saved by several GPU calls, running nothing.
+
+Each device call is a fresh machine, so `benchmarks/seed_table.py` is run once per
+call on a subset of recipes and its finished units (OUT/units/*.json) are carried
+back into this repository. This script rebuilds report.json / report.md / charts
+over all of them. A pair with no unit is reported as "not run" with the reason
+given by --not-run (e.g. why a backend could not be measured on the GPU).
+
+    python benchmarks/seed_report.py --out benchmarks/results/seed-h200 \
+        --calls "python benchmarks/seed_table.py ... (call 1)" "..." \
+        --not-run "aoti=..." "trt=..."
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from artifactcache.measure import compare
+    from artifactcache.measure.report import write_report
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--recipes", default="llama-7b,llama-3-8b,mistral-7b,phi-2,phi-3-mini")
+    p.add_argument("--backends", default="eager,inductor,aoti,trt")
+    p.add_argument("--modes", default="inductor=reduce-overhead")
+    p.add_argument("--calls", nargs="*", default=[], help="the device commands that made the units")
+    p.add_argument("--not-run", nargs="*", default=[], help="backend=reason for pairs without units")
+    args = p.parse_args(argv)
+
+    reasons = dict(item.split("=", 1) for item in args.not_run)
+    spec = compare.CompareSpec(
+        recipes=compare.parse_list(args.recipes, "recipes"),
+        backends=compare.parse_list(args.backends, "backends"),
+        device="cuda",
+        dtype="bf16",
+        runs=1,
+        new_tokens=200,
+        iters=2,
+        modes=compare.parse_modes([args.modes]),
+    )
+    # The GPU is not here: availability comes from what the units and --not-run say.
+    compare.availability = lambda s: {  # type: ignore[assignment]
+        b: (b not in reasons, reasons.get(b, "")) for b in dict.fromkeys(["eager", *s.backends])
+    }
+    command = " ; ".join([*args.calls, "python benchmarks/seed_report.py (assembly, no runs)"])
+    report = compare.run_compare(
+        spec, args.out, command=command, resume=True, keep_going=lambda r, b: False
+    )
+    for key, pair in report["pairs"].items():
+        if pair.get("reason", "").startswith("left for a later call"):
+            pair["reason"] = "GPU time for this session ran out before this pair"
+        backend = key.split("/", 1)[1]
+        if backend in reasons:
+            pair["reason"] = reasons[backend]
+    write_report(report, args.out)
+    print((args.out / "report.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
