@@ -11,6 +11,7 @@ for each repetition times, alternately:
   pull raw1  obstore.get(...).stream() -> file: one GET, the plain client's default
   pull rawN  parallel ranged obstore.get_range -> pwrite, same part size and
              concurrency as ours, no verification
+  pull rawNF the same plus one fsync: the durability the local store adds on publish
   pull ours  TieredStore.pull(key): ranged download into staging, blake3 of every
              file against the manifest, fsync, rename
 
@@ -109,7 +110,7 @@ def raw_pull_single(store: Any, path: str, dest: Path) -> None:
             f.write(chunk)
 
 
-def raw_pull_ranged(store: Any, path: str, dest: Path, size: int) -> None:
+def raw_pull_ranged(store: Any, path: str, dest: Path, size: int, fsync: bool = False) -> None:
     import obstore
 
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -122,6 +123,8 @@ def raw_pull_ranged(store: Any, path: str, dest: Path, size: int) -> None:
     try:
         with ThreadPoolExecutor(s3_mod.CONCURRENCY) as pool:
             list(pool.map(one, range(0, size, s3_mod.PART)))
+        if fsync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -151,7 +154,8 @@ def bench_size(srv: SeaweedServer, work: Path, gib: float, reps: int) -> dict[st
     )
     src = entry.path / "artifact.bin"
     raw = raw_store(srv)
-    names = ("push_raw", "push_rawT", "push_ours", "pull_raw1", "pull_rawN", "pull_ours")
+    names = ("push_raw", "push_rawT", "push_ours")
+    names += ("pull_raw1", "pull_rawN", "pull_rawNF", "pull_ours")
     times: dict[str, list[float]] = {k: [] for k in names}
     for rep in range(reps):
         ours_url = f"s3://{BUCKET}/bench-{rep}-{key[:8]}"
@@ -173,6 +177,7 @@ def bench_size(srv: SeaweedServer, work: Path, gib: float, reps: int) -> dict[st
         pulls = {
             "pull_raw1": lambda p=raw_path, d=dest: raw_pull_single(raw, p, d),
             "pull_rawN": lambda p=raw_path, d=dest: raw_pull_ranged(raw, p, d, size),
+            "pull_rawNF": lambda p=raw_path, d=dest: raw_pull_ranged(raw, p, d, size, True),
             "pull_ours": lambda b=b_dir, u=ours_url: fresh_host_pull(b, u, key),
         }
         for name in list(pulls)[:: 1 if rep % 2 == 0 else -1]:
@@ -209,6 +214,7 @@ def bench_size(srv: SeaweedServer, work: Path, gib: float, reps: int) -> dict[st
                 times["push_raw"], times["push_rawT"], times["push_ours"], strict=True
             )
         ],
+        "pull_ratio_vs_fsync": med["pull_rawNF"] / med["pull_ours"],
         "pull_ratio_per_round": [
             min(a, b) / o
             for a, b, o in zip(
@@ -225,8 +231,9 @@ def per(ratios: list[float]) -> str:
 def markdown(results: list[dict[str, Any]]) -> str:
     head = (
         "| size | push raw (defaults) | push raw (our parts) | push acache | push ratio "
-        "| push ratio per round | pull raw (1 GET) | pull raw (ranged) | pull acache | pull ratio "
-        "| pull ratio per round | reps |\n|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| push ratio per round | pull raw (1 GET) | pull raw (ranged) | pull raw (ranged+fsync) "
+        "| pull acache | pull ratio | pull ratio per round | pull ratio vs raw+fsync | reps |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = []
     for r in results:
@@ -235,8 +242,9 @@ def markdown(results: list[dict[str, Any]]) -> str:
             f"| {r['gib']:g} GiB | {g['push_raw']:.3f} GiB/s | {g['push_rawT']:.3f} GiB/s "
             f"| {g['push_ours']:.3f} GiB/s | {r['push_ratio']:.2f} "
             f"| {per(r['push_ratio_per_round'])} | {g['pull_raw1']:.3f} GiB/s "
-            f"| {g['pull_rawN']:.3f} GiB/s | {g['pull_ours']:.3f} GiB/s "
-            f"| {r['pull_ratio']:.2f} | {per(r['pull_ratio_per_round'])} | {r['reps']} |"
+            f"| {g['pull_rawN']:.3f} GiB/s | {g['pull_rawNF']:.3f} GiB/s "
+            f"| {g['pull_ours']:.3f} GiB/s | {r['pull_ratio']:.2f} "
+            f"| {per(r['pull_ratio_per_round'])} | {r['pull_ratio_vs_fsync']:.2f} | {r['reps']} |"
         )
     return "\n".join([head, *rows])
 

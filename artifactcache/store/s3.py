@@ -288,7 +288,6 @@ class S3Store:
                 if len(buf) != end - start:
                     raise IntegrityError(f"remote object {path} is shorter than {size} bytes")
                 os.pwrite(fd, memoryview(buf), start)
-                _start_writeback(fd, start, end - start)
 
             with ThreadPoolExecutor(CONCURRENCY) as pool:
                 for fut in [pool.submit(fetch, s) for s in range(0, size, PART)]:
@@ -301,35 +300,6 @@ class S3Store:
             raise IntegrityError(f"remote object {path} is missing") from None
         finally:
             os.close(fd)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_libc: Any = None
-
-
-def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
-    """Start writing this range to disk now (Linux sync_file_range), without waiting.
-
-    The local store fsyncs every file before publishing; starting writeback
-    while later parts are still downloading makes that fsync nearly free
-    instead of a multi-second stall on a multi-GB file. Best effort: a no-op
-    where the call is missing.
-    """
-    global _libc
-    try:
-        if _libc is None:
-            import ctypes
-
-            _libc = ctypes.CDLL(None, use_errno=True)
-            _libc.sync_file_range.argtypes = [
-                ctypes.c_int,
-                ctypes.c_int64,
-                ctypes.c_int64,
-                ctypes.c_uint,
-            ]
-        _libc.sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
-    except (OSError, AttributeError):
-        _libc = False  # not Linux or no such symbol: the final fsync does it all
 
 
 def _verified_chunks(src: Path, size: int, digest: str) -> Iterator[bytes]:
