@@ -6,6 +6,7 @@ store never sees torch; backends never see the store's layout.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from .backends.base import (
     get_backend,
     require_available,
 )
-from .errors import BackendError
+from .errors import BackendError, BackendUnavailable
 from .keys import (
     architecture_factors,
     compute_key,
@@ -62,6 +63,24 @@ def _resolve_store(store: Any, cache_dir: str | Path | None, allow_shared_root: 
     return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
 
 
+_DEVICE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
+
+
+def check_device(device: str, *, present: bool = True) -> None:
+    """cpu, cuda or cuda:N (and, with present=True, N a GPU torch can see)."""
+    m = _DEVICE.match(device)
+    if not m or (m.group(1) == "cpu" and m.group(2)):
+        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+    if present and m.group(1) == "cuda":
+        import torch
+
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise BackendUnavailable(f"device {device!r}: torch sees no CUDA GPU; use --device cpu")
+        if m.group(3) is not None and int(m.group(3)) >= n:
+            raise BackendError(f"device {device!r}: only {n} GPU(s) visible (cuda:0..cuda:{n - 1})")
+
+
 def make_context(
     recipe: str | Path | Recipe,
     backend: str,
@@ -77,10 +96,10 @@ def make_context(
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     b = get_backend(backend)
     opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}))
-    if device != "cpu" and not device.startswith("cuda"):
-        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+    check_device(device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
-    require_available(b, opts)
+    require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
+    check_device(device)
     return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
 
 
@@ -120,6 +139,42 @@ def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: b
     )
 
 
+def _lookup(
+    recipe: str | Path | Recipe,
+    backend: str,
+    *,
+    build_on_miss: bool,
+    force: bool = False,
+    store: Any = None,
+    cache_dir: str | Path | None = None,
+    allow_shared_root: bool = False,
+    context: BuildContext | None = None,
+    **choices: Any,
+) -> tuple[Backend, BuildContext, BuildResult]:
+    """The one path build() and load() share: validate, key, then hit or build once."""
+    t0 = time.perf_counter()
+    b, ctx = make_context(recipe, backend, **choices)
+    if context is not None:  # the caller wants the phase stamps in its own object
+        context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
+        ctx = context
+    st = _resolve_store(store, cache_dir, allow_shared_root)
+    ctx.store = st
+    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    if build_on_miss:
+        entry, source = _build_in(b, ctx, info, st, force)
+    else:
+        entry, source = st.open(info.key), "local"  # raises KeyLookupError / IntegrityError
+    result = BuildResult(
+        key=info.key,
+        built=source == "built",
+        seconds=time.perf_counter() - t0,
+        bytes=entry.size,
+        entry=entry,
+        source=source,
+    )
+    return b, ctx, result
+
+
 def build(
     recipe: str | Path | Recipe,
     backend: str = "eager",
@@ -136,28 +191,38 @@ def build(
     store: Any = None,
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is."""
-    t0 = time.perf_counter()
-    b, ctx = make_context(
-        recipe,
-        backend,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        weights=weights,
-        seed=seed,
-        extra=extra,
-    )
-    st = _resolve_store(store, cache_dir, allow_shared_root)
-    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
-    entry, source = _build_in(b, ctx, info, st, force)
-    return BuildResult(
-        key=info.key,
-        built=source == "built",
-        seconds=time.perf_counter() - t0,
-        bytes=entry.size,
-        entry=entry,
-        source=source,
-    )
+    _, _, result = _lookup(
+        recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
+        allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
+        weights=weights, seed=seed, extra=extra,
+    )  # fmt: skip
+    return result
+
+
+def load_with_result(
+    recipe: str | Path | Recipe,
+    backend: str = "eager",
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    mode: str | None = None,
+    weights: str | Path | None = None,
+    seed: int = 0,
+    extra: dict[str, Any] | None = None,
+    build_on_miss: bool = True,
+    cache_dir: str | Path | None = None,
+    allow_shared_root: bool = False,
+    store: Any = None,
+    context: BuildContext | None = None,
+) -> tuple[BuildResult, Runner]:
+    """load(), plus how the entry was found (hit / built / pulled): one lookup, not two."""
+    b, ctx, result = _lookup(
+        recipe, backend, build_on_miss=build_on_miss, store=store, cache_dir=cache_dir,
+        allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
+        mode=mode, weights=weights, seed=seed, extra=extra,
+    )  # fmt: skip
+    ctx.phases["entry_ready"] = time.perf_counter()
+    return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 
 def load(
@@ -180,25 +245,8 @@ def load(
 
     Pass ``context`` to receive phase timestamps in ``context.phases``.
     """
-    b, ctx = make_context(
-        recipe,
-        backend,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        weights=weights,
-        seed=seed,
-        extra=extra,
-    )
-    if context is not None:
-        context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
-        ctx = context
-    st = _resolve_store(store, cache_dir, allow_shared_root)
-    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
-    if build_on_miss:
-        entry, _ = _build_in(b, ctx, info, st, force=False)
-    else:
-        entry = st.open(info.key)  # raises KeyLookupError / IntegrityError
-    ctx.store = st
-    ctx.phases["entry_ready"] = time.perf_counter()
-    return b.load(ctx, entry.path, entry.meta)
+    return load_with_result(
+        recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
+        extra=extra, build_on_miss=build_on_miss, cache_dir=cache_dir,
+        allow_shared_root=allow_shared_root, store=store, context=context,
+    )[1]  # fmt: skip

@@ -273,7 +273,8 @@ def hardware_fingerprint(device: str, *, with_driver: bool = False) -> dict[str,
     CPU artifacts depend on arch and ISA; CUDA artifacts on the GPU model and its
     compute capability, and TensorRT engines also on the driver.
     """
-    out: dict[str, Any] = {"device": device, "machine": platform.machine()}
+    # The device *type*: cuda:0 and cuda:1 of one GPU model build the same artifact.
+    out: dict[str, Any] = {"device": device.split(":")[0], "machine": platform.machine()}
     if device == "cpu":
         out["cpu_isa"] = _cpu_isa()
         return out

@@ -215,8 +215,22 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     max_pos = _get(m, src, "model.", "max_position_embeddings", int, 4096)
     _positive(src, "model.max_position_embeddings", max_pos)
     rope_scaling = _get(m, src, "model.", "rope_scaling", dict, None)
-    if rope_scaling is not None and rope_scaling.get("type") != "llama3":
-        raise _fail(src, "model.rope_scaling.type", "must be 'llama3' (the only scaling supported)")
+    if rope_scaling is not None:
+        if rope_scaling.get("type") != "llama3":
+            raise _fail(src, "model.rope_scaling.type", "must be 'llama3' (the only one supported)")
+        factor = _get(rope_scaling, src, "model.rope_scaling.", "factor", float)
+        _positive(src, "model.rope_scaling.factor", factor)
+        for k in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+            if k in rope_scaling:
+                _positive(
+                    src,
+                    f"model.rope_scaling.{k}",
+                    _get(rope_scaling, src, "model.rope_scaling.", k, float),
+                )
+        low = float(rope_scaling.get("low_freq_factor", 1.0))
+        high = float(rope_scaling.get("high_freq_factor", 4.0))
+        if high <= low:
+            raise _fail(src, "model.rope_scaling.high_freq_factor", "must exceed low_freq_factor")
     sliding = _get(m, src, "model.", "sliding_window", int, None)
     if sliding is not None:
         _positive(src, "model.sliding_window", sliding)

@@ -47,3 +47,16 @@ def test_matching_or_preloaded_runtime_passes(monkeypatch):
     cxx.check_runtime({})  # entries from before the record existed
     monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
     cxx.check_runtime({"libstdcxx": "/elsewhere/libstdc++.so.6.0.99"})
+
+
+def test_missing_compiler_is_a_one_line_cli_error(monkeypatch):
+    from typer.testing import CliRunner
+
+    from artifactcache.cli.app import app
+
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    for backend in ("inductor", "aoti"):
+        res = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", backend])
+        assert res.exit_code == 1
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "install g++" in lines[0]

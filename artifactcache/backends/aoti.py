@@ -35,7 +35,7 @@ from typing import Any
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
-from .cxx import build_record, check_runtime, choose_cxx, describe
+from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from .runner import StepRunner, build_model_for, check_device_dtype, device_of, example_inputs
 
 RECORD = "aoti.json"
@@ -130,6 +130,8 @@ class AotiBackend:
 
         if not hasattr(torch._inductor, "aoti_compile_and_package"):
             return False, f"torch {torch.__version__} has no aoti_compile_and_package"
+        if reason := missing_compiler():
+            return False, reason  # every AOTInductor wrapper is C++
         if opts.device.startswith("cuda"):
             if not torch.cuda.is_available():
                 return False, "torch sees no CUDA GPU; use --device cpu"
@@ -156,8 +158,10 @@ class AotiBackend:
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         names = ("torch", "triton") if opts.device.startswith("cuda") else ("torch",)
-        # The C++ compiler shapes the wrapper .so (and whether it loads: see cxx.py).
-        return {**toolchain_fingerprint(names), **describe(choose_cxx())}
+        # The C++ runtime decides whether the wrapper .so loads (cxx.py). Key on the
+        # runtime, not on the compiler's path, so a deploy host without g++ computes
+        # the key of the entry the build host pushed; the compiler goes in the manifest.
+        return {**toolchain_fingerprint(names), "libstdcxx": runtime_id()}
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         import torch

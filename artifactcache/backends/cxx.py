@@ -33,6 +33,12 @@ def loaded_libstdcxx() -> str | None:
     return None
 
 
+def runtime_id() -> str | None:
+    """The loaded libstdc++ by file name (e.g. libstdc++.so.6.0.33): a key factor."""
+    loaded = loaded_libstdcxx()
+    return os.path.basename(loaded) if loaded else None
+
+
 @functools.lru_cache(maxsize=16)
 def compiler_libstdcxx(cxx: str) -> str | None:
     """Real path of the libstdc++ a compiler links against, or None if unknown."""
@@ -83,6 +89,15 @@ def choose_cxx(default: str = "g++") -> str | None:
         if compiler_libstdcxx(cxx) == loaded:
             return cxx
     return None
+
+
+def missing_compiler() -> str | None:
+    """A reason when no C++ compiler is on PATH (Inductor's CPU code and every
+    AOTInductor wrapper are C++), else None."""
+    cxx = os.environ.get("CXX") or "g++"
+    if shutil.which(cxx):
+        return None
+    return f"no C++ compiler found ({cxx!r} is not on PATH): install g++ (e.g. apt install g++)"
 
 
 def describe(cxx: str | None) -> dict[str, str | None]:

@@ -35,6 +35,7 @@ from typing import Any
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
+from .cxx import missing_compiler
 from .runner import (
     StepRunner,
     build_model_for,
@@ -128,6 +129,8 @@ class InductorBackend:
 
         if opts.device.startswith("cuda") and not torch.cuda.is_available():
             return False, "torch sees no CUDA GPU; use --device cpu"
+        if opts.device == "cpu" and (reason := missing_compiler()):
+            return False, reason  # Inductor's CPU kernels are C++
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:

@@ -1,0 +1,33 @@
+"""api.py: device validation, one lookup per load, and hardware keys by device type."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifactcache import api
+from artifactcache.errors import BackendError
+from artifactcache.keys import hardware_fingerprint
+from artifactcache.store.local import LocalStore
+
+
+@pytest.mark.parametrize("device", ["gpu", "cpu:1", "cuda:x", "cuda0", ""])
+def test_malformed_devices_are_rejected_before_anything_is_written(device, cache_dir):
+    with pytest.raises(BackendError, match="unknown device|use cpu"):
+        api.build("tiny-llama", "eager", device=device)
+    assert not any((cache_dir / "v1" / "entries").glob("*/*")) if (cache_dir / "v1").exists() else True
+
+
+def test_hardware_key_uses_the_device_type():
+    assert hardware_fingerprint("cpu")["device"] == "cpu"
+
+
+def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
+    store = LocalStore(cache_dir)
+    first, runner = api.load_with_result("tiny-llama", "eager", store=store)
+    assert first.built and first.source == "built"
+    again, runner2 = api.load_with_result("tiny-llama", "eager", store=store)
+    assert not again.built and again.source == "local" and again.key == first.key
+    assert runner2.generate([1, 15043], 3) == runner.generate([1, 15043], 3)
+    stats = store.stats()
+    hits = stats["hits"] if isinstance(stats, dict) else stats.hits
+    assert hits == 1
