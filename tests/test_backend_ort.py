@@ -3,8 +3,6 @@ the shared export cache, and one-line errors for bad inputs."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -63,28 +61,6 @@ def test_warm_session_skips_optimization(store, monkeypatch, capfd):
     cold_log = capfd.readouterr().err
     assert "graph transformer(s) for level 1" in cold_log
     assert ctx.phases["artifact_ready"] >= ctx.phases["entry_ready"]
-
-
-def test_session_creation_is_faster_warm(store):
-    """The timing side of the same claim: median of 5 session creations each way."""
-    res = api.build("tiny-phi-2", "ort", store=store)
-    raw = store.get(res.entry.meta["export_key"]).path / ox.MODEL_FILE
-    opt = res.entry.path / ortb.OPT_MODEL
-    ort = ortb._ort()
-
-    def median_seconds(path, level):
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            ort.InferenceSession(
-                str(path), ortb.session_options(level), providers=["CPUExecutionProvider"]
-            )
-            times.append(time.perf_counter() - t0)
-        return sorted(times)[2]
-
-    cold, warm = median_seconds(raw, "all"), median_seconds(opt, "none")
-    print(f"\nsession creation tiny-phi-2: cold {cold * 1e3:.1f} ms, warm {warm * 1e3:.1f} ms")
-    assert warm < cold
 
 
 def test_one_export_serves_ort_and_trt(store):
