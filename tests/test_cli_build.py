@@ -101,3 +101,16 @@ def test_parse_token_ids():
     assert parse_token_ids(" 1, 2 3 ") == [1, 2, 3]
     with pytest.raises(AcacheError):
         parse_token_ids(" , ")
+
+
+def test_extra_options_are_parsed_typed_and_validated():
+    from artifactcache.cli.build import parse_extra
+    from artifactcache.errors import BackendError
+
+    assert parse_extra(["opset=18", "allow_host_code=true", "exporter=torchscript"]) == {
+        "opset": 18,
+        "allow_host_code": True,
+        "exporter": "torchscript",
+    }
+    with pytest.raises(BackendError, match="KEY=VALUE"):
+        parse_extra(["opset"])

@@ -23,7 +23,7 @@ and matches eager within 1e-6 relative; it takes ~10-20 s per tiny model on 2
 cores. The TorchScript exporter does the same in under 1 s but is deprecated
 since torch 2.9, so it is only the fallback when the dynamo exporter raises
 (``meta["exporter_used"]`` records which one ran) or when asked for with
-``--extra exporter=torchscript``.
+``--extra exporter=torchscript`` (CLI) or ``extra={"exporter": "torchscript"}`` (API).
 
 Exporting is its own cache entry (backend name ``onnx-export``), keyed by the
 recipe, the weights, the opset, the dtype, the exporter and the exporter

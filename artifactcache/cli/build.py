@@ -53,6 +53,32 @@ WeightsOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
+ExtraOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--extra",
+        help="Backend option KEY=VALUE, repeatable (ort: opset=18, exporter=torchscript; "
+        "trt: opt_level=3, workspace_mb=4096, typing=weak, allow_host_code=true). Key factors.",
+    ),
+]
+
+
+def parse_extra(items: list[str] | None) -> dict[str, object]:
+    """KEY=VALUE pairs -> dict; ints and true/false are typed, the rest stay strings."""
+    from ..errors import BackendError
+
+    out: dict[str, object] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise BackendError(f"--extra {item!r}: expected KEY=VALUE, e.g. --extra opset=18")
+        value: object = raw
+        if raw.lstrip("-").isdigit():
+            value = int(raw)
+        elif raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        out[key.strip()] = value
+    return out
 
 
 @contextlib.contextmanager
@@ -158,6 +184,7 @@ def register(app: typer.Typer) -> None:
         mode: ModeOpt = None,
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
+        extra: ExtraOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -178,6 +205,7 @@ def register(app: typer.Typer) -> None:
                 mode=mode,
                 weights=weights,
                 seed=seed,
+                extra=parse_extra(extra),
                 force=force,
                 store=store,
             )
@@ -224,6 +252,7 @@ def register(app: typer.Typer) -> None:
         mode: ModeOpt = None,
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
+        extra: ExtraOpt = None,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -243,7 +272,10 @@ def register(app: typer.Typer) -> None:
         # Fail on shapes before building anything.
         rec.check_fits(len(ids), max_new_tokens)
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
-        common = dict(device=device, dtype=dtype, mode=mode, weights=weights, seed=seed)
+        common = dict(
+            device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
+            extra=parse_extra(extra),
+        )  # fmt: skip
         # One lookup: a hit is counted once, and the key is computed once.
         t0 = time.perf_counter()
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):
