@@ -20,7 +20,7 @@ from .backends.base import (
     get_backend,
     require_available,
 )
-from .errors import BackendError, BackendUnavailable
+from .errors import BackendError, BackendUnavailable, StaleArtifact
 from .keys import (
     architecture_factors,
     compute_key,
@@ -222,7 +222,20 @@ def load_with_result(
         mode=mode, weights=weights, seed=seed, extra=extra,
     )  # fmt: skip
     ctx.phases["entry_ready"] = time.perf_counter()
-    return result, b.load(ctx, result.entry.path, result.entry.meta)
+    try:
+        return result, b.load(ctx, result.entry.path, result.entry.meta)
+    except StaleArtifact as e:
+        if not build_on_miss:
+            raise
+        # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
+        if ctx.progress:
+            ctx.progress(f"rebuilding: {e}")
+        b, ctx, result = _lookup(
+            recipe, backend, build_on_miss=True, force=True, store=store, cache_dir=cache_dir,
+            allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
+            mode=mode, weights=weights, seed=seed, extra=extra,
+        )  # fmt: skip
+        return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 
 def load(

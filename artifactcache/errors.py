@@ -36,6 +36,11 @@ class BackendUnavailable(BackendError):
     """The backend's optional dependency is not installed or cannot run here."""
 
 
+class StaleArtifact(BackendError):
+    """An intact entry that cannot run on this runtime (e.g. a TensorRT engine from
+    another TensorRT version): api.load() rebuilds it once instead of failing."""
+
+
 class ShapeError(AcacheError):
     """Inputs do not fit the shapes the artifact was built for."""
 

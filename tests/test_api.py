@@ -31,3 +31,33 @@ def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
     stats = store.stats()
     hits = stats["hits"] if isinstance(stats, dict) else stats.hits
     assert hits == 1
+
+
+def test_a_stale_entry_is_rebuilt_once_not_fatal(cache_dir, monkeypatch):
+    """A backend that finds its intact entry unusable here (StaleArtifact, e.g. a TensorRT
+    engine from another TensorRT version) gets one forced rebuild from api.load()."""
+    from artifactcache.backends import eager
+    from artifactcache.errors import StaleArtifact
+
+    calls = {"load": 0, "build": 0}
+
+    class Flaky(type(eager.BACKEND)):
+        def build(self, ctx, workdir):
+            calls["build"] += 1
+            return super().build(ctx, workdir)
+
+        def load(self, ctx, entry_dir, meta):
+            calls["load"] += 1
+            if calls["load"] == 1:
+                raise StaleArtifact("engine from another runtime")
+            return super().load(ctx, entry_dir, meta)
+
+    monkeypatch.setattr(api, "get_backend", lambda name: Flaky())
+    store = LocalStore(cache_dir)
+    api.build("tiny-llama", "eager", store=store)
+    result, runner = api.load_with_result("tiny-llama", "eager", store=store)
+    assert calls == {"load": 2, "build": 2} and result.built
+    assert len(runner.generate([1, 15043], 2)) == 2
+    with pytest.raises(StaleArtifact):  # without build_on_miss it is reported, not hidden
+        calls["load"] = 0
+        api.load("tiny-llama", "eager", store=store, build_on_miss=False)

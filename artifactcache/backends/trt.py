@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
+from ..errors import BackendError, StaleArtifact
 from ..keys import make_factors, package_version, toolchain_fingerprint
 from .base import INSTALL_HINTS, BuildContext, BuildOptions
 
@@ -61,7 +61,7 @@ TRT_MISSING = f"tensorrt not importable: {INSTALL_HINTS['trt']}"
 TRTLLM_MISSING = "tensorrt_llm not importable: pip install 'artifactcache[trtllm]'"
 
 
-class EngineIncompatible(BackendError):
+class EngineIncompatible(StaleArtifact):
     """A cached engine cannot run on this runtime: a miss, with the reason."""
 
 

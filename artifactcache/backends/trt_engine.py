@@ -241,13 +241,13 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     blob = engine_path.read_bytes()
     problem = compat_problem(meta, trt.__version__, cc, blob[:PLAN_HEADER_BYTES])
     if problem:
-        raise EngineIncompatible(f"cache miss for entry {engine_path.parent.name[:12]}: {problem}")
+        raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]} (rebuilding): {problem}")
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
     engine = runtime.deserialize_cuda_engine(blob)
     if engine is None:
         raise EngineIncompatible(
-            f"cache miss for entry {engine_path.parent.name[:12]}: TensorRT {trt.__version__} "
+            f"stale entry {engine_path.parent.name[:12]} (rebuilding): TensorRT {trt.__version__} "
             "could not deserialize the engine (see its log); rebuild with --force"
         )
     ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
