@@ -241,7 +241,7 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     blob = engine_path.read_bytes()
     problem = compat_problem(meta, trt.__version__, cc, blob[:PLAN_HEADER_BYTES])
     if problem:
-        raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]} (rebuilding): {problem}")
+        raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]}: {problem}")
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
     engine = runtime.deserialize_cuda_engine(blob)

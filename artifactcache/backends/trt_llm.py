@@ -218,7 +218,7 @@ def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -
             f"this runtime is {tensorrt_llm.__version__}"
         )
     if problem:
-        raise EngineIncompatible(f"stale entry {engine_dir.parent.name[:12]} (rebuilding): {problem}")
+        raise EngineIncompatible(f"stale entry {engine_dir.parent.name[:12]}: {problem}")
     llm = _llm_class()(model=str(engine_dir), skip_tokenizer_init=True)
     ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
     return TrtLlmRunner(llm, ctx.recipe)
