@@ -110,3 +110,35 @@ class RMSNorm(nn.Module):
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
+
+
+class CausalLM(nn.Module):
+    """What every family shares: the static caches and the forward over ``self.model``.
+
+    A subclass builds ``self.model`` (with ``embed_tokens`` and ``layers``) and an
+    ``lm_head``, and names the final norm inside ``self.model`` (transformers calls it
+    ``norm`` for Llama and ``final_layernorm`` for Phi-2).
+    """
+
+    FINAL_NORM = "norm"
+    cfg: ModelConfig
+    lm_head: nn.Linear
+    max_seq_len: int
+
+    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
+        p = self.lm_head.weight
+        for layer in self.model.layers:
+            layer.self_attn.kv_cache = KVCache(
+                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
+            )
+        rope = rope_cache(self.cfg, max_seq_len).to(p.device)
+        self.register_buffer("rope", rope, persistent=False)
+        self.max_seq_len = max_seq_len
+
+    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+        cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
+        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.lm_head(getattr(self.model, self.FINAL_NORM)(x)).float()

@@ -8,12 +8,11 @@ in fusing q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``, which the
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import KVCache, RMSNorm, apply_rope, attention_mask, rope_cache, sdpa
+from .common import CausalLM, KVCache, RMSNorm, apply_rope, sdpa
 
 
 class Attention(nn.Module):
@@ -89,7 +88,7 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
 
 
-class LlamaModel(nn.Module):
+class LlamaModel(CausalLM):
     """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
 
     def __init__(self, cfg: ModelConfig, fused: bool = False):
@@ -98,22 +97,3 @@ class LlamaModel(nn.Module):
         self.model = Backbone(cfg, fused)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.max_seq_len = 0
-
-    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
-        p = self.lm_head.weight
-        for layer in self.model.layers:
-            layer.self_attn.kv_cache = KVCache(
-                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
-            )
-        self.register_buffer(
-            "rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False
-        )
-        self.max_seq_len = max_seq_len
-
-    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
-        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
-        x = self.model.embed_tokens(idx)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, input_pos)
-        return self.lm_head(self.model.norm(x)).float()

@@ -6,12 +6,11 @@ Module names mirror transformers' PhiForCausalLM (``self_attn.dense``,
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import KVCache, apply_rope, attention_mask, rope_cache, sdpa
+from .common import CausalLM, KVCache, apply_rope, sdpa
 
 
 class PhiAttention(nn.Module):
@@ -69,8 +68,10 @@ class PhiBackbone(nn.Module):
         self.final_layernorm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
 
 
-class Phi2Model(nn.Module):
+class Phi2Model(CausalLM):
     """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
+
+    FINAL_NORM = "final_layernorm"
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -78,22 +79,3 @@ class Phi2Model(nn.Module):
         self.model = PhiBackbone(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=True)
         self.max_seq_len = 0
-
-    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
-        p = self.lm_head.weight
-        for layer in self.model.layers:
-            layer.self_attn.kv_cache = KVCache(
-                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
-            )
-        self.register_buffer(
-            "rope", rope_cache(self.cfg, max_seq_len).to(p.device), persistent=False
-        )
-        self.max_seq_len = max_seq_len
-
-    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
-        cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
-        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
-        x = self.model.embed_tokens(idx)
-        for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, input_pos)
-        return self.lm_head(self.model.final_layernorm(x)).float()
