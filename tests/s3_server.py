@@ -11,6 +11,7 @@ Use from a test module (not conftest): ``from tests.s3_server import s3_server, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -177,6 +178,15 @@ class SeaweedServer:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
+        self._remove_sockets()
+
+    def _remove_sockets(self) -> None:
+        # weed puts unix sockets named by port in /tmp, with no option to move
+        # them all; remove ours once the process is gone.
+        for name in self.ports:
+            for sock in (f"{name}-{self.ports[name]}", f"{name}-grpc-{self.grpc[name]}"):
+                with contextlib.suppress(OSError):
+                    os.unlink(f"/tmp/seaweedfs-{sock}.sock")
 
     def log_tail(self, n: int = 2000) -> str:
         try:
