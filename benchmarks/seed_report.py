@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recipes", default="llama-7b,llama-3-8b,mistral-7b,phi-2,phi-3-mini")
     p.add_argument("--backends", default="eager,inductor,aoti,trt")
     p.add_argument("--modes", default="inductor=reduce-overhead")
-    p.add_argument("--calls", nargs="*", default=[], help="the device commands that made the units")
-    p.add_argument("--not-run", nargs="*", default=[], help="backend=reason for pairs without units")
+    p.add_argument("--calls", nargs="*", default=[], help="device commands behind the units")
+    p.add_argument("--not-run", nargs="*", default=[], help="backend=reason (no units)")
     args = p.parse_args(argv)
 
     reasons = dict(item.split("=", 1) for item in args.not_run)

@@ -137,7 +137,7 @@ from artifactcache.store import remote
 from artifactcache.store.local import LocalStore
 from artifactcache.store.remote import open_tiered
 
-cache, url, key, payload, sync = sys.argv[1:6]
+cache, url, key, payload, sync, name = sys.argv[1:7]
 
 def barrier(stage):
     # Both hosts upload their files before either writes its manifest: a true race.
@@ -155,7 +155,7 @@ def build(work):
 remote.PUSH_HOOK = barrier
 os.makedirs(cache, mode=0o700, exist_ok=True)
 store = open_tiered(LocalStore(cache), url)
-entry, source = store.get_or_build(key, {"test": "race"}, build)
+entry, source = store.get_or_build(key, {"test": "remote", "name": name}, build)
 print(json.dumps({"source": source, "files": entry.files, "pushes": store.local.stats()["pushes"]}))
 """
 
@@ -169,7 +169,17 @@ def test_two_hosts_build_the_same_key_at_once(s3_remote, tmp_path, identical):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(tmp_path / f"h{i}"), s3_remote, key, p, str(sync)],
+            [
+                sys.executable,
+                "-c",
+                WORKER,
+                str(tmp_path / f"h{i}"),
+                s3_remote,
+                key,
+                p,
+                str(sync),
+                f"race-{identical}",
+            ],  # fmt: skip
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -439,3 +449,29 @@ def test_prewarm_pulls_what_a_recipe_needs_without_building(s3_remote, tmp_path)
     row = json.loads(res.stdout)[0]
     assert (row["key"], row["status"], row["backend"]) == (built.key, "pulled", "eager")
     assert LocalStore(tmp_path / "d", full_verify=True).open(built.key).files == built.entry.files
+
+
+def test_remote_without_obstore_is_a_one_line_error(monkeypatch, tmp_path):
+    """`--remote` on an install without the s3 extra: one line, exit 1, no traceback."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from artifactcache.cli.app import app
+
+    monkeypatch.setitem(sys.modules, "obstore", None)  # import obstore -> ImportError
+    monkeypatch.setitem(sys.modules, "obstore.store", None)
+    res = CliRunner().invoke(
+        app,
+        [
+            "push",
+            "0123456789abcdef",
+            "--remote",
+            "s3://acache-test/p",
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ],
+    )
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "artifactcache[s3]" in lines[0], res.stderr

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IntegrityError, KeyLookupError, RemoteError
-from ..keys import is_full_key
+from ..keys import compute_key, is_full_key
 from .entry import Entry, check_manifest
 from .s3 import RemoteUnreachable, S3Store, parse_url
 
@@ -134,6 +134,14 @@ def fetch_manifest(remote: RemoteStore, key: str) -> dict[str, Any] | None:
         raise IntegrityError(f"remote manifest of {key[:12]} is not valid JSON") from None
     if problem := check_manifest(manifest, key):
         raise IntegrityError(f"remote manifest of {key[:12]} is unusable ({problem})")
+    # As for bundles: a manifest may only name the key its own factors hash to, so a
+    # writable bucket cannot plant an artifact under another entry's key.
+    try:
+        ok = compute_key(manifest["factors"]) == key
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        raise IntegrityError(f"remote manifest of {key[:12]}: its factors do not hash to the key")
     return manifest
 
 
@@ -283,7 +291,7 @@ class TieredStore:
                 self._warn(f"{e}; treating {key[:12]} as a remote miss", key)
         return None
 
-    def _push_quietly(self, entry: Entry) -> None:
+    def _push_quietly(self, entry: Entry, *, replace: bool = False) -> None:
         if self.read_only:
             return
         retry = f"retry with `acache push {entry.key[:12]}`"
@@ -292,7 +300,8 @@ class TieredStore:
             self._warn(f"{msg}; the local entry is intact, {retry}", entry.key)
             return
         try:
-            if push_entry(self.remote, entry, replace=entry.key in self._corrupt) == "pushed":
+            replace = replace or entry.key in self._corrupt
+            if push_entry(self.remote, entry, replace=replace) == "pushed":
                 self.local.record("push", entry.key, 0.0, entry.size)
             self._corrupt.discard(entry.key)
         except (RemoteError, IntegrityError) as e:
@@ -344,7 +353,9 @@ class TieredStore:
                     key, factors, build, force=True, label=label
                 )
         if source == "built":
-            self._push_quietly(entry)  # after the lock: local waiters need not wait for uploads
+            # After the lock: local waiters need not wait for uploads. A forced rebuild
+            # replaces the remote copy too, or the fleet would keep the old one forever.
+            self._push_quietly(entry, replace=force)
         return entry, source
 
     # ------------------------------------------------- explicit commands --

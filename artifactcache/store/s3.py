@@ -82,9 +82,13 @@ class S3Store:
     """Objects under ``s3://bucket/prefix``; paths given to methods are relative to it."""
 
     def __init__(self, url: str) -> None:
-        from obstore.store import S3Store as _ObS3Store
-
         self.bucket, self.prefix = parse_url(url)
+        try:
+            from obstore.store import S3Store as _ObS3Store
+        except ImportError:
+            raise RemoteError(
+                "the remote tier needs obstore: pip install 'artifactcache[s3]'"
+            ) from None
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.endpoint = endpoint_from_env()
         config: dict[str, Any] = {}
@@ -308,14 +312,20 @@ def _verified_chunks(src: Path, size: int, digest: str) -> Iterator[bytes]:
 
     h = blake3.blake3(max_threads=blake3.blake3.AUTO)
     seen = 0
-    fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with open(fd, "rb", buffering=0) as f:
-        while chunk := f.read(PART):
-            h.update(chunk)
-            seen += len(chunk)
-            if seen > size:
-                break
-            yield chunk
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with open(fd, "rb", buffering=0) as f:
+            while chunk := f.read(PART):
+                h.update(chunk)
+                seen += len(chunk)
+                if seen > size:
+                    break
+                yield chunk
+    except OSError as e:  # removed or replaced under us (rm/gc racing a push)
+        raise IntegrityError(
+            f"local file {src.name} of entry is unreadable ({e.strerror or e}); "
+            "nothing was pushed (run `acache verify`)"
+        ) from None
     if seen != size or f"blake3:{h.hexdigest()}" != digest:
         raise IntegrityError(
             f"local file {src.name} of entry no longer matches its manifest; "
