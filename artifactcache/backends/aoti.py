@@ -25,6 +25,7 @@ wrapper is now built with a compiler matching the loaded libstdc++ (cxx.py).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import time
@@ -128,8 +129,10 @@ class AotiBackend:
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
         import torch
 
-        if not hasattr(torch._inductor, "aoti_compile_and_package"):
-            return False, f"torch {torch.__version__} has no aoti_compile_and_package"
+        # Not `torch._inductor.aoti_compile_and_package`: touching torch._inductor imports
+        # Inductor (~1.5 s), which a warm load never needs (it only uses torch._C._aoti).
+        if not hasattr(torch._C, "_aoti") or importlib.util.find_spec("torch._inductor") is None:
+            return False, f"torch {torch.__version__} has no AOTInductor"
         if reason := missing_compiler():
             return False, reason  # every AOTInductor wrapper is C++
         if opts.device.startswith("cuda"):
