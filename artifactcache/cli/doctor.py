@@ -120,14 +120,9 @@ def cache_status(cache_dir: Path | None) -> dict[str, Any]:
         out["problem"] = "is writable by group or others: refused without --allow-shared-root"
     elif not os.access(root, os.R_OK | os.W_OK | os.X_OK):
         out["problem"] = "is not readable and writable by you"
-    size = 0
-    for dirpath, _dirs, files in os.walk(root):
-        for f in files:
-            try:
-                size += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    out["size_bytes"] = size
+    from ..store.entry import tree_bytes
+
+    out["size_bytes"] = tree_bytes(root)
     entries = root / "v1" / "entries"
     if entries.is_dir():
         out["entries"] = sum(1 for d in entries.iterdir() for _ in d.iterdir() if d.is_dir())

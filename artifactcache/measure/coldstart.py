@@ -90,14 +90,9 @@ class ProbeSpec:
 
 
 def _dir_bytes(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(root, f)).st_size
-            except OSError:
-                pass
-    return total
+    from ..store.entry import tree_bytes  # the store's own walk: lstat, no symlinks
+
+    return tree_bytes(path)
 
 
 def fresh_framework_dirs(parent: Path) -> dict[str, Path]:
