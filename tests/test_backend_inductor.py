@@ -6,6 +6,9 @@ per module into one cache root and shared by the tests.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,11 +69,22 @@ def test_entry_holds_megacache_and_kernels(root: Path):
     )
 
 
-def test_second_process_does_not_compile(root: Path, runners, tmp_path: Path):
+def test_second_process_does_not_compile(runners, tmp_path: Path):
     recipe = load_recipe("tiny-llama")
     prompt = list(recipe.bench.prompt_ids)
     want = runners("tiny-llama", "eager").generate(prompt, 16)
-    entry = api.build("tiny-llama", "inductor", cache_dir=root).entry
+    # Built by `acache build` in its own process, as users build. A build inside a
+    # process that already ran other Inductor/AOTI compiles can miss per-process
+    # artifacts (docs/backends.md, "inductor": known limitation).
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    subprocess.run(
+        [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "-b", "inductor",
+         "--cache-dir", str(root)],
+        check=True, capture_output=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR":
+        str(tmp_path / "build-inductor")},
+    )  # fmt: skip
+    entry = api.build("tiny-llama", "inductor", cache_dir=root).entry  # a hit: the entry
     before = tree_digest(entry.path)
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # fresh and empty

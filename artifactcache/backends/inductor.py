@@ -25,6 +25,7 @@ and nothing is handed to a compiler.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -69,6 +70,39 @@ def _inductor_cache_dir() -> Path:
     except ImportError:  # older layouts
         from torch._inductor.codecache import cache_dir  # type: ignore[attr-defined,no-redef]
     return Path(cache_dir())
+
+
+def _forget_process_caches() -> None:
+    """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
+
+    ``fresh_cache()`` clears the registered code caches, not these functools memos.
+    The one that matters: the CPU ISA probe (``cpu_vec_isa``) compiles a tiny
+    ``__avx_chk_kernel`` .so once per process. If an earlier build in this process
+    (an aoti build, say) ran it under another cache dir, this build's cache dir never
+    gets that .so, the entry lacks it, and every warm load compiles it again (seen in
+    tests/test_backend_inductor.py after an in-process aoti build). The precompiled
+    header memo holds a path under the first cache dir, too. Known limit: after an
+    in-process AOTI build the FX-graph cache keys of this build still differ from a
+    fresh process's (cause not found), so build in a process of its own, as
+    `acache build` does, for a compile-free warm start.
+    """
+    import inspect
+
+    from torch._inductor import codecache, cpu_vec_isa
+
+    def clear(obj: Any) -> None:
+        obj = getattr(obj, "__func__", obj)  # classmethod/staticmethod wrappers
+        if isinstance(obj, functools._lru_cache_wrapper):  # functools.cache / lru_cache
+            obj.cache_clear()
+
+    # functools memos only: clearing costs a recomputation, never a behaviour change.
+    for obj in list(vars(cpu_vec_isa).values()):
+        if inspect.isclass(obj) and obj.__module__ == cpu_vec_isa.__name__:
+            for attr in list(vars(obj).values()):
+                clear(attr)
+        else:
+            clear(obj)
+    clear(getattr(codecache, "_precompile_header", None))
 
 
 def _fresh_cache() -> Any:
@@ -174,6 +208,7 @@ class InductorBackend:
         kernels: list[str] = []
         with _fresh_cache(), _fresh_artifact_manager():
             torch._dynamo.reset()
+            _forget_process_caches()
             compile_steps(model, ctx.opts, ctx.recipe, dev)
             saved = torch.compiler.save_cache_artifacts()
             if saved is None:
