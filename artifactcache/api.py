@@ -6,7 +6,6 @@ store never sees torch; backends never see the store's layout.
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from .backends.base import (
     BuildOptions,
     Runner,
     get_backend,
+    parse_device,
     require_available,
 )
 from .errors import BackendError, BackendUnavailable, StaleArtifact
@@ -63,21 +63,16 @@ def _resolve_store(store: Any, cache_dir: str | Path | None, allow_shared_root: 
     return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
 
 
-_DEVICE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
-
-
 def check_device(device: str, *, present: bool = True) -> None:
     """cpu, cuda or cuda:N (and, with present=True, N a GPU torch can see)."""
-    m = _DEVICE.match(device)
-    if not m or (m.group(1) == "cpu" and m.group(2)):
-        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
-    if present and m.group(1) == "cuda":
+    kind, index = parse_device(device)
+    if present and kind == "cuda":
         import torch
 
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:
             raise BackendUnavailable(f"device {device!r}: torch sees no CUDA GPU; use --device cpu")
-        if m.group(3) is not None and int(m.group(3)) >= n:
+        if index is not None and index >= n:
             raise BackendError(f"device {device!r}: only {n} GPU(s) visible (cuda:0..cuda:{n - 1})")
 
 

@@ -310,5 +310,21 @@ def cuda_driver_version() -> str | None:
         return None
 
 
+MIN_PREFIX = 8
+
+
+def normalize_prefix(prefix: str, *, hint: str = "see `acache ls`") -> str:
+    """A key prefix, lower-cased: 8 to 64 hex characters, else a one-line KeyLookupError."""
+    from .errors import KeyLookupError
+
+    p = prefix.strip().lower()
+    if len(p) < MIN_PREFIX or len(p) > KEY_HEX_LEN or any(c not in "0123456789abcdef" for c in p):
+        raise KeyLookupError(
+            f"{prefix!r} is not a key prefix: give {MIN_PREFIX} to {KEY_HEX_LEN} hex characters "
+            f"({hint})"
+        )
+    return p
+
+
 def is_full_key(text: str) -> bool:
     return len(text) == KEY_HEX_LEN and all(c in "0123456789abcdef" for c in text)

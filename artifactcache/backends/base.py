@@ -18,6 +18,7 @@ Flow (see ``artifactcache/api.py``)::
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -109,6 +110,17 @@ class Backend(Protocol):
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> Runner:
         """A Runner from a verified entry's files (never mutating them)."""
         ...
+
+
+_DEVICE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
+
+
+def parse_device(device: str) -> tuple[str, int | None]:
+    """("cpu" | "cuda", index or None) from cpu, cuda or cuda:N; one-line BackendError else."""
+    m = _DEVICE.match(device)
+    if not m or (m.group(1) == "cpu" and m.group(2)):
+        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
+    return m.group(1), int(m.group(3)) if m.group(3) is not None else None
 
 
 def get_backend(name: str) -> Backend:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import BackendError, ShapeError
+from .base import parse_device
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -38,8 +39,7 @@ def check_device_dtype(opts: BuildOptions) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
     if opts.dtype not in DTYPE_NAMES:
         raise BackendError(f"unknown dtype {opts.dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
-    if opts.device != "cpu" and not opts.device.startswith("cuda"):
-        raise BackendError(f"unknown device {opts.device!r}: use cpu, cuda or cuda:N")
+    parse_device(opts.device)
 
 
 def device_of(opts: BuildOptions) -> torch.device:

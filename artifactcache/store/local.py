@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CacheRootError, IntegrityError, KeyLookupError
-from ..keys import is_full_key
+from ..keys import is_full_key, normalize_prefix
 from . import _fs
 from .entry import MANIFEST, Entry, EntryInfo, GcPlan, PruneResult, VerifyResult, check_manifest
 from .maintenance import MaintenanceMixin
@@ -42,7 +42,6 @@ from .stats import StatsLog
 __all__ = ["Entry", "EntryInfo", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
 
 LAYOUT = 1
-MIN_PREFIX = 8
 SUBDIRS = ("entries", "locks", "staging", "quarantine", "state")
 # Tests set this to observe or slow down publish stages; None in normal use.
 PUBLISH_HOOK: Callable[[str], None] | None = None
@@ -308,12 +307,7 @@ class LocalStore(MaintenanceMixin):
 
     def resolve(self, prefix: str) -> str:
         """The one full key starting with ``prefix`` (at least 8 hex characters)."""
-        p = prefix.strip().lower()
-        if len(p) < MIN_PREFIX or len(p) > 64 or any(c not in "0123456789abcdef" for c in p):
-            raise KeyLookupError(
-                f"{prefix!r} is not a key prefix: give {MIN_PREFIX} to 64 hex characters "
-                "(see `acache ls`)"
-            )
+        p = normalize_prefix(prefix)
         try:
             names = [n for n in os.listdir(self.base / "entries" / p[:2]) if n.startswith(p)]
         except FileNotFoundError:

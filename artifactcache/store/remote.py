@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IntegrityError, KeyLookupError, RemoteError
-from ..keys import compute_key, is_full_key
+from ..keys import compute_key, is_full_key, normalize_prefix
 from .entry import Entry, check_manifest
 from .s3 import RemoteUnreachable, S3Store, parse_url
 
@@ -383,11 +383,9 @@ class TieredStore:
 
     def resolve_remote(self, prefix: str) -> str:
         """A full key, or the one remote key starting with ``prefix`` (>= 8 hex chars)."""
-        p = prefix.strip().lower()
+        p = normalize_prefix(prefix, hint="see `acache ls --remote`")
         if is_full_key(p):
             return p
-        if len(p) < 8 or any(c not in "0123456789abcdef" for c in p):
-            raise KeyLookupError(f"{prefix!r} is not a key prefix: give 8 to 64 hex characters")
         found = [k for k in self.remote.list(LAYOUT_DIR, dirs=True) if k.startswith(p)]
         if len(found) != 1:
             what = "no remote entry matches" if not found else "ambiguous remote key"
