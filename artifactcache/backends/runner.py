@@ -89,6 +89,60 @@ def _as_tensor(out: Any) -> torch.Tensor:
     return out
 
 
+CUDA_GRAPHS_ENV = "ACACHE_CUDA_GRAPHS"
+
+
+def cuda_graph_step(
+    step: Step, example: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[Step, dict[str, Any]]:
+    """``step`` replayed from a CUDA graph, or ``step`` itself where that fails.
+
+    For steps with no graphs of their own (an AOTInductor runner launches each
+    kernel from C++ on every call; a 7B decode step is some 400 launches). The
+    step must write only to fixed addresses: AOTI's user-managed constants, the
+    KV cache included, are the model's own tensors, so they are.
+
+    Capture runs the step at ``example`` a few times. For a decode step that
+    writes KV-cache slot ``pos``, which is harmless: every request writes a slot
+    before any query can read it. The graph's first output must equal the plain
+    step's, else the plain step is kept. ``ACACHE_CUDA_GRAPHS=0`` turns this off.
+    Returns (step, info) with info saying what happened, for the probe's report.
+    """
+    import os
+
+    if example[0].device.type != "cuda":
+        return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
+    if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
+        return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
+    static = [t.clone() for t in example]
+    try:
+        side = torch.cuda.Stream(example[0].device)
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.no_grad(), torch.cuda.stream(side):
+            for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
+                want = _as_tensor(step(*static)).clone()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        # "relaxed": AOTI's container queries its own CUDA events between runs,
+        # which the default "global" capture mode rejects.
+        with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="relaxed"):
+            out = _as_tensor(step(*static))
+        graph.replay()
+        if not torch.equal(out, want):
+            return step, {"cuda_graph": False, "cuda_graph_reason": "replay differs from the step"}
+    except Exception as e:  # any capture failure: keep the plain step, say why
+        torch.cuda.synchronize()
+        return step, {"cuda_graph": False, "cuda_graph_reason": f"{type(e).__name__}: {e}"[:300]}
+
+    def replay(idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        static[0].copy_(idx)
+        static[1].copy_(pos)
+        graph.replay()
+        return out
+
+    return replay, {"cuda_graph": True}  # the closure keeps graph and buffers alive
+
+
 class StepRunner:
     """Runner (see backends/base.py) over a prefill step and a decode step."""
 
@@ -100,6 +154,7 @@ class StepRunner:
         device: torch.device,
         *,
         keepalive: Any = None,
+        info: dict[str, Any] | None = None,
     ) -> None:
         self.recipe = recipe
         self.prefill_step = prefill
@@ -108,6 +163,8 @@ class StepRunner:
         # Objects the steps borrow storage from (the model's weights and KV cache
         # for AOTI's user-managed constants) must live as long as the runner.
         self.keepalive = keepalive
+        # Facts about how the steps run (e.g. CUDA graphs on/off), for reports.
+        self.info = dict(info or {})
 
     def _prefill(self, token_ids: Sequence[int]) -> torch.Tensor:
         """Logits [T, vocab] (on device) for the prompt, filling cache slots 0..P-1."""
@@ -135,16 +192,17 @@ class StepRunner:
         self.recipe.check_fits(len(prompt_ids), max_new_tokens)
         if max_new_tokens == 0:
             return []
-        logits = self._prefill(prompt_ids)
-        nxt = int(logits[-1].argmax())
-        out = [nxt]
-        pos = len(prompt_ids)
+        # Tokens stay on the device until the end: reading each one back (int(...))
+        # would sync the host every step and leave the GPU idle while Python prepares
+        # the next launch. The final .tolist() is the one sync, so a timed request
+        # still ends when its last token exists.
         with torch.no_grad():
+            nxt = self._prefill(prompt_ids)[-1].argmax().view(1, 1)
+            out = [nxt]
+            ipos = torch.tensor([len(prompt_ids)], dtype=torch.int64, device=self.device)
             for _ in range(max_new_tokens - 1):
-                idx = torch.tensor([[nxt]], dtype=torch.int64, device=self.device)
-                ipos = torch.tensor([pos], dtype=torch.int64, device=self.device)
-                step = _as_tensor(self.decode_step(idx, ipos))
-                nxt = int(step[0, -1].argmax())
+                step = _as_tensor(self.decode_step(nxt.to(self.device), ipos))
+                nxt = step[0, -1].argmax().view(1, 1)
                 out.append(nxt)
-                pos += 1
-        return out
+                ipos = ipos + 1
+            return torch.cat(out).view(-1).tolist()

@@ -278,6 +278,7 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         durations = {k: v for k, v in backend_stamps.items() if k.endswith(("_seconds", "_s"))}
         stamps.update({k: v for k, v in backend_stamps.items() if k not in durations})
         result["backend_durations"] = durations
+        result["runner_info"] = dict(getattr(runner, "info", None) or {})
         result.update(
             built=store.source == "built",
             entry_source=store.source,
