@@ -227,7 +227,10 @@ def run_scenarios(
         raise MeasureError(f"no scenario to run: choose from {', '.join(SCENARIOS)}")
     say = progress or (lambda _msg: None)
     own_tmp = work_dir is None
+    # Absolute: the children hand these dirs to compilers that run in other cwds
+    # (a relative TORCHINDUCTOR_CACHE_DIR broke AOTI's g++ step on the GPU machine).
     root = Path(tempfile.mkdtemp(prefix="acache-coldstart-")) if own_tmp else Path(work_dir)
+    root = root.resolve()
     root.mkdir(parents=True, exist_ok=True)
     done = _journal_load(journal)
     out: dict[str, list[dict[str, Any]]] = {s: [] for s in wanted}

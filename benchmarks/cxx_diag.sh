@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# What backends/cxx.py sees on a machine: the libstdc++ this Python process maps,
+# each g++ candidate with the libstdc++ it links, and the compiler acache would pick.
+# Usage (repo root): bash benchmarks/cxx_diag.sh
+which -a g++ c++ 2>&1; ls -la /usr/bin/g++* /opt/gcc/bin/g++ 2>&1
+python3 - <<'PY'
+import torch  # noqa: F401  (maps the runtime the build process will have)
+from artifactcache.backends import cxx
+print("loaded:", cxx.loaded_libstdcxx())
+for c in cxx._candidates("g++"):
+    print("candidate:", c, cxx.compiler_version(c), cxx.compiler_libstdcxx(c))
+print("choose_cxx:", cxx.choose_cxx())
+PY
