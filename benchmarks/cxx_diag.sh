@@ -7,7 +7,8 @@ python3 - <<'PY'
 import torch  # noqa: F401  (maps the runtime the build process will have)
 from artifactcache.backends import cxx
 print("loaded:", cxx.loaded_libstdcxx())
-for c in cxx._candidates("g++"):
-    print("candidate:", c, cxx.compiler_version(c), cxx.compiler_libstdcxx(c))
+for c in dict.fromkeys([*cxx._candidates("g++"), "/opt/gcc/bin/g++"]):
+    print("candidate:", c, cxx.compiler_version(c), cxx.compiler_libstdcxx(c),
+          cxx.works_with_runtime(c, cxx.loaded_libstdcxx()))
 print("choose_cxx:", cxx.choose_cxx())
 PY

@@ -33,11 +33,11 @@ sys.path.insert(0, str(REPO))
 
 SEED_RECIPES = ("llama-7b", "llama-3-8b", "mistral-7b", "phi-2", "phi-3-mini")
 SEED_BACKENDS = ("eager", "inductor", "aoti")
-# Rough seconds per unit for a 7B model at runs=1 (ENVIRONMENT.md: cold compile
-# ~72 s, AOTI build ~75-132 s, eager ~11 s to first token at 41 tok/s, plus 200-token
-# requests). Only used to decide whether a unit still fits in this call; scaled
-# by the recipe's parameter count and by --runs.
-UNIT_COST_7B_S = {"eager": 70.0, "inductor": 150.0, "aoti": 200.0, "ort": 300.0, "trt": 300.0}
+# Rough seconds per unit for a 7B model at runs=1, from the H200 calls of
+# 2026-12-01 (eager 33 s, inductor cold+warm 105 s, AOTI build ~110 s). Only
+# used to decide whether a unit still fits in this call; scaled by the
+# recipe's parameter count and by --runs.
+UNIT_COST_7B_S = {"eager": 40.0, "inductor": 115.0, "aoti": 170.0, "ort": 300.0, "trt": 300.0}
 
 
 def _estimate(recipe: str, backend: str, runs: int) -> float:

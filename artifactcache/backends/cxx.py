@@ -9,7 +9,8 @@ the system libstdc++ that Python and torch load, and every load segfaulted in
 same .so with the system libstdc++ preloaded worked, and so does building with a
 compiler that matches the loaded runtime, which is what this module chooses.
 
-A user's ``CXX`` always wins: it is their toolchain.
+$CXX is tried first, but only used when code it compiles runs in this process
+(works_with_runtime): the GPU image sets CXX to the compiler that crashed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def loaded_libstdcxx() -> str | None:
@@ -63,32 +67,97 @@ def compiler_version(cxx: str) -> str | None:
     return out or None
 
 
+# The construct that crashed: torch's parse_device_str() (aoti_runtime/model_base.h).
+_REGEX_PROBE = r"""
+#include <regex>
+#include <string>
+extern "C" int acache_regex_probe(void) {
+  std::regex re("(cpu|cuda|xpu|mps)(:([0-9]+))?");
+  std::smatch sm;
+  std::string s("cuda:0");
+  return std::regex_match(s, sm, re) && sm[1].str() == "cuda" ? 0 : 2;
+}
+"""
+
+
 def _candidates(default: str) -> list[str]:
-    names = [default, "g++", "/usr/bin/g++", "/usr/bin/c++"]
+    names = [os.environ.get("CXX") or "", default, "g++", "/usr/bin/g++", "/usr/bin/c++"]
     seen: list[str] = []
-    for n in names:
+    for n in filter(None, names):
         path = shutil.which(n)
         if path and os.path.realpath(path) not in {os.path.realpath(s) for s in seen}:
             seen.append(path)
     return seen
 
 
+@functools.lru_cache(maxsize=16)
+def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
+    """Does code ``cxx`` compiles run in a process like this one (``runtime`` mapped)?
+
+    Matching library paths are not enough: on the GPU image /opt/gcc/bin/g++ (set
+    as $CXX) reports the system libstdc++ yet compiles newer headers, and its
+    wrapper .so segfaulted in std::regex. So this compiles the very regex the
+    AOTI runtime runs into a small .so and calls it in a child that first imports
+    torch, so libstdc++ is mapped the way it is here (locally, by torch's own
+    libraries; preloading it instead hides the crash). A crash costs the child,
+    not this process. Returns (ok, why-not); a few seconds per compiler, once per
+    process. ``runtime`` is the cache key: a process with another runtime re-checks.
+    """
+    with tempfile.TemporaryDirectory(prefix="acache-cxx-") as d:
+        src, lib = Path(d) / "probe.cpp", Path(d) / "probe.so"
+        src.write_text(_REGEX_PROBE)
+        try:
+            cc = subprocess.run(
+                [cxx, "-shared", "-fPIC", "-O1", "-std=c++17", "-o", str(lib), str(src)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if cc.returncode != 0:
+                return False, f"{cxx} could not compile the probe"
+            code = (
+                "import ctypes, sys, torch; "
+                f"sys.exit(ctypes.CDLL({str(lib)!r}).acache_regex_probe())"
+            )
+            run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError) as e:
+            return False, f"{cxx}: probe failed to run ({type(e).__name__})"
+    if run.returncode != 0:
+        how = f"signal {-run.returncode}" if run.returncode < 0 else f"exit {run.returncode}"
+        return False, f"code from {cxx} crashes against {os.path.basename(runtime)} ({how})"
+    return True, ""
+
+
 def choose_cxx(default: str = "g++") -> str | None:
     """The compiler Inductor should use for code this process will dlopen.
 
-    Returns the user's ``CXX`` if set; else the first candidate whose libstdc++
-    is the loaded one; else None (leave Inductor's own choice alone: nothing
-    better is known, e.g. on a machine with a single compiler).
+    The first of $CXX, ``default``, g++, /usr/bin/g++, /usr/bin/c++ whose code
+    passes works_with_runtime() against the libstdc++ this process has mapped.
+    $CXX comes first but is skipped when its code would crash this process (the
+    GPU image sets CXX=/opt/gcc/bin/g++, which does). None when nothing can be
+    checked (no libstdc++ mapped) or nothing passes: Inductor's own choice stands.
     """
-    if os.environ.get("CXX"):
-        return os.environ["CXX"]
     loaded = loaded_libstdcxx()
     if loaded is None:
-        return None
+        return os.environ.get("CXX") or None
     for cxx in _candidates(default):
-        if compiler_libstdcxx(cxx) == loaded:
+        if works_with_runtime(cxx, loaded)[0]:
             return cxx
     return None
+
+
+def rejected_compilers(default: str = "g++") -> list[str]:
+    """Why-not lines for candidates tried before the chosen one (manifest record)."""
+    loaded = loaded_libstdcxx()
+    if loaded is None:
+        return []
+    out = []
+    for cxx in _candidates(default):
+        ok, why = works_with_runtime(cxx, loaded)
+        if ok:
+            break
+        out.append(why)
+    return out
 
 
 def missing_compiler() -> str | None:
@@ -109,10 +178,14 @@ def describe(cxx: str | None) -> dict[str, str | None]:
     }
 
 
-def build_record(cxx: str | None) -> dict[str, str | None]:
+def build_record(cxx: str | None) -> dict[str, Any]:
     """describe() plus the libstdc++ the compiler links against, for the manifest."""
     path = shutil.which(cxx or "g++")
-    return {**describe(cxx), "libstdcxx": compiler_libstdcxx(path) if path else None}
+    return {
+        **describe(cxx),
+        "libstdcxx": compiler_libstdcxx(path) if path else None,
+        "cxx_rejected": rejected_compilers(),
+    }
 
 
 def check_runtime(meta: dict) -> None:
