@@ -121,7 +121,7 @@ def detail_table(report: dict[str, Any]) -> list[str]:
     head = (
         "| model | backend | decode tok/s | request p50 / p99 | prefill p50 | cold TTFR | "
         "warm TTFR | eager TTFR | cold/warm | break-even (warm) | GB/s | % roofline | "
-        "compiled cold / warm | peak RSS | peak GPU |"
+        "compiled cold / warm | peak RSS | peak GPU cold / warm |"
     )
     lines = [head, "|---|---|" + "---:|" * 13]
     for recipe in report["recipes"]:
@@ -144,7 +144,19 @@ def detail_table(report: dict[str, Any]) -> list[str]:
 
             mem = [s for s in sc.values()]
             rss = max(s["peak_rss_bytes"] for s in mem) / 2**30
-            gpu = max(s["peak_device_allocated_bytes"] for s in mem) / 2**30
+            # Cold and warm apart: a cold process builds then loads, so it can hold a
+            # second copy of the weights that a deployed (warm) process never does.
+            gpus = [
+                _f(s["peak_device_allocated_bytes"] / 2**30 or None, "{:.1f}", " GiB")
+                for s in (cold, warm)
+                if s
+            ] or [
+                _f(
+                    max(s["peak_device_allocated_bytes"] for s in mem) / 2**30 or None,
+                    "{:.1f}",
+                    " GiB",
+                )
+            ]
             lines.append(
                 f"| {recipe} | {b} | {_f(bench['decode_tok_s'])} | "
                 f"{bench['request']['p50']:.3f} / {bench['request']['p99']:.3f} s"
@@ -152,7 +164,7 @@ def detail_table(report: dict[str, Any]) -> list[str]:
                 f"{ttfr(warm)} | {ttfr(eager_ttfr)} | {_f(cs.get('cold_warm_ratio'), '{:.1f}x')}"
                 f" | {_verdict(cs.get('break_even_warm'))} | {_f(bench['achieved_gbps'])} | "
                 f"{_f(bench['roofline_pct'], '{:.0f}', '%')} | {compiled(cold)} / "
-                f"{compiled(warm)} | {rss:.1f} GiB | {_f(gpu if gpu else None, '{:.1f}', ' GiB')} |"
+                f"{compiled(warm)} | {rss:.1f} GiB | {' / '.join(gpus)} |"
             )
     return lines
 
@@ -173,7 +185,7 @@ def segment_durations(results: list[dict[str, Any]]) -> list[float]:
 def phase_table(report: dict[str, Any]) -> list[str]:
     labels = [s[0] for s in SEGMENTS]
     lines = [
-        "| run | " + " | ".join(labels) + " | first result | first request |",
+        "| run | " + " | ".join(labels) + " | total to first token | total to first request |",
         "|---|" + "---:|" * (len(labels) + 2),
     ]
     for label, results, ph in phase_rows(report):
