@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,21 @@ def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch)
     assert os.listdir(leaked) == []
     # The same greedy tokens whatever the start: warm and cold load the same artifact.
     assert cold[1]["steady"]["tokens"] == warm[0]["steady"]["tokens"]
+
+
+def test_relative_work_dir_reaches_children_as_absolute_paths(tmp_path, monkeypatch):
+    """A relative TORCHINDUCTOR_CACHE_DIR broke AOTI's g++ step on the GPU (cwd differs)."""
+    seen: list[tuple[Path, dict]] = []
+
+    def fake_spawn(spec, acache_dir, *, env_dirs, log_path, timeout):
+        seen.append((acache_dir, dict(env_dirs)))
+        raise coldstart.MeasureError("stop after the first spawn")
+
+    monkeypatch.setattr(coldstart, "spawn_probe", fake_spawn)
+    monkeypatch.chdir(tmp_path)
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=2, iters=1)
+    with pytest.raises(coldstart.MeasureError):
+        run_scenarios(spec, 1, ("cold",), work_dir=Path("rel-work"))
+    ((acache_dir, env_dirs),) = seen
+    assert acache_dir.is_absolute()
+    assert env_dirs and all(Path(v).is_absolute() for v in env_dirs.values())
