@@ -41,6 +41,8 @@ def test_steady_state_and_memory(eager_probe):
     assert eager_probe["built"] is True and eager_probe["entry_source"] == "built"
     assert eager_probe["compile"]["compiled"] is False  # eager's build is not a compile
     assert eager_probe["subphases"]["build_start"] < eager_probe["subphases"]["build_done"]
+    assert eager_probe["entry_bytes"] > 0 and eager_probe["entry_build_seconds"] >= 0
+    assert eager_probe["runner_info"] == {}  # eager on CPU: no CUDA graph wrapper
 
 
 def test_probe_failure_is_one_line_measure_error(tmp_path):

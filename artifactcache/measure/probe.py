@@ -128,6 +128,7 @@ class _RecordingStore:
         self._inner = inner
         self._stamps = stamps
         self.source: str | None = None
+        self.entry: Any = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -142,6 +143,7 @@ class _RecordingStore:
         self._stamps["store_call"] = time.perf_counter()
         entry, source = self._inner.get_or_build(key, factors, timed_build, **kw)
         self.source = source
+        self.entry = entry
         return entry, source
 
 
@@ -279,6 +281,9 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         stamps.update({k: v for k, v in backend_stamps.items() if k not in durations})
         result["backend_durations"] = durations
         result["runner_info"] = dict(getattr(runner, "info", None) or {})
+        if store.entry is not None:  # what the cache holds for this key, and its build time
+            result["entry_bytes"] = store.entry.size
+            result["entry_build_seconds"] = store.entry.build_seconds
         result.update(
             built=store.source == "built",
             entry_source=store.source,
