@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after")
     p.add_argument("--probe-timeout-s", type=float, default=560.0)
     args = p.parse_args(argv)
-    args.out = args.out.resolve()  # children's cache dirs must not depend on their cwd
+    args.out = args.out.expanduser().resolve()  # children's cache dirs must not depend on their cwd
     t_start = time.monotonic()
 
     from artifactcache.errors import AcacheError

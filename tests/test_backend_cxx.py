@@ -52,6 +52,38 @@ def test_user_cxx_whose_code_crashes_is_skipped(monkeypatch, tmp_path):
     assert cxx.build_record(chosen)["cxx_rejected"] == [why]
 
 
+def test_cxx_with_arguments_or_missing_is_passed_over_with_a_reason(monkeypatch):
+    monkeypatch.setenv("CXX", "ccache g++")
+    paths, skipped = cxx._candidates("g++")
+    assert skipped == ["CXX='ccache g++' has arguments, which Inductor cannot run"]
+    assert all(" " not in p for p in paths)
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    assert cxx._candidates("g++")[1] == ["CXX='/nonexistent/g++' is not on PATH"]
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_a_probe_child_that_cannot_run_is_no_evidence_against_the_compiler(monkeypatch):
+    """E.g. a child without torch, or a noexec temp dir: keep the compiler, say so."""
+    import sys
+
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1
+    cxx.probe_compiler.cache_clear()
+    try:
+        verdict, why = cxx.probe_compiler(shutil.which("g++"), "/x/libstdc++.so.6")
+        assert verdict == cxx.UNCHECKED and "exited 1" in why
+    finally:
+        cxx.probe_compiler.cache_clear()
+
+
+def test_a_verified_runtime_is_trusted_over_the_reported_path(monkeypatch):
+    import torch  # noqa: F401
+
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    loaded = cxx.loaded_libstdcxx()
+    meta = {"cxx": "/opt/x/g++", "libstdcxx": "/opt/x/libstdc++.so.6", "libstdcxx_verified": loaded}
+    cxx.check_runtime(meta)  # the probe saw its code run against this very runtime
+
+
 @pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
 def test_choice_links_the_loaded_runtime(monkeypatch):
     import torch  # noqa: F401  (maps libstdc++ into this process, as a real load does)

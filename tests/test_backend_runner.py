@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from artifactcache.backends.runner import StepRunner, cuda_graph_step, example_inputs
+from artifactcache.backends.runner import StepRunner, cuda_graph_step, decode_examples
 from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 
@@ -27,7 +27,7 @@ def test_cuda_graph_step_keeps_cpu_steps_as_they_are():
     recipe = load_recipe("tiny-llama")
     model = build_model(recipe)
     step = _steps(model)[1]
-    wrapped, info = cuda_graph_step(step, example_inputs(recipe, torch.device("cpu"), True))
+    wrapped, info = cuda_graph_step(step, decode_examples(recipe, torch.device("cpu")))
     assert wrapped is step
     assert info == {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
 
@@ -41,7 +41,37 @@ def test_cuda_graph_decode_generates_the_plain_tokens(graphs: str, monkeypatch):
     model = build_model(recipe, device=dev)
     prompt = list(recipe.bench.prompt_ids)
     plain = StepRunner(recipe, *_steps(model), dev).generate(prompt, 32)
-    decode, info = cuda_graph_step(_steps(model)[1], example_inputs(recipe, dev, True))
+    decode, info = cuda_graph_step(_steps(model)[1], decode_examples(recipe, dev))
     assert info["cuda_graph"] is (graphs == "1"), info
     graphed = StepRunner(recipe, _steps(model)[0], decode, dev).generate(prompt, 32)
     assert graphed == plain
+
+
+def test_decode_examples_differ_in_token_and_position():
+    recipe = load_recipe("tiny-llama")
+    (i1, p1), (i2, p2) = decode_examples(recipe, torch.device("cpu"))
+    assert i1.shape == i2.shape == (1, 1) and p1.shape == p2.shape == (1,)
+    assert int(i2) != int(i1) and int(p2) == int(p1) + 1 < recipe.shapes.max_seq_len
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_graph_that_ignores_its_inputs_is_refused(monkeypatch):
+    """The replay is checked at a second input; the fallback is the fresh step."""
+    recipe = load_recipe("tiny-llama")
+    dev = torch.device("cuda")
+    model = build_model(recipe, device=dev)
+    frozen = {}
+
+    def ignores_inputs(idx, pos):
+        """Right when run plainly; its graph reads buffers fixed before capture."""
+        frozen.setdefault("args", (idx.clone(), pos.clone()))
+        if torch.cuda.is_current_stream_capturing():
+            return model(*frozen["args"])
+        return model(idx, pos)
+
+    plain = _steps(model)[1]
+    decode, info = cuda_graph_step(
+        ignores_inputs, decode_examples(recipe, dev), fresh_step=lambda: plain
+    )
+    assert decode is plain and info["cuda_graph"] is False
+    assert "differs" in info["cuda_graph_reason"]

@@ -126,3 +126,18 @@ def test_new_tokens_default_caps_to_kv_cache_and_explicit_must_fit():
         bench.resolve_new_tokens(rec, 100)
     with pytest.raises(ShapeError):
         bench.check_batch(rec, 2)
+
+
+def test_peak_gpu_shows_cold_and_warm_apart_and_cpu_runs_render(constructed):
+    lines = report.detail_table(constructed)
+    ind = next(ln for ln in lines if ln.startswith("| tiny-llama | inductor |"))
+    assert ind.endswith("| – / – |")  # CPU probes have no device memory
+    eager = next(ln for ln in lines if ln.startswith("| tiny-llama | eager |"))
+    assert eager.endswith("| – |")
+    sc = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["scenarios"]
+    sc["cold"]["peak_device_allocated_bytes"] = 2 * 2**30
+    sc["warm"]["peak_device_allocated_bytes"] = 2**30
+    ind = next(
+        ln for ln in report.detail_table(constructed) if ln.startswith("| tiny-llama | inductor |")
+    )
+    assert ind.endswith("| 2.0 GiB / 1.0 GiB |")

@@ -42,6 +42,7 @@ from .runner import (
     build_model_for,
     check_device_dtype,
     cuda_graph_step,
+    decode_examples,
     device_of,
     example_inputs,
 )
@@ -229,10 +230,19 @@ class AotiBackend:
             _share_constants(runners[s], state, s)
         pre, dec = runners["prefill"], runners["decode"]
         t0 = time.perf_counter()
+
         # Inductor's reduce-overhead mode replays CUDA graphs; an AOTI runner has
         # none of its own, so decode gets one here (load-time only: not in the key).
+        def fresh_decode() -> Any:
+            # A failed capture leaves the container holding a captured event.
+            runners["decode"] = _make_runner(paths["decode"], dev)
+            _share_constants(runners["decode"], state, "decode")
+            return lambda idx, pos, r=runners["decode"]: r.run([idx, pos])
+
         decode, info = cuda_graph_step(
-            lambda idx, pos: dec.run([idx, pos]), example_inputs(ctx.recipe, dev, decode=True)
+            lambda idx, pos: dec.run([idx, pos]),
+            decode_examples(ctx.recipe, dev),
+            fresh_step=fresh_decode,
         )
         ctx.phases["cuda_graph_seconds"] = time.perf_counter() - t0
         ctx.phases["artifact_ready"] = time.perf_counter()

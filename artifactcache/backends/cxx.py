@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,18 +81,36 @@ extern "C" int acache_regex_probe(void) {
 """
 
 
-def _candidates(default: str) -> list[str]:
-    names = [os.environ.get("CXX") or "", default, "g++", "/usr/bin/g++", "/usr/bin/c++"]
+# What a probe found: the compiler's code runs here / crashes or is wrong here /
+# could not be checked (the child could not import torch or load the .so, e.g. a
+# noexec temp dir): the last is no evidence against the compiler.
+OK, REJECTED, UNCHECKED = "ok", "rejected", "unchecked"
+
+
+def _candidates(default: str) -> tuple[list[str], list[str]]:
+    """(compiler paths to try, in order; why-not lines for a $CXX that cannot be tried)."""
+    skipped: list[str] = []
+    names = [default, "g++", "/usr/bin/g++", "/usr/bin/c++"]
+    env = os.environ.get("CXX", "").strip()
+    if env:
+        words = shlex.split(env)
+        if len(words) != 1:
+            # Inductor runs its compiler as one program ([cxx, "--version"]).
+            skipped.append(f"CXX={env!r} has arguments, which Inductor cannot run")
+        elif shutil.which(words[0]) is None:
+            skipped.append(f"CXX={env!r} is not on PATH")
+        else:
+            names.insert(0, words[0])
     seen: list[str] = []
-    for n in filter(None, names):
+    for n in names:
         path = shutil.which(n)
         if path and os.path.realpath(path) not in {os.path.realpath(s) for s in seen}:
             seen.append(path)
-    return seen
+    return seen, skipped
 
 
 @functools.lru_cache(maxsize=16)
-def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
+def probe_compiler(cxx: str, runtime: str) -> tuple[str, str]:
     """Does code ``cxx`` compiles run in a process like this one (``runtime`` mapped)?
 
     Matching library paths are not enough: on the GPU image /opt/gcc/bin/g++ (set
@@ -100,8 +119,8 @@ def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
     AOTI runtime runs into a small .so and calls it in a child that first imports
     torch, so libstdc++ is mapped the way it is here (locally, by torch's own
     libraries; preloading it instead hides the crash). A crash costs the child,
-    not this process. Returns (ok, why-not); a few seconds per compiler, once per
-    process. ``runtime`` is the cache key: a process with another runtime re-checks.
+    not this process. Returns (OK | REJECTED | UNCHECKED, why); a few seconds
+    per compiler, once per process. ``runtime`` is the cache key.
     """
     with tempfile.TemporaryDirectory(prefix="acache-cxx-") as d:
         src, lib = Path(d) / "probe.cpp", Path(d) / "probe.so"
@@ -111,53 +130,70 @@ def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
                 [cxx, "-shared", "-fPIC", "-O1", "-std=c++17", "-o", str(lib), str(src)],
                 capture_output=True,
                 text=True,
-                timeout=120,
+                timeout=60,
             )
-            if cc.returncode != 0:
-                return False, f"{cxx} could not compile the probe"
-            code = (
-                "import ctypes, sys, torch; "
-                f"sys.exit(ctypes.CDLL({str(lib)!r}).acache_regex_probe())"
-            )
-            run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as e:
-            return False, f"{cxx}: probe failed to run ({type(e).__name__})"
-    if run.returncode != 0:
-        how = f"signal {-run.returncode}" if run.returncode < 0 else f"exit {run.returncode}"
-        return False, f"code from {cxx} crashes against {os.path.basename(runtime)} ({how})"
-    return True, ""
+            return REJECTED, f"{cxx} did not run ({type(e).__name__})"
+        if cc.returncode != 0:
+            return REJECTED, f"{cxx} could not compile a std::regex probe"
+        code = (
+            f"import ctypes, sys, torch; sys.exit(ctypes.CDLL({str(lib)!r}).acache_regex_probe())"
+        )
+        try:
+            run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError) as e:
+            return UNCHECKED, f"{cxx}: the probe child did not finish ({type(e).__name__})"
+    name = os.path.basename(runtime)
+    if run.returncode == 0:
+        return OK, ""
+    if run.returncode < 0:
+        return REJECTED, f"code from {cxx} crashes against {name} (signal {-run.returncode})"
+    if run.returncode == 2:
+        return REJECTED, f"code from {cxx} gives wrong std::regex results against {name}"
+    tail = run.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    return UNCHECKED, f"{cxx}: probe child exited {run.returncode} ({tail[0][:120]})"
+
+
+def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
+    """(True, "") when ``cxx``'s code was seen to run against ``runtime``."""
+    verdict, why = probe_compiler(cxx, runtime)
+    return verdict == OK, why
+
+
+def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
+    """(compiler, why-not for each candidate passed over).
+
+    Candidates: $CXX, ``default``, g++, /usr/bin/g++, /usr/bin/c++. The first whose
+    code is seen to run here wins; failing that, the first that could not be
+    checked (no evidence against it); None when nothing can be checked (no
+    libstdc++ mapped) and no $CXX is usable, or every candidate is rejected:
+    Inductor's own choice stands. A $CXX whose code crashes this process is
+    passed over with the reason recorded: the GPU image sets one.
+    """
+    paths, skipped = _candidates(default)
+    loaded = loaded_libstdcxx()
+    if loaded is None:
+        return (paths[0] if os.environ.get("CXX") and paths else None), tuple(skipped)
+    rejected = list(skipped)
+    unchecked: str | None = None
+    for cxx in paths:
+        verdict, why = probe_compiler(cxx, loaded)
+        if verdict == OK:
+            return cxx, tuple(rejected)
+        if verdict == UNCHECKED and unchecked is None:
+            unchecked = cxx
+        rejected.append(why)
+    return unchecked, tuple(rejected)
 
 
 def choose_cxx(default: str = "g++") -> str | None:
-    """The compiler Inductor should use for code this process will dlopen.
-
-    The first of $CXX, ``default``, g++, /usr/bin/g++, /usr/bin/c++ whose code
-    passes works_with_runtime() against the libstdc++ this process has mapped.
-    $CXX comes first but is skipped when its code would crash this process (the
-    GPU image sets CXX=/opt/gcc/bin/g++, which does). None when nothing can be
-    checked (no libstdc++ mapped) or nothing passes: Inductor's own choice stands.
-    """
-    loaded = loaded_libstdcxx()
-    if loaded is None:
-        return os.environ.get("CXX") or None
-    for cxx in _candidates(default):
-        if works_with_runtime(cxx, loaded)[0]:
-            return cxx
-    return None
+    """The compiler Inductor should use for code this process will dlopen."""
+    return compiler_choice(default)[0]
 
 
 def rejected_compilers(default: str = "g++") -> list[str]:
-    """Why-not lines for candidates tried before the chosen one (manifest record)."""
-    loaded = loaded_libstdcxx()
-    if loaded is None:
-        return []
-    out = []
-    for cxx in _candidates(default):
-        ok, why = works_with_runtime(cxx, loaded)
-        if ok:
-            break
-        out.append(why)
-    return out
+    """Why-not lines for the candidates compiler_choice() passed over (manifest record)."""
+    return list(compiler_choice(default)[1])
 
 
 def missing_compiler() -> str | None:
@@ -181,9 +217,14 @@ def describe(cxx: str | None) -> dict[str, str | None]:
 def build_record(cxx: str | None) -> dict[str, Any]:
     """describe() plus the libstdc++ the compiler links against, for the manifest."""
     path = shutil.which(cxx or "g++")
+    loaded = loaded_libstdcxx()
+    verified = bool(path and loaded and works_with_runtime(path, loaded)[0])
     return {
         **describe(cxx),
         "libstdcxx": compiler_libstdcxx(path) if path else None,
+        # The runtime the probe saw this compiler's code run against: load() trusts
+        # it even where the compiler reports another library path.
+        "libstdcxx_verified": loaded if verified else None,
         "cxx_rejected": rejected_compilers(),
     }
 
@@ -199,7 +240,7 @@ def check_runtime(meta: dict) -> None:
 
     built = meta.get("libstdcxx")
     loaded = loaded_libstdcxx()
-    if not built or not loaded or built == loaded:
+    if not built or not loaded or built == loaded or meta.get("libstdcxx_verified") == loaded:
         return
     if "libstdc++" in os.environ.get("LD_PRELOAD", ""):
         return

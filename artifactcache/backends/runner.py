@@ -17,6 +17,7 @@ request shapes.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -93,46 +94,69 @@ CUDA_GRAPHS_ENV = "ACACHE_CUDA_GRAPHS"
 
 
 def cuda_graph_step(
-    step: Step, example: tuple[torch.Tensor, torch.Tensor]
+    step: Step,
+    examples: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    fresh_step: Callable[[], Step] | None = None,
 ) -> tuple[Step, dict[str, Any]]:
-    """``step`` replayed from a CUDA graph, or ``step`` itself where that fails.
+    """``step`` replayed from a CUDA graph, or a plain step where that fails.
 
     For steps with no graphs of their own (an AOTInductor runner launches each
     kernel from C++ on every call; a 7B decode step is some 400 launches). The
     step must write only to fixed addresses: AOTI's user-managed constants, the
     KV cache included, are the model's own tensors, so they are.
 
-    Capture runs the step at ``example`` a few times. For a decode step that
-    writes KV-cache slot ``pos``, which is harmless: every request writes a slot
-    before any query can read it. The graph's first output must equal the plain
-    step's, else the plain step is kept. ``ACACHE_CUDA_GRAPHS=0`` turns this off.
-    Returns (step, info) with info saying what happened, for the probe's report.
-    """
-    import os
+    The graph is captured at ``examples[0]``; then, at every example, the replay
+    must match the plain step's output (a graph that ignored its inputs would
+    not). Use two examples at different tokens and positions. Running a decode
+    step writes KV-cache slot ``pos``, which is harmless: every request writes a
+    slot before any query can read it.
 
-    if example[0].device.type != "cuda":
+    On any failure the plain step is returned: ``fresh_step()`` if given, for
+    steps whose object a failed capture leaves unusable (an AOTI container keeps
+    an event recorded during the capture and queries it on its next run), else
+    ``step``. ``ACACHE_CUDA_GRAPHS=0`` turns capture off. Returns (step, info),
+    info saying what happened, for the probe's report.
+    """
+    dev = examples[0][0].device
+    if dev.type != "cuda":
         return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
     if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
         return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
-    static = [t.clone() for t in example]
-    try:
-        side = torch.cuda.Stream(example[0].device)
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.no_grad(), torch.cuda.stream(side):
-            for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
-                want = _as_tensor(step(*static)).clone()
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        # "relaxed": AOTI's container queries its own CUDA events between runs,
-        # which the default "global" capture mode rejects.
-        with torch.no_grad(), torch.cuda.graph(graph, capture_error_mode="relaxed"):
-            out = _as_tensor(step(*static))
-        graph.replay()
-        if not torch.equal(out, want):
-            return step, {"cuda_graph": False, "cuda_graph_reason": "replay differs from the step"}
-    except Exception as e:  # any capture failure: keep the plain step, say why
-        torch.cuda.synchronize()
-        return step, {"cuda_graph": False, "cuda_graph_reason": f"{type(e).__name__}: {e}"[:300]}
+    static = [t.clone() for t in examples[0]]
+
+    def fallback(reason: str) -> tuple[Step, dict[str, Any]]:
+        try:
+            torch.cuda.synchronize(dev)
+        except Exception:  # a sticky CUDA error: the plain step will report it
+            pass
+        plain = fresh_step() if fresh_step is not None else step
+        return plain, {"cuda_graph": False, "cuda_graph_reason": reason[:300]}
+
+    with torch.cuda.device(dev), torch.no_grad():
+        try:
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
+                    step(*static)
+                want = [_as_tensor(step(*ex)).clone() for ex in examples]
+            torch.cuda.current_stream(dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # "relaxed": AOTI's container queries its own CUDA events between runs,
+            # which the default "global" capture mode rejects.
+            with torch.cuda.graph(graph, capture_error_mode="relaxed"):
+                out = _as_tensor(step(*static))
+            for ex, w in zip(examples, want, strict=True):
+                static[0].copy_(ex[0])
+                static[1].copy_(ex[1])
+                graph.replay()
+                # Tolerant: cuBLAS may pick other kernels under capture; a graph
+                # that ignored its inputs would be off by far more.
+                if not torch.allclose(out.float(), w.float(), rtol=2e-2, atol=2e-2):
+                    return fallback("the graph's replay differs from the plain step")
+        except Exception as e:  # any capture failure: keep a plain step, say why
+            return fallback(f"{type(e).__name__}: {e}")
 
     def replay(idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         static[0].copy_(idx)
@@ -141,6 +165,14 @@ def cuda_graph_step(
         return out
 
     return replay, {"cuda_graph": True}  # the closure keeps graph and buffers alive
+
+
+def decode_examples(recipe: Recipe, dev: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Two decode inputs at different tokens and positions, for cuda_graph_step."""
+    idx, pos = example_inputs(recipe, dev, decode=True)
+    if recipe.shapes.prefill_len + 1 >= recipe.shapes.max_seq_len:
+        return [(idx, pos)]
+    return [(idx, pos), (idx + 1, pos + 1)]
 
 
 class StepRunner:
@@ -205,4 +237,4 @@ class StepRunner:
                 nxt = step[0, -1].argmax().view(1, 1)
                 out.append(nxt)
                 ipos = ipos + 1
-            return torch.cat(out).view(-1).tolist()
+            return torch.cat([t.to(out[0].device) for t in out]).view(-1).tolist()

@@ -230,7 +230,7 @@ def run_scenarios(
     # Absolute: the children hand these dirs to compilers that run in other cwds
     # (a relative TORCHINDUCTOR_CACHE_DIR broke AOTI's g++ step on the GPU machine).
     root = Path(tempfile.mkdtemp(prefix="acache-coldstart-")) if own_tmp else Path(work_dir)
-    root = root.resolve()
+    root = root.expanduser().resolve()
     root.mkdir(parents=True, exist_ok=True)
     done = _journal_load(journal)
     out: dict[str, list[dict[str, Any]]] = {s: [] for s in wanted}

@@ -143,20 +143,19 @@ def detail_table(report: dict[str, Any]) -> list[str]:
                 return "/".join("yes" if c else "no" for c in s["compiled"]) if s else "–"
 
             mem = [s for s in sc.values()]
-            rss = max(s["peak_rss_bytes"] for s in mem) / 2**30
+            rss = max(s.get("peak_rss_bytes", 0) for s in mem) / 2**30
+
             # Cold and warm apart: a cold process builds then loads, so it can hold a
             # second copy of the weights that a deployed (warm) process never does.
-            gpus = [
-                _f(s["peak_device_allocated_bytes"] / 2**30 or None, "{:.1f}", " GiB")
-                for s in (cold, warm)
-                if s
-            ] or [
-                _f(
-                    max(s["peak_device_allocated_bytes"] for s in mem) / 2**30 or None,
+            def gib(s: dict[str, Any] | None) -> str:
+                return _f(
+                    (s or {}).get("peak_device_allocated_bytes", 0) / 2**30 or None,
                     "{:.1f}",
                     " GiB",
                 )
-            ]
+
+            # eager pairs have one scenario; the others show cold and warm apart.
+            gpu = gib(mem[0]) if not (cold or warm) else f"{gib(cold)} / {gib(warm)}"
             lines.append(
                 f"| {recipe} | {b} | {_f(bench['decode_tok_s'])} | "
                 f"{bench['request']['p50']:.3f} / {bench['request']['p99']:.3f} s"
@@ -164,7 +163,7 @@ def detail_table(report: dict[str, Any]) -> list[str]:
                 f"{ttfr(warm)} | {ttfr(eager_ttfr)} | {_f(cs.get('cold_warm_ratio'), '{:.1f}x')}"
                 f" | {_verdict(cs.get('break_even_warm'))} | {_f(bench['achieved_gbps'])} | "
                 f"{_f(bench['roofline_pct'], '{:.0f}', '%')} | {compiled(cold)} / "
-                f"{compiled(warm)} | {rss:.1f} GiB | {' / '.join(gpus)} |"
+                f"{compiled(warm)} | {rss:.1f} GiB | {gpu} |"
             )
     return lines
 
