@@ -134,3 +134,28 @@ def test_bad_mode_is_one_line_error():
     with pytest.raises(BackendError, match="unknown aoti mode") as ei:
         api.make_context("tiny-llama", "aoti", mode="reduce-overhead")
     assert "\n" not in str(ei.value)
+
+
+def test_build_releases_the_exported_model(tmp_path_factory, monkeypatch):
+    """A cold start builds then loads in one process: the build's weights must go.
+
+    torch.export kept the traced graph (and our model) in a module-level map until
+    the next export; on the H200 the cold process peaked at twice the weights.
+    """
+    import gc
+    import weakref
+
+    from artifactcache.backends import aoti
+
+    refs: list[weakref.ref] = []
+    real = aoti.build_model_for
+
+    def tracked(ctx, dev):
+        model = real(ctx, dev)
+        refs.extend(weakref.ref(p) for p in model.parameters())
+        return model
+
+    monkeypatch.setattr(aoti, "build_model_for", tracked)
+    api.build("tiny-llama", "aoti", cache_dir=private_dir(tmp_path_factory, "aoti-release"))
+    gc.collect()
+    assert refs and all(r() is None for r in refs), "the build's parameters are still alive"
