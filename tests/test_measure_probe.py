@@ -43,6 +43,8 @@ def test_steady_state_and_memory(eager_probe):
     assert eager_probe["subphases"]["build_start"] < eager_probe["subphases"]["build_done"]
     assert eager_probe["entry_bytes"] > 0 and eager_probe["entry_build_seconds"] >= 0
     assert eager_probe["runner_info"] == {}  # eager on CPU: no CUDA graph wrapper
+    ph, sub = eager_probe["phases"], eager_probe["subphases"]
+    assert ph["entry_ready"] <= sub["device_ready"] <= ph["weights_ready"]
 
 
 def test_probe_failure_is_one_line_measure_error(tmp_path):

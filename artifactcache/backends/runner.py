@@ -74,8 +74,16 @@ def example_inputs(
 
 
 def build_model_for(ctx: BuildContext, dev: torch.device) -> torch.nn.Module:
-    """The recipe's model on ``dev`` with ctx's weights, and ``weights_ready`` stamped."""
+    """The recipe's model on ``dev`` with ctx's weights, and ``weights_ready`` stamped.
+
+    ``device_ready`` (a probe subphase) is stamped first: device_of() has created the
+    CUDA context by now, so it splits the "weights" segment into context creation
+    and weight materialization, which the warm-start analysis needs.
+    """
     from ..models import build_model
+
+    sync(dev)
+    ctx.phases["device_ready"] = time.perf_counter()  # the last one: load follows build
 
     model = build_model(ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights)
     sync(dev)
