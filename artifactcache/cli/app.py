@@ -86,6 +86,31 @@ RemoteReadOnly = Annotated[
     ),
 ]
 
+# Options every command that builds or measures a recipe shares.
+RecipeArg = Annotated[
+    str, typer.Argument(help="A built-in recipe name (see `acache recipes`) or a .toml path.")
+]
+BackendOpt = Annotated[
+    str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help="fp32 | bf16 | fp16.")]
+ModeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--mode", help="Backend mode (inductor: default | reduce-overhead | max-autotune)."
+    ),
+]
+WeightsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--weights",
+        help="HF checkpoint folder or .safetensors file (default: seeded random weights).",
+        show_default=False,
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
+
 
 def emit_json(obj: Any) -> None:
     """JSON to stdout, never through rich (which would wrap long lines)."""

@@ -11,7 +11,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,10 +18,17 @@ import typer
 from ..errors import AcacheError
 from .app import (
     AllowSharedRoot,
+    BackendOpt,
     CacheDir,
+    DeviceOpt,
+    DtypeOpt,
     JsonOut,
+    ModeOpt,
+    RecipeArg,
     Remote,
     RemoteReadOnly,
+    SeedOpt,
+    WeightsOpt,
     console,
     emit_json,
     err_console,
@@ -30,29 +36,6 @@ from .app import (
     open_store,
 )
 
-RecipeArg = Annotated[
-    str, typer.Argument(help="A built-in recipe name (see `acache recipes`) or a .toml path.")
-]
-BackendOpt = Annotated[
-    str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
-]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="fp32 | bf16 | fp16.")]
-ModeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--mode", help="Backend mode (inductor: default | reduce-overhead | max-autotune)."
-    ),
-]
-WeightsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--weights",
-        help="HF checkpoint folder or .safetensors file (default: seeded random weights).",
-        show_default=False,
-    ),
-]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
 ExtraOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -19,12 +19,23 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from .app import AllowSharedRoot, CacheDir, JsonOut, console, emit_json, err_console, human_bytes
+from .app import (
+    AllowSharedRoot,
+    BackendOpt,
+    CacheDir,
+    DeviceOpt,
+    DtypeOpt,
+    JsonOut,
+    ModeOpt,
+    RecipeArg,
+    SeedOpt,
+    WeightsOpt,
+    console,
+    emit_json,
+    err_console,
+    human_bytes,
+)
 
-Backend = Annotated[str, typer.Option("--backend", "-b", help="eager, inductor, aoti, ort, trt.")]
-Device = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="fp32, bf16 or fp16.")]
-Mode = Annotated[str | None, typer.Option("--mode", help="Backend mode, e.g. reduce-overhead.")]
 NewTokens = Annotated[
     int | None,
     typer.Option(
@@ -36,10 +47,6 @@ NewTokens = Annotated[
 Iters = Annotated[int, typer.Option("--iters", help="Timed requests per process.")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Excluded requests before timing.")]
 Runs = Annotated[int, typer.Option("--runs", help="Fresh processes per scenario.")]
-Weights = Annotated[
-    str | None, typer.Option("--weights", help="Checkpoint (default: random).", show_default=False)
-]
-Seed = Annotated[int, typer.Option("--seed", help="Seed of the random weights.")]
 
 
 def _command_line() -> str:
@@ -68,6 +75,8 @@ def _progress(total_hint: str) -> Iterator[Callable[[str, int, int], None]]:
 def _spec(recipes: list[str], backends: list[str], **kw: Any):
     from ..measure.compare import CompareSpec
 
+    if kw.get("weights") is not None:
+        kw["weights"] = str(kw["weights"])  # the probe's argv
     return CompareSpec(recipes=recipes, backends=backends, **kw)
 
 
@@ -124,16 +133,16 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
 
 
 def coldstart_cmd(
-    recipe: Annotated[str, typer.Argument(help="Recipe name or .toml path.")],
-    backend: Backend = "inductor",
+    recipe: RecipeArg,
+    backend: BackendOpt = "inductor",
     runs: Runs = 3,
-    device: Device = "cpu",
-    dtype: Dtype = "fp32",
-    mode: Mode = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+    mode: ModeOpt = None,
     new_tokens: NewTokens = None,
     iters: Iters = 3,
-    weights: Weights = None,
-    seed: Seed = 0,
+    weights: WeightsOpt = None,
+    seed: SeedOpt = 0,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
@@ -175,17 +184,17 @@ def coldstart_cmd(
 
 
 def bench_cmd(
-    recipe: Annotated[str, typer.Argument(help="Recipe name or .toml path.")],
-    backend: Backend = "eager",
-    device: Device = "cpu",
-    dtype: Dtype = "fp32",
-    mode: Mode = None,
+    recipe: RecipeArg,
+    backend: BackendOpt = "eager",
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
+    mode: ModeOpt = None,
     batch: Annotated[int, typer.Option("--batch", help="Batch size (must fit the recipe).")] = 1,
     new_tokens: NewTokens = None,
     iters: Iters = 10,
     warmup: Warmup = 2,
-    weights: Weights = None,
-    seed: Seed = 0,
+    weights: WeightsOpt = None,
+    seed: SeedOpt = 0,
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
@@ -279,8 +288,8 @@ def compare_cmd(
     recipes: Annotated[str, typer.Option("--recipes", help="Comma-separated recipes.")],
     backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")],
     out: Annotated[Path, typer.Option("--out", help="Report directory.")],
-    device: Device = "cpu",
-    dtype: Dtype = "fp32",
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = "fp32",
     runs: Runs = 1,
     new_tokens: NewTokens = None,
     iters: Iters = 3,
@@ -288,8 +297,8 @@ def compare_cmd(
         list[str] | None,
         typer.Option("--modes", help="BACKEND=MODE, e.g. inductor=reduce-overhead (repeatable)."),
     ] = None,
-    weights: Weights = None,
-    seed: Seed = 0,
+    weights: WeightsOpt = None,
+    seed: SeedOpt = 0,
     resume: Annotated[
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,

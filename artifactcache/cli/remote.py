@@ -16,10 +16,17 @@ from rich.table import Table
 from ..errors import RemoteError
 from .app import (
     AllowSharedRoot,
+    BackendOpt,
     CacheDir,
+    DeviceOpt,
+    DtypeOpt,
     JsonOut,
+    ModeOpt,
+    RecipeArg,
     Remote,
     RemoteReadOnly,
+    SeedOpt,
+    WeightsOpt,
     console,
     emit_json,
     human_bytes,
@@ -125,15 +132,13 @@ def register(app: typer.Typer) -> None:
 
     @app.command("prewarm")
     def prewarm(
-        recipe: Annotated[str, typer.Argument(help="Recipe name or path to a .toml.")],
-        backend: Annotated[str, typer.Option("--backend", "-b", help="Backend name.")],
-        device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
-        dtype: Annotated[str, typer.Option(help="fp32, fp16 or bf16.")] = "fp32",
-        mode: Annotated[str | None, typer.Option(help="Backend mode, if any.")] = None,
-        weights: Annotated[
-            Path | None, typer.Option(help="Checkpoint file or folder (default: random).")
-        ] = None,
-        seed: Annotated[int, typer.Option(help="Seed for random weights.")] = 0,
+        recipe: RecipeArg,
+        backend: BackendOpt,
+        device: DeviceOpt = "cpu",
+        dtype: DtypeOpt = "fp32",
+        mode: ModeOpt = None,
+        weights: WeightsOpt = None,
+        seed: SeedOpt = 0,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
