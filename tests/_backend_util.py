@@ -22,6 +22,21 @@ def private_dir(tmp_path_factory: Any, name: str) -> Path:
     return d
 
 
+def runner_cache(root: Path) -> Any:
+    """get(recipe, backend, weights=None) -> Runner from ``root``, loaded (or built) once."""
+    from artifactcache import api
+
+    cache: dict = {}
+
+    def get(name: str, backend: str, weights: Path | None = None) -> Any:
+        k = (name, backend, weights)
+        if k not in cache:
+            cache[k] = api.load(name, backend, weights=weights, cache_dir=root)
+        return cache[k]
+
+    return get
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return ((got - want).abs().max() / want.abs().max()).item()
 

@@ -18,6 +18,7 @@ from _backend_util import (
     load_in_child,
     private_dir,
     rel_err,
+    runner_cache,
     tree_digest,
 )
 
@@ -36,15 +37,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def runners(root: Path):
-    cache: dict = {}
-
-    def get(name: str, backend: str, weights: Path | None = None):
-        k = (name, backend, weights)
-        if k not in cache:
-            cache[k] = api.load(name, backend, weights=weights, cache_dir=root)
-        return cache[k]
-
-    return get
+    return runner_cache(root)
 
 
 @pytest.mark.parametrize("name", TINY)

@@ -18,6 +18,7 @@ from _backend_util import (
     load_in_child,
     private_dir,
     rel_err,
+    runner_cache,
     tree_digest,
 )
 
@@ -35,16 +36,9 @@ def root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runners(root: Path) -> dict:
+def runners(root: Path):
     """(recipe, backend) -> Runner, built on first use (build-on-miss, then warm load)."""
-    cache: dict = {}
-
-    def get(name: str, backend: str):
-        if (name, backend) not in cache:
-            cache[name, backend] = api.load(name, backend, cache_dir=root)
-        return cache[name, backend]
-
-    return get
+    return runner_cache(root)
 
 
 @pytest.mark.parametrize("name", TINY)
