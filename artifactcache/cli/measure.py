@@ -231,7 +231,7 @@ def bench_cmd(
         device=device,
         dtype=dtype,
         mode=mode,
-        weights=weights,
+        weights=str(weights) if weights else None,
         seed=seed,
         new_tokens=new_tokens,
         iters=iters,
@@ -254,6 +254,7 @@ def bench_cmd(
         phases=probe["phases"],
         memory=probe["memory"],
         environment=probe["environment"],
+        runner_info=probe.get("runner_info", {}),
     )
     if json_out:
         emit_json(res)

@@ -1,0 +1,210 @@
+"""Per-backend evidence the seed table does not give, for one recipe, in one call.
+
+For each backend (default eager, inductor, aoti):
+
+* **build**: ``acache build --json`` in a fresh process with empty framework
+  caches: build seconds and entry bytes;
+* **agreement with eager**: in one process, ``logits(prompt)`` of every backend
+  against eager's (max |diff| / max |eager|, and whether the argmax agrees at every
+  prompt position), plus greedy generation of ``--gen`` tokens compared token by
+  token;
+* **aoti decode with and without its CUDA graph** (CUDA only): ``acache bench``
+  with ``ACACHE_CUDA_GRAPHS=1`` and ``=0`` on the same entry, decode tok/s each.
+
+Writes OUT/evidence.json and OUT/evidence.md (date, machine, versions, command).
+The tolerance for "agrees" is a stated input (``--rtol``; 2e-2 suits bf16's
+8 bits of mantissa over a 32-layer model), never tuned after the fact.
+
+On the GPU machine (repo root):
+
+    python benchmarks/backend_evidence.py llama-7b --device cuda --dtype bf16 --out OUT
+
+On CPU, as a check of the script itself:
+
+    python benchmarks/backend_evidence.py tiny-llama --out /tmp/evidence
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def _cli(args: list[str], env: dict[str, str]) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "artifactcache.cli", *args, "--json"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(out.stdout)
+
+
+def _fresh_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    tmp = Path(tempfile.mkdtemp(prefix="acache-evidence-"))
+    return {
+        **os.environ,
+        "ACACHE_DIR": str(cache),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
+        "TRITON_CACHE_DIR": str(tmp / "triton"),
+        "CUDA_CACHE_PATH": str(tmp / "cuda"),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        **(extra or {}),
+    }
+
+
+def agreement(recipe: str, backends: list[str], common: dict[str, Any], n_gen: int, rtol: float):
+    """logits and greedy tokens of each backend against eager, in this process."""
+    import torch
+
+    from artifactcache import api
+    from artifactcache.recipes import load_recipe
+
+    prompt = list(load_recipe(recipe).bench.prompt_ids)
+    ref = api.load(recipe, "eager", **common)
+    want = ref.logits(prompt)
+    want_ids = ref.generate(prompt, n_gen)
+    del ref
+    out: dict[str, Any] = {}
+    for b in backends:
+        if b == "eager":
+            continue
+        runner = api.load(recipe, b, build_on_miss=False, **common)
+        got = runner.logits(prompt)
+        ids = runner.generate(prompt, n_gen)
+        rel = float((got - want).abs().max() / want.abs().max())
+        same = next((i for i, (a, c) in enumerate(zip(ids, want_ids, strict=True)) if a != c), None)
+        out[b] = {
+            "max_rel_err": rel,
+            "within_rtol": rel <= rtol,
+            "argmax_agrees_at_every_position": bool(torch.equal(got.argmax(-1), want.argmax(-1))),
+            "tokens_equal": same is None,
+            "first_differing_token": same,
+            "runner_info": dict(getattr(runner, "info", {}) or {}),
+        }
+        del runner
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("recipe")
+    p.add_argument("--backends", default="eager,inductor,aoti")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="fp32")
+    p.add_argument("--mode", default=None, help="inductor mode (default: reduce-overhead on CUDA)")
+    p.add_argument("--gen", type=int, default=32, help="greedy tokens compared with eager")
+    p.add_argument("--rtol", type=float, default=None, help="default: 1e-4 fp32, 2e-2 bf16/fp16")
+    p.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh temp dir")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    rtol = args.rtol if args.rtol is not None else (1e-4 if args.dtype == "fp32" else 2e-2)
+    mode = args.mode or ("reduce-overhead" if args.device.startswith("cuda") else None)
+    cache = (args.cache_dir or Path(tempfile.mkdtemp(prefix="acache-evidence-cache-"))).resolve()
+    cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    args.out.mkdir(parents=True, exist_ok=True)
+    base = [args.recipe, "--device", args.device, "--dtype", args.dtype]
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    builds: dict[str, Any] = {}
+    for b in backends:
+        flags = ["--mode", mode] if (b == "inductor" and mode) else []
+        t0 = time.perf_counter()
+        builds[b] = _cli(["build", *base, "-b", b, *flags], _fresh_env(cache))
+        builds[b]["process_seconds"] = round(time.perf_counter() - t0, 2)
+        print(f"[evidence] build {b}: {builds[b]}", file=sys.stderr, flush=True)
+
+    import torch
+
+    from artifactcache.keys import toolchain_fingerprint
+
+    common = {"device": args.device, "dtype": args.dtype, "cache_dir": cache}
+    # The inductor entry was built with --mode: load it with the same mode.
+    agree = {}
+    for b in backends:
+        if b == "eager" or "error" in builds[b]:
+            continue
+        extra = {"mode": mode} if (b == "inductor" and mode) else {}
+        agree.update(agreement(args.recipe, ["eager", b], {**common, **extra}, args.gen, rtol))
+        print(f"[evidence] agreement {b}: {agree[b]}", file=sys.stderr, flush=True)
+
+    graphs: dict[str, Any] = {}
+    if "aoti" in backends and args.device.startswith("cuda") and "error" not in builds["aoti"]:
+        for flag in ("1", "0"):
+            env = _fresh_env(cache, {"ACACHE_CUDA_GRAPHS": flag})
+            r = _cli(["bench", *base, "-b", "aoti", "--iters", "5"], env)
+            graphs[f"ACACHE_CUDA_GRAPHS={flag}"] = {
+                k: r.get(k) for k in ("decode_tok_s", "roofline_pct", "runner_info", "error")
+            }
+            print(f"[evidence] aoti graphs={flag}: {graphs[f'ACACHE_CUDA_GRAPHS={flag}']}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+
+    env_info = {
+        "python": platform.python_version(),
+        **toolchain_fingerprint(
+            ("torch", "triton") if args.device.startswith("cuda") else ("torch",)
+        ),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+    result = {
+        "started": started,
+        "command": "python benchmarks/backend_evidence.py "
+        + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)),
+        "recipe": args.recipe,
+        "device": args.device,
+        "dtype": args.dtype,
+        "inductor_mode": mode,
+        "rtol": rtol,
+        "environment": env_info,
+        "builds": builds,
+        "agreement_with_eager": agree,
+        "aoti_cuda_graph_ab": graphs,
+    }
+    (args.out / "evidence.json").write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    lines = [
+        f"# Backend evidence: {args.recipe} ({args.device}, {args.dtype})",
+        "",
+        f"- date: {started}; command: `{result['command']}`",
+        f"- environment: {json.dumps(env_info, sort_keys=True)}",
+        f"- agreement tolerance: max |diff| / max |eager logits| <= {rtol:g}",
+        "",
+        "| backend | build s (process s) | entry bytes | max rel err vs eager | argmax agrees "
+        f"| {args.gen} greedy tokens equal |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for b in backends:
+        bd, ag = builds[b], agree.get(b, {})
+        if "error" in bd:
+            lines.append(f"| {b} | failed: {bd['error']} | | | | |")
+            continue
+        err = f"{ag['max_rel_err']:.2e}" if ag else "– (the reference)"
+        lines.append(
+            f"| {b} | {bd.get('seconds', 0):.1f} ({bd['process_seconds']:.1f}) | {bd.get('bytes')} "
+            f"| {err} | {ag.get('argmax_agrees_at_every_position', '–')} "
+            f"| {ag.get('tokens_equal', '–')} |"
+        )
+    if graphs:
+        lines += ["", "| aoti decode | tok/s | % roofline | runner |", "|---|---:|---:|---|"]
+        for k, v in graphs.items():
+            lines.append(
+                f"| {k} | {v.get('decode_tok_s')} | {v.get('roofline_pct')} "
+                f"| {v.get('runner_info') or v.get('error')} |"
+            )
+    (args.out / "evidence.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
