@@ -68,3 +68,23 @@ def load_in_child(
 def kernel_compiles(report: dict[str, Any]) -> list[str]:
     """C++ compiles that produced code (.so/.o); header preprocessing runs (.i) excluded."""
     return [t for t in report["compiles"] if not t.endswith(".i")]
+
+
+# A probe body whose "regex check" segfaults: what the GPU image's $CXX produced.
+CRASHING_PROBE = (
+    '#include <signal.h>\nextern "C" int acache_regex_probe(void){raise(SIGSEGV);return 0;}'
+)
+
+
+def fake_cxx(tmp_path: Path, name: str, body: str) -> str:
+    """A compiler wrapper: g++ building ``body`` instead of its input (-o kept)."""
+    src = tmp_path / f"{name}.cpp"
+    src.write_text(body)
+    script = tmp_path / name
+    script.write_text(
+        "#!/bin/sh\n"
+        'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
+        f'exec g++ -shared -fPIC -o "$out" {src}\n'
+    )
+    script.chmod(0o755)
+    return str(script)

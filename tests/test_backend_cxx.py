@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from _backend_util import CRASHING_PROBE, fake_cxx
 
 from artifactcache.backends import cxx
 from artifactcache.errors import BackendError
@@ -12,25 +13,11 @@ from artifactcache.errors import BackendError
 HAS_GXX = shutil.which("g++") is not None
 
 
-def _fake_cxx(tmp_path, name: str, body: str) -> str:
-    """A compiler wrapper: g++ building ``body`` instead of its input (-o kept)."""
-    src = tmp_path / f"{name}.cpp"
-    src.write_text(body)
-    script = tmp_path / name
-    script.write_text(
-        "#!/bin/sh\n"
-        'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        f'exec g++ -shared -fPIC -o "$out" {src}\n'
-    )
-    script.chmod(0o755)
-    return str(script)
-
-
 @pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
 def test_user_cxx_wins_when_its_code_runs(monkeypatch, tmp_path):
     import torch  # noqa: F401
 
-    mine = _fake_cxx(tmp_path, "my-g++", 'extern "C" int acache_regex_probe(void){return 0;}')
+    mine = fake_cxx(tmp_path, "my-g++", 'extern "C" int acache_regex_probe(void){return 0;}')
     monkeypatch.setenv("CXX", mine)
     assert cxx.choose_cxx() == mine
     assert cxx.rejected_compilers() == []
@@ -41,8 +28,7 @@ def test_user_cxx_whose_code_crashes_is_skipped(monkeypatch, tmp_path):
     """The GPU image's case: $CXX builds libraries that segfault in this process."""
     import torch  # noqa: F401
 
-    crash = '#include <signal.h>\nextern "C" int acache_regex_probe(void){raise(SIGSEGV);return 0;}'
-    bad = _fake_cxx(tmp_path, "crashing-g++", crash)
+    bad = fake_cxx(tmp_path, "crashing-g++", CRASHING_PROBE)
     monkeypatch.setenv("CXX", bad)
     chosen = cxx.choose_cxx()
     assert chosen is not None and chosen != bad

@@ -7,6 +7,7 @@ import json
 import os
 
 import pytest
+from _backend_util import CRASHING_PROBE, fake_cxx
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
@@ -21,6 +22,7 @@ TOP_KEYS = {
     "gpus",
     "device_checked",
     "backends",
+    "compiler",
     "cache",
     "remote",
 }
@@ -46,6 +48,7 @@ def test_schema_is_stable(cache_dir):
     assert rep["cache"]["dir"] == str(cache_dir) and rep["cache"]["mode"] == "0700"
     assert rep["cache"]["problem"] is None
     assert rep["remote"] == {"configured": False, "url": None}
+    assert set(rep["compiler"]) == {"cxx_env", "chosen", "version", "runtime", "passed_over"}
     for g in rep["gpus"]:
         assert set(g) == {"index", "name", "compute_capability", "memory_bytes"}
 
@@ -91,3 +94,16 @@ def test_human_output_names_every_backend(cache_dir):
     for name in BACKEND_ROWS:
         assert name in r.output
     assert "artifactcache[trt]" in r.output or "trt      │ yes" in r.output
+
+
+def test_names_a_crashing_cxx_it_passes_over(cache_dir, monkeypatch, tmp_path):
+    """The GPU image's trap: $CXX builds code that crashes; doctor says which and why."""
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine")
+    bad = fake_cxx(tmp_path, "bad-g++", CRASHING_PROBE)
+    monkeypatch.setenv("CXX", bad)
+    cc = _doctor()["compiler"]
+    assert cc["cxx_env"] == bad and cc["chosen"] and cc["chosen"] != bad
+    assert any("bad-g++" in why and "signal 11" in why for why in cc["passed_over"])

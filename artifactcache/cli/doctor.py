@@ -139,6 +139,28 @@ def remote_status(url: str | None) -> dict[str, Any]:
     return {"configured": True, **check_remote(url)}
 
 
+def compiler_status() -> dict[str, Any]:
+    """The C++ compiler aoti would build with here, and those passed over (backends/cxx.py).
+
+    This is what to look at when AOTInductor libraries crash at load: on the GPU
+    image $CXX named a compiler whose code segfaults in this process.
+    """
+    from ..backends import cxx
+
+    try:
+        import torch  # noqa: F401  (maps libstdc++ the way a build process has it)
+    except ImportError:
+        pass
+    chosen, rejected = cxx.compiler_choice()
+    return {
+        "cxx_env": os.environ.get("CXX"),
+        "chosen": chosen,
+        "version": cxx.compiler_version(chosen) if chosen else None,
+        "runtime": cxx.loaded_libstdcxx(),
+        "passed_over": list(rejected),
+    }
+
+
 def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
     torch_info, gpus = _torch_info()
     device = "cuda" if gpus else "cpu"
@@ -153,6 +175,7 @@ def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
         "gpus": gpus,
         "device_checked": device,
         "backends": [backend_status(name, device) for name in BACKEND_ROWS],
+        "compiler": compiler_status(),
         "cache": cache_status(cache_dir),
         "remote": remote_status(remote),
     }
@@ -173,6 +196,15 @@ def _render(rep: dict[str, Any]) -> None:
         # escape: "[trt]" in an install hint is not rich markup
         table.add_row(b["name"], "yes" if b["available"] else "no", escape(why))
     console.print(table)
+    cc = rep["compiler"]
+    chosen = (
+        f"{cc['chosen']} {cc['version'] or ''}".strip() if cc["chosen"] else "Inductor's default"
+    )
+    console.print(
+        f"c++ for aoti/inductor: {chosen}"
+        + (f"  (passed over: {'; '.join(cc['passed_over'])})" if cc["passed_over"] else ""),
+        highlight=False,
+    )
     c = rep["cache"]
     console.print(
         f"cache {c['dir']}  {human_bytes(c['size_bytes'])}  {c['entries']} entries  "
