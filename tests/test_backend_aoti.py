@@ -129,7 +129,7 @@ def test_bad_mode_is_one_line_error():
     assert "\n" not in str(ei.value)
 
 
-def test_build_releases_the_exported_model(tmp_path_factory, monkeypatch):
+def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatch):
     """A cold start builds then loads in one process: the build's weights must go.
 
     torch.export kept the traced graph (and our model) in a module-level map until
@@ -149,6 +149,13 @@ def test_build_releases_the_exported_model(tmp_path_factory, monkeypatch):
         return model
 
     monkeypatch.setattr(aoti, "build_model_for", tracked)
+    from torch._inductor import config
+
+    before = config.get_config_copy()
     api.build("tiny-llama", "aoti", cache_dir=private_dir(tmp_path_factory, "aoti-release"))
     gc.collect()
     assert refs and all(r() is None for r in refs), "the build's parameters are still alive"
+    # AOTI's compile filled config.aot_inductor.metadata in place; left there, it
+    # changed the cache keys of every later torch.compile in this process.
+    changed = {k for k, v in config.get_config_copy().items() if before.get(k) != v}
+    assert not changed, f"the build left Inductor config changed: {sorted(changed)}"

@@ -25,11 +25,13 @@ wrapper is now built with a compiler matching the loaded libstdc++ (cxx.py).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import shutil
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -69,6 +71,25 @@ def _inductor_configs(opts: BuildOptions) -> dict[str, Any]:
     if _mode(opts) == "max-autotune":
         cfg["max_autotune"] = True
     return cfg
+
+
+@contextlib.contextmanager
+def _inductor_config_kept() -> Iterator[None]:
+    """Undo what an AOTInductor compile leaves in Inductor's global config.
+
+    ``aoti_compile_and_package`` fills ``config.aot_inductor.metadata`` in place
+    (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...), past its own config patch. Every later
+    torch.compile in the process then hashes that into its FX-graph and AOTAutograd
+    cache keys, so an inductor entry built after an aoti build missed its cache in a
+    fresh process (found by diffing the keys' hash details).
+    """
+    from torch._inductor import config
+
+    saved = config.get_config_copy()
+    try:
+        yield
+    finally:
+        config.load_config(saved)
 
 
 def _release_export_state() -> None:
@@ -205,7 +226,7 @@ class AotiBackend:
         for step in STEPS:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
-            with torch.no_grad():
+            with torch.no_grad(), _inductor_config_kept():
                 ep = torch.export.export(model, args, strict=False)
                 pkg = torch._inductor.aoti_compile_and_package(
                     ep,
