@@ -6,6 +6,7 @@ store never sees torch; backends never see the store's layout.
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -211,11 +212,12 @@ def load_with_result(
     context: BuildContext | None = None,
 ) -> tuple[BuildResult, Runner]:
     """load(), plus how the entry was found (hit / built / pulled): one lookup, not two."""
-    b, ctx, result = _lookup(
-        recipe, backend, build_on_miss=build_on_miss, store=store, cache_dir=cache_dir,
+    lookup = functools.partial(
+        _lookup, recipe, backend, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra,
     )  # fmt: skip
+    b, ctx, result = lookup(build_on_miss=build_on_miss)
     ctx.phases["entry_ready"] = time.perf_counter()
     try:
         return result, b.load(ctx, result.entry.path, result.entry.meta)
@@ -225,11 +227,7 @@ def load_with_result(
         # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
         if ctx.progress:
             ctx.progress(f"rebuilding: {e}")
-        b, ctx, result = _lookup(
-            recipe, backend, build_on_miss=True, force=True, store=store, cache_dir=cache_dir,
-            allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
-            mode=mode, weights=weights, seed=seed, extra=extra,
-        )  # fmt: skip
+        b, ctx, result = lookup(build_on_miss=True, force=True)
         return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 

@@ -63,8 +63,14 @@ def _fresh_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, st
     }
 
 
-def agreement(recipe: str, backends: list[str], common: dict[str, Any], n_gen: int, rtol: float):
-    """logits and greedy tokens of each backend against eager, in this process."""
+def agreement(
+    recipe: str,
+    backends: dict[str, dict[str, Any]],
+    common: dict[str, Any],
+    n_gen: int,
+    rtol: float,
+):
+    """logits and greedy tokens of each backend (-> its extra load kwargs) against eager."""
     import torch
 
     from artifactcache import api
@@ -76,10 +82,8 @@ def agreement(recipe: str, backends: list[str], common: dict[str, Any], n_gen: i
     want_ids = ref.generate(prompt, n_gen)
     del ref
     out: dict[str, Any] = {}
-    for b in backends:
-        if b == "eager":
-            continue
-        runner = api.load(recipe, b, build_on_miss=False, **common)
+    for b, extra in backends.items():
+        runner = api.load(recipe, b, build_on_miss=False, **common, **extra)
         got = runner.logits(prompt)
         ids = runner.generate(prompt, n_gen)
         rel = float((got - want).abs().max() / want.abs().max())
@@ -131,13 +135,13 @@ def main(argv: list[str] | None = None) -> int:
 
     common = {"device": args.device, "dtype": args.dtype, "cache_dir": cache}
     # The inductor entry was built with --mode: load it with the same mode.
-    agree = {}
-    for b in backends:
-        if b == "eager" or "error" in builds[b]:
-            continue
-        extra = {"mode": mode} if (b == "inductor" and mode) else {}
-        agree.update(agreement(args.recipe, ["eager", b], {**common, **extra}, args.gen, rtol))
-        print(f"[evidence] agreement {b}: {agree[b]}", file=sys.stderr, flush=True)
+    compared = {
+        b: ({"mode": mode} if (b == "inductor" and mode) else {})
+        for b in backends
+        if b != "eager" and "error" not in builds[b]
+    }
+    agree = agreement(args.recipe, compared, common, args.gen, rtol)
+    print(f"[evidence] agreement: {agree}", file=sys.stderr, flush=True)
 
     graphs: dict[str, Any] = {}
     if "aoti" in backends and args.device.startswith("cuda") and "error" not in builds["aoti"]:

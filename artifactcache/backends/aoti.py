@@ -223,6 +223,7 @@ class AotiBackend:
         timings: dict[str, float] = {}
         scratch = workdir / ".pt2"
         scratch.mkdir()
+        cfg = _inductor_configs(ctx.opts)  # probes the C++ compilers once per build
         for step in STEPS:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
@@ -231,7 +232,7 @@ class AotiBackend:
                 pkg = torch._inductor.aoti_compile_and_package(
                     ep,
                     package_path=str(scratch / f"{step}.pt2"),
-                    inductor_configs=_inductor_configs(ctx.opts),
+                    inductor_configs=cfg,
                 )
             # Members are under "<step>/" (the package's stem), so each step
             # lands in its own folder of the entry.
@@ -250,7 +251,7 @@ class AotiBackend:
             "steps": steps,
             "compile_seconds": timings,
             "weights": "external (user-managed constants)",
-            **build_record(_inductor_configs(ctx.opts).get("cpp.cxx")),
+            **build_record(cfg.get("cpp.cxx")),
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
@@ -266,31 +267,28 @@ class AotiBackend:
         model = build_model_for(ctx, dev)
         state = dict(model.named_parameters(remove_duplicate=False))
         state.update(dict(model.named_buffers(remove_duplicate=False)))
-        runners = {}
-        for s in STEPS:
-            runners[s] = _make_runner(paths[s], dev)
-            _share_constants(runners[s], state, s)
-        pre, dec = runners["prefill"], runners["decode"]
-        t0 = time.perf_counter()
+        runners: dict[str, Any] = {}
 
+        def open_step(s: str) -> Any:
+            """A runner on the entry's .so, bound to our tensors; its step callable."""
+            runners[s] = runner = _make_runner(paths[s], dev)
+            _share_constants(runner, state, s)
+            return lambda idx, pos: runner.run([idx, pos])
+
+        prefill, decode = open_step("prefill"), open_step("decode")
+        t0 = time.perf_counter()
         # Inductor's reduce-overhead mode replays CUDA graphs; an AOTI runner has
         # none of its own, so decode gets one here (load-time only: not in the key).
-        def fresh_decode() -> Any:
-            # A failed capture leaves the container holding a captured event.
-            runners["decode"] = _make_runner(paths["decode"], dev)
-            _share_constants(runners["decode"], state, "decode")
-            return lambda idx, pos, r=runners["decode"]: r.run([idx, pos])
-
+        # A failed capture leaves that container holding a captured event: the
+        # fallback is a fresh one.
         decode, info = cuda_graph_step(
-            lambda idx, pos: dec.run([idx, pos]),
-            decode_examples(ctx.recipe, dev),
-            fresh_step=fresh_decode,
+            decode, decode_examples(ctx.recipe, dev), fresh_step=lambda: open_step("decode")
         )
         ctx.phases["cuda_graph_seconds"] = time.perf_counter() - t0
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(
             ctx.recipe,
-            lambda idx, pos: pre.run([idx, pos]),
+            prefill,
             decode,
             dev,
             keepalive=(model, runners),
