@@ -223,12 +223,15 @@ class AotiBackend:
         timings: dict[str, float] = {}
         scratch = workdir / ".pt2"
         scratch.mkdir()
+        t0 = time.perf_counter()
         cfg = _inductor_configs(ctx.opts)  # probes the C++ compilers once per build
+        timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         for step in STEPS:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
             with torch.no_grad(), _inductor_config_kept():
                 ep = torch.export.export(model, args, strict=False)
+                timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
                 pkg = torch._inductor.aoti_compile_and_package(
                     ep,
                     package_path=str(scratch / f"{step}.pt2"),
@@ -242,6 +245,8 @@ class AotiBackend:
                 raise BackendError(f"the {step} package holds .so files {sos}, expected one")
             steps[step] = sos[0]
             timings[step] = round(time.perf_counter() - t0, 3)
+        # Where a build's time goes, for the probe's report (durations, not stamps).
+        ctx.phases.update({f"aoti_{k}_seconds": v for k, v in timings.items()})
         shutil.rmtree(scratch)  # the unpacked files are all load needs
         del ep, model
         _release_export_state()
