@@ -7,6 +7,8 @@ save_pretrained, loaded by acache; fp32 logits must agree to 1e-4 relative.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +159,19 @@ def test_good_checkpoint_builds_and_is_keyed_by_its_digest(checkpoints, cache_di
         ).built
         is False
     )
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-phi-2"])
+def test_building_a_model_does_not_import_dynamo(name: str):
+    """A process that only runs a model (eager, a warm aoti load) must not pay for
+    importing torch._dynamo (1.5-2.5 s); nn.Embedding's init on meta used to."""
+    code = (
+        "import sys; from artifactcache.models import build_model; "
+        "from artifactcache.recipes import load_recipe; "
+        f"build_model(load_recipe({name!r}), dtype='bf16'); "
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

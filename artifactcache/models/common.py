@@ -39,6 +39,18 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     return inv.to(torch.float32)
 
 
+def embedding(num: int, dim: int) -> nn.Embedding:
+    """An nn.Embedding without its random init: our weights are always filled later.
+
+    Why not plain ``nn.Embedding``: models are built on the meta device, and there
+    Embedding's init (``normal_``) runs through a Python reference wrapped in
+    ``torch._disable_dynamo``, which imports all of torch._dynamo (1.5-2.5 s) into
+    a process that never compiles: a warm aoti start paid it inside "weights".
+    Handing it an (uninitialized) weight skips reset_parameters().
+    """
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
+
+
 def rope_cache(cfg: ModelConfig, max_seq_len: int) -> torch.Tensor:
     """[max_seq_len, rotary_dim] cos and sin, stacked as [2, S, rotary_dim] in fp32."""
     inv = rope_inv_freq(cfg)

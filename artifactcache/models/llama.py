@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import CausalLM, KVCache, RMSNorm, apply_rope, sdpa
+from .common import CausalLM, KVCache, RMSNorm, apply_rope, embedding, sdpa
 
 
 class Attention(nn.Module):
@@ -83,7 +83,7 @@ class Block(nn.Module):
 class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig, fused: bool):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.embed_tokens = embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(Block(cfg, fused) for _ in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
 

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import CausalLM, KVCache, apply_rope, sdpa
+from .common import CausalLM, KVCache, apply_rope, embedding, sdpa
 
 
 class PhiAttention(nn.Module):
@@ -63,7 +63,7 @@ class PhiBlock(nn.Module):
 class PhiBackbone(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.embed_tokens = embedding(cfg.vocab_size, cfg.dim)
         self.layers = nn.ModuleList(PhiBlock(cfg) for _ in range(cfg.n_layers))
         self.final_layernorm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
 

@@ -1,0 +1,147 @@
+"""Two questions the 2026-12-01 aoti rerun raised, answered on the GPU in one call.
+
+``weights``: a warm llama-7b aoti start spent 3.24 s between "CUDA context ready"
+and "weights ready", materializing seeded random weights that are ~13.5 GB of
+writes (a few ms of bandwidth). Where does it go? Times, each device-synchronized,
+in a fresh process: the meta-device construction, ``to_empty`` (the allocations),
+the seeded ``normal_`` fills, and ``setup_caches``; then the same again in the same
+process, which separates first-use costs (kernel loading, allocator growth) from
+steady ones.
+
+``memory``: the cold aoti process still peaked at ~2x the weights (27.5 GB
+allocated for 13.5 GB of weights) after export's module-level map was cleared.
+Which step allocates it? ``torch.export.export`` and
+``torch._inductor.aoti_compile_and_package`` are wrapped to record the allocated and
+peak device memory around each call during ``api.build``, then the same after the
+build returns and after a load. Also counts model instances still alive after the
+build, and names what refers to one.
+
+    python benchmarks/startup_diag.py weights llama-7b
+    python benchmarks/startup_diag.py memory llama-7b
+
+Prints one JSON object on stdout. Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _timed(fn: Any, sync: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    sync()
+    return round(time.perf_counter() - t0, 4)
+
+
+def weights(recipe_name: str) -> dict[str, Any]:
+    import torch
+
+    from artifactcache.models import _architecture
+    from artifactcache.models.weights import init_random
+    from artifactcache.recipes import load_recipe
+
+    recipe = load_recipe(recipe_name)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # cpu: a script check
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    out: dict[str, Any] = {"context_s": _timed(lambda: torch.empty(1, device=dev), sync)}
+    for round_ in ("first", "second"):
+        box: dict[str, Any] = {}
+
+        def meta() -> None:
+            with torch.device("meta"):
+                box["m"] = _architecture(recipe).to(torch.bfloat16)
+
+        r = {"meta_s": _timed(meta, sync)}
+        m = box["m"]
+        r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
+        # init_random calls to_empty again on an already-materialized model: a no-op
+        # move, so this times the fills (plus that check).
+        r["fill_s"] = _timed(lambda: init_random(m, 0, dev, torch.bfloat16), sync)
+        r["setup_caches_s"] = _timed(
+            lambda: m.setup_caches(recipe.shapes.max_batch, recipe.shapes.max_seq_len), sync
+        )
+        r["param_tensors"] = sum(1 for _ in m.parameters())
+        r["param_bytes"] = sum(p.numel() * p.element_size() for p in m.parameters())
+        del m, box
+        gc.collect()
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()  # the second round pays cudaMalloc again, as a new process does
+        out[round_] = r
+    return out
+
+
+def memory(recipe_name: str) -> dict[str, Any]:
+    import torch
+    import torch._inductor
+
+    from artifactcache import api
+
+    events: list[dict[str, Any]] = []
+
+    def mark(what: str) -> None:
+        torch.cuda.synchronize()
+        events.append(
+            {
+                "at": what,
+                "allocated_gib": round(torch.cuda.memory_allocated() / 2**30, 2),
+                "peak_since_last_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2),
+            }
+        )
+        torch.cuda.reset_peak_memory_stats()
+
+    def wrap(owner: Any, name: str) -> None:
+        orig = getattr(owner, name)
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            mark(f"before {name}")
+            r = orig(*a, **k)
+            mark(f"after {name}")
+            return r
+
+        setattr(owner, name, wrapper)
+
+    wrap(torch.export, "export")
+    wrap(torch._inductor, "aoti_compile_and_package")
+    cache = Path(tempfile.mkdtemp(prefix="acache-diag-"))
+    common = {"device": "cuda", "dtype": "bf16", "cache_dir": cache}
+    mark("start")
+    api.build(recipe_name, "aoti", **common)
+    mark("build returned")
+    gc.collect()
+    mark("after gc")
+    alive = [
+        o for o in gc.get_objects() if isinstance(o, torch.nn.Module) and hasattr(o, "setup_caches")
+    ]
+    holders = []
+    for o in alive[:1]:
+        for ref in gc.get_referrers(o):
+            if ref is alive:
+                continue
+            keys = f" keys={list(ref)[:8]}" if isinstance(ref, dict) else ""
+            holders.append(type(ref).__name__ + keys)
+    n_alive = len(alive)
+    del alive
+    runner = api.load(recipe_name, "aoti", build_on_miss=False, **common)
+    mark("loaded")
+    del runner
+    return {"events": events, "models_alive_after_build": n_alive, "holders": holders[:20]}
+
+
+def main() -> int:
+    what, recipe = sys.argv[1], sys.argv[2]
+    result = weights(recipe) if what == "weights" else memory(recipe)
+    print(json.dumps({"what": what, "recipe": recipe, **result}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
