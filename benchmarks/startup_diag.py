@@ -16,14 +16,20 @@ peak device memory around each call during ``api.build``, then the same after th
 build returns and after a load. Also counts model instances still alive after the
 build, and names what refers to one.
 
+``warm``: after ``memory`` built the aoti entry into ``--cache-dir``, ``--runs``
+fresh-process probes (the coldstart probe, empty framework caches) of a warm aoti
+start, each followed by an eager start, so the two share the machine's state.
+
     python benchmarks/startup_diag.py weights llama-7b
-    python benchmarks/startup_diag.py memory llama-7b
+    python benchmarks/startup_diag.py memory llama-7b --cache-dir C
+    python benchmarks/startup_diag.py warm llama-7b --cache-dir C --runs 3
 
 Prints one JSON object on stdout. Needs a CUDA GPU.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import sys
@@ -42,11 +48,31 @@ def _timed(fn: Any, sync: Any) -> float:
     return round(time.perf_counter() - t0, 4)
 
 
-def weights(recipe_name: str) -> dict[str, Any]:
+def _materialize_once(recipe: Any, dev: Any, sync: Any) -> dict[str, Any]:
+    """build_model's steps for random weights, each timed on its own."""
     import torch
 
     from artifactcache.models import _architecture
     from artifactcache.models.weights import init_random
+
+    t0 = time.perf_counter()
+    with torch.device("meta"):
+        m = _architecture(recipe).to(torch.bfloat16)
+    r = {"meta_s": round(time.perf_counter() - t0, 4)}
+    r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
+    # init_random calls to_empty again on an already-materialized model: a no-op
+    # move, so this times the fills (plus that check).
+    r["fill_s"] = _timed(lambda: init_random(m, 0, dev, torch.bfloat16), sync)
+    shapes = recipe.shapes
+    r["setup_caches_s"] = _timed(lambda: m.setup_caches(shapes.max_batch, shapes.max_seq_len), sync)
+    r["param_tensors"] = sum(1 for _ in m.parameters())
+    r["param_bytes"] = sum(p.numel() * p.element_size() for p in m.parameters())
+    return r
+
+
+def weights(recipe_name: str) -> dict[str, Any]:
+    import torch
+
     from artifactcache.recipes import load_recipe
 
     recipe = load_recipe(recipe_name)
@@ -54,32 +80,14 @@ def weights(recipe_name: str) -> dict[str, Any]:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     out: dict[str, Any] = {"context_s": _timed(lambda: torch.empty(1, device=dev), sync)}
     for round_ in ("first", "second"):
-        box: dict[str, Any] = {}
-
-        def meta() -> None:
-            with torch.device("meta"):
-                box["m"] = _architecture(recipe).to(torch.bfloat16)
-
-        r = {"meta_s": _timed(meta, sync)}
-        m = box["m"]
-        r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
-        # init_random calls to_empty again on an already-materialized model: a no-op
-        # move, so this times the fills (plus that check).
-        r["fill_s"] = _timed(lambda: init_random(m, 0, dev, torch.bfloat16), sync)
-        r["setup_caches_s"] = _timed(
-            lambda: m.setup_caches(recipe.shapes.max_batch, recipe.shapes.max_seq_len), sync
-        )
-        r["param_tensors"] = sum(1 for _ in m.parameters())
-        r["param_bytes"] = sum(p.numel() * p.element_size() for p in m.parameters())
-        del m, box
+        out[round_] = _materialize_once(recipe, dev, sync)
         gc.collect()
         if dev.type == "cuda":
-            torch.cuda.empty_cache()  # the second round pays cudaMalloc again, as a new process does
-        out[round_] = r
+            torch.cuda.empty_cache()  # the next round pays cudaMalloc again, as a new process
     return out
 
 
-def memory(recipe_name: str) -> dict[str, Any]:
+def memory(recipe_name: str, cache: Path) -> dict[str, Any]:
     import torch
     import torch._inductor
 
@@ -111,7 +119,6 @@ def memory(recipe_name: str) -> dict[str, Any]:
 
     wrap(torch.export, "export")
     wrap(torch._inductor, "aoti_compile_and_package")
-    cache = Path(tempfile.mkdtemp(prefix="acache-diag-"))
     common = {"device": "cuda", "dtype": "bf16", "cache_dir": cache}
     mark("start")
     api.build(recipe_name, "aoti", **common)
@@ -136,10 +143,36 @@ def memory(recipe_name: str) -> dict[str, Any]:
     return {"events": events, "models_alive_after_build": n_alive, "holders": holders[:20]}
 
 
+def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
+    from artifactcache.measure.coldstart import ProbeSpec, fresh_framework_dirs, spawn_probe
+
+    keep = ("phases", "subphases", "compile", "memory", "backend_durations", "first_token")
+    out: dict[str, list[dict[str, Any]]] = {"aoti": [], "eager": []}
+    eager_cache = Path(tempfile.mkdtemp(prefix="acache-diag-eager-"))
+    for _ in range(runs):
+        for backend, where in (("aoti", cache), ("eager", eager_cache)):
+            spec = ProbeSpec(recipe_name, backend, "cuda", "bf16", iters=1, warmup=0)
+            dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
+            r = spawn_probe(spec, where, env_dirs=dirs)
+            out[backend].append({k: r.get(k) for k in keep})
+    return out
+
+
 def main() -> int:
-    what, recipe = sys.argv[1], sys.argv[2]
-    result = weights(recipe) if what == "weights" else memory(recipe)
-    print(json.dumps({"what": what, "recipe": recipe, **result}, indent=1))
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("what", choices=("weights", "memory", "warm"))
+    p.add_argument("recipe")
+    p.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh temp dir")
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args()
+    cache = (a.cache_dir or Path(tempfile.mkdtemp(prefix="acache-diag-"))).resolve()
+    if a.what == "weights":
+        result = weights(a.recipe)
+    elif a.what == "memory":
+        result = memory(a.recipe, cache)
+    else:
+        result = warm(a.recipe, cache, a.runs)
+    print(json.dumps({"what": a.what, "recipe": a.recipe, **result}, indent=1))
     return 0
 
 

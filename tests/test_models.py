@@ -162,16 +162,32 @@ def test_good_checkpoint_builds_and_is_keyed_by_its_digest(checkpoints, cache_di
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-phi-2"])
-def test_building_a_model_does_not_import_dynamo(name: str):
+def test_building_a_model_does_not_import_dynamo_or_sympy(name: str):
     """A process that only runs a model (eager, a warm aoti load) must not pay for
-    importing torch._dynamo (1.5-2.5 s); nn.Embedding's init on meta used to."""
+    importing torch._dynamo (1.5-2.5 s; nn.Embedding's init on meta did) or sympy
+    (0.5-0.7 s; Module.to_empty did)."""
     code = (
         "import sys; from artifactcache.models import build_model; "
         "from artifactcache.recipes import load_recipe; "
         f"build_model(load_recipe({name!r}), dtype='bf16'); "
-        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))"
+        "heavy = ('torch._dynamo', 'torch._inductor', 'sympy'); "
+        "print(sorted(m for m in heavy if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_materialize_keeps_tied_parameters_tied_and_leaves_nothing_on_meta():
+    from torch import nn
+
+    from artifactcache.models.weights import materialize
+
+    with torch.device("meta"):
+        m = nn.Sequential(nn.Embedding(7, 4), nn.Linear(4, 7), nn.BatchNorm1d(4))
+    m[1].weight = m[0].weight  # tied, as tie_embeddings does
+    materialize(m, torch.device("cpu"))
+    assert m[1].weight is m[0].weight
+    assert all(t.device.type == "cpu" for t in [*m.parameters(), *m.buffers()])
+    assert m[2].running_mean.shape == (4,) and m[1].bias.requires_grad
