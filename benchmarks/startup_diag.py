@@ -151,7 +151,7 @@ def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
     eager_cache = Path(tempfile.mkdtemp(prefix="acache-diag-eager-"))
     for _ in range(runs):
         for backend, where in (("aoti", cache), ("eager", eager_cache)):
-            spec = ProbeSpec(recipe_name, backend, "cuda", "bf16", iters=1, warmup=0)
+            spec = ProbeSpec(recipe_name, backend, "cuda", "bf16", iters=1)
             dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
             r = spawn_probe(spec, where, env_dirs=dirs)
             out[backend].append({k: r.get(k) for k in keep})
