@@ -4,7 +4,7 @@
 # Calls 1 and 2 also ran llama-7b/aoti, which failed (a relative cache dir, then a
 # crashing $CXX; logs in failed/, fixes in the next commits); those units were deleted
 # so call 3 re-ran the pair. calls/ holds each call's log.
-# Third session, same day (commit 65572c7+): call 6 ran phi-2/aoti but its units were
+# Third session, same day (commit 45b99b8): call 6 ran phi-2/aoti but its units were
 # not returned (the device tool returns at most 8 files; the log is kept as
 # calls/call6_seed_units_not_returned.log); call 7 re-ran it and returned a tarball.
 set -eu
