@@ -161,15 +161,21 @@ def test_good_checkpoint_builds_and_is_keyed_by_its_digest(checkpoints, cache_di
     )
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-phi-2"])
-def test_building_a_model_does_not_import_dynamo_or_sympy(name: str):
+@pytest.mark.parametrize(
+    ("name", "from_checkpoint"),
+    [("tiny-llama", False), ("tiny-phi-2", False), ("tiny-llama", True), ("tiny-phi-3", True)],
+)
+def test_building_a_model_does_not_import_dynamo_or_sympy(
+    name: str, from_checkpoint: bool, checkpoints: dict[str, Path]
+):
     """A process that only runs a model (eager, a warm aoti load) must not pay for
     importing torch._dynamo (1.5-2.5 s; nn.Embedding's init on meta did) or sympy
-    (0.5-0.7 s; Module.to_empty did)."""
+    (0.5-0.7 s; Module.to_empty did), with random weights or a checkpoint."""
+    weights = f"WeightsSpec(path={str(checkpoints[name])!r})" if from_checkpoint else "None"
     code = (
-        "import sys; from artifactcache.models import build_model; "
+        "import sys; from artifactcache.models import WeightsSpec, build_model; "
         "from artifactcache.recipes import load_recipe; "
-        f"build_model(load_recipe({name!r}), dtype='bf16'); "
+        f"build_model(load_recipe({name!r}), dtype='bf16', weights={weights}); "
         "heavy = ('torch._dynamo', 'torch._inductor', 'sympy'); "
         "print(sorted(m for m in heavy if m in sys.modules))"
     )
