@@ -8,12 +8,16 @@ so the holder is on a CUDA-only path. Not yet run on a GPU (no device time was
 left); this is the next session's first diagnostic.
 
 It takes a weak reference to every parameter and buffer of the model the build
-creates, then after the build:
+creates and notes its storage address, then after the build:
 
 1. counts those still alive and the allocated device memory;
-2. for up to two survivors, walks ``gc.get_referrers`` back to a module global and
-   prints the chain (or says there is none: then C++ holds them);
-3. clears candidate caches one at a time (Inductor's PyCodeCache and compiled Triton
+2. on CUDA (allocation history recorded from the start), lists the largest blocks
+   still allocated, whether each is one of the model's storages, and the Python
+   frames that allocated it: this also catches storage kept through an alias or from
+   C++, which weak references to the Parameter objects miss;
+3. for up to two surviving tensors, walks ``gc.get_referrers`` back to a module
+   global and prints the chain (or says there is none: then C++ holds them);
+4. clears candidate caches one at a time (Inductor's PyCodeCache and compiled Triton
    kernels, ``torch._inductor.utils.clear_caches``, ``torch._dynamo.reset``) and
    prints what is still alive after each, which names the fix.
 
@@ -65,6 +69,27 @@ def _chain_to_global(t: Any, skip: set[int], limit: int = 50_000) -> list[str]:
     return ["no Python referrer chain to a module global: held from C++ (or untracked)"]
 
 
+def _live_blocks(snapshot: dict[str, Any], storages: dict[int, str], top: int = 8) -> None:
+    """The largest allocated blocks, whether they are model storages, and their frames."""
+    blocks = [
+        b
+        for seg in snapshot.get("segments", [])
+        for b in seg.get("blocks", [])
+        if b.get("state") == "active_allocated"
+    ]
+    blocks.sort(key=lambda b: -b.get("size", 0))
+    total = sum(b.get("size", 0) for b in blocks)
+    ours = sum(b.get("size", 0) for b in blocks if b.get("address") in storages)
+    print(f"live blocks: {len(blocks)}, {total / 2**30:.2f} GiB; model storages: "
+          f"{ours / 2**30:.2f} GiB")  # fmt: skip
+    for b in blocks[:top]:
+        name = storages.get(b.get("address"), "not a model storage")
+        print(f"  {b.get('size', 0) / 2**20:9.1f} MiB  {name}")
+        frames = [f for f in b.get("frames", []) if f.get("filename", "").endswith(".py")]
+        for f in frames[:6]:
+            print(f"      {f.get('filename')}:{f.get('line')} {f.get('name')}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default="cuda")
@@ -77,16 +102,20 @@ def main() -> int:
     from artifactcache.backends import aoti
 
     refs: list[tuple[str, weakref.ref]] = []
+    storages: dict[int, str] = {}  # data_ptr -> tensor name
     build_model_for = aoti.build_model_for
 
     def spy(ctx: Any, dev: Any) -> Any:
         model = build_model_for(ctx, dev)
         named = [*model.named_parameters(), *model.named_buffers()]
         refs.extend((n, weakref.ref(t)) for n, t in named)
+        storages.update({t.untyped_storage().data_ptr(): n for n, t in named})
         return model
 
     aoti.build_model_for = spy
     cuda = a.device.startswith("cuda")
+    if cuda:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
     dtype = "bf16" if cuda else "fp32"
     api.build(a.recipe, "aoti", device=a.device, dtype=dtype, cache_dir=tempfile.mkdtemp())
     gc.collect()
@@ -98,6 +127,8 @@ def main() -> int:
 
     print(f"torch {torch.__version__}, {a.recipe} on {a.device}")
     report("after build + gc")
+    if cuda:
+        _live_blocks(torch.cuda.memory._snapshot(), storages)
     survivors = [(n, r()) for n, r in refs if r() is not None][:2]
     for name, t in survivors:
         print(f"chain for {name} {tuple(t.shape)}:")

@@ -7,6 +7,7 @@
 # Third session, same day (commit 45b99b8): call 6 ran phi-2/aoti but its units were
 # not returned (the device tool returns at most 8 files; the log is kept as
 # calls/call6_seed_units_not_returned.log); call 7 re-ran it and returned a tarball.
+# (Calls 6 and 7 are device calls D3 and D4 in docs/benchmarks.md.)
 set -eu
 cd "$(dirname "$0")/.."
 T="python benchmarks/seed_table.py --out benchmarks/results/seed-h200-2026-12-01"

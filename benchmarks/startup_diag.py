@@ -60,8 +60,10 @@ def _materialize_once(recipe: Any, dev: Any, sync: Any) -> dict[str, Any]:
         m = _architecture(recipe).to(torch.bfloat16)
     r = {"meta_s": round(time.perf_counter() - t0, 4)}
     r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
-    # init_random calls to_empty again on an already-materialized model: a no-op
-    # move, so this times the fills (plus that check).
+    # As run on the H200 (2026-12-01, call D5), this timed Module.to_empty, the path
+    # build_model used until that day. init_random now materializes with
+    # weights.materialize, so fill_s below also includes a second allocation of the
+    # weights; both were measured before that change, as recorded.
     r["fill_s"] = _timed(lambda: init_random(m, 0, dev, torch.bfloat16), sync)
     shapes = recipe.shapes
     r["setup_caches_s"] = _timed(lambda: m.setup_caches(shapes.max_batch, shapes.max_seq_len), sync)

@@ -197,3 +197,16 @@ def test_materialize_keeps_tied_parameters_tied_and_leaves_nothing_on_meta():
     assert m[1].weight is m[0].weight
     assert all(t.device.type == "cpu" for t in [*m.parameters(), *m.buffers()])
     assert m[2].running_mean.shape == (4,) and m[1].bias.requires_grad
+
+
+def test_tied_embeddings_stay_tied_with_the_heads_init():
+    import dataclasses
+
+    recipe = load_recipe("tiny-llama")
+    tied = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, tie_embeddings=True))
+    model = build_model(tied)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    std = model.lm_head.weight.std().item()
+    assert abs(std - tied.model.dim**-0.5) < 0.1 * tied.model.dim**-0.5, std
+    logits = model(torch.tensor([[1, 2, 3]]), torch.arange(3))
+    assert logits.abs().max().item() < 20  # O(1) logits, not sqrt(dim) times larger

@@ -46,7 +46,8 @@ def embedding(num: int, dim: int) -> nn.Embedding:
     Embedding's init (``normal_``) runs through a Python reference wrapped in
     ``torch._disable_dynamo``, which imports all of torch._dynamo (1.5-2.5 s) into
     a process that never compiles: a warm aoti start paid it inside "weights".
-    Handing it an (uninitialized) weight skips reset_parameters().
+    Handing it an (uninitialized) weight skips reset_parameters(). Meant for the
+    meta device only (build_model): elsewhere it would leave uninitialized memory.
     """
     return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
 

@@ -132,12 +132,17 @@ def init_random(model: nn.Module, seed: int, device: torch.device, dtype: torch.
 
     Linear weights get std 1/sqrt(fan_in) and embeddings std 1, so activations
     and logits stay O(1): greedy decoding then has clear winners, which keeps
-    token-for-token comparisons between backends meaningful.
+    token-for-token comparisons between backends meaningful. An embedding tied to
+    the LM head (tie_embeddings) is also the head's weight, so it gets the head's
+    1/sqrt(dim): std 1 there would make the logits sqrt(dim) times larger.
     """
     materialize(model, device)  # the model is already in `dtype` on meta: no fp32 detour
     gen = torch.Generator(device=device).manual_seed(seed)
+    uses: dict[int, int] = {}
+    for _, p in model.named_parameters(remove_duplicate=False):
+        uses[id(p)] = uses.get(id(p), 0) + 1
     for name, p in model.named_parameters():
-        if name.endswith("embed_tokens.weight"):
+        if name.endswith("embed_tokens.weight") and uses[id(p)] == 1:
             p.normal_(0.0, 1.0, generator=gen)
         elif p.ndim == 2:
             p.normal_(0.0, 1.0 / math.sqrt(p.shape[1]), generator=gen)
