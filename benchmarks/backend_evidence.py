@@ -51,13 +51,14 @@ def _cli(args: list[str], env: dict[str, str]) -> dict[str, Any]:
 
 
 def _fresh_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    tmp = Path(tempfile.mkdtemp(prefix="acache-evidence-"))
+    """The environment of a fresh process: our cache, every framework cache empty."""
+    from artifactcache.measure.coldstart import fresh_framework_dirs
+
+    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-evidence-")))
     return {
         **os.environ,
         "ACACHE_DIR": str(cache),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp / "inductor"),
-        "TRITON_CACHE_DIR": str(tmp / "triton"),
-        "CUDA_CACHE_PATH": str(tmp / "cuda"),
+        **{var: str(d) for var, d in dirs.items()},
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         **(extra or {}),
     }

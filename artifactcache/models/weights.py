@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -111,19 +112,17 @@ def materialize(model: nn.Module, device: torch.device) -> None:
     def fresh(t: torch.Tensor) -> torch.Tensor:
         if id(t) not in made:
             originals.append(t)
-            made[id(t)] = torch.empty(t.shape, dtype=t.dtype, device=device)
+            new = torch.empty(t.shape, dtype=t.dtype, device=device)
+            if isinstance(t, nn.Parameter):
+                new = nn.Parameter(new, requires_grad=t.requires_grad)
+            made[id(t)] = new
         return made[id(t)]
 
     for mod in model.modules():
-        for name, p in mod._parameters.items():
-            if p is not None:
-                new = made.get(id(p))
-                if new is None:
-                    new = made[id(p)] = nn.Parameter(fresh(p), requires_grad=p.requires_grad)
-                mod._parameters[name] = new
-        for name, b in mod._buffers.items():
-            if b is not None:
-                mod._buffers[name] = fresh(b)
+        for tensors in (mod._parameters, mod._buffers):
+            for name, t in tensors.items():
+                if t is not None:
+                    tensors[name] = fresh(t)
 
 
 @torch.no_grad()
@@ -138,9 +137,7 @@ def init_random(model: nn.Module, seed: int, device: torch.device, dtype: torch.
     """
     materialize(model, device)  # the model is already in `dtype` on meta: no fp32 detour
     gen = torch.Generator(device=device).manual_seed(seed)
-    uses: dict[int, int] = {}
-    for _, p in model.named_parameters(remove_duplicate=False):
-        uses[id(p)] = uses.get(id(p), 0) + 1
+    uses = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
     for name, p in model.named_parameters():
         if name.endswith("embed_tokens.weight") and uses[id(p)] == 1:
             p.normal_(0.0, 1.0, generator=gen)
