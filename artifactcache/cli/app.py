@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -16,7 +15,7 @@ from typer.core import TyperGroup
 from ..errors import AcacheError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
-# user errors: one line on stderr, exit 1. Click's usage errors exit 2 on their own.
+# user errors: one line on stderr, exit 1. Usage errors exit 2 on their own.
 ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1}
 
 console = Console()
@@ -26,15 +25,15 @@ err_console = Console(stderr=True)
 class AcacheGroup(TyperGroup):
     """Turns AcacheError into `error: <message>` + exit 1, for every command."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except tuple(ERROR_EXIT_CODES) as e:
             code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
-            click.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {e}", err=True)
             raise typer.Exit(code) from None
         except KeyboardInterrupt:
-            click.echo("error: interrupted", err=True)
+            typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
 
 

@@ -198,13 +198,12 @@ def _environment(dev: Any) -> dict[str, Any]:
 
     import torch
 
-    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__}
-    try:
-        import triton  # type: ignore[import-not-found]
+    from ..keys import package_version
 
-        env["triton"] = triton.__version__
-    except ImportError:
-        env["triton"] = None
+    # Read from metadata: importing triton would cost start-up time, and it is absent
+    # from CPU builds of torch.
+    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
+                           "triton": package_version("triton")}
     if dev.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(dev)
         env["cuda"] = torch.version.cuda
