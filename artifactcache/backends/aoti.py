@@ -16,22 +16,20 @@ no weights are in the artifact, ``weights_external = True``: api.py keys the
 entry by architecture, and one build serves every checkpoint of that shape.
 
 The runner is constructed directly (``torch._C._aoti.AOTIModelContainerRunner
-Cpu/Cuda``) rather than through ``aoti_load_package``/``AOTIModelPackageLoader``,
-which extract the whole archive to a temp dir on every load. On CUDA a context
-is created before the .so is loaded (``runner.device_of``). The segfault seen on
-the GPU machine's torch 2.11 was a C++ runtime mismatch, not the loader: the
-wrapper is now built with a compiler matching the loaded libstdc++ (cxx.py).
+Cpu/Cuda``, see torch_private.py) rather than through ``aoti_load_package``, which
+extracts the whole archive to a temp dir on every load. On CUDA a context is
+created before the .so is loaded (``runner.device_of``), and the wrapper is built
+with a compiler whose C++ runtime matches the libstdc++ the loading process uses
+(cxx.py): a mismatch segfaults at the first call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import shutil
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -47,6 +45,12 @@ from .runner import (
     decode_examples,
     device_of,
     example_inputs,
+)
+from .torch_private import (
+    aoti_container_runner,
+    aoti_runner_missing,
+    inductor_config_kept,
+    release_export_state,
 )
 
 RECORD = "aoti.json"
@@ -73,44 +77,6 @@ def _inductor_configs(opts: BuildOptions) -> dict[str, Any]:
     return cfg
 
 
-@contextlib.contextmanager
-def _inductor_config_kept() -> Iterator[None]:
-    """Undo what an AOTInductor compile leaves in Inductor's global config.
-
-    ``aoti_compile_and_package`` fills ``config.aot_inductor.metadata`` in place
-    (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...), past its own config patch. Every later
-    torch.compile in the process then hashes that into its FX-graph and AOTAutograd
-    cache keys, so an inductor entry built after an aoti build missed its cache in a
-    fresh process (found by diffing the keys' hash details).
-    """
-    from torch._inductor import config
-
-    saved = config.get_config_copy()
-    try:
-        yield
-    finally:
-        config.load_config(saved)
-
-
-def _release_export_state() -> None:
-    """Drop torch.export's module-level reference to the last traced graph.
-
-    Non-strict export leaves ``proxy_tensor._FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT``
-    filled until the next export; its nodes hold the traced module and through it
-    our model, so a process that builds and then loads (a cold start) held two
-    copies of the weights: 25.7 GiB instead of 12.8 for llama-7b on the H200.
-    Private API, hence the getattr: on a torch without it there is nothing to do.
-    """
-    import gc
-
-    from torch.fx.experimental import proxy_tensor
-
-    leftover = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
-    if isinstance(leftover, dict):
-        leftover.clear()
-    gc.collect()  # the model and the graph reference each other through cycles
-
-
 def _safe_extract(archive: Path, dest: Path) -> list[str]:
     """Unpack a .pt2 (a zip we just wrote) refusing absolute or '..' member names."""
     names = []
@@ -127,20 +93,6 @@ def _safe_extract(archive: Path, dest: Path) -> list[str]:
                 shutil.copyfileobj(src, out, 1 << 20)
             names.append(str(p))
     return names
-
-
-def _make_runner(so_path: Path, dev: Any) -> Any:
-    """An AOTI model-container runner over an already-unpacked .so."""
-    import torch
-
-    aoti = torch._C._aoti
-    if dev.type == "cuda":
-        cls = getattr(aoti, "AOTIModelContainerRunnerCuda", None)
-        if cls is None:
-            raise BackendUnavailable("this torch build has no AOTInductor CUDA runner")
-        # The kernel binaries (.cubin) sit beside the .so in the unpacked package.
-        return cls(str(so_path), 1, str(dev), str(so_path.parent))
-    return aoti.AOTIModelContainerRunnerCpu(str(so_path), 1)
 
 
 def _share_constants(runner: Any, state: dict[str, Any], step: str) -> int:
@@ -179,15 +131,14 @@ class AotiBackend:
 
         # Not `torch._inductor.aoti_compile_and_package`: touching torch._inductor imports
         # Inductor (~1.5 s), which a warm load never needs (it only uses torch._C._aoti).
-        if not hasattr(torch._C, "_aoti") or importlib.util.find_spec("torch._inductor") is None:
+        if importlib.util.find_spec("torch._inductor") is None:
             return False, f"torch {torch.__version__} has no AOTInductor"
         if reason := missing_compiler():
             return False, reason  # every AOTInductor wrapper is C++
-        if opts.device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                return False, "torch sees no CUDA GPU; use --device cpu"
-            if not hasattr(torch._C._aoti, "AOTIModelContainerRunnerCuda"):
-                return False, "this torch build has no AOTInductor CUDA runner"
+        if opts.device.startswith("cuda") and not torch.cuda.is_available():
+            return False, "torch sees no CUDA GPU; use --device cpu"
+        if reason := aoti_runner_missing(opts.device.split(":")[0]):
+            return False, reason
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:
@@ -229,7 +180,7 @@ class AotiBackend:
         for step in STEPS:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
-            with torch.no_grad(), _inductor_config_kept():
+            with torch.no_grad(), inductor_config_kept():
                 ep = torch.export.export(model, args, strict=False)
                 timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
                 pkg = torch._inductor.aoti_compile_and_package(
@@ -249,7 +200,7 @@ class AotiBackend:
         ctx.phases.update({f"aoti_{k}_seconds": v for k, v in timings.items()})
         shutil.rmtree(scratch)  # the unpacked files are all load needs
         del ep, model
-        _release_export_state()
+        release_export_state()
         meta = {
             "format": FORMAT,
             "mode": _mode(ctx.opts),
@@ -276,7 +227,7 @@ class AotiBackend:
 
         def open_step(s: str) -> Any:
             """A runner on the entry's .so, bound to our tensors; its step callable."""
-            runners[s] = runner = _make_runner(paths[s], dev)
+            runners[s] = runner = aoti_container_runner(paths[s], dev)
             _share_constants(runner, state, s)
             return lambda idx, pos: runner.run([idx, pos])
 

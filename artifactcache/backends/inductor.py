@@ -25,7 +25,6 @@ and nothing is handed to a compiler.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -44,6 +43,13 @@ from .runner import (
     device_of,
     example_inputs,
     sync,
+)
+from .torch_private import (
+    forget_inductor_process_caches,
+    fresh_cache_artifact_manager,
+    fresh_inductor_cache,
+    inductor_cache_dir,
+    raise_dynamo_recompile_limit,
 )
 
 MEGACACHE = "megacache.bin"
@@ -64,82 +70,12 @@ def _mode(opts: BuildOptions) -> str:
     return opts.mode or "default"
 
 
-def _inductor_cache_dir() -> Path:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-    except ImportError:  # older layouts
-        from torch._inductor.codecache import cache_dir  # type: ignore[attr-defined,no-redef]
-    return Path(cache_dir())
-
-
-def _forget_process_caches() -> None:
-    """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
-
-    ``fresh_cache()`` clears the registered code caches, not these functools memos.
-    The one that matters: the CPU ISA probe (``cpu_vec_isa``) compiles a tiny
-    ``__avx_chk_kernel`` .so once per process. If an earlier build in this process
-    (an aoti build, say) ran it under another cache dir, this build's cache dir never
-    gets that .so, the entry lacks it, and every warm load compiles it again (seen in
-    tests/test_backend_inductor.py after an in-process aoti build). The precompiled
-    header memo holds a path under the first cache dir, too. Known limit: after an
-    in-process AOTI build the FX-graph cache keys of this build still differ from a
-    fresh process's (cause not found), so build in a process of its own, as
-    `acache build` does, for a compile-free warm start.
-    """
-    import inspect
-
-    from torch._inductor import codecache, cpu_vec_isa
-
-    def clear(obj: Any) -> None:
-        obj = getattr(obj, "__func__", obj)  # classmethod/staticmethod wrappers
-        if isinstance(obj, functools._lru_cache_wrapper):  # functools.cache / lru_cache
-            obj.cache_clear()
-
-    # functools memos only: clearing costs a recomputation, never a behaviour change.
-    for obj in list(vars(cpu_vec_isa).values()):
-        if inspect.isclass(obj) and obj.__module__ == cpu_vec_isa.__name__:
-            for attr in list(vars(obj).values()):
-                clear(attr)
-        else:
-            clear(obj)
-    clear(getattr(codecache, "_precompile_header", None))
-
-
-def _fresh_cache() -> Any:
-    import torch._inductor.utils as iu
-
-    fresh = getattr(iu, "fresh_cache", None) or iu.fresh_inductor_cache
-    return fresh()
-
-
-def _fresh_artifact_manager() -> Any:
-    """Record only this build's artifacts, not earlier compiles in the process."""
-    import contextlib
-
-    from torch.compiler._cache import CacheArtifactManager
-
-    fresh = getattr(CacheArtifactManager, "with_fresh_cache", None)
-    if fresh is None:
-        CacheArtifactManager.clear()
-        return contextlib.nullcontext()
-    return fresh()
-
-
-def _raise_recompile_limit() -> None:
-    import torch._dynamo.config as dc
-
-    if getattr(dc, "recompile_limit", 0) < _RECOMPILE_LIMIT:
-        dc.recompile_limit = _RECOMPILE_LIMIT
-    if getattr(dc, "cache_size_limit", _RECOMPILE_LIMIT) < _RECOMPILE_LIMIT:
-        dc.cache_size_limit = _RECOMPILE_LIMIT  # torch < 2.6 spelling
-
-
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     """torch.compile the model and run prefill + decode once each (twice more
     for reduce-overhead, whose CUDA graphs are recorded on the second call)."""
     import torch
 
-    _raise_recompile_limit()
+    raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     mode = _mode(opts)
     compiled = torch.compile(
         model, fullgraph=True, dynamic=False, mode=None if mode == "default" else mode
@@ -206,9 +142,9 @@ class InductorBackend:
         model = build_model_for(ctx, dev)
         t0 = time.perf_counter()
         kernels: list[str] = []
-        with _fresh_cache(), _fresh_artifact_manager():
-            torch._dynamo.reset()
-            _forget_process_caches()
+        with fresh_inductor_cache(), fresh_cache_artifact_manager():
+            torch.compiler.reset()
+            forget_inductor_process_caches()
             compile_steps(model, ctx.opts, ctx.recipe, dev)
             saved = torch.compiler.save_cache_artifacts()
             if saved is None:
@@ -217,7 +153,7 @@ class InductorBackend:
                     "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
                 )
             data, info = saved
-            src = _inductor_cache_dir()
+            src = inductor_cache_dir()
             for f in sorted(src.rglob("*")):
                 rel = f.relative_to(src)
                 # Triton's own cache (fresh_cache puts it under "triton/") is carried
@@ -229,7 +165,7 @@ class InductorBackend:
                     kernels.append(str(rel))
         # The steps compiled above belong to this build's model; a later load()
         # in this process compiles its own from the Mega-Cache.
-        torch._dynamo.reset()
+        torch.compiler.reset()
         (workdir / MEGACACHE).write_bytes(data)
         artifacts = {k: len(v) for k, v in info.artifacts.items()}
         meta = {
@@ -268,7 +204,7 @@ def install_kernels(src: Path) -> int:
     """
     if not src.is_dir():
         return 0
-    dst_root = _inductor_cache_dir()
+    dst_root = inductor_cache_dir()
     n = 0
     for f in src.rglob("*"):
         if not f.is_file() or f.is_symlink():

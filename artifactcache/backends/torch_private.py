@@ -1,0 +1,175 @@
+"""Every torch-private API acache depends on, in one place.
+
+torch changes these without notice. Each accessor tries the spellings of the torch
+releases pyproject admits and, where none exists, raises :class:`TorchPrivateAPIMissing`:
+one line that names the API and the torch version, instead of an AttributeError deep
+in a build. When a new torch breaks one of these, this file is the whole fix.
+
+All imports are inside the functions: importing this module costs nothing, and a warm
+aoti load touches only ``torch._C._aoti`` (importing ``torch._inductor`` costs ~1.5 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import BackendUnavailable
+
+
+class TorchPrivateAPIMissing(BackendUnavailable):
+    def __init__(self, api: str) -> None:
+        import torch
+
+        super().__init__(
+            f"torch {torch.__version__} no longer has {api}, which acache needs; "
+            "install a torch in the range pyproject.toml admits, or a newer acache"
+        )
+
+
+def inductor_cache_dir() -> Path:
+    """The process's Inductor cache dir (TORCHINDUCTOR_CACHE_DIR or its default)."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+    except ImportError:
+        try:
+            from torch._inductor.codecache import cache_dir  # type: ignore[attr-defined,no-redef]
+        except ImportError:
+            raise TorchPrivateAPIMissing("torch._inductor...cache_dir()") from None
+    return Path(cache_dir())
+
+
+def forget_inductor_process_caches() -> None:
+    """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
+
+    ``fresh_cache()`` clears the registered code caches, not these functools memos.
+    The one that matters: the CPU ISA probe (``cpu_vec_isa``) compiles a tiny
+    ``__avx_chk_kernel`` .so once per process. If an earlier build in this process
+    ran it under another cache dir, this build's cache dir never gets that .so, the
+    entry lacks it, and every warm load compiles it again. The precompiled-header memo
+    holds a path under the first cache dir, too. Clearing a memo costs a recomputation,
+    never a behaviour change, so a torch without these memos simply has less to clear.
+    """
+    try:
+        from torch._inductor import codecache, cpu_vec_isa
+    except ImportError:
+        raise TorchPrivateAPIMissing("torch._inductor.cpu_vec_isa") from None
+
+    def clear(obj: Any) -> None:
+        obj = getattr(obj, "__func__", obj)  # classmethod/staticmethod wrappers
+        if isinstance(obj, functools._lru_cache_wrapper):  # functools.cache / lru_cache
+            obj.cache_clear()
+
+    for obj in list(vars(cpu_vec_isa).values()):
+        if inspect.isclass(obj) and obj.__module__ == cpu_vec_isa.__name__:
+            for attr in list(vars(obj).values()):
+                clear(attr)
+        else:
+            clear(obj)
+    clear(getattr(codecache, "_precompile_header", None))
+
+
+def fresh_inductor_cache() -> Any:
+    """A context manager that points Inductor (and Triton) at a fresh temp cache dir."""
+    import torch._inductor.utils as iu
+
+    fresh = getattr(iu, "fresh_cache", None) or getattr(iu, "fresh_inductor_cache", None)
+    if fresh is None:
+        raise TorchPrivateAPIMissing("torch._inductor.utils.fresh_cache")
+    return fresh()
+
+
+def fresh_cache_artifact_manager() -> Any:
+    """A context in which the Mega-Cache records only this build's artifacts."""
+    try:
+        from torch.compiler._cache import CacheArtifactManager
+    except ImportError:
+        raise TorchPrivateAPIMissing("torch.compiler._cache.CacheArtifactManager") from None
+    fresh = getattr(CacheArtifactManager, "with_fresh_cache", None)
+    if fresh is None:
+        CacheArtifactManager.clear()
+        return contextlib.nullcontext()
+    return fresh()
+
+
+def raise_dynamo_recompile_limit(limit: int) -> None:
+    """At least ``limit`` compiled variants per code object before Dynamo falls back."""
+    import torch._dynamo.config as dc
+
+    if getattr(dc, "recompile_limit", 0) < limit:
+        dc.recompile_limit = limit
+    if getattr(dc, "cache_size_limit", limit) < limit:
+        dc.cache_size_limit = limit  # torch < 2.6 spelling
+
+
+@contextlib.contextmanager
+def inductor_config_kept() -> Iterator[None]:
+    """Undo what an AOTInductor compile leaves in Inductor's global config.
+
+    ``aoti_compile_and_package`` fills ``config.aot_inductor.metadata`` in place
+    (AOTI_DEVICE_KEY, AOTI_CPU_ISA, ...), past its own config patch. Every later
+    torch.compile in the process then hashes that into its FX-graph and AOTAutograd
+    cache keys, so an inductor entry built after an aoti build would miss its cache in
+    a fresh process.
+    """
+    from torch._inductor import config
+
+    if not hasattr(config, "get_config_copy") or not hasattr(config, "load_config"):
+        raise TorchPrivateAPIMissing("torch._inductor.config.get_config_copy/load_config")
+    saved = config.get_config_copy()
+    try:
+        yield
+    finally:
+        config.load_config(saved)
+
+
+def release_export_state() -> None:
+    """Drop torch.export's module-level reference to the last traced graph.
+
+    Non-strict export leaves ``proxy_tensor._FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT``
+    filled until the next export; its nodes hold the traced module and through it the
+    model, so a process that builds and then loads would hold two copies of the
+    weights. On a torch without the map there is nothing to release.
+    """
+    import gc
+
+    from torch.fx.experimental import proxy_tensor
+
+    leftover = getattr(proxy_tensor, "_FAKE_TENSOR_ID_TO_PROXY_MAP_FOR_EXPORT", None)
+    if isinstance(leftover, dict):
+        leftover.clear()
+    gc.collect()  # the model and the graph reference each other through cycles
+
+
+def aoti_runner_missing(device_type: str) -> str:
+    """Why this torch cannot run an AOTInductor package on ``device_type`` ("" if it can)."""
+    import torch
+
+    aoti = getattr(torch._C, "_aoti", None)
+    if aoti is None:
+        return f"torch {torch.__version__} has no AOTInductor runtime (torch._C._aoti)"
+    name = "AOTIModelContainerRunner" + ("Cuda" if device_type == "cuda" else "Cpu")
+    if not hasattr(aoti, name):
+        return f"this torch build has no AOTInductor runner torch._C._aoti.{name}"
+    return ""
+
+
+def aoti_container_runner(so_path: Path, dev: Any) -> Any:
+    """An AOTI model-container runner over an already-unpacked .so.
+
+    Constructed directly rather than through ``aoti_load_package``, which extracts the
+    whole archive to a temp dir on every load.
+    """
+    import torch
+
+    if reason := aoti_runner_missing(dev.type):
+        raise BackendUnavailable(reason)
+    aoti = torch._C._aoti
+    if dev.type == "cuda":
+        # The kernel binaries (.cubin) sit beside the .so in the unpacked package.
+        return aoti.AOTIModelContainerRunnerCuda(str(so_path), 1, str(dev), str(so_path.parent))
+    return aoti.AOTIModelContainerRunnerCpu(str(so_path), 1)
