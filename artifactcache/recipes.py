@@ -2,7 +2,8 @@
 
 A recipe names a model family and its architecture, the shapes compiled
 artifacts are built for, and the benchmark input. The built-in ones live in
-``artifactcache/recipes/*.toml``; a user passes a path to their own file.
+the repository's ``recipes/*.toml`` (shipped in the wheel as package data); a user
+passes a path to their own file.
 
 Example (``llama-7b.toml``)::
 
@@ -50,7 +51,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-BUILTIN_DIR = Path(__file__).parent / "recipes"
+# The built-in recipes are the repository's top-level recipes/; a wheel carries them
+# inside the package (setup.py copies them to artifactcache/recipes/).
+_PACKAGED_RECIPES = Path(__file__).parent / "recipes"
+BUILTIN_DIR = (
+    _PACKAGED_RECIPES
+    if any(_PACKAGED_RECIPES.glob("*.toml"))
+    else Path(__file__).resolve().parent.parent / "recipes"
+)
 FAMILIES = ("llama", "mistral", "phi-2", "phi-3")
 
 

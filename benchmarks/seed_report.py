@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for key, pair in report["pairs"].items():
         if pair.get("reason", "").startswith("left for a later call"):
-            pair["reason"] = "GPU time for this session ran out before this pair"
+            pair["reason"] = "GPU time ran out before this pair"
         backend = key.split("/", 1)[1]
         if backend in reasons:
             pair["reason"] = reasons[backend]

@@ -16,7 +16,7 @@ torch/triton versions and this exact command.
 
 Example (on the GPU machine, repo root, ~9-minute calls):
 
-    python benchmarks/seed_table.py --out benchmarks/results/seed-h200 --budget-s 540
+    python benchmarks/seed_table.py --out OUT --budget-s 540
 """
 
 from __future__ import annotations

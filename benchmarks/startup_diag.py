@@ -1,4 +1,4 @@
-"""Two questions the 2026-12-01 aoti rerun raised, answered on the GPU in one call.
+"""Where a warm start's "weights" segment and a cold aoti build's memory go, on a GPU.
 
 ``weights``: a warm llama-7b aoti start spent 3.24 s between "CUDA context ready"
 and "weights ready", materializing seeded random weights that are ~13.5 GB of
@@ -60,8 +60,8 @@ def _materialize_once(recipe: Any, dev: Any, sync: Any) -> dict[str, Any]:
         m = _architecture(recipe).to(torch.bfloat16)
     r = {"meta_s": round(time.perf_counter() - t0, 4)}
     r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
-    # As run on the H200 (2026-12-01, call D5), this timed Module.to_empty, the path
-    # build_model used until that day. init_random now materializes with
+    # In the run docs/benchmarks.md shows (2026-12-01 04:46 UTC), this timed
+    # Module.to_empty, the path build_model used until that day. init_random now materializes with
     # weights.materialize, so fill_s below also includes a second allocation of the
     # weights; both were measured before that change, as recorded.
     r["fill_s"] = _timed(lambda: init_random(m, 0, dev, torch.bfloat16), sync)

@@ -2,15 +2,14 @@
 
 Why: an AOTInductor wrapper .so instantiates libstdc++ templates (std::regex in
 ``parse_device_str``, run by the model constructor) from the compiler's headers,
-and calls into whichever libstdc++ the process already mapped. On the GPU image
-(torch 2.11+cu130) Inductor's default ``g++`` was /opt/gcc/bin/g++, newer than
-the system libstdc++ that Python and torch load, and every load segfaulted in
-``std::regex`` compilation (cuda-gdb backtrace in docs/backends.md). Loading the
-same .so with the system libstdc++ preloaded worked, and so does building with a
-compiler that matches the loaded runtime, which is what this module chooses.
+and calls into whichever libstdc++ the process already mapped. A compiler whose
+headers are newer than that runtime builds wrappers whose load segfaults in
+``std::regex`` compilation (the cuda-gdb backtrace is in docs/perf-notes.md,
+attempt 1b). Building with a compiler whose code runs against the loaded runtime
+avoids it, and that is what this module chooses.
 
 $CXX is tried first, but only used when code it compiles runs in this process
-(works_with_runtime): the GPU image sets CXX to the compiler that crashed.
+(works_with_runtime): an environment may set CXX to a compiler whose code crashes.
 """
 
 from __future__ import annotations
@@ -113,9 +112,9 @@ def _candidates(default: str) -> tuple[list[str], list[str]]:
 def probe_compiler(cxx: str, runtime: str) -> tuple[str, str]:
     """Does code ``cxx`` compiles run in a process like this one (``runtime`` mapped)?
 
-    Matching library paths are not enough: on the GPU image /opt/gcc/bin/g++ (set
-    as $CXX) reports the system libstdc++ yet compiles newer headers, and its
-    wrapper .so segfaulted in std::regex. So this compiles the very regex the
+    Matching library paths are not enough: a compiler can report the system
+    libstdc++ yet compile newer headers, and its wrapper .so segfault in std::regex
+    (docs/perf-notes.md, attempt 1b). So this compiles the very regex the
     AOTI runtime runs into a small .so and calls it in a child that first imports
     torch, so libstdc++ is mapped the way it is here (locally, by torch's own
     libraries; preloading it instead hides the crash). A crash costs the child,
@@ -168,7 +167,7 @@ def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
     checked (no evidence against it); None when nothing can be checked (no
     libstdc++ mapped) and no $CXX is usable, or every candidate is rejected:
     Inductor's own choice stands. A $CXX whose code crashes this process is
-    passed over with the reason recorded: the GPU image sets one.
+    passed over with the reason recorded.
     """
     paths, skipped = _candidates(default)
     loaded = loaded_libstdcxx()
@@ -234,7 +233,7 @@ def check_runtime(meta: dict) -> None:
 
     Loading it would segfault the whole process (not raise), so a one-line error
     is the kind outcome. A user who preloads the matching runtime (LD_PRELOAD),
-    the workaround verified on the GPU image, is trusted.
+    which makes such a wrapper load, is trusted.
     """
     from ..errors import BackendError
 

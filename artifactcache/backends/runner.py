@@ -46,8 +46,9 @@ def check_device_dtype(opts: BuildOptions) -> None:
 def device_of(opts: BuildOptions) -> torch.device:
     """The torch device, with a CUDA context created first on GPUs.
 
-    Creating the context up front matters for AOTInductor: on torch 2.11 its
-    package loader segfaulted in a fresh process without one (ENVIRONMENT.md).
+    Creating the context here, before any model exists, keeps its cost out of the
+    "weights" phase: build_model_for stamps ``device_ready`` after it, so a probe
+    can tell context creation from weight materialization.
     """
     dev = torch.device(opts.device)
     if dev.type == "cuda":
