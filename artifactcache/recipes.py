@@ -116,10 +116,6 @@ class Recipe:
     description: str = ""
     source: str = field(default="", compare=False)  # the file it came from
 
-    @property
-    def kind(self) -> str:
-        return "llm"
-
     def normalized(self) -> dict[str, Any]:
         """What of the recipe shapes an artifact (a key factor).
 
