@@ -269,6 +269,12 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     )
     for k, v in asdict(shapes).items():
         _positive(src, f"shapes.{k}", v)
+    if shapes.max_batch != 1:  # the runners decode one sequence; a wider KV cache crashes them
+        raise _fail(
+            src,
+            "shapes.max_batch",
+            f"must be 1, got {shapes.max_batch}: batching is not supported yet",
+        )
     if shapes.prefill_len > shapes.max_seq_len:
         raise _fail(src, "shapes.prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len")
     if shapes.max_seq_len > max_pos:
