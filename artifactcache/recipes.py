@@ -132,8 +132,8 @@ class Recipe:
             raise ShapeError("the prompt is empty: give at least one token id")
         if batch > self.shapes.max_batch:
             raise ShapeError(
-                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}; "
-                f"raise [shapes].max_batch in {self.source or self.name} and rebuild"
+                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}: "
+                "batching is not supported yet"
             )
         if n_prompt > self.shapes.prefill_len:
             raise ShapeError(

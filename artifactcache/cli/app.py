@@ -198,6 +198,26 @@ def human_bytes(n: float) -> str:
     return f"{n} B"
 
 
+# `acache --help` groups the commands in these panels, in this order: what a
+# newcomer needs first comes first.
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Build and run": ("recipes", "build", "run", "key"),
+    "Measure": ("coldstart", "bench", "compare"),
+    "Cache": ("ls", "show", "stats", "verify", "rm", "gc", "prune", "export", "import"),
+    "Remote": ("push", "pull", "prewarm"),
+    "Diagnose": ("doctor", "diff"),
+}
+_COMMAND_PANEL = {cmd: panel for panel, cmds in HELP_PANELS.items() for cmd in cmds}
+_COMMAND_RANK = {cmd: i for i, cmd in enumerate(_COMMAND_PANEL)}
+
+
+def _arrange_help() -> None:
+    """Put every registered command in its panel, in HELP_PANELS order."""
+    for info in app.registered_commands:
+        info.rich_help_panel = _COMMAND_PANEL.get(info.name or "")
+    app.registered_commands.sort(key=lambda c: _COMMAND_RANK.get(c.name or "", len(_COMMAND_RANK)))
+
+
 # Command modules, each with register(app). A module that is not there yet
 # (or whose optional dependency is missing at import) must not break the rest.
 _COMMAND_MODULES = ("cache", "build", "remote", "doctor", "measure")
@@ -215,6 +235,7 @@ def _register_all() -> None:
 
 
 _register_all()
+_arrange_help()
 
 
 def main() -> None:
