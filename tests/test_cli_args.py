@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
 from artifactcache.measure import coldstart
+from artifactcache.recipes import BUILTIN_DIR
 
 runner = CliRunner()
-TOOLS = Path(__file__).parent
 
 
 def snapshot(root: Path) -> dict[str, tuple]:
@@ -49,7 +49,7 @@ def populated(tmp_path_factory) -> tuple[Path, str]:
 
 @pytest.fixture
 def batch2_recipe(tmp_path) -> Path:
-    text = (TOOLS.parent / "artifactcache" / "recipes" / "tiny-llama.toml").read_text()
+    text = (BUILTIN_DIR / "tiny-llama.toml").read_text()
     assert "max_batch = 1" in text
     path = tmp_path / "batch2.toml"
     path.write_text(text.replace("max_batch = 1", "max_batch = 2"))
