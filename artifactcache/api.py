@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from .backends.base import (
     parse_device,
     require_available,
 )
-from .errors import BackendError, BackendUnavailable, StaleArtifact
+from .errors import BackendError, BackendUnavailable, ShapeError, StaleArtifact, WeightsError
 from .keys import (
     architecture_factors,
     compute_key,
@@ -88,15 +89,32 @@ def make_context(
     seed: int = 0,
     extra: dict[str, Any] | None = None,
 ) -> tuple[Backend, BuildContext]:
-    """Validate everything the user chose, before anything is written."""
+    """Validate everything the user chose, before anything is written.
+
+    Touches no store: a caller that opens one (the CLI) calls this first, so a bad
+    argument leaves the cache as it was.
+    """
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     b = get_backend(backend)
+    if weights is not None and not Path(weights).exists():
+        raise WeightsError(f"weights not found: {weights} (pass a safetensors file or HF folder)")
     opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}))
     check_device(device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
     check_device(device)
     return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
+
+
+def check_generation(recipe: Recipe, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
+    """What Runner.generate() would refuse, checked before an entry is built or loaded."""
+    if max_new_tokens < 1:
+        raise ShapeError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    vocab = recipe.model.vocab_size
+    for t in prompt_ids:
+        if not 0 <= t < vocab:
+            raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+    recipe.check_fits(len(prompt_ids), max_new_tokens)
 
 
 def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyInfo:

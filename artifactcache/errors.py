@@ -20,6 +20,10 @@ class AcacheError(Exception):
         super().__init__(" ".join(str(message).split()))
 
 
+class ArgumentError(AcacheError):
+    """A command-line argument is malformed or out of range."""
+
+
 class RecipeError(AcacheError):
     """A recipe is unknown, unreadable or malformed."""
 

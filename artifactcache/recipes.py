@@ -116,10 +116,6 @@ class Recipe:
     description: str = ""
     source: str = field(default="", compare=False)  # the file it came from
 
-    @property
-    def kind(self) -> str:
-        return "llm"
-
     def normalized(self) -> dict[str, Any]:
         """What of the recipe shapes an artifact (a key factor).
 
@@ -136,8 +132,8 @@ class Recipe:
             raise ShapeError("the prompt is empty: give at least one token id")
         if batch > self.shapes.max_batch:
             raise ShapeError(
-                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}; "
-                f"raise [shapes].max_batch in {self.source or self.name} and rebuild"
+                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}: "
+                "batching is not supported yet"
             )
         if n_prompt > self.shapes.prefill_len:
             raise ShapeError(
@@ -273,6 +269,12 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     )
     for k, v in asdict(shapes).items():
         _positive(src, f"shapes.{k}", v)
+    if shapes.max_batch != 1:  # the runners decode one sequence; a wider KV cache crashes them
+        raise _fail(
+            src,
+            "shapes.max_batch",
+            f"must be 1, got {shapes.max_batch}: batching is not supported yet",
+        )
     if shapes.prefill_len > shapes.max_seq_len:
         raise _fail(src, "shapes.prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len")
     if shapes.max_seq_len > max_pos:

@@ -104,13 +104,88 @@ def test_parse_token_ids():
 
 
 def test_extra_options_are_parsed_typed_and_validated():
-    from artifactcache.cli.build import parse_extra
-    from artifactcache.errors import BackendError
+    from artifactcache.cli.app import parse_backend_extras, parse_extra
+    from artifactcache.errors import ArgumentError
 
-    assert parse_extra(["opset=18", "allow_host_code=true", "exporter=torchscript"]) == {
+    assert parse_extra(["opset=18", "allow_host_code=true", "exporter=torchscript", "n=-2"]) == {
         "opset": 18,
         "allow_host_code": True,
         "exporter": "torchscript",
+        "n": -2,
     }
-    with pytest.raises(BackendError, match="KEY=VALUE"):
+    assert parse_extra(["x=--5"]) == {"x": "--5"}  # not a number: kept as text, no crash
+    with pytest.raises(ArgumentError, match="KEY=VALUE"):
         parse_extra(["opset"])
+    assert parse_backend_extras(
+        ["ort:opset=19", "ort:exporter=torchscript", "trt:opt_level=3"]
+    ) == {
+        "ort": {"opset": 19, "exporter": "torchscript"},
+        "trt": {"opt_level": 3},
+    }
+    with pytest.raises(ArgumentError, match="BACKEND:KEY=VALUE"):
+        parse_backend_extras(["opset=19"])
+
+
+def test_key_with_extra_is_the_key_build_stores_under(cache_dir: Path):
+    pytest.importorskip("onnxruntime")
+    extra = ["--extra", "exporter=torchscript"]  # the fast exporter: a build in seconds
+    plain = json.loads(run("key", "tiny-llama", "-b", "ort", "--json").stdout)
+    keyed = json.loads(run("key", "tiny-llama", "-b", "ort", *extra, "--json").stdout)
+    assert keyed["key"] != plain["key"]
+    assert keyed["factors"]["backend"]["options"]["export"]["exporter"] == "torchscript"
+    built = run("build", "tiny-llama", "-b", "ort", *extra, "--json")
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(built.stdout)["key"] == keyed["key"]
+    shown = json.loads(run("show", keyed["key"], "--json").stdout)
+    assert shown["manifest"]["factors"] == keyed["factors"]
+
+
+def test_help_groups_commands_in_panels_newcomers_first():
+    import re
+
+    from artifactcache.cli.app import HELP_PANELS
+
+    out = runner.invoke(app, ["--help"], env={"COLUMNS": "120"}).stdout
+    panels = re.findall(r"^╭─ (.+?) ─", out, flags=re.M)
+    assert panels == ["Options", "Build and run", "Measure", "Cache", "Remote", "Diagnose"]
+    # Within the first panel, the order a newcomer needs them.
+    first = out.split("Build and run", 1)[1].split("╰", 1)[0]
+    names = re.findall(r"^│ (\w+) ", first, flags=re.M)
+    assert names[:4] == ["recipes", "build", "run", "key"]
+    registered = {c.name for c in app.registered_commands}
+    grouped = {c for cmds in HELP_PANELS.values() for c in cmds}
+    assert registered == grouped  # every command has its panel, and no panel names a ghost
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["ls"],
+        ["stats"],
+        ["prune"],
+        ["verify"],
+        ["gc", "--max-size", "1T", "--dry-run"],
+        ["show", "12345678"],
+        ["diff", "12345678", "87654321"],
+        ["rm", "12345678"],
+    ],
+    ids=" ".join,
+)
+def test_help_and_cache_commands_do_not_import_torch(argv, cache_dir: Path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from artifactcache.cli.app import app\n"
+        "try:\n"
+        "    app(sys.argv[1:])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in ('torch', 'numpy', 'onnx', 'onnxruntime') if m in sys.modules))"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
+    )
+    assert r.stdout.strip().splitlines()[-1] == "[]", (r.stdout, r.stderr)

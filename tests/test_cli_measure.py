@@ -137,3 +137,83 @@ def test_compare_cold_compiles_warm_does_not(compared):
         # Same artifact semantics: compiled greedy tokens match eager's.
         eager_tokens = rep["baselines"][recipe]["runs"]["eager"][0]["steady"]["tokens"]
         assert pair["runs"]["warm"][0]["steady"]["tokens"] == eager_tokens
+
+
+def test_probe_spec_carries_extra_options_with_their_types():
+    from artifactcache.measure import probe
+
+    spec = coldstart.ProbeSpec(
+        recipe="tiny-llama", backend="ort", extra={"opset": 19, "flag": True, "exporter": "x"}
+    )
+    argv = spec.argv(None)
+    args = probe._parse(argv[argv.index("--recipe") :])
+    assert args.extra_json == {"opset": 19, "flag": True, "exporter": "x"}
+    assert probe._parse(["--recipe", "r", "--backend", "eager"]).extra_json == {}
+
+
+def test_probe_child_applies_the_extra_options():
+    # eager takes no extra options: the child refuses them, so they reached its api.load().
+    spec = coldstart.ProbeSpec(recipe="tiny-llama", backend="eager", extra={"foo": 1}, iters=1)
+    with pytest.raises(coldstart.MeasureError, match="takes no extra options"):
+        coldstart.spawn_probe(spec, None)
+
+
+def test_bench_passes_extra_to_its_probe(monkeypatch):
+    pytest.importorskip("onnxruntime")
+    seen = []
+
+    def capture(spec, *a, **k):
+        seen.append(spec)
+        raise coldstart.MeasureError("captured")
+
+    monkeypatch.setattr(coldstart, "spawn_probe", capture)
+    r = runner.invoke(app, ["bench", "tiny-llama", "-b", "ort", "--extra", "opset=19"])
+    assert r.exit_code == 1 and r.stderr.strip().endswith("error: captured"), r.stderr
+    assert [s.extra for s in seen] == [{"opset": 19}]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [
+            "coldstart",
+            "tiny-llama",
+            "-b",
+            "ort",
+            "--extra",
+            "opset=19",
+            "--extra",
+            "exporter=dynamo",
+        ],
+        [
+            "compare",
+            "--recipes",
+            "tiny-llama",
+            "--backends",
+            "ort",
+            "--extra",
+            "ort:opset=19",
+            "--extra",
+            "ort:exporter=dynamo",
+            "--out",
+            "X",
+        ],
+    ],
+    ids=["coldstart", "compare"],
+)
+def test_coldstart_and_compare_pass_extra_to_the_backend_probes(args, monkeypatch, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from artifactcache.measure import compare
+
+    seen = []
+
+    def capture(spec, *a, **k):
+        seen.append(spec)
+        raise coldstart.MeasureError("captured")
+
+    monkeypatch.setattr(compare, "run_compare", capture)
+    one_line_error(*[str(tmp_path / "out") if a == "X" else a for a in args])
+    (spec,) = seen
+    assert spec.extras == {"ort": {"opset": 19, "exporter": "dynamo"}}
+    assert compare._probe_spec(spec, "ort").extra == {"opset": 19, "exporter": "dynamo"}
+    assert compare._probe_spec(spec, "eager").extra == {}  # the baseline runs plain eager

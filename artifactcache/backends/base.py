@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -47,9 +47,6 @@ class BuildOptions:
     dtype: str = "fp32"  # "fp32" | "bf16" | "fp16"
     mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
-
-    def as_factors(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass

@@ -8,8 +8,9 @@ Commands live in small modules, one concern each, registered on one Typer app:
     cli/doctor.py   doctor
     cli/measure.py  coldstart, bench, compare
 
-Every module imports the heavy parts of the library (torch, backends) inside
-its command functions, so `acache ls` never pays for importing torch.
+`acache --help` groups them in panels (HELP_PANELS in app.py). Every module
+imports the heavy parts of the library (torch, backends) inside its command
+functions, so `acache ls` never pays for importing torch.
 """
 
 from __future__ import annotations

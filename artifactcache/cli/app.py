@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from ..errors import AcacheError
+from ..errors import AcacheError, ArgumentError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
 # user errors: one line on stderr, exit 1. Usage errors exit 2 on their own.
@@ -109,6 +110,62 @@ WeightsOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
+ExtraOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--extra",
+        help="Backend option KEY=VALUE, repeatable (ort: opset=18, exporter=torchscript; "
+        "trt: opt_level=3, workspace_mb=4096, typing=weak, allow_host_code=true). Key factors.",
+        show_default=False,
+    ),
+]
+# compare runs several backends (and always eager): each extra option names its backend.
+BackendExtraOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--extra",
+        help="BACKEND:KEY=VALUE, repeatable, e.g. ort:opset=18 (see --extra of `acache build`).",
+        show_default=False,
+    ),
+]
+
+
+def _typed(raw: str) -> object:
+    if re.fullmatch(r"-?[0-9]+", raw):
+        return int(raw)
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return raw
+
+
+def parse_extra(items: list[str] | None) -> dict[str, object]:
+    """KEY=VALUE pairs -> dict; ints and true/false are typed, the rest stay strings."""
+    out: dict[str, object] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ArgumentError(f"--extra {item!r}: expected KEY=VALUE, e.g. --extra opset=18")
+        out[key.strip()] = _typed(raw)
+    return out
+
+
+def parse_backend_extras(items: list[str] | None) -> dict[str, dict[str, object]]:
+    """BACKEND:KEY=VALUE pairs -> {backend: {key: value}}."""
+    out: dict[str, dict[str, object]] = {}
+    for item in items or []:
+        backend, sep, option = item.partition(":")
+        if not sep or not backend.strip():
+            raise ArgumentError(f"--extra {item!r}: expected BACKEND:KEY=VALUE, e.g. ort:opset=18")
+        out.setdefault(backend.strip(), {}).update(parse_extra([option]))
+    return out
+
+
+def check_prefixes(keys: list[str], hint: str = "see `acache ls`") -> None:
+    """Every key's syntax, before a store is opened: a bad one leaves the cache as it was."""
+    from ..keys import normalize_prefix
+
+    for k in keys:
+        normalize_prefix(k, hint=hint)
 
 
 def emit_json(obj: Any) -> None:
@@ -141,6 +198,26 @@ def human_bytes(n: float) -> str:
     return f"{n} B"
 
 
+# `acache --help` groups the commands in these panels, in this order: what a
+# newcomer needs first comes first.
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Build and run": ("recipes", "build", "run", "key"),
+    "Measure": ("coldstart", "bench", "compare"),
+    "Cache": ("ls", "show", "stats", "verify", "rm", "gc", "prune", "export", "import"),
+    "Remote": ("push", "pull", "prewarm"),
+    "Diagnose": ("doctor", "diff"),
+}
+_COMMAND_PANEL = {cmd: panel for panel, cmds in HELP_PANELS.items() for cmd in cmds}
+_COMMAND_RANK = {cmd: i for i, cmd in enumerate(_COMMAND_PANEL)}
+
+
+def _arrange_help() -> None:
+    """Put every registered command in its panel, in HELP_PANELS order."""
+    for info in app.registered_commands:
+        info.rich_help_panel = _COMMAND_PANEL.get(info.name or "")
+    app.registered_commands.sort(key=lambda c: _COMMAND_RANK.get(c.name or "", len(_COMMAND_RANK)))
+
+
 # Command modules, each with register(app). A module that is not there yet
 # (or whose optional dependency is missing at import) must not break the rest.
 _COMMAND_MODULES = ("cache", "build", "remote", "doctor", "measure")
@@ -158,6 +235,7 @@ def _register_all() -> None:
 
 
 _register_all()
+_arrange_help()
 
 
 def main() -> None:

@@ -15,13 +15,14 @@ from typing import Annotated, Any
 
 import typer
 
-from ..errors import AcacheError
+from ..errors import ArgumentError
 from .app import (
     AllowSharedRoot,
     BackendOpt,
     CacheDir,
     DeviceOpt,
     DtypeOpt,
+    ExtraOpt,
     JsonOut,
     ModeOpt,
     RecipeArg,
@@ -34,34 +35,8 @@ from .app import (
     err_console,
     human_bytes,
     open_store,
+    parse_extra,
 )
-
-ExtraOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--extra",
-        help="Backend option KEY=VALUE, repeatable (ort: opset=18, exporter=torchscript; "
-        "trt: opt_level=3, workspace_mb=4096, typing=weak, allow_host_code=true). Key factors.",
-    ),
-]
-
-
-def parse_extra(items: list[str] | None) -> dict[str, object]:
-    """KEY=VALUE pairs -> dict; ints and true/false are typed, the rest stay strings."""
-    from ..errors import BackendError
-
-    out: dict[str, object] = {}
-    for item in items or []:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise BackendError(f"--extra {item!r}: expected KEY=VALUE, e.g. --extra opset=18")
-        value: object = raw
-        if raw.lstrip("-").isdigit():
-            value = int(raw)
-        elif raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        out[key.strip()] = value
-    return out
 
 
 @contextlib.contextmanager
@@ -78,11 +53,11 @@ def parse_token_ids(text: str) -> list[int]:
     """'1,2,3' or '1 2 3' -> [1, 2, 3]; anything else is a one-line error."""
     parts = text.replace(",", " ").split()
     if not parts:
-        raise AcacheError("--tokens is empty: pass ids like --tokens 1,15043,29892")
+        raise ArgumentError("--tokens is empty: pass ids like --tokens 1,15043,29892")
     try:
         return [int(p) for p in parts]
     except ValueError:
-        raise AcacheError(
+        raise ArgumentError(
             f"--tokens must be integers separated by commas or spaces, got {text!r}"
         ) from None
 
@@ -103,16 +78,16 @@ def _tokenizer(recipe: Any) -> Any:
 def prompt_ids_for(recipe: Any, prompt: str | None, tokens: str | None) -> tuple[list[int], Any]:
     """The prompt's token ids and a tokenizer (or None) for printing text back."""
     if prompt is not None and tokens is not None:
-        raise AcacheError("pass either --prompt or --tokens, not both")
+        raise ArgumentError("pass either --prompt or --tokens, not both")
     if tokens is not None:
         return parse_token_ids(tokens), None
     if prompt is None or (prompt == recipe.bench.prompt and recipe.bench.prompt_ids):
         if not recipe.bench.prompt_ids:
-            raise AcacheError(f"recipe {recipe.name} has no bench.prompt_ids: pass --tokens IDS")
+            raise ArgumentError(f"recipe {recipe.name} has no bench.prompt_ids: pass --tokens IDS")
         return list(recipe.bench.prompt_ids), None
     tok = _tokenizer(recipe)
     if tok is None:
-        raise AcacheError(
+        raise ArgumentError(
             f"no tokenizer for {recipe.name} is available locally to encode --prompt; "
             "pass token ids with --tokens IDS"
         )
@@ -178,20 +153,14 @@ def register(app: typer.Typer) -> None:
         """Build an artifact into the cache (a hit returns at once); print its key."""
         from .. import api
 
+        choices = dict(
+            device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
+            extra=parse_extra(extra),
+        )  # fmt: skip
+        _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
         with _spinner(f"building {recipe} with {backend}"):
-            res = api.build(
-                recipe,
-                backend,
-                device=device,
-                dtype=dtype,
-                mode=mode,
-                weights=weights,
-                seed=seed,
-                extra=parse_extra(extra),
-                force=force,
-                store=store,
-            )
+            res = api.build(ctx.recipe, backend, force=force, store=store, **choices)
         status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
         if json_out:
             emit_json(
@@ -252,13 +221,14 @@ def register(app: typer.Typer) -> None:
             max_new_tokens = max(
                 1, min(rec.bench.max_new_tokens, rec.shapes.max_seq_len - len(ids))
             )
-        # Fail on shapes before building anything.
-        rec.check_fits(len(ids), max_new_tokens)
-        store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
         common = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
             extra=parse_extra(extra),
         )  # fmt: skip
+        # Every argument is checked before the store is opened: a bad one leaves it as it was.
+        api.check_generation(rec, ids, max_new_tokens)
+        api.make_context(rec, backend, **common)
+        store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
         # One lookup: a hit is counted once, and the key is computed once.
         t0 = time.perf_counter()
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):

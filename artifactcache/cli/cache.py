@@ -7,6 +7,7 @@ rich table or ``--json``. Errors are AcacheError subclasses; app.py prints them.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import sys
 import time
@@ -18,16 +19,26 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..errors import IntegrityError
+from ..errors import ArgumentError, BundleError, IntegrityError
 from .app import (
     AllowSharedRoot,
+    BackendOpt,
     CacheDir,
+    DeviceOpt,
+    DtypeOpt,
+    ExtraOpt,
     JsonOut,
+    ModeOpt,
+    RecipeArg,
+    SeedOpt,
+    WeightsOpt,
+    check_prefixes,
     console,
     emit_json,
     err_console,
     human_bytes,
     open_store,
+    parse_extra,
 )
 from .remote import RemoteFlag, RemoteUrl, ls_remote
 
@@ -43,14 +54,14 @@ def parse_size(text: str) -> int:
         num, unit, suffix = float(m.group(1)), m.group(2), m.group(3)
         mult = _SI[unit + "b"] if suffix == "b" and unit else _UNITS[unit]
         return int(num * mult)
-    raise typer.BadParameter(f"{text!r} is not a size; use e.g. 10G, 500MiB or 2GB")
+    raise ArgumentError(f"--max-size {text!r} is not a size; use e.g. 10G, 500MiB or 2GB")
 
 
 def parse_duration(text: str) -> float:
     """``7d``, ``12h``, ``1d12h``, ``30m``, ``90s``, ``2w`` -> seconds."""
     parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", text.lower().replace(" ", ""))
     if not parts or "".join(a + b for a, b in parts) != text.lower().replace(" ", ""):
-        raise typer.BadParameter(f"{text!r} is not a duration; use e.g. 7d, 12h or 1d12h")
+        raise ArgumentError(f"--older-than {text!r} is not a duration; use e.g. 7d, 12h or 1d12h")
     return sum(float(n) * _SECONDS[u] for n, u in parts)
 
 
@@ -113,6 +124,16 @@ def _table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
 
 
+def _check_output_file(out: Path) -> None:
+    """The bundle's path can be written, checked before any entry is opened."""
+    if out.is_dir():
+        raise ArgumentError(f"--output {out} is a directory: give a file, e.g. {out}/bundle.tar")
+    if not out.parent.is_dir():
+        raise ArgumentError(f"--output {out}: directory {out.parent} does not exist")
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise ArgumentError(f"--output {out}: directory {out.parent} is not writable")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("ls")
     def ls(
@@ -159,6 +180,7 @@ def register(app: typer.Typer) -> None:
         """Show an entry's manifest: label, files, factors (not verified; see `verify`)."""
         from ..keys import flatten
 
+        check_prefixes([key])
         e = _store(cache_dir, allow_shared_root).peek(key)
         if json:
             emit_json({**e.summary(), "manifest": e.manifest})
@@ -181,6 +203,7 @@ def register(app: typer.Typer) -> None:
         json: JsonOut = False,
     ):
         """Re-hash every file of the entries; quarantine any that fail."""
+        check_prefixes(keys or [])
         store = _store(cache_dir, allow_shared_root)
         with _progress("verifying") as cb:
             results = store.verify(keys or None, progress=cb)
@@ -198,6 +221,7 @@ def register(app: typer.Typer) -> None:
     @app.command("rm")
     def rm(keys: Keys, cache_dir: CacheDir = None, allow_shared_root: AllowSharedRoot = False):
         """Delete entries."""
+        check_prefixes(keys)
         store = _store(cache_dir, allow_shared_root)
         full = [store.resolve(k) for k in keys]  # all must exist before any is deleted
         freed = store.remove(full)
@@ -220,7 +244,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Evict least-recently-used entries."""
         if max_size is None and older_than is None:
-            raise typer.BadParameter("give --max-size and/or --older-than")
+            raise ArgumentError("gc needs --max-size and/or --older-than, e.g. gc --max-size 10G")
         size = parse_size(max_size) if max_size is not None else None
         age = parse_duration(older_than) if older_than is not None else None
         store = _store(cache_dir, allow_shared_root)
@@ -293,6 +317,8 @@ def register(app: typer.Typer) -> None:
         """Write entries (verified first) to a tar bundle."""
         from ..store.bundle import export as do_export
 
+        check_prefixes(keys)
+        _check_output_file(out)
         store = _store(cache_dir, allow_shared_root)
         with _progress("exporting") as cb:
             done = do_export(store, keys, out, progress=cb)
@@ -308,6 +334,8 @@ def register(app: typer.Typer) -> None:
         """Verify and add a bundle's entries to the cache."""
         from ..store.bundle import import_bundle
 
+        if not file.is_file():
+            raise BundleError(f"bundle {file} does not exist or is not a file")
         store = _store(cache_dir, allow_shared_root)
         with _progress("importing") as cb:
             keys = import_bundle(store, file, progress=cb)
@@ -318,15 +346,14 @@ def register(app: typer.Typer) -> None:
 
     @app.command("key")
     def key(
-        recipe: Annotated[str, typer.Argument(help="Built-in recipe name or path to a .toml.")],
-        backend: Annotated[
-            str, typer.Option("--backend", "-b", help="eager, inductor, aoti, ort, trt.")
-        ],
-        device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
-        dtype: Annotated[str, typer.Option(help="fp32, bf16 or fp16.")] = "fp32",
-        mode: Annotated[str | None, typer.Option(help="Backend-specific mode.")] = None,
-        weights: Annotated[Path | None, typer.Option(help="safetensors file or HF folder.")] = None,
-        seed: Annotated[int, typer.Option(help="Seed of random weights.")] = 0,
+        recipe: RecipeArg,
+        backend: BackendOpt,
+        device: DeviceOpt = "cpu",
+        dtype: DtypeOpt = "fp32",
+        mode: ModeOpt = None,
+        weights: WeightsOpt = None,
+        seed: SeedOpt = 0,
+        extra: ExtraOpt = None,
         explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -337,8 +364,9 @@ def register(app: typer.Typer) -> None:
         from ..keys import flatten
 
         b, ctx = make_context(
-            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed
-        )
+            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
+            extra=parse_extra(extra),
+        )  # fmt: skip
         # Only a real checkpoint needs the store (its digest memo lives there).
         memo = _store(cache_dir, allow_shared_root).base if weights is not None else None
         info = key_for(b, ctx, memo_dir=memo)
@@ -367,6 +395,7 @@ def register(app: typer.Typer) -> None:
         """Name the factors that differ between two entries."""
         from ..keys import diff_factors
 
+        check_prefixes([key1, key2])
         store = _store(cache_dir, allow_shared_root)
         a, b = store.peek(key1), store.peek(key2)
         diffs = diff_factors(a.factors, b.factors)

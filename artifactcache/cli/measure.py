@@ -21,10 +21,12 @@ from rich.table import Table
 
 from .app import (
     AllowSharedRoot,
+    BackendExtraOpt,
     BackendOpt,
     CacheDir,
     DeviceOpt,
     DtypeOpt,
+    ExtraOpt,
     JsonOut,
     ModeOpt,
     RecipeArg,
@@ -34,6 +36,8 @@ from .app import (
     emit_json,
     err_console,
     human_bytes,
+    parse_backend_extras,
+    parse_extra,
 )
 
 NewTokens = Annotated[
@@ -143,6 +147,7 @@ def coldstart_cmd(
     iters: Iters = 3,
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
+    extra: ExtraOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
@@ -151,6 +156,7 @@ def coldstart_cmd(
     """Cold vs warm vs eager start in fresh processes, and break-even against eager."""
     from ..measure import compare
 
+    extras = parse_extra(extra)
     spec = _spec(
         [recipe],
         [backend],
@@ -162,6 +168,7 @@ def coldstart_cmd(
         new_tokens=new_tokens,
         iters=iters,
         modes={backend: mode} if mode else {},
+        extras={backend: extras} if extras else {},
     )
     compare.validate(spec)
     if out is not None:
@@ -195,6 +202,7 @@ def bench_cmd(
     warmup: Warmup = 2,
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
+    extra: ExtraOpt = None,
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
@@ -206,6 +214,7 @@ def bench_cmd(
     """
     from ..measure import bench, coldstart, compare
 
+    extras = parse_extra(extra)
     spec = _spec(
         [recipe],
         [backend],
@@ -217,12 +226,9 @@ def bench_cmd(
         iters=iters,
         warmup=warmup,
         modes={backend: mode} if mode else {},
+        extras={backend: extras} if extras else {},
     )
     recipes = compare.validate(spec)
-    if warmup < 1:
-        from ..errors import MeasureError
-
-        raise MeasureError(f"--warmup must be at least 1, got {warmup}")
     bench.check_batch(recipes[recipe], batch)
     _require_available(spec, backend)
     ps = coldstart.ProbeSpec(
@@ -237,6 +243,7 @@ def bench_cmd(
         iters=iters,
         warmup=warmup,
         copy_bandwidth=True,
+        extra=extras,
         extra_flags=["--allow-shared-root"] if allow_shared_root else [],
     )
     log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
@@ -300,6 +307,7 @@ def compare_cmd(
     ] = None,
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
+    extra: BackendExtraOpt = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,
@@ -320,6 +328,7 @@ def compare_cmd(
         new_tokens=new_tokens,
         iters=iters,
         modes=compare.parse_modes(modes or []),
+        extras=parse_backend_extras(extra),
     )
     compare.validate(spec)
     compare.check_out_dir(out)

@@ -20,6 +20,7 @@ from .app import (
     CacheDir,
     DeviceOpt,
     DtypeOpt,
+    ExtraOpt,
     JsonOut,
     ModeOpt,
     RecipeArg,
@@ -27,10 +28,12 @@ from .app import (
     RemoteReadOnly,
     SeedOpt,
     WeightsOpt,
+    check_prefixes,
     console,
     emit_json,
     human_bytes,
     open_store,
+    parse_extra,
 )
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
@@ -114,6 +117,7 @@ def register(app: typer.Typer) -> None:
         json: JsonOut = False,
     ):
         """Upload local entries to the remote: files first, manifest last."""
+        check_prefixes(keys)
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
         _render([store.push(k, replace=replace) for k in keys], json)
 
@@ -127,6 +131,7 @@ def register(app: typer.Typer) -> None:
         json: JsonOut = False,
     ):
         """Download entries from the remote, verify every digest, publish them locally."""
+        check_prefixes(keys, hint="see `acache ls --remote`")
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
         _render([store.pull(k) for k in keys], json)
 
@@ -139,6 +144,7 @@ def register(app: typer.Typer) -> None:
         mode: ModeOpt = None,
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
+        extra: ExtraOpt = None,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
@@ -148,10 +154,11 @@ def register(app: typer.Typer) -> None:
         """Pull and verify the artifact a recipe + backend needs (for a deploy hook); no build."""
         from ..api import key_for, make_context
 
-        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
         b, ctx = make_context(
-            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed
-        )
+            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
+            extra=parse_extra(extra),
+        )  # fmt: skip
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
         info = key_for(b, ctx, memo_dir=store.base)
         row = store.pull(info.key)  # KeyLookupError (one line) if the remote lacks it
         row.update(recipe=ctx.recipe.name, backend=b.name)

@@ -69,6 +69,7 @@ class ProbeSpec:
     iters: int = 3
     warmup: int = 1
     copy_bandwidth: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # the backend's --extra options
     extra_flags: list[str] = field(default_factory=list)
 
     def argv(self, cache_dir: Path | None) -> list[str]:
@@ -84,6 +85,8 @@ class ProbeSpec:
             cmd += ["--weights", self.weights]
         if self.new_tokens is not None:
             cmd += ["--new-tokens", str(self.new_tokens)]
+        if self.extra:  # as JSON, so each value reaches the child with its type
+            cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:
             cmd.append("--copy-bandwidth")
         return cmd + list(self.extra_flags)

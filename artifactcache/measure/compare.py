@@ -40,6 +40,7 @@ class CompareSpec:
     iters: int = 3
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
+    extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
 
 
@@ -77,20 +78,24 @@ def check_out_dir(out: Path) -> None:
 
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
-    from ..backends.base import BACKEND_NAMES
+    from ..backends.base import BACKEND_NAMES, get_backend, parse_device
     from ..recipes import load_recipe
 
     if spec.runs < 1:
         raise MeasureError(f"--runs must be at least 1, got {spec.runs}")
     if spec.iters < 1:
         raise MeasureError(f"--iters must be at least 1, got {spec.iters}")
-    for b in [*spec.backends, *spec.modes]:
+    if spec.warmup < 1:
+        raise MeasureError(f"--warmup must be at least 1, got {spec.warmup}")
+    for b in [*spec.backends, *spec.modes, *spec.extras]:
         if b not in BACKEND_NAMES:
             raise BackendError(f"unknown backend {b!r}: choose one of {', '.join(BACKEND_NAMES)}")
-    if spec.device != "cpu" and not spec.device.startswith("cuda"):
-        raise BackendError(f"unknown device {spec.device!r}: use cpu, cuda or cuda:N")
+    parse_device(spec.device)
     if spec.dtype not in bench.DTYPE_BYTES:
         raise BackendError(f"unknown dtype {spec.dtype!r}: choose one of fp32, bf16, fp16")
+    # A mode or option the backend refuses is the user's mistake, not "unavailable here".
+    for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
+        get_backend(name).check_options(build_options(spec, name))
     recipes = {r: load_recipe(r) for r in spec.recipes}
     for rec in recipes.values():
         bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
@@ -99,13 +104,25 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     return recipes
 
 
+def build_options(spec: CompareSpec, backend: str) -> Any:
+    """The BuildOptions the probes of ``backend`` build and load with."""
+    from ..backends.base import BuildOptions
+
+    return BuildOptions(
+        device=spec.device,
+        dtype=spec.dtype,
+        mode=spec.modes.get(backend),
+        extra=dict(spec.extras.get(backend, {})),
+    )
+
+
 def availability(spec: CompareSpec) -> dict[str, tuple[bool, str]]:
     """backend -> (ok, reason), from each backend's own available()/check_options()."""
-    from ..backends.base import BuildOptions, get_backend
+    from ..backends.base import get_backend
 
     out: dict[str, tuple[bool, str]] = {}
     for name in dict.fromkeys(["eager", *spec.backends]):
-        opts = BuildOptions(device=spec.device, dtype=spec.dtype, mode=spec.modes.get(name))
+        opts = build_options(spec, name)
         try:
             b = get_backend(name)
             b.check_options(opts)
@@ -129,6 +146,7 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         iters=spec.iters,
         warmup=spec.warmup,
         copy_bandwidth=True,
+        extra=dict(spec.extras.get(backend, {})),
     )
 
 
@@ -308,6 +326,7 @@ def run_compare(
             "new_tokens": spec.new_tokens,
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
+            "extras": spec.extras,
         },
         "environment": _environment(pairs, spec.device),
         "pairs": pairs,

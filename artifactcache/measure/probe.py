@@ -108,6 +108,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default=None, help="default: $ACACHE_DIR or the user cache")
     p.add_argument("--weights", default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--extra-json", type=json.loads, default={}, help="backend options (JSON)")
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
     p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
@@ -229,8 +230,9 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens)
     dev = torch.device(args.device)
     common = dict(
-        device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed
-    )
+        device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
+        extra=args.extra_json,
+    )  # fmt: skip
     store = _RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
     )

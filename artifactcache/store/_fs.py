@@ -132,6 +132,8 @@ def rmtree(path: Path) -> None:
 def flock_file(path: Path, *, blocking: bool = True) -> Iterator[bool]:
     """Exclusive flock on ``path`` (created if needed); yields whether it is held.
 
+    Not the filelock package: it cannot tell that ``prune`` unlinked the lock file.
+
     After locking, the path must still name the inode we locked: ``prune`` may
     unlink a lock file it holds, and a waiter that locked the unlinked inode
     would otherwise believe it owned the key. In that case we retry on the new

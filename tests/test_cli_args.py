@@ -1,0 +1,205 @@
+"""Every bad argument of every command: exit 1, one line, and the cache exactly as it was.
+
+Each case runs twice: against a cache that holds an entry (the tree is snapshotted,
+contents and mtimes, before and after) and against a cache root that does not exist
+yet (it must still not exist). The measurement commands must not spawn a probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from artifactcache.cli.app import app
+from artifactcache.measure import coldstart
+from artifactcache.recipes import BUILTIN_DIR
+
+runner = CliRunner()
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every path under root: kind, mode, and for files their bytes' digest and mtime."""
+    if not root.exists():
+        return {}
+    out: dict[str, tuple] = {".": (os.lstat(root).st_mode,)}
+    for p in sorted(root.rglob("*")):
+        st = os.lstat(p)
+        rel = str(p.relative_to(root))
+        if p.is_file() and not p.is_symlink():
+            out[rel] = (st.st_mode, st.st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        else:
+            out[rel] = (st.st_mode,)
+    return out
+
+
+@pytest.fixture(scope="module")
+def populated(tmp_path_factory) -> tuple[Path, str]:
+    """A cache root holding one eager entry, and that entry's key."""
+    root = tmp_path_factory.mktemp("populated")
+    os.chmod(root, 0o700)
+    r = runner.invoke(app, ["build", "tiny-llama", "--json", "--cache-dir", str(root)])
+    assert r.exit_code == 0, r.stderr
+    return root, json.loads(r.stdout)["key"]
+
+
+@pytest.fixture
+def batch2_recipe(tmp_path) -> Path:
+    text = (BUILTIN_DIR / "tiny-llama.toml").read_text()
+    assert "max_batch = 1" in text
+    path = tmp_path / "batch2.toml"
+    path.write_text(text.replace("max_batch = 1", "max_batch = 2"))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def no_spawn(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("a probe was spawned before the arguments were checked")
+
+    monkeypatch.setattr(coldstart, "spawn_probe", boom)
+
+
+S3 = ["--remote", "s3://bucket/prefix"]
+TOO_LONG = ",".join(["1"] * 20)
+RUN = ["run", "tiny-llama", "-b", "eager"]
+OUT = "OUT"  # replaced by a path under tmp_path that must not be created
+COMPARE = ["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out", OUT]
+
+CASES = [
+    # run: the generation request is checked before the entry is built or loaded
+    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "-1"], "max_new_tokens must be at least 1"),
+    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "0"], "max_new_tokens must be at least 1"),
+    ([*RUN, "--tokens", "1,99999", "--max-new-tokens", "2"], "outside the vocabulary"),
+    ([*RUN, "--tokens", "-5", "--max-new-tokens", "2"], "outside the vocabulary"),
+    ([*RUN, "--tokens", ","], "--tokens is empty"),
+    ([*RUN, "--tokens", TOO_LONG], "prefill_len"),
+    ([*RUN, "--tokens", "1", "--max-new-tokens", "500"], "max_seq_len"),
+    ([*RUN, "--tokens", "1", "--mode", "fast"], "has no modes"),
+    ([*RUN, "--tokens", "1", "--dtype", "fp8"], "unknown dtype"),
+    ([*RUN, "--tokens", "1", "--device", "cuda:x"], "unknown device"),
+    ([*RUN, "--tokens", "1", "--extra", "foo"], "expected KEY=VALUE"),
+    ([*RUN, "--tokens", "1", "--extra", "foo=1"], "takes no extra options"),
+    ([*RUN, "--tokens", "1", "--weights", "/nonexistent/ckpt"], "weights not found"),
+    (["run", "tiny-llama", "-b", "nope", "--tokens", "1"], "unknown backend"),
+    (["run", "tiny-llama", "-b", "ort", "--dtype", "fp16", "--tokens", "1"], "supports dtype"),
+    # build
+    (["build", "no-such-recipe"], "unknown recipe"),
+    (["build", "tiny-llama", "-b", "eager", "--extra", "=3"], "expected KEY=VALUE"),
+    (["build", "tiny-llama", "-b", "aoti", "--mode", "nope"], "unknown aoti mode"),
+    (["build", "tiny-llama", "-b", "inductor", "--mode", "reduce-overhead"], "--device cuda"),
+    (["build", "tiny-llama", "-b", "ort", "--dtype", "bf16"], "supports dtype"),
+    (["build", "tiny-llama", "--weights", "/nonexistent/ckpt"], "weights not found"),
+    (["build", "BATCH2", "-b", "eager"], "batching is not supported yet"),
+    # key
+    (["key", "tiny-llama", "-b", "nope"], "unknown backend"),
+    (["key", "tiny-llama", "-b", "eager", "--extra", "foo=1"], "takes no extra options"),
+    (["key", "tiny-llama", "-b", "ort", "--extra", "opset=abc"], "opset"),
+    (["key", "tiny-llama", "-b", "eager", "--weights", "/nonexistent/ckpt"], "weights not found"),
+    # bench
+    (["bench", "tiny-llama", "--iters", "0"], "--iters"),
+    (["bench", "tiny-llama", "--warmup", "0"], "--warmup"),
+    (["bench", "tiny-llama", "--batch", "0"], "--batch"),
+    (["bench", "tiny-llama", "--batch", "2"], "max_batch"),
+    (["bench", "tiny-llama", "--new-tokens", "0"], "--new-tokens"),
+    (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
+    (["bench", "tiny-llama", "--mode", "fast"], "has no modes"),
+    (["bench", "tiny-llama", "--device", "cuda:x"], "unknown device"),
+    (["bench", "tiny-llama", "--extra", "foo=1"], "takes no extra options"),
+    (["bench", "tiny-llama", "-b", "ort", "--extra", "graph_optimization=x"], "graph_optim"),
+    # coldstart
+    (["coldstart", "tiny-llama", "-b", "eager", "--runs", "0"], "--runs"),
+    (["coldstart", "tiny-llama", "-b", "eager", "--iters", "0"], "--iters"),
+    (["coldstart", "tiny-llama", "-b", "inductor", "--mode", "fast"], "unknown inductor mode"),
+    (["coldstart", "tiny-llama", "-b", "eager", "--device", "gpu"], "unknown device"),
+    (["coldstart", "tiny-llama", "-b", "eager", "--extra", "foo=1"], "takes no extra options"),
+    (["coldstart", "tiny-llama", "-b", "ort", "--extra", "bogus=1"], "does not take"),
+    # compare
+    ([*COMPARE, "--iters", "0"], "--iters"),
+    ([*COMPARE, "--runs", "0"], "--runs"),
+    ([*COMPARE, "--modes", "inductor=fast"], "unknown inductor mode"),
+    ([*COMPARE, "--device", "cuda:x"], "unknown device"),
+    ([*COMPARE, "--extra", "opset=18"], "expected BACKEND:KEY=VALUE"),
+    ([*COMPARE, "--extra", "nope:opset=18"], "unknown backend"),
+    ([*COMPARE, "--extra", "eager:opset=18"], "takes no extra options"),
+    # remote
+    (["prewarm", "tiny-llama", "-b", "eager"], "no remote configured"),
+    (["prewarm", "tiny-llama", "-b", "eager", "--extra", "foo=1", *S3], "no extra options"),
+    (["prewarm", "tiny-llama", "-b", "eager", "--weights", "/nonexistent", *S3], "not found"),
+    (["push", "zzzz", *S3], "not a key prefix"),
+    (["pull", "KEY", "zzzz", *S3], "not a key prefix"),
+    # cache
+    (["gc"], "--max-size and/or --older-than"),
+    (["gc", "--max-size", "10X"], "not a size"),
+    (["gc", "--max-size", "-5"], "not a size"),
+    (["gc", "--older-than", "7y"], "not a duration"),
+    (["rm", "KEY", "zzzz"], "not a key prefix"),
+    (["show", "zzzz"], "not a key prefix"),
+    (["verify", "KEY", "zzzz"], "not a key prefix"),
+    (["diff", "KEY", "zz"], "not a key prefix"),
+    (["export", "KEY", "zzzz", "-o", "OUT"], "not a key prefix"),
+    (["export", "KEY", "-o", "/nonexistent/dir/x.tar"], "does not exist"),
+    (["export", "KEY", "-o", "TMPDIR"], "is a directory"),
+    (["import", "/nonexistent/bundle.tar"], "does not exist"),
+]
+
+
+def _invoke(args: list[str], key: str, tmp_path: Path, recipe: Path):
+    subst = {"KEY": key, OUT: str(tmp_path / "out"), "TMPDIR": str(tmp_path), "BATCH2": recipe}
+    return runner.invoke(app, [str(subst.get(a, a)) for a in args])
+
+
+def _assert_one_line_error(result, needle: str) -> None:
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert needle in lines[0], lines[0]
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_argument_leaves_the_cache_as_it_was(
+    args, needle, populated, batch2_recipe, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    root, key = populated
+    monkeypatch.setenv("ACACHE_DIR", str(root))
+    before = snapshot(root)
+    _assert_one_line_error(_invoke(args, key, tmp_path, batch2_recipe), needle)
+    assert snapshot(root) == before
+    assert not (tmp_path / "out").exists()
+
+    absent = tmp_path / "never-created"
+    monkeypatch.setenv("ACACHE_DIR", str(absent))
+    _assert_one_line_error(_invoke(args, key, tmp_path, batch2_recipe), needle)
+    assert not absent.exists()
+
+
+def test_max_batch_other_than_1_is_refused_when_the_recipe_is_parsed(batch2_recipe):
+    from artifactcache.errors import RecipeError
+    from artifactcache.recipes import load_recipe
+
+    with pytest.raises(RecipeError, match=r"'shapes.max_batch' must be 1, got 2: batching"):
+        load_recipe(batch2_recipe)
+
+
+def test_library_checks_a_generation_request_before_anything_is_built():
+    from artifactcache import api
+    from artifactcache.errors import ShapeError
+    from artifactcache.recipes import load_recipe
+
+    rec = load_recipe("tiny-llama")
+    api.check_generation(rec, [1, 2], 3)
+    for ids, n, needle in [
+        ([1, 2], 0, "at least 1"),
+        ([1, rec.model.vocab_size], 1, "vocabulary"),
+        ([], 1, "empty"),
+        ([1] * (rec.shapes.prefill_len + 1), 1, "prefill_len"),
+        ([1], rec.shapes.max_seq_len, "max_seq_len"),
+    ]:
+        with pytest.raises(ShapeError, match=needle):
+            api.check_generation(rec, ids, n)
