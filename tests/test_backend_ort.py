@@ -11,7 +11,7 @@ from artifactcache import api
 from artifactcache.backends import onnx_export as ox
 from artifactcache.backends import ort as ortb
 from artifactcache.backends.base import BuildContext, BuildOptions
-from artifactcache.backends.trt import export_spec_for
+from artifactcache.backends.tensorrt.backend import export_spec_for
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import list_recipes
 from artifactcache.store.local import LocalStore

@@ -1,7 +1,8 @@
 """The Backend protocol, the Runner interface, and the backend registry.
 
-One module per backend (``backends/<name>.py``), each exposing ``BACKEND``, an
-object that satisfies :class:`Backend`. Modules are imported lazily by
+One module per backend (``backends/<name>.py``; TensorRT is the package
+``backends/tensorrt/``), each exposing ``BACKEND``, an object that satisfies
+:class:`Backend`. Modules are imported lazily by
 :func:`get_backend`, and heavy imports (torch._inductor, onnxruntime, tensorrt)
 happen inside the methods, so a missing optional dependency never breaks the
 rest of the CLI: ``available()`` reports it instead.
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
     from ..recipes import Recipe
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
+# The module of each backend whose module is not named after it.
+BACKEND_MODULES = {"trt": "tensorrt"}
 # Install hints for the backends whose dependency is optional.
 INSTALL_HINTS = {
     "ort": "pip install 'artifactcache[ort]'",
@@ -127,7 +130,7 @@ def get_backend(name: str) -> Backend:
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}")
     try:
-        module = importlib.import_module(f"{__package__}.{name}")
+        module = importlib.import_module(f"{__package__}.{BACKEND_MODULES.get(name, name)}")
     except ImportError as e:  # only the backend's own module missing: a packaging bug
         raise BackendUnavailable(f"backend {name!r} could not be imported ({e})") from None
     return module.BACKEND

@@ -1,11 +1,8 @@
-"""TensorRT engine build and run over an ONNX graph (``--backend trt --mode onnx``).
+"""``--mode onnx`` build: ONNX parser -> builder config -> serialized engine.
 
-UNVERIFIED: written to NVIDIA's documented TensorRT Python API (Builder,
-OnnxParser, IBuilderConfig, ITimingCache, Runtime, IExecutionContext with
-``execute_async_v3``) and close to its samples; TensorRT cannot be installed on
-any machine this project has, so none of this module has run here. The pure
-decisions it relies on (precision plan, profiles, compatibility, timing-cache
-key) live in backends/trt.py and are tested there.
+Written to NVIDIA's documented TensorRT Python API (Builder, OnnxParser,
+IBuilderConfig, ITimingCache) and close to its samples; unverified on real
+TensorRT (see the package docstring).
 """
 
 from __future__ import annotations
@@ -14,41 +11,55 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
-from ..keys import compute_key
-from .trt import (
-    PLAN_HEADER_BYTES,
-    EngineIncompatible,
-    EngineOptions,
-    PrecisionPlan,
-    compat_problem,
-    engine_options,
-    precision_plan,
-    profile_for_tokens,
-    profiles_for,
-    timing_cache_factors,
-    trt_major,
-)
+from ...errors import BackendError
+from ...keys import compute_key, make_factors
+from .options import EngineOptions, PrecisionPlan, engine_options, precision_plan
+from .util import gpu_identity, import_tensorrt, trt_major
 
 if TYPE_CHECKING:
-    from ..recipes import Recipe
-    from .base import BuildContext
+    from ...recipes import Recipe
+    from ..base import BuildContext
 
 TIMING_CACHE_FILE = "timing.cache"
 
 
-def _trt() -> Any:
-    import tensorrt
+def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
+    """Optimization profiles over the step graph's dynamic inputs: (min, opt, max) shapes.
 
-    return tensorrt
+    Profile 0 serves prefill (1..prefill_len tokens, tuned for prefill_len, which is
+    what the runner always sends); profile 1 serves decode (exactly one token). The
+    KV-cache inputs are static [n_layers, max_batch, n_kv_heads, max_seq_len, head_dim]
+    and need no profile entry.
+    """
+    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
+    prefill = {
+        "input_ids": ((1, 1), (b, p), (b, p)),
+        "input_pos": ((1,), (p,), (p,)),
+    }
+    decode = {"input_ids": ((1, 1), (1, 1), (1, 1)), "input_pos": ((1,), (1,), (1,))}
+    return [prefill, decode]
 
 
-def _gpu(device: str) -> tuple[str, str]:
-    import torch
+def timing_cache_factors(
+    gpu: str, compute_capability: str, trt_version: str, plan: PrecisionPlan, eo: EngineOptions
+) -> dict[str, Any]:
+    """Key factors of the shared timing cache: the GPU, TensorRT, and flags that change tactics.
 
-    idx = torch.device(device).index or 0
-    props = torch.cuda.get_device_properties(idx)
-    return props.name, f"{props.major}.{props.minor}"
+    No recipe and no weights: timings are per layer configuration, so every model
+    built on this GPU with this TensorRT and these flags shares (and grows) one cache.
+    """
+    return make_factors(
+        recipe={},
+        weights="none",
+        backend="trt-timing-cache",
+        options={
+            "strongly_typed": plan.strongly_typed,
+            "builder_flags": sorted(plan.builder_flags),
+            "opt_level": eo.opt_level,
+        },
+        toolchain={"tensorrt": trt_version},
+        hardware={"gpu": gpu, "compute_capability": compute_capability},
+    )
 
 
 def build_engine(
@@ -64,7 +75,7 @@ def build_engine(
     Returns the timing cache after the build (serialized) and build metadata.
     Works for any ONNX file whose dynamic inputs ``profiles`` covers.
     """
-    trt = _trt()
+    trt = import_tensorrt()
     logger = trt.Logger(trt.Logger.WARNING)
     builder = trt.Builder(logger)
     flags = 0
@@ -107,7 +118,7 @@ def merge_timing_caches(old: bytes | None, new: bytes) -> bytes:
     """ITimingCache.combine: the stored cache plus what this build learned."""
     if not old:
         return new
-    trt = _trt()
+    trt = import_tensorrt()
     config = trt.Builder(trt.Logger(trt.Logger.WARNING)).create_builder_config()
     merged = config.create_timing_cache(old)
     merged.combine(config.create_timing_cache(new), True)
@@ -134,15 +145,15 @@ def publish_timing_cache(store: Any, key: str, factors: dict, new: bytes, merge=
 
 def build_step_engine(ctx: BuildContext, out_path: Path) -> dict[str, Any]:
     """The shared ONNX export -> one engine with a prefill and a decode profile."""
-    from .onnx_export import ensure_export, export_spec, has_qdq
+    from ..onnx_export import ensure_export, export_spec, has_qdq
 
-    trt = _trt()
+    trt = import_tensorrt()
     opts = ctx.opts
     eo = engine_options(opts)
     plan = precision_plan(opts.dtype, trt_major(trt.__version__), eo.typing, True)
     onnx_path, ekey, emeta, _ = ensure_export(ctx, export_spec(opts, plan.export_dtype))
     plan = precision_plan(opts.dtype, trt_major(trt.__version__), eo.typing, has_qdq(onnx_path))
-    gpu, cc = _gpu(opts.device)
+    gpu, cc = gpu_identity(opts.device)
     tc_key = tc_factors = None
     old_cache = None
     if eo.timing_cache and ctx.store is not None:
@@ -170,86 +181,3 @@ def build_step_engine(ctx: BuildContext, out_path: Path) -> dict[str, Any]:
         }
     )
     return meta
-
-
-class _EngineSteps:
-    """prefill/decode over one engine: context 0 on profile 0, context 1 on profile 1.
-
-    Tensors are torch CUDA tensors, run on torch's current stream. The KV cache
-    ping-pongs between two buffer pairs because an engine's input and output
-    bindings must not alias.
-    """
-
-    def __init__(self, engine: Any, recipe: Recipe, device: Any, dtype: Any) -> None:
-        import torch
-
-        from .onnx_export import cache_shape
-
-        self.engine, self.recipe, self.device = engine, recipe, device
-        stream = torch.cuda.current_stream(device)
-        self.contexts = [engine.create_execution_context() for _ in range(2)]
-        self.contexts[1].set_optimization_profile_async(1, stream.cuda_stream)
-        shape = cache_shape(recipe)
-        self.zero = torch.zeros(shape, dtype=dtype, device=device)
-        self.bufs = [
-            [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)] for _ in range(2)
-        ]
-        self.cur = 0  # which buffer pair holds the live cache
-        self.vocab = recipe.model.vocab_size
-
-    def _run(self, idx: Any, pos: Any, k_in: Any, v_in: Any, k_out: Any, v_out: Any) -> Any:
-        import torch
-
-        n = int(idx.shape[1])
-        context = self.contexts[profile_for_tokens(self.recipe, n)]
-        logits = torch.empty(1, n, self.vocab, dtype=torch.float32, device=self.device)
-        context.set_input_shape("input_ids", tuple(idx.shape))
-        context.set_input_shape("input_pos", tuple(pos.shape))
-        tensors = {
-            "input_ids": idx.contiguous(),
-            "input_pos": pos.contiguous(),
-            "past_keys": k_in,
-            "past_values": v_in,
-            "logits": logits,
-            "present_keys": k_out,
-            "present_values": v_out,
-        }
-        for name, t in tensors.items():
-            context.set_tensor_address(name, t.data_ptr())
-        if not context.execute_async_v3(torch.cuda.current_stream(self.device).cuda_stream):
-            raise BackendError("TensorRT execute_async_v3 failed (see the TensorRT log)")
-        return logits
-
-    def prefill(self, idx: Any, pos: Any) -> Any:
-        k_out, v_out = self.bufs[0]
-        self.cur = 0
-        return self._run(idx, pos, self.zero, self.zero, k_out, v_out)
-
-    def decode(self, idx: Any, pos: Any) -> Any:
-        (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
-        self.cur = 1 - self.cur
-        return self._run(idx, pos, k_in, v_in, k_out, v_out)
-
-
-def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
-    from ..models import torch_dtype
-    from .runner import StepRunner, device_of
-
-    trt = _trt()
-    dev = device_of(ctx.opts)
-    _, cc = _gpu(ctx.opts.device)
-    blob = engine_path.read_bytes()
-    problem = compat_problem(meta, trt.__version__, cc, blob[:PLAN_HEADER_BYTES])
-    if problem:
-        raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]}: {problem}")
-    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-    runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
-    engine = runtime.deserialize_cuda_engine(blob)
-    if engine is None:
-        raise EngineIncompatible(
-            f"stale entry {engine_path.parent.name[:12]} (rebuilding): TensorRT {trt.__version__} "
-            "could not deserialize the engine (see its log); rebuild with --force"
-        )
-    ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
-    steps = _EngineSteps(engine, ctx.recipe, dev, torch_dtype(meta.get("export_dtype", "fp32")))
-    return StepRunner(ctx.recipe, steps.prefill, steps.decode, dev, keepalive=(runtime, steps))
