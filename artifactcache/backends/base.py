@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -62,13 +63,41 @@ class BuildContext:
     recipe: Recipe
     opts: BuildOptions
     weights: WeightsSpec
-    # Filled by api.py for backends that need it (e.g. ort/trt reuse a cached ONNX export).
-    store: Any = None
+    # The entries this backend's dependencies() declared, by name, opened by api.py
+    # before build()/load(): an Entry, or None for an optional one that is absent.
+    deps: dict[str, Any] = field(default_factory=dict)
+    dep_sources: dict[str, str] = field(default_factory=dict)  # name -> "local"/"built"/"pulled"
+    # What build() hands to a dependency's refresh (e.g. the timing cache this build learned).
+    produced: dict[str, Any] = field(default_factory=dict)
     progress: Any = None  # optional callable(str) for status lines
     # Phase timestamps (time.perf_counter()) a backend's load() records, read by
     # the measurement probe: "weights_ready" and "artifact_ready", plus any
     # backend-specific sub-parts ("cache_loaded", "compiled", ...).
     phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """Another cache entry a backend reads; api.py keys it, opens or builds it, passes it in.
+
+    A backend declares its dependencies (optional method ``dependencies(ctx, weights,
+    for_load=...)``, ``weights`` the weights factor of the key) and never touches the
+    store: api.py computes the key from ``factors``, builds it on a miss with
+    ``build`` (or, when ``build`` is None, passes the entry only if it is present),
+    puts the Entry in ``ctx.deps[name]``, and records in the dependent's manifest
+    the keys it was built from (``meta["built_from"]``) and those it needs at load
+    (``meta["depends_on"]``).
+    """
+
+    name: str
+    factors: dict[str, Any]  # from keys.make_factors
+    label: dict[str, Any]
+    build: Callable[[Path], dict[str, Any]] | None = None  # workdir -> meta
+    at_load: bool = False  # load() reads it too, so it must outlive the dependent
+    # For an entry that accumulates across builds (the TensorRT timing cache): after the
+    # dependent's build, api rewrites it under its lock from (current Entry or None,
+    # ctx.produced[name], workdir) -> meta.
+    refresh: Callable[[Any, Any, Path], dict[str, Any]] | None = None
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ from typing import Any
 
 from ...errors import BackendError
 from ...keys import package_version, toolchain_fingerprint
-from ..base import INSTALL_HINTS, BuildContext, BuildOptions
+from ..base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
 
@@ -92,9 +92,23 @@ class TrtBackend:
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         pkgs = ["torch", "tensorrt"]
-        if resolve_mode(opts) == "llm":
+        mode = resolve_mode(opts)
+        if mode == "llm":
             pkgs.append("tensorrt_llm")
-        return toolchain_fingerprint(pkgs)
+        out = toolchain_fingerprint(pkgs)
+        if mode == "onnx" and engine_options(opts).allow_host_code and out.get("tensorrt"):
+            # A version-compatible engine runs on later TensorRT versions: keyed by the
+            # major only, so an upgrade within it finds the entry (compat_problem decides).
+            out["tensorrt"] = f"{trt_major(out['tensorrt'])}.x (version-compatible)"
+        return out
+
+    def dependencies(self, ctx: BuildContext, weights: str, *, for_load: bool) -> list[Dependency]:
+        # An engine needs nothing but itself at load; only a --mode onnx build reads others.
+        if for_load or resolve_mode(ctx.opts) == "llm":
+            return []
+        from .loader import step_dependencies
+
+        return step_dependencies(ctx, weights)
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         if resolve_mode(ctx.opts) == "llm":

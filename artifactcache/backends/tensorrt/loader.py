@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
-from ...keys import compute_key, make_factors
+from ...keys import make_factors
+from ..base import Dependency
 from .options import EngineOptions, PrecisionPlan, engine_options, precision_plan
 from .util import gpu_identity, import_tensorrt, trt_major
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from ..base import BuildContext
 
 TIMING_CACHE_FILE = "timing.cache"
+TIMING_CACHE_DEP = "timing_cache"  # its name in ctx.deps
 
 
 def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
@@ -125,57 +127,70 @@ def merge_timing_caches(old: bytes | None, new: bytes) -> bytes:
     return bytes(merged.serialize())
 
 
-def publish_timing_cache(store: Any, key: str, factors: dict, new: bytes, merge=None) -> None:
-    """Merge ``new`` into the timing-cache entry ``key`` and republish it.
+def timing_cache_dependency(factors: dict[str, Any], merge=None) -> Dependency:
+    """The shared timing cache: read before a build if present, merged into after it.
 
-    Runs under the entry's lock (get_or_build), so concurrent builds merge one
-    after another instead of overwriting each other. ``merge`` defaults to
-    TensorRT's combine; it is a parameter so the store logic is testable alone.
+    ``merge`` defaults to TensorRT's combine; it is a parameter so the store side
+    is testable without TensorRT.
     """
     merge = merge or merge_timing_caches
 
-    def build(workdir: Path) -> dict[str, Any]:
-        current = store.get(key)
+    def refresh(current: Any, new: bytes, workdir: Path) -> dict[str, Any]:
         old = (current.path / TIMING_CACHE_FILE).read_bytes() if current else None
         (workdir / TIMING_CACHE_FILE).write_bytes(merge(old, new))
         return {"merged_builds": (current.meta.get("merged_builds", 0) if current else 0) + 1}
 
-    store.get_or_build(key, factors, build, force=True, label={"backend": "trt-timing-cache"})
+    return Dependency(
+        name=TIMING_CACHE_DEP,
+        factors=factors,
+        label={"backend": "trt-timing-cache"},
+        refresh=refresh,
+    )
+
+
+def step_dependencies(ctx: BuildContext, weights: str) -> list[Dependency]:
+    """What a ``--mode onnx`` build reads: the shared ONNX export, and the timing cache."""
+    from ..onnx_export import export_dependency, export_spec
+
+    trt = import_tensorrt()
+    eo = engine_options(ctx.opts)
+    # acache's exports carry no Q/DQ nodes, and check_options already refused int8/fp8
+    # without them, so the plan (and the export dtype) is known before the export exists.
+    plan = precision_plan(ctx.opts.dtype, trt_major(trt.__version__), eo.typing, True)
+    deps = [export_dependency(ctx, weights, export_spec(ctx.opts, plan.export_dtype))]
+    if eo.timing_cache:
+        gpu, cc = gpu_identity(ctx.opts.device)
+        tc_factors = timing_cache_factors(gpu, cc, trt.__version__, plan, eo)
+        deps.append(timing_cache_dependency(tc_factors))
+    return deps
 
 
 def build_step_engine(ctx: BuildContext, out_path: Path) -> dict[str, Any]:
     """The shared ONNX export -> one engine with a prefill and a decode profile."""
-    from ..onnx_export import ensure_export, export_spec, has_qdq
+    from ..onnx_export import exported, has_qdq
 
     trt = import_tensorrt()
     opts = ctx.opts
     eo = engine_options(opts)
-    plan = precision_plan(opts.dtype, trt_major(trt.__version__), eo.typing, True)
-    onnx_path, ekey, emeta, _ = ensure_export(ctx, export_spec(opts, plan.export_dtype))
+    onnx_path, export = exported(ctx)
     plan = precision_plan(opts.dtype, trt_major(trt.__version__), eo.typing, has_qdq(onnx_path))
     gpu, cc = gpu_identity(opts.device)
-    tc_key = tc_factors = None
-    old_cache = None
-    if eo.timing_cache and ctx.store is not None:
-        tc_factors = timing_cache_factors(gpu, cc, trt.__version__, plan, eo)
-        tc_key = compute_key(tc_factors)
-        entry = ctx.store.get(tc_key)
-        old_cache = (entry.path / TIMING_CACHE_FILE).read_bytes() if entry else None
+    cache_entry = ctx.deps.get(TIMING_CACHE_DEP)
+    old_cache = (cache_entry.path / TIMING_CACHE_FILE).read_bytes() if cache_entry else None
     new_cache, meta = build_engine(
         onnx_path, out_path, profiles_for(ctx.recipe), plan, eo, old_cache
     )
-    if tc_key is not None:
-        publish_timing_cache(ctx.store, tc_key, tc_factors, new_cache)
+    if eo.timing_cache:
+        ctx.produced[TIMING_CACHE_DEP] = new_cache
     meta.update(
         {
             "tensorrt": trt.__version__,
             "compute_capability": cc,
             "gpu": gpu,
-            "export_key": ekey,
+            "export_key": export.key,
             "strongly_typed": plan.strongly_typed,
             "export_dtype": plan.export_dtype,
             "builder_flags": list(plan.builder_flags),
-            "timing_cache_key": tc_key,
             "timing_cache_loaded": old_cache is not None,
             "allow_host_code": eo.allow_host_code,
         }

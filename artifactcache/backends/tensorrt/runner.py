@@ -17,6 +17,7 @@ from .util import (
     EngineIncompatible,
     compat_problem,
     gpu_identity,
+    header_note,
     import_tensorrt,
 )
 
@@ -107,9 +108,12 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     dev = device_of(ctx.opts)
     _, cc = gpu_identity(ctx.opts.device)
     blob = engine_path.read_bytes()
-    problem = compat_problem(meta, trt.__version__, cc, blob[:PLAN_HEADER_BYTES])
+    problem = compat_problem(meta, trt.__version__, cc)
     if problem:
         raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]}: {problem}")
+    note = header_note(meta, blob[:PLAN_HEADER_BYTES])
+    if note and ctx.progress:
+        ctx.progress(note)
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
     runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
     engine = runtime.deserialize_cuda_engine(blob)
