@@ -14,6 +14,9 @@ Flow (see ``artifactcache/api.py``)::
                                       toolchain=b.toolchain(opts), ...))
     entry, _ = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
     runner = b.load(ctx, entry.path, entry.meta)
+
+A backend that reads other entries declares them (``dependencies()`` returning
+:class:`Dependency`); api.py opens them into ``ctx.deps`` before build/load.
 """
 
 from __future__ import annotations

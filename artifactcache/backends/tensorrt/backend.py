@@ -129,13 +129,4 @@ class TrtBackend:
         return load_step_runner(ctx, entry_dir / ENGINE_FILE, meta)
 
 
-def export_spec_for(opts: BuildOptions):
-    """The ONNX export --mode onnx uses: the same spec (and key) as ort for the same dtype."""
-    from ..onnx_export import export_spec
-
-    eo = engine_options(opts)
-    plan = precision_plan(opts.dtype, trt_major(package_version("tensorrt")), eo.typing, True)
-    return export_spec(opts, plan.export_dtype)
-
-
 BACKEND = TrtBackend()
