@@ -1,7 +1,10 @@
 """build() and load(): recipe + backend + options -> key -> cached artifact -> Runner.
 
 This is the only module that joins the store, the keys and the backends. The
-store never sees torch; backends never see the store's layout.
+store never sees torch; backends never see the store: a backend that reads
+another entry (the ONNX export, the TensorRT timing cache) declares it as a
+``Dependency`` and this module keys it, opens or builds it, and hands it over
+in ``ctx.deps`` (see ``_open_dependencies``, the one place dependencies are known).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from .backends.base import (
     Backend,
     BuildContext,
     BuildOptions,
+    Dependency,
     Runner,
     get_backend,
     parse_device,
@@ -117,11 +121,14 @@ def check_generation(recipe: Recipe, prompt_ids: Sequence[int], max_new_tokens: 
     recipe.check_fits(len(prompt_ids), max_new_tokens)
 
 
-def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyInfo:
+def weights_factor(ctx: BuildContext, memo_dir: Path | None = None) -> str:
+    """The key's weights factor: the checkpoint's digest (memoized), or random:<seed>."""
     w = ctx.weights
-    wfactor = (
-        weights_digest(w.path, memo_dir=memo_dir) if w.path is not None else f"random:{w.seed}"
-    )
+    return weights_digest(w.path, memo_dir=memo_dir) if w.path is not None else f"random:{w.seed}"
+
+
+def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyInfo:
+    wfactor = weights_factor(ctx, memo_dir)
     factors = make_factors(
         recipe=ctx.recipe.normalized(),
         weights=wfactor,
@@ -137,8 +144,53 @@ def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyI
     return KeyInfo(full, factors, full, None)
 
 
+def open_dependency(dep: Dependency, store: Any, *, build_on_miss: bool = True):
+    """(Entry, source) of one dependency; (None, "absent") for an optional one not there."""
+    key = compute_key(dep.factors)
+    if dep.build is None:
+        entry = store.get(key)
+        return entry, "local" if entry is not None else "absent"
+    if build_on_miss:
+        return store.get_or_build(key, dep.factors, dep.build, label=dep.label)
+    return store.open(key), "local"  # raises KeyLookupError / IntegrityError
+
+
+def refresh_dependency(dep: Dependency, store: Any, produced: Any) -> None:
+    """Rewrite an accumulating dependency from its current files and what a build produced.
+
+    Under the entry's lock (get_or_build), so concurrent builds merge one after
+    another instead of overwriting each other.
+    """
+    assert dep.refresh is not None
+    key = compute_key(dep.factors)
+    refresh = dep.refresh
+
+    def rebuild(workdir: Path) -> dict[str, Any]:
+        return refresh(store.get(key), produced, workdir)
+
+    store.get_or_build(key, dep.factors, rebuild, force=True, label=dep.label)
+
+
+def _declared(b: Backend, ctx: BuildContext, store: Any, *, for_load: bool) -> list[Dependency]:
+    declare = getattr(b, "dependencies", None)  # optional: most backends read no other entry
+    if declare is None:
+        return []
+    deps = declare(ctx, weights_factor(ctx, getattr(store, "base", None)), for_load=for_load)
+    return [d for d in deps if d.at_load] if for_load else list(deps)
+
+
+def _open_dependencies(
+    b: Backend, ctx: BuildContext, store: Any, *, for_load: bool, build_on_miss: bool = True
+) -> list[Dependency]:
+    """Open (building on a miss) what the backend reads, into ctx.deps; the declared list."""
+    deps = _declared(b, ctx, store, for_load=for_load)
+    for dep in deps:
+        entry, source = open_dependency(dep, store, build_on_miss=build_on_miss)
+        ctx.deps[dep.name], ctx.dep_sources[dep.name] = entry, source
+    return deps
+
+
 def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: bool):
-    ctx.store = store
     label = {
         "recipe": ctx.recipe.name,
         "backend": b.name,
@@ -148,9 +200,22 @@ def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: b
         "weights": ctx.weights.describe(),
         "arch_key": info.arch_key,
     }
-    return store.get_or_build(
-        info.key, info.factors, lambda workdir: b.build(ctx, workdir), force=force, label=label
-    )
+
+    def build(workdir: Path) -> dict[str, Any]:
+        # Inside the entry's lock, so a hit never opens (or rebuilds) its dependencies.
+        deps = _open_dependencies(b, ctx, store, for_load=False)
+        meta = b.build(ctx, workdir)
+        for dep in deps:
+            if dep.refresh is not None and dep.name in ctx.produced:
+                refresh_dependency(dep, store, ctx.produced.pop(dep.name))
+        if deps:
+            meta["built_from"] = {d.name: compute_key(d.factors) for d in deps}
+        needed = {d.name: compute_key(d.factors) for d in deps if d.at_load}
+        if needed:
+            meta["depends_on"] = needed
+        return meta
+
+    return store.get_or_build(info.key, info.factors, build, force=force, label=label)
 
 
 def _lookup(
@@ -164,15 +229,17 @@ def _lookup(
     allow_shared_root: bool = False,
     context: BuildContext | None = None,
     **choices: Any,
-) -> tuple[Backend, BuildContext, BuildResult]:
-    """The one path build() and load() share: validate, key, then hit or build once."""
+) -> tuple[Backend, BuildContext, BuildResult, Any]:
+    """The one path build() and load() share: validate, key, then hit or build once.
+
+    Returns the backend, the context, the result and the store it used.
+    """
     t0 = time.perf_counter()
     b, ctx = make_context(recipe, backend, **choices)
     if context is not None:  # the caller wants the phase stamps in its own object
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context
     st = _resolve_store(store, cache_dir, allow_shared_root)
-    ctx.store = st
     info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
     if build_on_miss:
         entry, source = _build_in(b, ctx, info, st, force)
@@ -186,7 +253,7 @@ def _lookup(
         entry=entry,
         source=source,
     )
-    return b, ctx, result
+    return b, ctx, result, st
 
 
 def build(
@@ -205,7 +272,7 @@ def build(
     store: Any = None,
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is."""
-    _, _, result = _lookup(
+    _, _, result, _ = _lookup(
         recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
         weights=weights, seed=seed, extra=extra,
@@ -235,7 +302,8 @@ def load_with_result(
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra,
     )  # fmt: skip
-    b, ctx, result = lookup(build_on_miss=build_on_miss)
+    b, ctx, result, st = lookup(build_on_miss=build_on_miss)
+    _open_dependencies(b, ctx, st, for_load=True, build_on_miss=build_on_miss)
     ctx.phases["entry_ready"] = time.perf_counter()
     try:
         return result, b.load(ctx, result.entry.path, result.entry.meta)
@@ -245,7 +313,8 @@ def load_with_result(
         # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
         if ctx.progress:
             ctx.progress(f"rebuilding: {e}")
-        b, ctx, result = lookup(build_on_miss=True, force=True)
+        b, ctx, result, st = lookup(build_on_miss=True, force=True)
+        _open_dependencies(b, ctx, st, for_load=True)
         return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 

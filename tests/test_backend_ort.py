@@ -11,8 +11,8 @@ from artifactcache import api
 from artifactcache.backends import onnx_export as ox
 from artifactcache.backends import ort as ortb
 from artifactcache.backends.base import BuildContext, BuildOptions
-from artifactcache.backends.trt import export_spec_for
 from artifactcache.errors import BackendError, ShapeError
+from artifactcache.models import WeightsSpec
 from artifactcache.recipes import list_recipes
 from artifactcache.store.local import LocalStore
 
@@ -63,17 +63,21 @@ def test_warm_session_skips_optimization(store, monkeypatch, capfd):
     assert ctx.phases["artifact_ready"] >= ctx.phases["entry_ready"]
 
 
-def test_one_export_serves_ort_and_trt(store):
+def test_the_export_is_a_recorded_dependency(store):
+    """api.py opens the export for ort and records its key; the CPU EP needs it only to build."""
     res = api.build("tiny-llama", "ort", store=store)
     ekey = res.entry.meta["export_key"]
-    _, ctx = api.make_context("tiny-llama", "eager")  # any backend: only recipe + weights matter
-    ctx.store = store
-    trt_spec = export_spec_for(BuildOptions(device="cuda", mode="onnx", dtype="fp32"))
-    ort_spec = ox.export_spec(BuildOptions(dtype="fp32"))
-    assert trt_spec == ort_spec
-    assert ox.export_key(ctx, trt_spec)[0] == ekey
-    _, key, _, source = ox.ensure_export(ctx, trt_spec)
-    assert (key, source) == (ekey, "local")  # no second export for trt
+    assert res.entry.meta["built_from"] == {ox.EXPORT_DEP: ekey}
+    assert "depends_on" not in res.entry.meta  # the optimized graph stands alone
+    assert store.get(ekey).label["backend"] == "onnx-export"
+
+
+def test_the_tensorrt_ep_needs_the_export_at_load():
+    ctx = BuildContext(recipe=list_recipes()[0], opts=BuildOptions(), weights=WeightsSpec(None, 0))
+    for mode, device, at_load in [("cpu", "cpu", False), ("tensorrt", "cuda", True)]:
+        ctx.opts = BuildOptions(device=device, mode=mode)
+        (dep,) = ortb.BACKEND.dependencies(ctx, "random:0", for_load=False)
+        assert (dep.name, dep.at_load) == (ox.EXPORT_DEP, at_load)
 
 
 def test_export_options_change_the_ort_key():

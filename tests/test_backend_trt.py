@@ -2,7 +2,8 @@
 
 The TensorRT and TensorRT-LLM calls themselves are unverified here (neither can
 be installed on our machines); the tests that need them skip with the reason
-"tensorrt not importable".
+"tensorrt not importable". The build and load paths run against a recording
+stand-in in tests/test_backend_trt_standin.py.
 """
 
 from __future__ import annotations
@@ -15,16 +16,16 @@ import torch
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends import trt
 from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.backends.onnx_export import ExportSpec
-from artifactcache.backends.trt_engine import TIMING_CACHE_FILE, publish_timing_cache
-from artifactcache.backends.trt_llm import (
-    build_config_kwargs,
+from artifactcache.backends.tensorrt import BACKEND as TRT
+from artifactcache.backends.tensorrt import loader, options, util
+from artifactcache.backends.tensorrt import runner as trt_runner
+from artifactcache.backends.tensorrt.llm import (
     hf_config,
-    sampling_kwargs,
     write_hf_checkpoint,
 )
+from artifactcache.backends.tensorrt.loader import TIMING_CACHE_FILE
 from artifactcache.errors import BackendError, BackendUnavailable, ShapeError
 from artifactcache.keys import compute_key
 from artifactcache.models import WeightsSpec, build_model
@@ -53,7 +54,7 @@ TINY = [r.name for r in list_recipes() if r.name.startswith("tiny-")]
     ],
 )
 def test_precision_plan(precision, major, typing, qdq, want):
-    plan = trt.precision_plan(precision, major, typing, qdq)
+    plan = options.precision_plan(precision, major, typing, qdq)
     assert (plan.strongly_typed, plan.builder_flags, plan.export_dtype) == want
 
 
@@ -68,18 +69,18 @@ def test_precision_plan(precision, major, typing, qdq, want):
 )
 def test_precision_plan_refusals(args, message):
     with pytest.raises(BackendError, match=message):
-        trt.precision_plan(*args)
+        options.precision_plan(*args)
 
 
 def test_engine_options():
-    eo = trt.engine_options(BuildOptions(extra={"opt_level": "5", "workspace_mb": 512}))
+    eo = options.engine_options(BuildOptions(extra={"opt_level": "5", "workspace_mb": 512}))
     assert (eo.opt_level, eo.workspace_mb, eo.typing, eo.allow_host_code) == (
         5,
         512,
         "strong",
         False,
     )
-    assert trt.engine_options(BuildOptions(extra={"allow_host_code": "yes"})).allow_host_code
+    assert options.engine_options(BuildOptions(extra={"allow_host_code": "yes"})).allow_host_code
     for extra, message in [
         ({"opt_level": 6}, "opt_level must be 0-5"),
         ({"opt_level": "max"}, "opt_level must be an integer"),
@@ -89,7 +90,7 @@ def test_engine_options():
         ({"tactics": "all"}, "does not take ['tactics']"),
     ]:
         with pytest.raises(BackendError, match=message.replace("[", r"\[").replace("]", r"\]")):
-            trt.engine_options(BuildOptions(extra=extra))
+            options.engine_options(BuildOptions(extra=extra))
 
 
 # -------------------------------------------------------------- profiles --
@@ -97,16 +98,16 @@ def test_engine_options():
 
 def test_profiles_from_recipe_shapes():
     r = load_recipe("tiny-llama")  # prefill_len 8
-    prefill, decode = trt.profiles_for(r)
+    prefill, decode = loader.profiles_for(r)
     assert prefill["input_ids"] == ((1, 1), (1, 8), (1, 8))
     assert prefill["input_pos"] == ((1,), (8,), (8,))
     assert decode == {"input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3}
     assert "past_keys" not in prefill  # static cache inputs need no profile
     big = load_recipe("llama-7b")  # prefill_len 16
-    assert trt.profiles_for(big)[0]["input_ids"][2] == (1, 16)
-    assert [trt.profile_for_tokens(r, n) for n in (1, 2, 8)] == [1, 0, 0]
+    assert loader.profiles_for(big)[0]["input_ids"][2] == (1, 16)
+    assert [trt_runner.profile_for_tokens(r, n) for n in (1, 2, 8)] == [1, 0, 0]
     with pytest.raises(ShapeError, match=r"outside the engine's profiles \(1..8\)"):
-        trt.profile_for_tokens(r, 9)
+        trt_runner.profile_for_tokens(r, 9)
 
 
 # ------------------------------------------------- plan header and compat --
@@ -119,63 +120,90 @@ def _header(major: int, minor: int, patch: int) -> bytes:
 
 
 def test_plan_header_version():
-    assert trt.plan_header_version(_header(10, 3, 0)) == (10, 3, 0)
-    assert trt.plan_header_version(_header(10, 3, 0)[:20]) is None  # too short
-    assert trt.plan_header_version(_header(0, 0, 0)) is None  # not a layout we know
+    assert util.plan_header_version(_header(10, 3, 0)) == (10, 3, 0)
+    assert util.plan_header_version(_header(10, 3, 0)[:20]) is None  # too short
+    assert util.plan_header_version(_header(0, 0, 0)) is None  # not a layout we know
 
 
 def test_compat_problem():
     meta = {"tensorrt": "10.3.0", "compute_capability": "9.0"}
-    assert trt.compat_problem(meta, "10.3.0", "9.0", _header(10, 3, 0)) is None
-    assert trt.compat_problem(meta, "10.3.0.26", "9.0", None) is None  # build number ignored
-    assert "built with TensorRT 10.3.0, this runtime is TensorRT 10.4.0" in trt.compat_problem(
+    assert util.compat_problem(meta, "10.3.0", "9.0") is None
+    assert util.compat_problem(meta, "10.3.0.26", "9.0") is None  # build number ignored
+    assert "built with TensorRT 10.3.0, this runtime is TensorRT 10.4.0" in util.compat_problem(
         meta, "10.4.0", "9.0"
     )
-    assert "compute capability 9.0, this GPU is 8.0" in trt.compat_problem(meta, "10.3.0", "8.0")
-    assert "plan header says TensorRT 10.2.0" in trt.compat_problem(
-        meta, "10.3.0", "9.0", _header(10, 2, 0)
+    assert "compute capability 9.0, this GPU is 8.0" in util.compat_problem(meta, "10.3.0", "8.0")
+    assert "records no TensorRT version" in util.compat_problem({}, "10.3.0", "9.0")
+
+
+def test_a_version_compatible_engine_runs_on_later_tensorrt():
+    meta = {"tensorrt": "10.3.0", "compute_capability": "9.0", "allow_host_code": True}
+    assert util.compat_problem(meta, "10.4.0", "9.0") is None
+    assert util.compat_problem(meta, "11.4.0.106", "9.0") is None
+    assert "built with TensorRT 10.3.0 runs on that version or later, this runtime is " in (
+        util.compat_problem(meta, "10.2.1", "9.0")
     )
-    assert trt.compat_problem(meta, "10.3.0", "9.0", b"\0" * 32) is None  # unknown: no verdict
-    assert "records no TensorRT version" in trt.compat_problem({}, "10.3.0", "9.0")
+    assert "this GPU is 8.0" in util.compat_problem(meta, "10.4.0", "8.0")  # still per GPU
+
+
+def test_version_compatible_engines_are_keyed_by_the_major(monkeypatch):
+    """So that a TensorRT upgrade within the major finds the entry at all."""
+    from artifactcache import keys
+
+    def toolchain(version: str, **extra):
+        monkeypatch.setattr(keys, "package_version", lambda d: version if "tensorrt" in d else "1")
+        return TRT.toolchain(BuildOptions(device="cuda", mode="onnx", extra=extra))
+
+    vc = {"allow_host_code": True}
+    assert toolchain("10.3.0", **vc)["tensorrt"] == toolchain("10.4.0", **vc)["tensorrt"]
+    assert toolchain("10.3.0", **vc)["tensorrt"] != toolchain("11.0.0", **vc)["tensorrt"]
+    assert toolchain("10.3.0")["tensorrt"] != toolchain("10.4.0")["tensorrt"]
+
+
+def test_the_plan_header_is_advisory():
+    meta = {"tensorrt": "10.3.0"}
+    assert util.header_note(meta, _header(10, 3, 0)) is None
+    assert util.header_note(meta, b"\0" * 32) is None  # cannot be parsed: no verdict
+    note = util.header_note(meta, _header(10, 2, 0))
+    assert "reads TensorRT 10.2.0, the manifest says 10.3.0" in note and "advisory" in note
 
 
 # ---------------------------------------------------------- timing cache --
 
 
 def test_timing_cache_key_factors():
-    plan = trt.precision_plan("fp16", 10, "strong", False)
-    eo = trt.EngineOptions()
-    base = trt.timing_cache_factors("NVIDIA H200", "9.0", "10.3.0", plan, eo)
+    plan = options.precision_plan("fp16", 10, "strong", False)
+    eo = options.EngineOptions()
+    base = loader.timing_cache_factors("NVIDIA H200", "9.0", "10.3.0", plan, eo)
     assert base["recipe"] == {} and base["weights"] == "none"  # shared across models
-    key = compute_key(base)
-    assert compute_key(trt.timing_cache_factors("NVIDIA H200", "9.0", "10.3.0", plan, eo)) == key
     others = [
-        trt.timing_cache_factors("NVIDIA A100", "8.0", "10.3.0", plan, eo),
-        trt.timing_cache_factors("NVIDIA H200", "9.0", "10.4.0", plan, eo),
-        trt.timing_cache_factors(
-            "NVIDIA H200", "9.0", "10.3.0", plan, trt.EngineOptions(opt_level=5)
+        loader.timing_cache_factors("NVIDIA A100", "8.0", "10.3.0", plan, eo),
+        loader.timing_cache_factors("NVIDIA H200", "9.0", "10.4.0", plan, eo),
+        loader.timing_cache_factors(
+            "NVIDIA H200", "9.0", "10.3.0", plan, options.EngineOptions(opt_level=5)
         ),
-        trt.timing_cache_factors(
-            "NVIDIA H200", "9.0", "10.3.0", trt.precision_plan("fp16", 10, "weak", False), eo
+        loader.timing_cache_factors(
+            "NVIDIA H200", "9.0", "10.3.0", options.precision_plan("fp16", 10, "weak", False), eo
         ),
     ]
-    assert len({compute_key(f) for f in others} | {key}) == 5
+    assert len({compute_key(f) for f in others} | {compute_key(base)}) == 5
 
 
 def test_timing_cache_entry_is_merged_after_each_build(tmp_path):
     """The store side of load-before / merge-after, with a set-union merge standing in
     for ITimingCache.combine (the only part that needs TensorRT)."""
     store = LocalStore(tmp_path / "c")
-    plan = trt.precision_plan("fp32", 10, "strong", False)
-    factors = trt.timing_cache_factors("GPU", "9.0", "10.3.0", plan, trt.EngineOptions())
-    key = compute_key(factors)
+    plan = options.precision_plan("fp32", 10, "strong", False)
+    factors = loader.timing_cache_factors("GPU", "9.0", "10.3.0", plan, options.EngineOptions())
 
     def union(old: bytes | None, new: bytes) -> bytes:
         return b"\n".join(sorted(set((old or b"").split()) | set(new.split())))
 
-    publish_timing_cache(store, key, factors, b"tactic-a", merge=union)
-    publish_timing_cache(store, key, factors, b"tactic-b", merge=union)
-    entry = store.get(key)
+    dep = loader.timing_cache_dependency(factors, merge=union)
+    assert api.open_dependency(dep, store) == (None, "absent")  # optional: never built for it
+    api.refresh_dependency(dep, store, b"tactic-a")
+    api.refresh_dependency(dep, store, b"tactic-b")
+    entry = store.get(compute_key(factors))
     assert (entry.path / TIMING_CACHE_FILE).read_bytes() == b"tactic-a\ntactic-b"
     assert entry.meta["merged_builds"] == 2 and entry.label["backend"] == "trt-timing-cache"
 
@@ -184,7 +212,7 @@ def test_timing_cache_entry_is_merged_after_each_build(tmp_path):
 
 
 def test_key_factors_onnx_mode():
-    b = trt.BACKEND
+    b = TRT
     r = load_recipe("tiny-llama")
     opts = BuildOptions(device="cuda", dtype="fp16", mode="onnx", extra={"opt_level": 4})
     f = b.factors(r, opts)
@@ -193,17 +221,22 @@ def test_key_factors_onnx_mode():
     assert f["profiles"][0]["input_ids"] == [[1, 1], [1, 8], [1, 8]]
     assert b.factors(r, BuildOptions(device="cuda", dtype="fp16", mode="onnx")) != f
     assert set(b.toolchain(opts)) >= {"python", "torch", "cuda", "tensorrt"}
-    assert trt.export_spec_for(opts) == ExportSpec(dtype="fp16")
 
 
 def test_key_factors_llm_mode():
-    b = trt.BACKEND
-    r = load_recipe("llama-7b")
+    b = TRT
+    r = load_recipe("llama-7b")  # prefill_len 16, max_seq_len 256, max_batch 1
     opts = BuildOptions(device="cuda", dtype="bf16")
     f = b.factors(r, opts)
-    assert f["mode"] == "llm" and f["build_config"] == build_config_kwargs(r, opts)
-    assert f["build_config"]["max_input_len"] == 16 and f["build_config"]["max_seq_len"] == 256
-    assert f["build_config"]["gather_context_logits"] is True
+    assert f["mode"] == "llm" and f["dtype"] == "bf16"
+    assert f["build_config"] == {
+        "max_batch_size": 1,
+        "max_input_len": 16,
+        "max_seq_len": 256,
+        "max_num_tokens": 16,
+        "max_beam_width": 1,
+        "gather_context_logits": True,
+    }
     assert {"tensorrt", "tensorrt_llm"} <= set(b.toolchain(opts))
 
 
@@ -224,7 +257,7 @@ def test_bad_options_are_one_line_errors(kwargs, message):
 
 @pytest.mark.skipif(HAVE_TRT, reason="tensorrt is importable here")
 def test_unavailable_without_tensorrt(cache_dir):
-    ok, reason = trt.BACKEND.available(BuildOptions(device="cuda"))
+    ok, reason = TRT.available(BuildOptions(device="cuda"))
     assert not ok and reason.startswith("tensorrt not importable: pip install 'artifactcache[trt]'")
     with pytest.raises(BackendUnavailable, match="tensorrt not importable"):
         api.make_context("tiny-llama", "trt")
@@ -256,12 +289,6 @@ def test_hf_checkpoint_for_trtllm_matches_eager(recipe, tmp_path):
         want = ours(ids, torch.arange(24))
         got = hf(ids).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-4
-
-
-def test_sampling_is_greedy_without_early_stop():
-    kw = sampling_kwargs(200, context_logits=True)
-    assert kw["max_tokens"] == 200 and kw["top_k"] == 1 and kw["ignore_eos"] is True
-    assert kw["return_context_logits"] is True and kw["end_id"] == -1
 
 
 # ------------------------------------------------------ real TensorRT only --

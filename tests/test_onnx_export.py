@@ -7,20 +7,31 @@ import onnxruntime
 import pytest
 import torch
 
+from artifactcache import api
 from artifactcache.backends import onnx_export as ox
 from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.errors import BackendError
+from artifactcache.keys import compute_key
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
 from artifactcache.store.local import LocalStore
 
 
-def _ctx(recipe: str = "tiny-llama", seed: int = 0, store=None, **extra) -> BuildContext:
-    ctx = BuildContext(
+def _ctx(recipe: str = "tiny-llama", seed: int = 0, **extra) -> BuildContext:
+    return BuildContext(
         recipe=load_recipe(recipe), opts=BuildOptions(extra=extra), weights=WeightsSpec(None, seed)
     )
-    ctx.store = store
-    return ctx
+
+
+def _export(ctx: BuildContext, spec: ox.ExportSpec, store: LocalStore):
+    """(model.onnx, key, meta, source): the export opened the way api.py opens it for a backend."""
+    dep = ox.export_dependency(ctx, api.weights_factor(ctx), spec)
+    entry, source = api.open_dependency(dep, store)
+    return entry.path / ox.MODEL_FILE, entry.key, entry.meta, source
+
+
+def _export_key(ctx: BuildContext, spec: ox.ExportSpec) -> str:
+    return compute_key(ox.export_factors(ctx.recipe, api.weights_factor(ctx), spec))
 
 
 def _feeds(*tensors) -> dict:
@@ -53,8 +64,8 @@ def test_functional_step_matches_the_in_place_model():
 
 def test_export_graph_contract_and_cache_entry(tmp_path):
     store = LocalStore(tmp_path / "c")
-    ctx = _ctx(store=store)
-    path, key, meta, source = ox.ensure_export(ctx, ox.ExportSpec())
+    ctx = _ctx()
+    path, key, meta, source = _export(ctx, ox.ExportSpec(), store)
     assert source == "built" and meta["exporter_used"] == "dynamo", meta.get("dynamo_error")
     onnx.checker.check_model(str(path), full_check=True)
     graph = onnx.load(str(path)).graph
@@ -65,7 +76,7 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
     cache_dims = [d.dim_value for d in graph.input[2].type.tensor_type.shape.dim]
     assert tuple(cache_dims) == ox.cache_shape(ctx.recipe)
     # A second request is a hit on the same entry: no second export.
-    path2, key2, _, source2 = ox.ensure_export(_ctx(store=store), ox.ExportSpec())
+    path2, key2, _, source2 = _export(_ctx(), ox.ExportSpec(), store)
     assert (path2, key2, source2) == (path, key, "local")
     assert store.get(key).label["backend"] == "onnx-export"
 
@@ -83,9 +94,9 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
 
 
 def test_torchscript_exporter_on_request(tmp_path):
-    ctx = _ctx("tiny-phi-2", store=LocalStore(tmp_path / "c"), exporter="torchscript")
+    ctx = _ctx("tiny-phi-2", exporter="torchscript")
     spec = ox.export_spec(ctx.opts)
-    path, _, meta, _ = ox.ensure_export(ctx, spec)
+    path, _, meta, _ = _export(ctx, spec, LocalStore(tmp_path / "c"))
     assert meta["exporter_used"] == "torchscript" and meta["opset"] == ox.DEFAULT_OPSET
     ref = build_model(ctx.recipe)
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -97,17 +108,17 @@ def test_torchscript_exporter_on_request(tmp_path):
 
 def test_export_key_factors():
     ctx = _ctx()
-    base, factors = ox.export_key(ctx, ox.ExportSpec())
+    factors = ox.export_factors(ctx.recipe, api.weights_factor(ctx), ox.ExportSpec())
+    base = compute_key(factors)
     assert factors["backend"]["name"] == "onnx-export"
     assert set(factors["toolchain"]) >= {"torch", "onnx", "onnxscript"}
     assert factors["hardware"] == {}  # one export serves CPU and GPU backends
-    assert ox.export_key(_ctx(), ox.ExportSpec())[0] == base
     changed = [
-        ox.export_key(ctx, ox.ExportSpec(opset=19))[0],
-        ox.export_key(ctx, ox.ExportSpec(dtype="fp16"))[0],
-        ox.export_key(ctx, ox.ExportSpec(exporter="torchscript"))[0],
-        ox.export_key(_ctx(seed=1), ox.ExportSpec())[0],
-        ox.export_key(_ctx("tiny-phi-3"), ox.ExportSpec())[0],
+        _export_key(ctx, ox.ExportSpec(opset=19)),
+        _export_key(ctx, ox.ExportSpec(dtype="fp16")),
+        _export_key(ctx, ox.ExportSpec(exporter="torchscript")),
+        _export_key(_ctx(seed=1), ox.ExportSpec()),
+        _export_key(_ctx("tiny-phi-3"), ox.ExportSpec()),
     ]
     assert len(set(changed)) == len(changed) and base not in changed
 
@@ -127,6 +138,6 @@ def test_export_spec_rejects_bad_options(extra, dtype, message):
     assert "\n" not in str(e.value)
 
 
-def test_export_needs_a_store():
-    with pytest.raises(BackendError, match="needs a cache store"):
-        ox.ensure_export(_ctx(store=None), ox.ExportSpec())
+def test_a_backend_called_outside_api_has_no_export():
+    with pytest.raises(BackendError, match="the ONNX export was not opened"):
+        ox.exported(_ctx())

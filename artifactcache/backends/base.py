@@ -1,7 +1,8 @@
 """The Backend protocol, the Runner interface, and the backend registry.
 
-One module per backend (``backends/<name>.py``), each exposing ``BACKEND``, an
-object that satisfies :class:`Backend`. Modules are imported lazily by
+One module per backend (``backends/<name>.py``; TensorRT is the package
+``backends/tensorrt/``), each exposing ``BACKEND``, an object that satisfies
+:class:`Backend`. Modules are imported lazily by
 :func:`get_backend`, and heavy imports (torch._inductor, onnxruntime, tensorrt)
 happen inside the methods, so a missing optional dependency never breaks the
 rest of the CLI: ``available()`` reports it instead.
@@ -13,12 +14,16 @@ Flow (see ``artifactcache/api.py``)::
                                       toolchain=b.toolchain(opts), ...))
     entry, _ = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
     runner = b.load(ctx, entry.path, entry.meta)
+
+A backend that reads other entries declares them (``dependencies()`` returning
+:class:`Dependency`); api.py opens them into ``ctx.deps`` before build/load.
 """
 
 from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -32,6 +37,8 @@ if TYPE_CHECKING:
     from ..recipes import Recipe
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
+# The module of each backend whose module is not named after it.
+BACKEND_MODULES = {"trt": "tensorrt"}
 # Install hints for the backends whose dependency is optional.
 INSTALL_HINTS = {
     "ort": "pip install 'artifactcache[ort]'",
@@ -56,13 +63,41 @@ class BuildContext:
     recipe: Recipe
     opts: BuildOptions
     weights: WeightsSpec
-    # Filled by api.py for backends that need it (e.g. ort/trt reuse a cached ONNX export).
-    store: Any = None
+    # The entries this backend's dependencies() declared, by name, opened by api.py
+    # before build()/load(): an Entry, or None for an optional one that is absent.
+    deps: dict[str, Any] = field(default_factory=dict)
+    dep_sources: dict[str, str] = field(default_factory=dict)  # name -> "local"/"built"/"pulled"
+    # What build() hands to a dependency's refresh (e.g. the timing cache this build learned).
+    produced: dict[str, Any] = field(default_factory=dict)
     progress: Any = None  # optional callable(str) for status lines
     # Phase timestamps (time.perf_counter()) a backend's load() records, read by
     # the measurement probe: "weights_ready" and "artifact_ready", plus any
     # backend-specific sub-parts ("cache_loaded", "compiled", ...).
     phases: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """Another cache entry a backend reads; api.py keys it, opens or builds it, passes it in.
+
+    A backend declares its dependencies (optional method ``dependencies(ctx, weights,
+    for_load=...)``, ``weights`` the weights factor of the key) and never touches the
+    store: api.py computes the key from ``factors``, builds it on a miss with
+    ``build`` (or, when ``build`` is None, passes the entry only if it is present),
+    puts the Entry in ``ctx.deps[name]``, and records in the dependent's manifest
+    the keys it was built from (``meta["built_from"]``) and those it needs at load
+    (``meta["depends_on"]``).
+    """
+
+    name: str
+    factors: dict[str, Any]  # from keys.make_factors
+    label: dict[str, Any]
+    build: Callable[[Path], dict[str, Any]] | None = None  # workdir -> meta
+    at_load: bool = False  # load() reads it too, so it must outlive the dependent
+    # For an entry that accumulates across builds (the TensorRT timing cache): after the
+    # dependent's build, api rewrites it under its lock from (current Entry or None,
+    # ctx.produced[name], workdir) -> meta.
+    refresh: Callable[[Any, Any, Path], dict[str, Any]] | None = None
 
 
 @runtime_checkable
@@ -124,7 +159,7 @@ def get_backend(name: str) -> Backend:
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}")
     try:
-        module = importlib.import_module(f"{__package__}.{name}")
+        module = importlib.import_module(f"{__package__}.{BACKEND_MODULES.get(name, name)}")
     except ImportError as e:  # only the backend's own module missing: a packaging bug
         raise BackendUnavailable(f"backend {name!r} could not be imported ({e})") from None
     return module.BACKEND

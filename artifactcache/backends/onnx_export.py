@@ -27,7 +27,8 @@ since torch 2.9, so it is only the fallback when the dynamo exporter raises
 
 Exporting is its own cache entry (backend name ``onnx-export``), keyed by the
 recipe, the weights, the opset, the dtype, the exporter and the exporter
-toolchain, so the ORT and TRT backends share one export.
+toolchain, so the ORT and TRT backends share one export. A backend declares it
+with :func:`export_dependency`; artifactcache/api.py opens or builds it.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
-from ..keys import compute_key, make_factors, toolchain_fingerprint, weights_digest
+from ..keys import make_factors, toolchain_fingerprint
+from .base import Dependency
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from ..recipes import Recipe
     from .base import BuildContext, BuildOptions
 
+EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["depends_on"]
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 # Bumped when the graph's I/O contract (names, layout) changes.
@@ -99,13 +102,6 @@ def export_toolchain() -> dict[str, Any]:
     return toolchain_fingerprint(("torch", "onnx", "onnxscript"))
 
 
-def weights_factor(ctx: BuildContext) -> str:
-    w = ctx.weights
-    if w.path is None:
-        return f"random:{w.seed}"
-    return weights_digest(w.path, memo_dir=getattr(ctx.store, "base", None))
-
-
 def export_factors(recipe: Recipe, wfactor: str, spec: ExportSpec) -> dict[str, Any]:
     # The graph holds no device code, so no hardware factor: one export serves CPU and GPU.
     return make_factors(
@@ -118,16 +114,14 @@ def export_factors(recipe: Recipe, wfactor: str, spec: ExportSpec) -> dict[str, 
     )
 
 
-def export_key(ctx: BuildContext, spec: ExportSpec) -> tuple[str, dict[str, Any]]:
-    factors = export_factors(ctx.recipe, weights_factor(ctx), spec)
-    return compute_key(factors), factors
+def export_dependency(
+    ctx: BuildContext, wfactor: str, spec: ExportSpec, *, at_load: bool = False
+) -> Dependency:
+    """The export as a dependency of a backend's entry (api.py opens or builds it).
 
-
-def ensure_export(ctx: BuildContext, spec: ExportSpec) -> tuple[Path, str, dict[str, Any], str]:
-    """(model.onnx path, export key, export meta, source) from the store, exporting on a miss."""
-    if ctx.store is None:
-        raise BackendError("the ONNX export needs a cache store (call through artifactcache.api)")
-    key, factors = export_key(ctx, spec)
+    ``wfactor`` is the weights factor of the dependent's key, so both entries name
+    the same weights.
+    """
     label = {
         "recipe": ctx.recipe.name,
         "backend": "onnx-export",
@@ -140,8 +134,21 @@ def ensure_export(ctx: BuildContext, spec: ExportSpec) -> tuple[Path, str, dict[
     def build(workdir: Path) -> dict[str, Any]:
         return export_to(workdir, ctx, spec)
 
-    entry, source = ctx.store.get_or_build(key, factors, build, label=label)
-    return entry.path / MODEL_FILE, key, dict(entry.meta), source
+    return Dependency(
+        name=EXPORT_DEP,
+        factors=export_factors(ctx.recipe, wfactor, spec),
+        label=label,
+        build=build,
+        at_load=at_load,
+    )
+
+
+def exported(ctx: BuildContext) -> tuple[Path, Any]:
+    """(model.onnx path, export Entry) of the export api.py opened for this backend."""
+    entry = ctx.deps.get(EXPORT_DEP)
+    if entry is None:
+        raise BackendError("the ONNX export was not opened (call through artifactcache.api)")
+    return entry.path / MODEL_FILE, entry
 
 
 # ------------------------------------------------------------------ the graph --

@@ -1,7 +1,8 @@
 """ort: ONNX Runtime over the cached ONNX export, with the optimized graph as the artifact.
 
-Build: take the shared export (``onnx_export.ensure_export``: its own cache
-entry, so ``ort`` and ``trt`` export once), create a session with graph
+Build: take the shared export (a dependency, ``onnx_export.export_dependency``:
+its own cache entry, which artifactcache/api.py opens or builds, so ``ort`` and
+``trt`` export once), create a session with graph
 optimizations on and ``SessionOptions.optimized_model_filepath`` pointing into
 the staging dir. ORT writes the graph after its optimizers ran
 (``model.opt.onnx``) and that file is the artifact.
@@ -20,7 +21,8 @@ engine and timing cache, built into the staging dir; at load they are copied
 to a private temp dir first, because the EP writes into its cache dir on any
 mismatch and a verified entry must never change. The TensorRT EP path is
 written to ONNX Runtime's documented provider options and unverified here:
-no machine we have can install TensorRT.
+no machine we have can install TensorRT. It stays here, not in backends/tensorrt/:
+it is ONNX Runtime provider options and never calls the tensorrt module.
 """
 
 from __future__ import annotations
@@ -36,8 +38,16 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
-from .base import INSTALL_HINTS, BuildContext, BuildOptions
-from .onnx_export import INPUT_NAMES, OUTPUT_NAMES, cache_shape, ensure_export, export_spec
+from .base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
+from .onnx_export import (
+    EXPORT_DEP,
+    INPUT_NAMES,
+    OUTPUT_NAMES,
+    cache_shape,
+    export_dependency,
+    export_spec,
+    exported,
+)
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -267,19 +277,25 @@ class OrtBackend:
             out.update(toolchain_fingerprint(("tensorrt",)))
         return out
 
+    def dependencies(self, ctx: BuildContext, weights: str, *, for_load: bool) -> list[Dependency]:
+        # With the TensorRT EP the artifact is the EP's engine cache, not a graph: a load
+        # opens the session over the export again, so the export must outlive the entry.
+        at_load = resolve_ep(ctx.opts) == "tensorrt"
+        return [export_dependency(ctx, weights, export_spec(ctx.opts), at_load=at_load)]
+
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         import onnx
 
         opts = ctx.opts
         ep = resolve_ep(opts)
-        spec = export_spec(opts)
-        onnx_path, ekey, emeta, esource = ensure_export(ctx, spec)
+        onnx_path, export = exported(ctx)
+        emeta = export.meta
         level = graph_level(opts)
         meta: dict[str, Any] = {
             "format": FORMAT,
             "ep": ep,
-            "export_key": ekey,
-            "export_source": esource,
+            "export_key": export.key,
+            "export_source": ctx.dep_sources.get(EXPORT_DEP),
             "exporter_used": emeta.get("exporter_used"),
             "graph_optimization": level,
         }
@@ -322,7 +338,7 @@ class OrtBackend:
             raise BackendError(f"entry {entry_dir.name[:12]} was built for EP {meta.get('ep')!r}")
         keepalive: list[Any] = []
         if ep == "tensorrt":
-            onnx_path, _, _, _ = ensure_export(ctx, export_spec(opts))
+            onnx_path, _ = exported(ctx)
             tmp = Path(tempfile.mkdtemp(prefix="acache-ort-trt-"))
             shutil.copytree(entry_dir / TRT_CACHE_DIR, tmp / TRT_CACHE_DIR)
             trt_dir = tmp / TRT_CACHE_DIR

@@ -64,7 +64,7 @@ def backend_status(name: str, device: str) -> dict[str, Any]:
     if name == "trt":
         mode = "onnx"
     if name == "trt-llm" and importlib.util.find_spec("tensorrt_llm") is None:
-        from ..backends.trt import TRTLLM_MISSING
+        from ..backends.tensorrt.backend import TRTLLM_MISSING
 
         row["reason"] = TRTLLM_MISSING
         return row

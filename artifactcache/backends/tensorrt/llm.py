@@ -26,11 +26,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError, ShapeError
+from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
-    from ..recipes import Recipe
-    from .base import BuildContext, BuildOptions
+    from ...recipes import Recipe
+    from ..base import BuildContext, BuildOptions
 
 TRTLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _ARCH = {
@@ -82,7 +82,7 @@ def write_hf_checkpoint(ctx: BuildContext, out: Path, dtype: str) -> Path:
     """config.json + model.safetensors of the recipe's model with ctx's weights."""
     from safetensors.torch import save_file
 
-    from ..models import build_model
+    from ...models import build_model
 
     model = build_model(ctx.recipe, device="cpu", dtype=dtype, weights=ctx.weights)
     tied = ctx.recipe.model.tie_embeddings
@@ -140,7 +140,7 @@ def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
     import tensorrt_llm
     from tensorrt_llm import BuildConfig
 
-    from ..keys import package_version
+    from ...keys import package_version
 
     opts = ctx.opts
     kw = build_config_kwargs(ctx.recipe, opts)
@@ -207,8 +207,8 @@ def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -
     import tensorrt_llm
     import torch
 
-    from ..keys import package_version
-    from .trt import EngineIncompatible, compat_problem
+    from ...keys import package_version
+    from .util import EngineIncompatible, compat_problem
 
     props = torch.cuda.get_device_properties(torch.device(ctx.opts.device).index or 0)
     problem = compat_problem(meta, package_version("tensorrt"), f"{props.major}.{props.minor}")

@@ -1,0 +1,127 @@
+"""``--mode onnx`` load: runtime -> engine -> one execution context per profile -> StepRunner.
+
+Written to NVIDIA's documented TensorRT Python API (Runtime, ICudaEngine,
+IExecutionContext with ``set_input_shape``/``set_tensor_address``/
+``execute_async_v3``); unverified on real TensorRT (see the package docstring).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...errors import BackendError
+from .util import (
+    PLAN_HEADER_BYTES,
+    EngineIncompatible,
+    compat_problem,
+    gpu_identity,
+    header_note,
+    import_tensorrt,
+)
+
+if TYPE_CHECKING:
+    from ...recipes import Recipe
+    from ..base import BuildContext
+
+
+def profile_for_tokens(recipe: Recipe, n_tokens: int) -> int:
+    """The profile index that serves a step of n_tokens (ShapeError outside every profile)."""
+    from ...errors import ShapeError
+
+    if n_tokens == 1:
+        return 1
+    if 1 <= n_tokens <= recipe.shapes.prefill_len:
+        return 0
+    raise ShapeError(
+        f"a step of {n_tokens} tokens is outside the engine's profiles "
+        f"(1..{recipe.shapes.prefill_len}); raise [shapes].prefill_len in "
+        f"{recipe.source or recipe.name} and rebuild"
+    )
+
+
+class _EngineSteps:
+    """prefill/decode over one engine: context 0 on profile 0, context 1 on profile 1.
+
+    Tensors are torch CUDA tensors, run on torch's current stream. The KV cache
+    ping-pongs between two buffer pairs because an engine's input and output
+    bindings must not alias.
+    """
+
+    def __init__(self, engine: Any, recipe: Recipe, device: Any, dtype: Any) -> None:
+        import torch
+
+        from ..onnx_export import cache_shape
+
+        self.engine, self.recipe, self.device = engine, recipe, device
+        stream = torch.cuda.current_stream(device)
+        self.contexts = [engine.create_execution_context() for _ in range(2)]
+        self.contexts[1].set_optimization_profile_async(1, stream.cuda_stream)
+        shape = cache_shape(recipe)
+        self.zero = torch.zeros(shape, dtype=dtype, device=device)
+        self.bufs = [
+            [torch.empty(shape, dtype=dtype, device=device) for _ in range(2)] for _ in range(2)
+        ]
+        self.cur = 0  # which buffer pair holds the live cache
+        self.vocab = recipe.model.vocab_size
+
+    def _run(self, idx: Any, pos: Any, k_in: Any, v_in: Any, k_out: Any, v_out: Any) -> Any:
+        import torch
+
+        n = int(idx.shape[1])
+        context = self.contexts[profile_for_tokens(self.recipe, n)]
+        logits = torch.empty(1, n, self.vocab, dtype=torch.float32, device=self.device)
+        context.set_input_shape("input_ids", tuple(idx.shape))
+        context.set_input_shape("input_pos", tuple(pos.shape))
+        tensors = {
+            "input_ids": idx.contiguous(),
+            "input_pos": pos.contiguous(),
+            "past_keys": k_in,
+            "past_values": v_in,
+            "logits": logits,
+            "present_keys": k_out,
+            "present_values": v_out,
+        }
+        for name, t in tensors.items():
+            context.set_tensor_address(name, t.data_ptr())
+        if not context.execute_async_v3(torch.cuda.current_stream(self.device).cuda_stream):
+            raise BackendError("TensorRT execute_async_v3 failed (see the TensorRT log)")
+        return logits
+
+    def prefill(self, idx: Any, pos: Any) -> Any:
+        k_out, v_out = self.bufs[0]
+        self.cur = 0
+        return self._run(idx, pos, self.zero, self.zero, k_out, v_out)
+
+    def decode(self, idx: Any, pos: Any) -> Any:
+        (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
+        self.cur = 1 - self.cur
+        return self._run(idx, pos, k_in, v_in, k_out, v_out)
+
+
+def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
+    from ...models import torch_dtype
+    from ..runner import StepRunner, device_of
+
+    trt = import_tensorrt()
+    dev = device_of(ctx.opts)
+    _, cc = gpu_identity(ctx.opts.device)
+    blob = engine_path.read_bytes()
+    problem = compat_problem(meta, trt.__version__, cc)
+    if problem:
+        raise EngineIncompatible(f"stale entry {engine_path.parent.name[:12]}: {problem}")
+    note = header_note(meta, blob[:PLAN_HEADER_BYTES])
+    if note and ctx.progress:
+        ctx.progress(note)
+    runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+    runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
+    engine = runtime.deserialize_cuda_engine(blob)
+    if engine is None:
+        raise EngineIncompatible(
+            f"stale entry {engine_path.parent.name[:12]} (rebuilding): TensorRT {trt.__version__} "
+            "could not deserialize the engine (see its log); rebuild with --force"
+        )
+    ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
+    steps = _EngineSteps(engine, ctx.recipe, dev, torch_dtype(meta.get("export_dtype", "fp32")))
+    return StepRunner(ctx.recipe, steps.prefill, steps.decode, dev, keepalive=(runtime, steps))
