@@ -6,6 +6,7 @@ store never sees torch; backends never see the store's layout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from dataclasses import dataclass
@@ -145,9 +146,15 @@ def _lookup(
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     context: BuildContext | None = None,
+    guard: contextlib.ExitStack | None = None,
     **choices: Any,
 ) -> tuple[Backend, BuildContext, BuildResult]:
-    """The one path build() and load() share: validate, key, then hit or build once."""
+    """The one path build() and load() share: validate, key, then hit or build once.
+
+    With ``guard``, the key's shared reader lock is taken before verification and
+    stays held until the caller closes the guard (after its load): gc and rm
+    never delete an entry between its verification and its load.
+    """
     t0 = time.perf_counter()
     b, ctx = make_context(recipe, backend, **choices)
     if context is not None:  # the caller wants the phase stamps in its own object
@@ -156,6 +163,8 @@ def _lookup(
     st = _resolve_store(store, cache_dir, allow_shared_root)
     ctx.store = st
     info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    if guard is not None and hasattr(st, "reading"):
+        guard.enter_context(st.reading(info.key))
     if build_on_miss:
         entry, source = _build_in(b, ctx, info, st, force)
     else:
@@ -217,18 +226,19 @@ def load_with_result(
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra,
     )  # fmt: skip
-    b, ctx, result = lookup(build_on_miss=build_on_miss)
-    ctx.phases["entry_ready"] = time.perf_counter()
-    try:
-        return result, b.load(ctx, result.entry.path, result.entry.meta)
-    except StaleArtifact as e:
-        if not build_on_miss:
-            raise
-        # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
-        if ctx.progress:
-            ctx.progress(f"rebuilding: {e}")
-        b, ctx, result = lookup(build_on_miss=True, force=True)
-        return result, b.load(ctx, result.entry.path, result.entry.meta)
+    with contextlib.ExitStack() as guard:
+        b, ctx, result = lookup(build_on_miss=build_on_miss, guard=guard)
+        ctx.phases["entry_ready"] = time.perf_counter()
+        try:
+            return result, b.load(ctx, result.entry.path, result.entry.meta)
+        except StaleArtifact as e:
+            if not build_on_miss:
+                raise
+            # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
+            if ctx.progress:
+                ctx.progress(f"rebuilding: {e}")
+            b, ctx, result = lookup(build_on_miss=True, force=True, guard=guard)
+            return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 
 def load(

@@ -285,6 +285,7 @@ class OrtBackend:
         }
         trt_dir = None
         if ep == "tensorrt":
+            ctx.store.record_dependency(ekey)  # load() reads the export entry's model.onnx
             trt_dir = workdir / TRT_CACHE_DIR
             trt_dir.mkdir()
             so = session_options(level)

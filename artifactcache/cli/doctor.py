@@ -123,10 +123,26 @@ def cache_status(cache_dir: Path | None) -> dict[str, Any]:
     from ..store.entry import tree_bytes
 
     out["size_bytes"] = tree_bytes(root)
-    entries = root / "v1" / "entries"
-    if entries.is_dir():
-        out["entries"] = sum(1 for d in entries.iterdir() for _ in d.iterdir() if d.is_dir())
+    out["entries"] = _count_entries(root / "v1" / "entries")
     return out
+
+
+def _count_entries(entries: Path) -> int:
+    """Entry dirs under entries/<prefix>/; anything stray there is not counted (ls warns)."""
+    n = 0
+    try:
+        prefixes = list(os.scandir(entries))
+    except OSError:
+        return 0
+    for p in prefixes:
+        if not p.is_dir(follow_symlinks=False):
+            continue
+        try:
+            with os.scandir(p.path) as it:
+                n += sum(1 for d in it if d.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
+    return n
 
 
 def remote_status(url: str | None) -> dict[str, Any]:
