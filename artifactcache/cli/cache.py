@@ -86,7 +86,8 @@ def _verify_status(r: Any) -> str:
 
 def _warn(warnings: list[str]) -> None:
     for w in warnings:
-        err_console.print(f"warning: {w}", highlight=False)
+        # One line each, however long: rich would wrap it at the terminal's width.
+        err_console.print(f"warning: {w}", highlight=False, markup=False, soft_wrap=True)
 
 
 # rich lays out every cell of a table (about 2 ms a row here): past this many
@@ -239,10 +240,7 @@ def register(app: typer.Typer) -> None:
         done = None if dry_run else store.execute(plan)
         evicted = [e for e in plan.entries if done is None or e.key in done.evicted]
         if done is not None:
-            for key in done.in_use:
-                err_console.print(
-                    f"warning: skipped {key[:12]}: another process is loading it", highlight=False
-                )
+            _warn([f"skipped {key[:12]}: another process is loading it" for key in done.in_use])
         if json:
             emit_json(
                 {

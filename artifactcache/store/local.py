@@ -64,7 +64,11 @@ def _os_errors(what: str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        raise FilesystemError(f"{what} failed ({_fs.describe(e)}); nothing was cached") from None
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        hint = ": free some space or point --cache-dir elsewhere" if full else ""
+        raise FilesystemError(
+            f"{what} failed ({_fs.describe(e)}); nothing was cached{hint}"
+        ) from None
 
 
 def _read_error(key: str, e: OSError) -> FilesystemError:
