@@ -330,8 +330,12 @@ def test_import_into_an_unwritable_cache_is_one_line(store, tmp_path, monkeypatc
     run("export", k1[:8], "-o", tmp_path / "b.tar")
     other = LocalStore(tmp_path / "other")
 
-    def read_only(path, *a, **k):
-        raise OSError(30, "Read-only file system", str(path))
+    real_mkdir = os.mkdir
+
+    def read_only(path, *a, **k):  # the root's dirs exist (EEXIST); a new staging dir fails
+        if Path(path).parent == other.base / "staging":
+            raise OSError(30, "Read-only file system", str(path))
+        return real_mkdir(path, *a, **k)
 
     monkeypatch.setattr(os, "mkdir", read_only)
     r = run("import", tmp_path / "b.tar", "--cache-dir", other.root)
