@@ -9,6 +9,7 @@ in ``ctx.deps`` (see ``_open_dependencies``, the one place dependencies are know
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Sequence
@@ -210,9 +211,9 @@ def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: b
                 refresh_dependency(dep, store, ctx.produced.pop(dep.name))
         if deps:
             meta["built_from"] = {d.name: compute_key(d.factors) for d in deps}
-        needed = {d.name: compute_key(d.factors) for d in deps if d.at_load}
-        if needed:
-            meta["depends_on"] = needed
+        for d in deps:
+            if d.at_load:  # the manifest's depends_on: gc and rm keep the pair together
+                store.record_dependency(compute_key(d.factors))
         return meta
 
     return store.get_or_build(info.key, info.factors, build, force=force, label=label)
@@ -228,11 +229,15 @@ def _lookup(
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     context: BuildContext | None = None,
+    guard: contextlib.ExitStack | None = None,
     **choices: Any,
 ) -> tuple[Backend, BuildContext, BuildResult, Any]:
     """The one path build() and load() share: validate, key, then hit or build once.
 
-    Returns the backend, the context, the result and the store it used.
+    Returns the backend, the context, the result and the store it used. With ``guard``,
+    the key's shared reader lock is taken before verification and stays held until the
+    caller closes the guard (after its load): gc and rm never delete an entry between
+    its verification and its load.
     """
     t0 = time.perf_counter()
     b, ctx = make_context(recipe, backend, **choices)
@@ -241,6 +246,8 @@ def _lookup(
         ctx = context
     st = _resolve_store(store, cache_dir, allow_shared_root)
     info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    if guard is not None and hasattr(st, "reading"):
+        guard.enter_context(st.reading(info.key))
     if build_on_miss:
         entry, source = _build_in(b, ctx, info, st, force)
     else:
@@ -302,20 +309,21 @@ def load_with_result(
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra,
     )  # fmt: skip
-    b, ctx, result, st = lookup(build_on_miss=build_on_miss)
-    _open_dependencies(b, ctx, st, for_load=True, build_on_miss=build_on_miss)
-    ctx.phases["entry_ready"] = time.perf_counter()
-    try:
-        return result, b.load(ctx, result.entry.path, result.entry.meta)
-    except StaleArtifact as e:
-        if not build_on_miss:
-            raise
-        # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
-        if ctx.progress:
-            ctx.progress(f"rebuilding: {e}")
-        b, ctx, result, st = lookup(build_on_miss=True, force=True)
-        _open_dependencies(b, ctx, st, for_load=True)
-        return result, b.load(ctx, result.entry.path, result.entry.meta)
+    with contextlib.ExitStack() as guard:
+        b, ctx, result, st = lookup(build_on_miss=build_on_miss, guard=guard)
+        _open_dependencies(b, ctx, st, for_load=True, build_on_miss=build_on_miss)
+        ctx.phases["entry_ready"] = time.perf_counter()
+        try:
+            return result, b.load(ctx, result.entry.path, result.entry.meta)
+        except StaleArtifact as e:
+            if not build_on_miss:
+                raise
+            # The entry is intact but cannot run here: a miss. Rebuild it once, in place.
+            if ctx.progress:
+                ctx.progress(f"rebuilding: {e}")
+            b, ctx, result, st = lookup(build_on_miss=True, force=True, guard=guard)
+            _open_dependencies(b, ctx, st, for_load=True)
+            return result, b.load(ctx, result.entry.path, result.entry.meta)
 
 
 def load(

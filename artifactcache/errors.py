@@ -71,3 +71,15 @@ class RemoteError(AcacheError):
 
 class MeasureError(AcacheError):
     """A measurement child process failed or its arguments are invalid."""
+
+
+class FilesystemError(AcacheError):
+    """The OS refused a read or write (disk full, permission denied, I/O error).
+
+    Never corruption: nothing is quarantined, and a half-written build is never
+    published."""
+
+
+class EntryInUse(AcacheError):
+    """An entry cannot be removed now: another process is loading it, or other
+    entries depend on it."""

@@ -9,6 +9,7 @@ Modes:
   race     wait for MARKER + ".go", then get_or_build (slow build); print the result
   slow     get_or_build with a build and a publish slowed by sleeps (SIGKILL trials)
   record   record N "hit" events (stats under concurrency, with compaction forced)
+  read     open KEY under store.reading(KEY), mark "reading", hold it until MARKER + ".go"
 """
 
 from __future__ import annotations
@@ -39,6 +40,15 @@ def main() -> None:
         mark(marker, "start")
         for _ in range(int(sys.argv[5])):
             store.record("hit", key, 1.0, 10)
+        return
+
+    if mode == "read":
+        with store.reading(key):
+            store.open(key)
+            mark(marker, "reading")
+            go = Path(marker + ".go")
+            while not go.exists():
+                time.sleep(0.005)
         return
 
     if mode == "race":

@@ -215,3 +215,156 @@ def test_module_entry_point_one_line_error(cache_dir):
     )
     assert r.returncode == 1 and r.stderr.startswith("error: no entry matches")
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------ stray items in the tree --
+
+STRAY = {
+    "prefix-is-a-file": lambda v1, k: (v1 / "entries" / "ee").write_text("x"),
+    "prefix-is-a-symlink": lambda v1, k: (v1 / "entries" / "ef").symlink_to(v1 / "state"),
+    "file-in-prefix": lambda v1, k: (v1 / "entries" / k[:2] / "junk").write_text("x"),
+    "entry-is-a-file": lambda v1, k: (
+        (v1 / "entries" / "aa").mkdir() or (v1 / "entries" / "aa" / ("aa" * 32)).write_text("x")
+    ),
+    "manifest-is-a-dir": lambda v1, k: (v1 / "entries" / "bb" / ("bb" * 32) / MANIFEST).mkdir(
+        parents=True
+    ),
+    "entry-under-wrong-prefix": lambda v1, k: (v1 / "entries" / "cc" / ("dd" * 32)).mkdir(
+        parents=True
+    ),
+    "dir-in-locks": lambda v1, k: (v1 / "locks" / "junk.lock").mkdir(),
+    "symlink-in-locks": lambda v1, k: (v1 / "locks" / "x.lock").symlink_to("/etc/passwd"),
+    "file-in-staging": lambda v1, k: (v1 / "staging" / "junk").write_text("x"),
+    "file-in-quarantine": lambda v1, k: (v1 / "quarantine" / "junk").write_text("x"),
+    "index-is-a-dir": lambda v1, k: (v1 / "state" / "index.json").mkdir(),
+    "memo-is-a-dir": lambda v1, k: (
+        (v1 / "state" / f"{k}.verified").unlink() or (v1 / "state" / f"{k}.verified").mkdir()
+    ),
+}
+MANIFEST = "manifest.json"
+STRAY_COMMANDS = [["ls"], ["ls", "--json"], ["stats"], ["verify"], ["gc", "--max-size", "1G"]]
+STRAY_COMMANDS += [["prune"], ["doctor"], ["doctor", "--json"]]
+
+
+@pytest.mark.parametrize("stray", sorted(STRAY))
+def test_stray_items_anywhere_never_crash(store, stray):
+    key = put(store, 1)
+    STRAY[stray](store.base, key)
+    if stray.startswith(("prefix-", "file-in-prefix", "entry-", "manifest-", "file-in-")):
+        assert "warning: " in run("ls").stderr  # before verify quarantines or prune removes it
+    for args in STRAY_COMMANDS:
+        r = run(*args)
+        assert r.exception is None or isinstance(r.exception, SystemExit), (args, r.exception)
+        assert "Traceback" not in r.stdout + r.stderr, args
+        errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+        others = [ln for ln in r.stderr.splitlines() if ln and not ln.startswith("error: ")]
+        assert all(ln.startswith("warning: ") for ln in others), (args, r.stderr)
+        # verify may quarantine a damaged entry (one line, exit 1); nothing else fails
+        assert r.exit_code == 0 or (args == ["verify"] and len(errors) == 1), (args, r.stderr)
+    assert key in {e.key for e in store.scan()[0]}  # the good entry survived all of it
+
+
+# ------------------------------------------- OS-level failures: one line --
+
+
+def test_verify_os_error_is_an_error_not_corruption(store, monkeypatch):
+    from artifactcache.store import _fs
+
+    k1 = put(store, 1)
+
+    def denied(path, *a, **k):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(_fs, "digest_file", denied)
+    r = run("verify", "--json")
+    assert_user_error(r, contains="could not be verified and were left in place")
+    assert json.loads(r.stdout)[0]["quarantined"] is False
+    monkeypatch.undo()
+    assert [e.key for e in store.scan()[0]] == [k1] and run("verify").exit_code == 0
+
+
+def test_rm_of_an_entry_in_use_or_needed_is_one_line(store, cache_dir):
+    k1, k2 = put(store, 1), put(store, 2)
+    with store.reading(k1):
+        assert_user_error(run("rm", k1[:8]), contains="being loaded by another process")
+        r = run("gc", "--max-size", "0", "--json")
+        assert r.exit_code == 0 and json.loads(r.stdout)["in_use"] == [k1]
+        assert "skipped" in r.stderr
+    assert store.open(k1)
+
+    def dependent(d: Path) -> dict:
+        store.record_dependency(k1)
+        (d / "x.bin").write_bytes(b"x")
+        return {}
+
+    k3 = store.get_or_build("3" * 64, {"n": 3}, dependent)[0].key
+    assert_user_error(run("rm", k1[:8]), contains=f"needed by entry {k3[:12]}")
+    r = run("rm", k1[:8], k3[:8])
+    assert r.exit_code == 0 and "removed 2" in r.stdout
+    assert k2 not in {e.key for e in store.scan()[0]}  # gc took it while k1 was in use
+
+
+def test_export_to_an_unwritable_place_is_one_line(store, tmp_path, monkeypatch):
+    k1 = put(store, 1)
+    assert_user_error(run("export", k1[:8], "-o", tmp_path / "no" / "x.tar"), contains="cannot")
+    import tarfile as tarmod
+
+    def denied(name, *a, **k):
+        raise PermissionError(13, "Permission denied", str(name))
+
+    monkeypatch.setattr(tarmod, "open", denied)
+    assert_user_error(run("export", k1[:8], "-o", tmp_path / "x.tar"), contains="Permission")
+    assert list(tmp_path.glob("*x.tar*")) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores permission bits")
+def test_export_into_a_read_only_dir_is_one_line(store, tmp_path):
+    k1 = put(store, 1)
+    ro = tmp_path / "ro"
+    ro.mkdir(mode=0o500)
+    assert_user_error(run("export", k1[:8], "-o", ro / "x.tar"), contains="Permission denied")
+
+
+def test_import_into_an_unwritable_cache_is_one_line(store, tmp_path, monkeypatch):
+    k1 = put(store, 1)
+    run("export", k1[:8], "-o", tmp_path / "b.tar")
+    other = LocalStore(tmp_path / "other")
+
+    real_mkdir = os.mkdir
+
+    def read_only(path, *a, **k):  # the root's dirs exist (EEXIST); a new staging dir fails
+        if Path(path).parent == other.base / "staging":
+            raise OSError(30, "Read-only file system", str(path))
+        return real_mkdir(path, *a, **k)
+
+    monkeypatch.setattr(os, "mkdir", read_only)
+    r = run("import", tmp_path / "b.tar", "--cache-dir", other.root)
+    assert_user_error(r, contains="Read-only file system")
+    assert "damaged" not in r.stderr
+    assert os.listdir(other.base / "entries") == []
+
+
+def test_build_on_a_full_disk_end_to_end(cache_dir):
+    """A real child process whose writes fail once a file passes 64 bytes (EFBIG)."""
+    pytest.importorskip("torch")
+    import resource
+    import signal
+
+    def limit_file_size() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # write() then fails with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    r = subprocess.run(
+        [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "--backend", "eager"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=limit_file_size,
+    )
+    assert r.returncode == 1, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: building"), r.stderr
+    assert "File too large" in lines[0] and "nothing was cached" in lines[0]
+    v1 = cache_dir / "v1"
+    assert os.listdir(v1 / "entries") == [] and os.listdir(v1 / "staging") == []
+    assert run("build", "tiny-llama", "--backend", "eager").exit_code == 0  # space back: builds

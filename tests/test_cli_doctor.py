@@ -27,7 +27,7 @@ TOP_KEYS = {
     "remote",
 }
 BACKEND_KEYS = {"name", "available", "reason", "install"}
-CACHE_KEYS = {"dir", "exists", "mode", "owner_is_you", "size_bytes", "entries", "problem"}
+CACHE_KEYS = {"dir", "exists", "mode", "owner_is_you", "size_bytes", "entries", "problem", "stray"}
 
 
 def _doctor(*args: str, env: dict | None = None) -> dict:
@@ -107,3 +107,15 @@ def test_names_a_crashing_cxx_it_passes_over(cache_dir, monkeypatch, tmp_path):
     cc = _doctor()["compiler"]
     assert cc["cxx_env"] == bad and cc["chosen"] and cc["chosen"] != bad
     assert any("bad-g++" in why and "signal 11" in why for why in cc["passed_over"])
+
+
+def test_stray_items_in_entries_are_reported_not_fatal(cache_dir):
+    entries = cache_dir / "v1" / "entries"
+    (entries / "ab" / ("ab" + "0" * 62)).mkdir(parents=True)
+    (entries / "cd").write_text("a file where a prefix dir belongs")
+    (entries / "ab" / "junk").write_text("x")
+    rep = _doctor()
+    assert rep["cache"]["entries"] == 1
+    assert rep["cache"]["stray"] == ["entries/ab/junk", "entries/cd"]
+    r = CliRunner().invoke(app, ["doctor"])
+    assert r.exit_code == 0 and "stray item entries/cd" in r.stdout

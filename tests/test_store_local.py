@@ -321,9 +321,10 @@ def test_gc_max_size_evicts_lru_first(store):
     assert plan.bytes == 2 * size
     assert len(store.scan()[0]) == 4  # a plan (dry run) deletes nothing
     store.get(keys[2])  # used after the plan was made: execute keeps it
-    freed = store.execute(plan)
+    done = store.execute(plan)
     assert sorted(e.key for e in store.scan()[0]) == sorted([keys[0], keys[2], keys[3]])
-    assert freed > size  # the artifact and its manifest, of one entry
+    assert done.evicted == [keys[1]] and done.kept == [keys[2]] and done.in_use == []
+    assert done.freed > size  # the artifact and its manifest, of one entry
 
 
 def test_gc_older_than(store):

@@ -85,8 +85,9 @@ class Dependency:
     store: api.py computes the key from ``factors``, builds it on a miss with
     ``build`` (or, when ``build`` is None, passes the entry only if it is present),
     puts the Entry in ``ctx.deps[name]``, and records in the dependent's manifest
-    the keys it was built from (``meta["built_from"]``) and those it needs at load
-    (``meta["depends_on"]``).
+    the keys it was built from (``meta["built_from"]``) and, through the store's
+    ``record_dependency``, those it needs at load (the manifest's ``depends_on``, which
+    gc and rm honour).
     """
 
     name: str

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ..recipes import Recipe
     from .base import BuildContext, BuildOptions
 
-EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["depends_on"]
+EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built_from"]
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 # Bumped when the graph's I/O contract (names, layout) changes.

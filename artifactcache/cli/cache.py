@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ..errors import ArgumentError, BundleError, IntegrityError
+from ..errors import ArgumentError, BundleError, FilesystemError, IntegrityError
 from .app import (
     AllowSharedRoot,
     BackendOpt,
@@ -91,9 +91,14 @@ def _store(cache_dir: Path | None, allow_shared_root: bool):
     return open_store(cache_dir, allow_shared_root)  # local only: no --remote on these commands
 
 
+def _verify_status(r: Any) -> str:
+    return "ok" if r.ok else "QUARANTINED" if r.quarantined else "ERROR"
+
+
 def _warn(warnings: list[str]) -> None:
     for w in warnings:
-        err_console.print(f"warning: {w}", highlight=False)
+        # One line each, however long: rich would wrap it at the terminal's width.
+        err_console.print(f"warning: {w}", highlight=False, markup=False, soft_wrap=True)
 
 
 # rich lays out every cell of a table (about 2 ms a row here): past this many
@@ -205,25 +210,32 @@ def register(app: typer.Typer) -> None:
         """Re-hash every file of the entries; quarantine any that fail."""
         check_prefixes(keys or [])
         store = _store(cache_dir, allow_shared_root)
+        warnings: list[str] = []
         with _progress("verifying") as cb:
-            results = store.verify(keys or None, progress=cb)
+            results = store.verify(keys or None, progress=cb, warnings=warnings)
+        _warn(warnings)
         if json:
             emit_json([r.__dict__ for r in results])
         else:
-            rows = [[r.key[:12], "ok" if r.ok else "QUARANTINED", r.problem or ""] for r in results]
+            rows = [[r.key[:12], _verify_status(r), r.problem or ""] for r in results]
             _table(f"verified {len(results)} entries", ["key", "status", "problem"], rows)
-        if bad := [r for r in results if not r.ok]:
+        if bad := [r for r in results if r.quarantined]:
             raise IntegrityError(
                 f"{len(bad)} of {len(results)} entries failed verification and were quarantined "
                 f"(first: {bad[0].key[:12]}: {bad[0].problem}); rebuild them"
             )
+        if unread := [r for r in results if not r.ok]:
+            raise FilesystemError(
+                f"{len(unread)} of {len(results)} entries could not be verified and were left "
+                f"in place (first: {unread[0].key[:12]}: {unread[0].problem})"
+            )
 
     @app.command("rm")
     def rm(keys: Keys, cache_dir: CacheDir = None, allow_shared_root: AllowSharedRoot = False):
-        """Delete entries."""
+        """Delete entries (not one another process is loading, nor one others depend on)."""
         check_prefixes(keys)
         store = _store(cache_dir, allow_shared_root)
-        full = [store.resolve(k) for k in keys]  # all must exist before any is deleted
+        full = list(dict.fromkeys(store.resolve(k) for k in keys))  # all must exist first
         freed = store.remove(full)
         console.print(f"removed {len(full)} entries, freed {human_bytes(freed)}")
 
@@ -242,32 +254,38 @@ def register(app: typer.Typer) -> None:
         allow_shared_root: AllowSharedRoot = False,
         json: JsonOut = False,
     ):
-        """Evict least-recently-used entries."""
+        """Evict least-recently-used entries (never one being loaded, nor a needed dependency)."""
         if max_size is None and older_than is None:
             raise ArgumentError("gc needs --max-size and/or --older-than, e.g. gc --max-size 10G")
         size = parse_size(max_size) if max_size is not None else None
         age = parse_duration(older_than) if older_than is not None else None
         store = _store(cache_dir, allow_shared_root)
         plan = store.gc_plan(max_size=size, older_than=age)
-        freed = 0 if dry_run else store.execute(plan)
+        done = None if dry_run else store.execute(plan)
+        evicted = [e for e in plan.entries if done is None or e.key in done.evicted]
+        if done is not None:
+            _warn([f"skipped {key[:12]}: another process is loading it" for key in done.in_use])
         if json:
             emit_json(
                 {
                     "dry_run": dry_run,
                     "bytes": plan.bytes,
-                    "freed": freed,
+                    "freed": done.freed if done else 0,
                     "total_bytes": plan.total_bytes,
-                    "entries": [e.summary() for e in plan.entries],
+                    "entries": [e.summary() for e in evicted],
+                    "in_use": done.in_use if done else [],
+                    "kept": done.kept if done else [],
                 }
             )
             return
         verb = "would evict" if dry_run else "evicted"
         rows = [
             [e.key[:12], e.label.get("recipe", "-"), human_bytes(e.size), _ago(e.last_used)]
-            for e in plan.entries
+            for e in evicted
         ]
+        nbytes = plan.bytes if done is None else done.freed
         _table(
-            f"{verb} {len(plan.entries)} entries ({human_bytes(plan.bytes)})",
+            f"{verb} {len(evicted)} entries ({human_bytes(nbytes)})",
             ["key", "recipe", "size", "last used"],
             rows,
         )

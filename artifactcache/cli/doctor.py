@@ -101,6 +101,7 @@ def cache_status(cache_dir: Path | None) -> dict[str, Any]:
         "size_bytes": 0,
         "entries": 0,
         "problem": None,
+        "stray": [],
     }
     try:
         st = os.lstat(root)
@@ -123,10 +124,30 @@ def cache_status(cache_dir: Path | None) -> dict[str, Any]:
     from ..store.entry import tree_bytes
 
     out["size_bytes"] = tree_bytes(root)
-    entries = root / "v1" / "entries"
-    if entries.is_dir():
-        out["entries"] = sum(1 for d in entries.iterdir() for _ in d.iterdir() if d.is_dir())
+    out["entries"], out["stray"] = _count_entries(root / "v1" / "entries")
     return out
+
+
+def _count_entries(entries: Path) -> tuple[int, list[str]]:
+    """(entry dirs under entries/<prefix>/, what else is there: paths relative to v1/)."""
+    n, stray = 0, []
+    try:
+        prefixes = sorted(os.scandir(entries), key=lambda d: d.name)
+    except OSError:
+        return 0, []
+    for p in prefixes:
+        if not p.is_dir(follow_symlinks=False):
+            stray.append(f"entries/{p.name}")
+            continue
+        try:
+            with os.scandir(p.path) as it:
+                for d in it:
+                    ok = d.is_dir(follow_symlinks=False) and d.name[:2] == p.name
+                    n += ok
+                    stray += [] if ok else [f"entries/{p.name}/{d.name}"]
+        except OSError:
+            stray.append(f"entries/{p.name}")
+    return n, stray
 
 
 def remote_status(url: str | None) -> dict[str, Any]:
@@ -211,6 +232,8 @@ def _render(rep: dict[str, Any]) -> None:
         f"mode {c['mode'] or '-'}" + (f"  ({c['problem']})" if c["problem"] else ""),
         highlight=False,
     )
+    for item in c["stray"]:
+        console.print(f"warning: stray item {item} in the cache; remove it", highlight=False)
     r = rep["remote"]
     if not r["configured"]:
         console.print("remote: not configured (--remote / ACACHE_REMOTE)")

@@ -26,6 +26,23 @@ class NotRegularFile(Exception):
     """A path inside an entry is a symlink, device, fifo or directory."""
 
 
+# Errors that describe the entry's shape (a symlink, a directory where a file
+# belongs), so they mean a damaged entry. Every other OSError (EACCES, EMFILE,
+# EIO, ENOSPC, ...) says something about this process or this machine right now,
+# and must never cost a good entry.
+_SHAPE_ERRNOS = frozenset({errno.ELOOP, errno.EISDIR, errno.ENOTDIR})
+
+
+def is_shape_error(e: OSError) -> bool:
+    return e.errno in _SHAPE_ERRNOS
+
+
+def describe(e: OSError) -> str:
+    """``Permission denied: /path`` (strerror and the file it concerns), for one-line errors."""
+    what = e.strerror or str(e)
+    return f"{what}: {e.filename}" if e.filename else what
+
+
 def digest_file(path: Path) -> tuple[str, os.stat_result, os.stat_result]:
     """``("blake3:<hex>", stat before, stat after)`` of a regular file, never via a symlink.
 
@@ -129,8 +146,8 @@ def rmtree(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def flock_file(path: Path, *, blocking: bool = True) -> Iterator[bool]:
-    """Exclusive flock on ``path`` (created if needed); yields whether it is held.
+def flock_file(path: Path, *, blocking: bool = True, shared: bool = False) -> Iterator[bool]:
+    """Exclusive (or shared) flock on ``path`` (created if needed); yields whether it is held.
 
     Not the filelock package: it cannot tell that ``prune`` unlinked the lock file.
 
@@ -142,7 +159,8 @@ def flock_file(path: Path, *, blocking: bool = True) -> Iterator[bool]:
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            mode = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
+            fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
         except BlockingIOError:
             os.close(fd)
             yield False

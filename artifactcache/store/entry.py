@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 from . import _fs
 
 MANIFEST = "manifest.json"
+_KEY = re.compile("[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class Entry:
     created = property(lambda self: float(self.manifest.get("created", 0.0)))
     build_seconds = property(lambda self: float(self.manifest.get("build_seconds", 0.0)))
     arch_key = property(lambda self: self.manifest.get("arch_key"))
+    depends_on = property(lambda self: tuple(self.manifest.get("depends_on", ())))
 
     @property
     def size(self) -> int:
@@ -51,6 +54,7 @@ class Entry:
             "last_used": self.last_used,
             "build_seconds": self.build_seconds,
             "arch_key": self.arch_key,
+            "depends_on": list(self.depends_on),
         }
 
 
@@ -71,6 +75,7 @@ class EntryInfo:
     build_seconds: float
     arch_key: str | None
     last_used: float  # the entry dir's mtime when listed
+    depends_on: tuple[str, ...] = ()  # entries this one reads at load time
 
     @property
     def path(self) -> Path:
@@ -87,6 +92,7 @@ class EntryInfo:
             "created": e.created,
             "build_seconds": e.build_seconds,
             "arch_key": e.arch_key,
+            "depends_on": list(e.depends_on),
         }
 
     def summary(self) -> dict[str, Any]:
@@ -100,6 +106,7 @@ class EntryInfo:
             "last_used": self.last_used,
             "build_seconds": self.build_seconds,
             "arch_key": self.arch_key,
+            "depends_on": list(self.depends_on),
         }
 
 
@@ -111,11 +118,21 @@ class GcPlan:
     planned_at: float = field(default_factory=time.time)
 
 
+@dataclass
+class GcResult:
+    freed: int  # bytes
+    evicted: list[str] = field(default_factory=list)
+    in_use: list[str] = field(default_factory=list)  # skipped: another process was loading them
+    kept: list[str] = field(default_factory=list)  # skipped: hit since the plan, or still needed
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     key: str
     ok: bool
     problem: str | None = None
+    # False when the entry could not be read (an OS error): it was left in place.
+    quarantined: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,4 +168,7 @@ def check_manifest(manifest: Any, key: str) -> str | None:
             return f"manifest.json has no size for {rel}"
         if not str(info.get("digest", "")).startswith("blake3:"):
             return f"manifest.json has no blake3 digest for {rel}"
+    deps = manifest.get("depends_on", [])
+    if not (isinstance(deps, list) and all(isinstance(d, str) and _KEY.fullmatch(d) for d in deps)):
+        return "manifest.json has a malformed depends_on"
     return None

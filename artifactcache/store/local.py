@@ -8,6 +8,7 @@ On-disk tree (``root`` is ``$ACACHE_DIR`` or platformdirs' user cache dir)::
           manifest.json             written last: files (size, blake3), factors, label, meta
           <the artifact's files>
         locks/abcdef....lock        per-key flock: one build per key across processes
+        locks/abcdef....readers     per-key shared flock: held by loaders, so gc/rm skip the entry
         staging/<uuid>/             builds in progress (flocked by their builder while alive)
         quarantine/<key>.<ns>/      entries that failed verification, moved aside
         state/<key>.verified        memo of verified (size, mtime, ctime, inode) per file
@@ -32,11 +33,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import CacheRootError, IntegrityError, KeyLookupError
+from ..errors import FilesystemError, IntegrityError, KeyLookupError
 from ..keys import is_full_key, normalize_prefix
 from . import _fs
 from .entry import MANIFEST, Entry, EntryInfo, GcPlan, PruneResult, VerifyResult, check_manifest
 from .maintenance import MaintenanceMixin
+from .root import prepare_root
 from .stats import StatsLog
 
 __all__ = ["Entry", "EntryInfo", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
@@ -50,6 +52,30 @@ PUBLISH_HOOK: Callable[[str], None] | None = None
 def _hook(stage: str) -> None:
     if PUBLISH_HOOK is not None:
         PUBLISH_HOOK(stage)
+
+
+@contextlib.contextmanager
+def _os_errors(what: str) -> Iterator[None]:
+    """OSError (disk full, permission denied, ...) -> one-line FilesystemError.
+
+    Wraps every step that writes into the cache; whatever was staged is removed
+    by the staging dir's own cleanup, so nothing half-written is ever published.
+    """
+    try:
+        yield
+    except OSError as e:
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        hint = ": free some space or point --cache-dir elsewhere" if full else ""
+        raise FilesystemError(
+            f"{what} failed ({_fs.describe(e)}); nothing was cached{hint}"
+        ) from None
+
+
+def _read_error(key: str, e: OSError) -> FilesystemError:
+    return FilesystemError(
+        f"cannot read entry {key[:12]} ({_fs.describe(e)}); it was left in place "
+        "(an OS error is not corruption): fix the cause and retry"
+    )
 
 
 def _version() -> str:
@@ -84,55 +110,9 @@ class LocalStore(MaintenanceMixin):
             full_verify = os.environ.get("ACACHE_VERIFY", "").lower() == "full"
         self.full_verify = full_verify
         self.base = self.root / "v1"
-        self._prepare_root()
+        prepare_root(self.root, self.base, SUBDIRS, allow_shared=self.allow_shared_root)
         self._stats = StatsLog(self.base)
         self._held = threading.local()
-
-    # ----------------------------------------------------------- the root --
-
-    def _prepare_root(self) -> None:
-        root, hint = self.root, "pass another --cache-dir or set ACACHE_DIR"
-        try:
-            try:
-                st = os.lstat(root)
-            except FileNotFoundError:
-                os.makedirs(root, mode=0o700)
-                os.chmod(root, 0o700)  # makedirs' mode is masked by the umask
-                st = os.lstat(root)
-        except OSError as e:
-            raise CacheRootError(f"cannot create cache dir {root} ({e.strerror}); {hint}") from None
-        if stat.S_ISLNK(st.st_mode):
-            if not self.allow_shared_root:
-                raise CacheRootError(
-                    f"cache dir {root} is a symlink; point --cache-dir at the real directory "
-                    "or pass --allow-shared-root if you trust its target"
-                )
-            st = os.stat(root)
-        if not stat.S_ISDIR(st.st_mode):
-            raise CacheRootError(f"cache dir {root} is not a directory; {hint}")
-        if not self.allow_shared_root:
-            if st.st_uid != os.geteuid():
-                raise CacheRootError(
-                    f"cache dir {root} is owned by uid {st.st_uid}, not you (uid {os.geteuid()}); "
-                    "use your own --cache-dir or pass --allow-shared-root"
-                )
-            if st.st_mode & 0o022:
-                raise CacheRootError(
-                    f"cache dir {root} is writable by group or others (mode "
-                    f"{stat.S_IMODE(st.st_mode):o}); run `chmod 700 {root}` or pass "
-                    "--allow-shared-root"
-                )
-        if not os.access(root, os.R_OK | os.W_OK | os.X_OK):
-            raise CacheRootError(f"cache dir {root} is not readable and writable by you; {hint}")
-        try:
-            for d in [self.base, *(self.base / s for s in SUBDIRS)]:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(d, 0o700)
-                if not stat.S_ISDIR(os.lstat(d).st_mode):
-                    raise CacheRootError(f"{d} is not a directory (a symlink?); remove it")
-        except OSError as e:
-            msg = f"cannot write to cache dir {root} ({e.strerror}); {hint}"
-            raise CacheRootError(msg) from None
 
     # ---------------------------------------------------------- primitives --
 
@@ -159,6 +139,37 @@ class LocalStore(MaintenanceMixin):
             finally:
                 held.discard(key)
 
+    def readers_lock_path(self, key: str) -> Path:
+        self.entry_path(key)  # validates the key before it becomes a file name
+        return self.base / "locks" / f"{key}.readers"
+
+    @contextlib.contextmanager
+    def reading(self, key: str) -> Iterator[None]:
+        """Hold the key's shared reader lock; ``gc`` and ``rm`` leave the entry alone meanwhile.
+
+        Wrap the lookup (which verifies) and the backend's load in it, so the entry
+        cannot vanish between verification and the last file the loader opens.
+        Readers share the lock; ``rm``/``gc`` try it exclusively and never wait.
+        """
+        with contextlib.ExitStack() as guard:
+            try:
+                guard.enter_context(_fs.flock_file(self.readers_lock_path(key), shared=True))
+            except OSError:
+                pass  # a cache we may not write (no lock file): serve the hit unguarded
+            yield
+
+    def record_dependency(self, key: str) -> None:
+        """Note that the entry being built in this thread reads entry ``key`` when loaded.
+
+        The manifest's ``depends_on`` lists it: ``gc`` never evicts ``key`` while
+        the dependent stays, and ``rm`` of ``key`` refuses while it has dependents.
+        """
+        self.entry_path(key)
+        building: list[set[str]] = self._held.__dict__.setdefault("building", [])
+        if not building:
+            raise RuntimeError("record_dependency() is only meaningful inside a build")
+        building[-1].add(key)
+
     @contextlib.contextmanager
     def new_staging_dir(self) -> Iterator[Path]:
         """A fresh dir under staging/, flocked while we live; removed unless published.
@@ -168,7 +179,8 @@ class LocalStore(MaintenanceMixin):
         """
         while True:
             d = self.base / "staging" / uuid.uuid4().hex
-            os.mkdir(d, 0o700)
+            with _os_errors(f"creating a staging dir in {self.base / 'staging'}"):
+                os.mkdir(d, 0o700)
             try:
                 fd = _fs.lock_dir(d)
             except FileNotFoundError:
@@ -201,29 +213,42 @@ class LocalStore(MaintenanceMixin):
             return {}
 
     def _verify(self, key: str, path: Path, *, full: bool) -> tuple[dict | None, str | None]:
-        """(manifest, None): intact; (None, problem): corrupt; (None, None): absent."""
+        """(manifest, None): intact; (None, problem): corrupt; (None, None): absent.
+
+        Only what the entry itself shows (a size, digest or manifest mismatch, a
+        missing file, a symlink) is a problem. An OS refusal to read (EACCES,
+        EMFILE, EIO, ...) raises FilesystemError and leaves the entry alone.
+        """
         try:
             st = os.lstat(path)
-        except FileNotFoundError:
-            return None, None
+        except (FileNotFoundError, NotADirectoryError):
+            return None, None  # NotADirectory: a stray file where entries/ab/ belongs
+        except OSError as e:
+            raise _read_error(key, e) from None
         if not stat.S_ISDIR(st.st_mode):
             return None, "the entry is not a directory"
         try:
-            fd = os.open(path / MANIFEST, _fs.O_READ)
-            with open(fd, "rb") as f:
-                manifest = json.loads(f.read())
+            manifest = json.loads(_fs.read_small(path / MANIFEST))
         except FileNotFoundError:
             return None, "manifest.json is missing"
-        except (OSError, ValueError) as e:
-            return None, f"manifest.json is unreadable ({getattr(e, 'strerror', None) or e})"
+        except ValueError as e:
+            return None, f"manifest.json is unreadable ({e})"
+        except OSError as e:
+            if not _fs.is_shape_error(e):
+                raise _read_error(key, e) from None
+            return None, f"manifest.json is not a regular file ({e.strerror})"
         if problem := check_manifest(manifest, key):
             return None, problem
         try:
             return self._verify_files(key, path, manifest, full=full)
         except FileNotFoundError:
             return None, None  # removed or replaced while we looked: treat as absent
-        except (OSError, _fs.NotRegularFile) as e:
+        except _fs.NotRegularFile as e:
             return None, str(e)
+        except OSError as e:
+            if not _fs.is_shape_error(e):
+                raise _read_error(key, e) from None
+            return None, f"{e.filename or 'a file'} is not a regular file ({e.strerror})"
 
     def _verify_files(self, key: str, path: Path, manifest: dict, *, full: bool):
         found, problems = _fs.walk_files(path)
@@ -310,7 +335,7 @@ class LocalStore(MaintenanceMixin):
         p = normalize_prefix(prefix)
         try:
             names = [n for n in os.listdir(self.base / "entries" / p[:2]) if n.startswith(p)]
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a stray file there
             names = []
         names = [n for n in names if is_full_key(n)]
         if not names:
@@ -349,6 +374,10 @@ class LocalStore(MaintenanceMixin):
         self.entry_path(key)
         if problem := check_manifest(manifest, key):
             raise IntegrityError(f"cannot publish {key[:12]}: {problem}")
+        with _os_errors(f"publishing entry {key[:12]}"):
+            return self._publish_checked(staging_dir, key, manifest)
+
+    def _publish_checked(self, staging_dir: Path, key: str, manifest: dict[str, Any]) -> Entry:
         if (staging_dir / MANIFEST).exists():
             (staging_dir / MANIFEST).unlink()  # ours is written from the given dict below
         files, memo = self._digest_tree(staging_dir)
@@ -379,6 +408,10 @@ class LocalStore(MaintenanceMixin):
         dst = self.entry_path(key)
         with contextlib.suppress(FileExistsError):
             os.mkdir(dst.parent, 0o700)
+        if not stat.S_ISDIR(os.lstat(dst.parent).st_mode):
+            raise FilesystemError(
+                f"cannot publish {key[:12]}: {dst.parent} is not a directory; remove it"
+            )
         try:
             os.rename(staging, dst)
         except OSError as e:
@@ -420,9 +453,9 @@ class LocalStore(MaintenanceMixin):
                 entry, _ = self._check(key)  # a waiter loads what the builder published
                 if entry is not None:
                     return self._hit(entry), "local"
-            with self.new_staging_dir() as work:
+            with _os_errors(f"building {key[:12]}"), self.new_staging_dir() as work:
                 t0 = time.perf_counter()
-                meta = build(work) or {}
+                meta, depends_on = self._run_build(build, work)
                 seconds = time.perf_counter() - t0
                 _hook("built")
                 files, memo = self._digest_tree(work)
@@ -436,6 +469,7 @@ class LocalStore(MaintenanceMixin):
                     "label": label or {},
                     "meta": meta,
                     "files": files,
+                    "depends_on": depends_on,
                     "created": time.time(),
                     "build_seconds": round(seconds, 6),
                     "acache_version": _version(),
@@ -443,3 +477,15 @@ class LocalStore(MaintenanceMixin):
                 entry = self._install(work, manifest, memo, replace=force)
         self.record("build", key, seconds, entry.size)
         return entry, "built"
+
+    def _run_build(
+        self, build: Callable[[Path], dict[str, Any] | None], work: Path
+    ) -> tuple[dict[str, Any], list[str]]:
+        """build(work)'s metadata, and the keys it named through record_dependency()."""
+        building: list[set[str]] = self._held.__dict__.setdefault("building", [])
+        building.append(set())
+        try:
+            meta = build(work) or {}
+        finally:
+            deps = building.pop()
+        return meta, sorted(deps)

@@ -10,13 +10,14 @@ import contextlib
 import json
 import os
 import re
+import stat
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import IntegrityError
+from ..errors import EntryInUse, FilesystemError, IntegrityError
 from ..keys import is_full_key
 from . import _fs
 from .entry import (
@@ -24,6 +25,7 @@ from .entry import (
     Entry,
     EntryInfo,
     GcPlan,
+    GcResult,
     PruneResult,
     VerifyResult,
     check_manifest,
@@ -31,18 +33,34 @@ from .entry import (
 )
 
 _KEY = re.compile("[0-9a-f]{64}")
+_INDEX_FIELDS = frozenset(EntryInfo.record({"key": "0" * 64})) | {"ino"}
 
 
 class MaintenanceMixin:
     base: Path
 
-    def _key_dirs(self) -> Iterator[tuple[str, os.DirEntry[str]]]:
-        """(prefix dir name, dir entry) of everything under entries/."""
+    def _key_dirs(
+        self, warnings: list[str] | None = None
+    ) -> Iterator[tuple[str, os.DirEntry[str]]]:
+        """(prefix dir name, dir entry) of everything under entries/.
+
+        Anything else there (a file or symlink where a prefix dir belongs, a
+        prefix dir we may not read) is skipped, with a line in ``warnings``.
+        """
+        notes = [] if warnings is None else warnings
         with os.scandir(self.base / "entries") as top:
-            for sub in sorted(top, key=lambda d: d.name):
-                if sub.is_dir(follow_symlinks=False):
-                    with os.scandir(sub.path) as it:
-                        yield from ((sub.name, d) for d in it)
+            subs = sorted(top, key=lambda d: d.name)
+        for sub in subs:
+            if not sub.is_dir(follow_symlinks=False):
+                notes.append(f"unexpected item entries/{sub.name} (not a directory); remove it")
+                continue
+            try:
+                with os.scandir(sub.path) as it:
+                    found = list(it)
+            except OSError as e:
+                notes.append(f"cannot list entries/{sub.name} ({_fs.describe(e)})")
+                continue
+            yield from ((sub.name, d) for d in found)
 
     def _leftover_warnings(self) -> list[str]:
         out = []
@@ -66,7 +84,7 @@ class MaintenanceMixin:
         """
         entries: list[Entry] = []
         warnings: list[str] = []
-        for prefix, d in self._key_dirs():
+        for prefix, d in self._key_dirs(warnings):
             manifest, warning = self._one_manifest(prefix, d)
             if warning:
                 warnings.append(warning)
@@ -91,14 +109,15 @@ class MaintenanceMixin:
         fresh: dict[str, dict] = {}
         out: list[EntryInfo] = []
         warnings: list[str] = []
-        for prefix, d in self._key_dirs():
+        for prefix, d in self._key_dirs(warnings):
             name = d.name
             try:
                 st = d.stat(follow_symlinks=False)
             except FileNotFoundError:
                 continue  # removed while we listed
             rec = index.get(name)
-            if not (isinstance(rec, dict) and rec.get("ino") == st.st_ino):
+            valid = isinstance(rec, dict) and rec.keys() == _INDEX_FIELDS
+            if not (valid and rec.get("ino") == st.st_ino):  # type: ignore[union-attr]
                 manifest, warning = self._one_manifest(prefix, d)
                 if warning:
                     warnings.append(warning)
@@ -106,6 +125,7 @@ class MaintenanceMixin:
                 rec = {**EntryInfo.record(manifest), "ino": st.st_ino}  # type: ignore[arg-type]
             fresh[name] = rec
             fields = {k: v for k, v in rec.items() if k != "ino"}
+            fields["depends_on"] = tuple(fields["depends_on"])
             out.append(EntryInfo(key=name, dir=d.path, last_used=st.st_mtime, **fields))
         if fresh != index:
             with contextlib.suppress(OSError):
@@ -125,64 +145,170 @@ class MaintenanceMixin:
         return manifest, None
 
     def verify(
-        self, keys: Iterable[str] | None = None, progress: Callable[[int, int], None] | None = None
+        self,
+        keys: Iterable[str] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+        warnings: list[str] | None = None,
     ) -> list[VerifyResult]:
-        """Re-hash every file of the given (default: all) entries; quarantine failures."""
-        todo = [self.resolve(k) for k in keys] if keys else [d.name for _, d in self._key_dirs()]
+        """Re-hash every file of the given (default: all) entries; quarantine failures.
+
+        An entry the OS will not let us read (EACCES, EMFILE, EIO, ...) is reported
+        with ``ok=False, quarantined=False`` and left in place. Stray items under
+        entries/ are skipped, with a line in ``warnings``.
+        """
+        notes = [] if warnings is None else warnings
+        if keys:
+            todo = [self.resolve(k) for k in keys]  # type: ignore[attr-defined]
+        else:
+            todo = []
+            for prefix, d in self._key_dirs(notes):
+                if _KEY.fullmatch(d.name) and d.name[:2] == prefix:
+                    todo.append(d.name)
+                else:
+                    notes.append(f"unexpected item entries/{prefix}/{d.name}; remove it")
         out = []
         for i, key in enumerate(todo):
-            if not is_full_key(key):
-                continue
-            entry, problem = self._check(key, full=True)
-            if entry is None and problem is None:
-                problem = "vanished while verifying"
-            out.append(VerifyResult(key, problem is None, problem))
+            try:
+                entry, problem = self._check(key, full=True)  # type: ignore[attr-defined]
+            except FilesystemError as e:
+                out.append(VerifyResult(key, False, str(e), quarantined=False))
+            else:
+                if entry is None and problem is None:
+                    out.append(VerifyResult(key, False, "vanished while verifying"))
+                else:
+                    out.append(VerifyResult(key, problem is None, problem, problem is not None))
             if progress:
                 progress(i + 1, len(todo))
         return out
 
-    def remove(self, keys: Iterable[str]) -> int:
-        """Delete entries (by key or prefix); returns bytes freed."""
-        freed = 0
-        for key in [self.resolve(k) for k in keys]:
-            freed += self._remove(key)
-        return freed
+    # ---------------------------------------------------- remove and gc --
 
-    def _remove(self, key: str, not_used_since: float | None = None) -> int:
-        path = self.entry_path(key)
-        with self.lock(key):
-            try:
-                if not_used_since is not None and os.lstat(path).st_mtime > not_used_since:
-                    return 0  # a hit after the gc plan: keep it
-                trash = self.base / "staging" / f"{uuid.uuid4().hex}.trash"
-                os.rename(path, trash)  # disappears in one step, then is deleted
-            except FileNotFoundError:
-                return 0
-            with contextlib.suppress(FileNotFoundError):
-                self._memo_path(key).unlink()
-        size = tree_bytes(trash)
-        _fs.rmtree(trash)
-        return size
+    def _dependents(self) -> tuple[dict[str, set[str]], dict[str, tuple[str, ...]]]:
+        """(key -> keys of the entries that depend on it, key -> what it depends on)."""
+        entries, _ = self.ls()
+        needs = {e.key: e.depends_on for e in entries}
+        dependents: dict[str, set[str]] = {}
+        for key, deps in needs.items():
+            for d in deps:
+                if d != key:
+                    dependents.setdefault(d, set()).add(key)
+        return dependents, needs
+
+    def remove(self, keys: Iterable[str]) -> int:
+        """Delete entries (by key or prefix); returns bytes freed.
+
+        Refuses (EntryInUse, nothing deleted) an entry that others depend on,
+        unless they are removed in the same call. An entry that another process is
+        loading is skipped; the others are removed, then EntryInUse names it.
+        """
+        full = list(dict.fromkeys(self.resolve(k) for k in keys))  # type: ignore[attr-defined]
+        dependents, needs = self._dependents()
+        for key in full:
+            if outside := sorted(dependents.get(key, set()) - set(full)):
+                more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
+                raise EntryInUse(
+                    f"entry {key[:12]} is needed by entry {outside[0][:12]}{more}; "
+                    "remove those first, or name them in the same `acache rm`"
+                )
+        result = self._remove_all(_dependents_first(full, needs), dependents)
+        if result.in_use:
+            raise EntryInUse(
+                f"entry {result.in_use[0][:12]} is being loaded by another process, not removed "
+                f"({len(result.evicted)} other entries removed); retry when the load is done"
+            )
+        return result.freed
+
+    def _remove_all(
+        self, order: list[str], dependents: dict[str, set[str]], not_used_since: float | None = None
+    ) -> GcResult:
+        """Remove ``order`` (dependents first); keep a dependency whose dependent stays."""
+        result = GcResult(freed=0)
+        gone: set[str] = set()
+        for key in order:
+            if dependents.get(key, set()) - gone:
+                result.kept.append(key)
+                continue
+            status, freed = self._remove(key, not_used_since)
+            if status == "in_use":
+                result.in_use.append(key)
+            elif status == "kept":
+                result.kept.append(key)
+            else:  # removed, or already gone
+                gone.add(key)
+                result.evicted.append(key)
+                result.freed += freed
+        return result
+
+    def _remove(self, key: str, not_used_since: float | None = None) -> tuple[str, int]:
+        """("removed" | "gone" | "kept" | "in_use", bytes freed) for one entry."""
+        path = self.entry_path(key)  # type: ignore[attr-defined]
+        readers = self.readers_lock_path(key)  # type: ignore[attr-defined]
+        try:
+            with self.lock(key), _fs.flock_file(readers, blocking=False) as free:  # type: ignore[attr-defined]
+                if not free:
+                    return "in_use", 0  # a loader holds the shared lock
+                try:
+                    if not_used_since is not None and os.lstat(path).st_mtime > not_used_since:
+                        return "kept", 0  # a hit after the gc plan: keep it
+                    trash = self.base / "staging" / f"{uuid.uuid4().hex}.trash"
+                    os.rename(path, trash)  # disappears in one step, then is deleted
+                except (FileNotFoundError, NotADirectoryError):
+                    return "gone", 0
+                with contextlib.suppress(FileNotFoundError):
+                    self._memo_path(key).unlink()  # type: ignore[attr-defined]
+                readers.unlink()  # safe while held: lockers re-check the inode
+            size = tree_bytes(trash)
+            _fs.rmtree(trash)
+        except OSError as e:
+            raise FilesystemError(f"cannot remove entry {key[:12]} ({_fs.describe(e)})") from None
+        return "removed", size
 
     def gc_plan(self, max_size: int | None = None, older_than: float | None = None) -> GcPlan:
-        """Entries to evict: those unused for ``older_than`` seconds, then LRU until <= max_size."""
+        """Entries to evict: those unused for ``older_than`` seconds, then LRU until <= max_size.
+
+        An entry another one depends on is planned only together with all its
+        dependents: gc never leaves a dependent without what it loads.
+        """
         entries, _ = self.ls()
+        dependents, _ = self._dependents()
         by_age = sorted(entries, key=lambda e: e.last_used)
         now, total = time.time(), sum(e.size for e in entries)
-        victims = [e for e in by_age if older_than is not None and now - e.last_used > older_than]
-        left = total - sum(e.size for e in victims)
+        chosen = {
+            e.key for e in by_age if older_than is not None and now - e.last_used > older_than
+        }
+        while stay := {k for k in chosen if dependents.get(k, set()) - chosen}:
+            chosen -= stay
+        left = total - sum(e.size for e in entries if e.key in chosen)
+        waiting: list[EntryInfo] = []  # LRU dependencies whose dependents were not chosen yet
         for e in by_age:
             if max_size is None or left <= max_size:
                 break
-            if e not in victims:
-                victims.append(e)
-                left -= e.size
-        victims.sort(key=lambda e: e.last_used)
+            if e.key in chosen:
+                continue
+            if dependents.get(e.key, set()) - chosen:
+                waiting.append(e)
+                continue
+            chosen.add(e.key)
+            left -= e.size
+            while left > max_size and (
+                ready := [w for w in waiting if not dependents.get(w.key, set()) - chosen]
+            ):
+                for w in ready:
+                    waiting.remove(w)
+                    chosen.add(w.key)
+                    left -= w.size
+        victims = [e for e in by_age if e.key in chosen]
         return GcPlan(victims, sum(e.size for e in victims), total, planned_at=now)
 
-    def execute(self, plan: GcPlan) -> int:
-        """Carry out a gc plan; entries hit since it was made are kept. Returns bytes freed."""
-        return sum(self._remove(e.key, not_used_since=plan.planned_at) for e in plan.entries)
+    def execute(self, plan: GcPlan) -> GcResult:
+        """Carry out a gc plan, dependents first.
+
+        Kept: entries hit since the plan was made, and dependencies whose
+        dependent stays. In use (another process is loading them): skipped.
+        """
+        dependents, needs = self._dependents()  # now: an entry may have gained a dependent
+        order = _dependents_first([e.key for e in plan.entries], needs)
+        return self._remove_all(order, dependents, not_used_since=plan.planned_at)
 
     def prune(self, grace_seconds: float = 3600.0) -> PruneResult:
         """Remove dead builds' staging dirs, unheld lock files, quarantine, stale memos.
@@ -209,21 +335,36 @@ class MaintenanceMixin:
                 if fd is not None:
                     os.close(fd)
         for item in (self.base / "locks").iterdir():
-            with _fs.flock_file(item, blocking=False) as held:
-                if held:
-                    item.unlink()  # safe: lockers re-check the inode after locking
-                    counts["locks"] += 1
+            try:
+                if not stat.S_ISREG(item.lstat().st_mode):
+                    _fs.rmtree(item)  # junk: only lock files belong here
+                    counts["other"] += 1
+                    continue
+                with _fs.flock_file(item, blocking=False) as held:
+                    if held:
+                        item.unlink()  # safe: lockers re-check the inode after locking
+                        counts["locks"] += 1
+            except OSError as e:
+                warnings.append(f"could not prune {item} ({_fs.describe(e)})")
         for item in (self.base / "quarantine").iterdir():
-            freed += tree_bytes(item) if item.is_dir() else 0
-            _fs.rmtree(item)
+            try:
+                size = tree_bytes(item) if item.is_dir() else 0
+                _fs.rmtree(item)
+            except OSError as e:
+                warnings.append(f"could not remove {item} ({_fs.describe(e)})")
+                continue
+            freed += size
             counts["quarantine"] += 1
         for item in [*(self.base / "state").iterdir(), *self.base.glob("*.folding")]:
             key = item.name.split(".")[0]
-            orphan = is_full_key(key) and not self.entry_path(key).exists()
-            stray = item.name.endswith((".tmp", ".folding"))
-            if orphan or (stray and now - item.lstat().st_mtime > grace_seconds):
-                _fs.rmtree(item)
-                counts["other"] += 1
+            try:
+                orphan = is_full_key(key) and not self.entry_path(key).exists()  # type: ignore[attr-defined]
+                stray = item.name.endswith((".tmp", ".folding"))
+                if orphan or (stray and now - item.lstat().st_mtime > grace_seconds):
+                    _fs.rmtree(item)
+                    counts["other"] += 1
+            except OSError as e:
+                warnings.append(f"could not prune {item} ({_fs.describe(e)})")
         return PruneResult(**counts, bytes=freed, warnings=warnings)
 
     def stats(self) -> dict[str, Any]:
@@ -245,3 +386,14 @@ class MaintenanceMixin:
         if check_manifest(manifest, key):
             raise IntegrityError(f"entry {key[:12]} has no valid manifest; run `acache verify`")
         return Entry(key, path, manifest)
+
+
+def _dependents_first(keys: list[str], needs: dict[str, tuple[str, ...]]) -> list[str]:
+    """``keys`` reordered so that an entry comes before every entry it depends on."""
+    left, out = list(keys), []
+    while left:
+        needed = {d for k in left for d in needs.get(k, ()) if d != k}
+        ready = [k for k in left if k not in needed] or left  # a cycle: no order is right
+        out += ready
+        left = [k for k in left if k not in ready]
+    return out
