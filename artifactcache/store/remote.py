@@ -2,7 +2,7 @@
 
 Remote layout under ``s3://bucket/prefix``::
 
-    v1/<key>/manifest.json          the local manifest, byte for byte in meaning; written LAST
+    v1/<key>/manifest.json          the manifest in a signed envelope (signing.py); written LAST
     v1/<key>/<tree>/<relpath>       the entry's files; <tree> = sha256 of {relpath: digest}[:16]
 
 Files go up first and the manifest last, with a conditional put (If-None-Match:
