@@ -280,15 +280,18 @@ class Trust:
             # attacker who could use it could as easily have stripped the signature.
             raise UntrustedEntry(
                 f"remote entry {short} has a signature by {opened.signer} that does not "
-                "verify (tampered or damaged)"
+                "verify (tampered or damaged; a builder's next build of it replaces it)"
             )
         if self.allow_unsigned:
             return
         if opened.signer is None:
-            raise UntrustedEntry(f"remote entry {short} is unsigned")
+            raise UntrustedEntry(
+                f"remote entry {short} is unsigned (--remote-trust-unsigned uses such entries)"
+            )
         if opened.signer_raw not in self.keys:
             raise UntrustedEntry(
-                f"remote entry {short} is signed by {opened.signer}, which is not a trusted key"
+                f"remote entry {short} is signed by {opened.signer}, which is not a trusted key "
+                "(add its public key to ACACHE_TRUSTED_KEYS, or pass --remote-trust-unsigned)"
             )
 
     def describe(self) -> str:

@@ -32,7 +32,6 @@ NO_SIGNING_KEY = (
     "no signing key (set ACACHE_SIGNING_KEY or --signing-key; `acache remote keygen PATH` "
     "makes one)"
 )
-TRUST_HINT = "trust its signer in ACACHE_TRUSTED_KEYS, or pass --remote-trust-unsigned"
 
 
 class TieredStore:
@@ -89,7 +88,7 @@ class TieredStore:
             try:
                 return pull_entry(self.remote, self.local, key, self.trust)
             except UntrustedEntry as e:
-                self._warn(f"{e}; not used, treated as a miss ({TRUST_HINT})", key)
+                self._warn(f"{e}; not used, treated as a miss", key)
             except IntegrityError as e:
                 self._corrupt.add(key)
                 self._warn(f"remote copy of {key[:12]} failed verification ({e}); not used", key)
@@ -105,9 +104,10 @@ class TieredStore:
         if not self.trust.allow_unsigned:
             raise RemoteError(f"push of {key[:12]} refused: {NO_SIGNING_KEY}")
         sys.stderr.write(
-            f"warning: pushing {key[:12]} unsigned ({NO_SIGNING_KEY}); "
+            f"warning: pushing {key[:12]} unsigned (no signing key); "
             "only hosts with --remote-trust-unsigned will use it\n"
         )
+        sys.stderr.flush()
 
     def _push_quietly(self, entry: Entry, *, replace: bool = False) -> None:
         if self.read_only:
@@ -237,7 +237,7 @@ class TieredStore:
                     with contextlib.suppress(OSError):
                         self.local.record("remote_error", key)
                     if isinstance(e, UntrustedEntry):
-                        raise UntrustedEntry(f"{e}; not pulled ({TRUST_HINT})") from None
+                        raise UntrustedEntry(f"{e}; nothing was pulled") from None
                     if isinstance(e, IntegrityError):
                         raise IntegrityError(
                             f"remote copy of {key[:12]} failed verification ({e}); "
