@@ -269,10 +269,12 @@ def test_a_host_that_trusts_nothing_is_refused_up_front():
     assert configure(trust_unsigned=True)[1].allow_unsigned
 
 
-def test_the_store_imports_cryptography_only_for_a_remote():
+def test_the_store_imports_cryptography_only_for_a_remote_and_never_torch():
     code = (
         "import sys, artifactcache.store.local, artifactcache.store.remote, "
-        "artifactcache.store.tiered; assert 'cryptography' not in sys.modules, 'imported'"
+        "artifactcache.store.tiered; assert 'cryptography' not in sys.modules, 'imported'\n"
+        "from artifactcache.store.signing import configure; configure(trust_unsigned=True)\n"
+        "assert 'cryptography' in sys.modules and 'torch' not in sys.modules"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
