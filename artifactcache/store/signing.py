@@ -59,10 +59,6 @@ def _crypto() -> Any:
     return serialization, ed25519
 
 
-def require_crypto() -> None:
-    _crypto()
-
-
 def signed_message(key: str, payload: bytes) -> bytes:
     return CONTEXT + key.encode("ascii") + b"\x00" + payload
 
@@ -293,11 +289,6 @@ class Trust:
                 f"remote entry {short} is signed by {opened.signer}, which is not a trusted key "
                 "(add its public key to ACACHE_TRUSTED_KEYS, or pass --remote-trust-unsigned)"
             )
-
-    def describe(self) -> str:
-        if self.allow_unsigned:
-            return "any entry (trust-unsigned)"
-        return ", ".join(sorted(self.keys.values())) or "no key"
 
 
 def load_trust(
