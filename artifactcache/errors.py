@@ -61,6 +61,10 @@ class IntegrityError(AcacheError):
     """An entry failed digest verification (it has been quarantined)."""
 
 
+class UntrustedEntry(IntegrityError):
+    """A remote entry carries no valid signature by a trusted key; nothing of it was used."""
+
+
 class BundleError(AcacheError):
     """An export bundle is malformed or unsafe."""
 

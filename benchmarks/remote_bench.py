@@ -47,6 +47,7 @@ from artifactcache.keys import compute_key  # noqa: E402
 from artifactcache.store import s3 as s3_mod  # noqa: E402
 from artifactcache.store.local import LocalStore  # noqa: E402
 from artifactcache.store.remote import open_tiered  # noqa: E402
+from artifactcache.store.signing import generate_key  # noqa: E402
 from tests.s3_server import BUCKET, SeaweedServer, find_weed  # noqa: E402
 
 GiB = 1 << 30
@@ -145,12 +146,13 @@ def bench_size(srv: SeaweedServer, work: Path, gib: float, reps: int) -> dict[st
     import obstore
 
     size = int(gib * GiB)
-    key = compute_key({"bench": "remote", "size": size, "t": time.time()})
+    factors = {"bench": "remote", "size": size, "t": time.time()}
+    key = compute_key(factors)  # a pulled manifest's factors must hash to its key
     src_cache = work / "host-a"
     src_cache.mkdir(mode=0o700)
     local = LocalStore(src_cache)
     entry, _ = local.get_or_build(
-        key, {"bench": size}, lambda d: write_random(d / "artifact.bin", size) or {}
+        key, factors, lambda d: write_random(d / "artifact.bin", size) or {}
     )
     src = entry.path / "artifact.bin"
     raw = raw_store(srv)
@@ -276,6 +278,9 @@ def main() -> None:
     try:
         srv.start()
         os.environ.update(srv.env())
+        # Pushes are signed and pulls check the signature, as on a real fleet.
+        generate_key(work / "signing.key", "bench")
+        os.environ["ACACHE_SIGNING_KEY"] = str(work / "signing.key")
         for gib, n in zip(sizes, reps, strict=True):
             report["results"].append(bench_size(srv, work, gib, n))
     finally:

@@ -1,30 +1,34 @@
 """The remote tier against a real SeaweedFS S3 server (no mocks): push, pull, races,
-outages, corruption, and the one-line errors of the explicit commands."""
+outages, corruption, signatures, and the one-line errors of the explicit commands."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import blake3
 import pytest
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
+from artifactcache.errors import KeyLookupError
 from artifactcache.keys import compute_key
 from artifactcache.store import remote as remote_mod
 from artifactcache.store import s3 as s3_mod
 from artifactcache.store.local import LocalStore
 from artifactcache.store.remote import (
     check_remote,
-    fetch_manifest,
     list_remote,
     open_tiered,
+    read_manifest,
     tree_id,
 )
 from artifactcache.store.s3 import S3Store
+from artifactcache.store.signing import fingerprint, generate_key, load_signer
 from tests import s3_server as srv
 from tests.s3_server import BUCKET, READER_KEY, READER_SECRET, SeaweedServer, _free_ports
 
@@ -34,6 +38,24 @@ s3_remote = srv.s3_remote
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def builder_key(tmp_path_factory, monkeypatch) -> Path:
+    """Every host in these tests is a builder with one fleet key, trusted by all, unless a
+    test says otherwise; the key's public line is in ``<key>.pub``."""
+    path = tmp_path_factory.mktemp("keys") / "builder"
+    generate_key(path, "builder")
+    monkeypatch.setenv("ACACHE_SIGNING_KEY", str(path))
+    monkeypatch.setenv("ACACHE_TRUSTED_KEYS", f"{path}.pub")
+    monkeypatch.delenv("ACACHE_REMOTE_TRUST_UNSIGNED", raising=False)
+    return path
+
+
+def _manifest(remote, key: str) -> dict | None:
+    """The remote manifest as stored, signature unchecked (for assertions only)."""
+    found = read_manifest(remote, key)
+    return found[0] if found else None
 
 
 def _key(name: str) -> str:
@@ -95,7 +117,7 @@ def test_host_a_builds_and_pushes_host_b_pulls_without_building(s3_remote, tmp_p
     host_a = open_tiered(_store(tmp_path / "a"), s3_remote)
     entry_a, source = host_a.get_or_build(key, _factors("a-b"), _builder(big=12 << 20))
     assert source == "built"
-    assert fetch_manifest(host_a.remote, key)["files"] == entry_a.files
+    assert _manifest(host_a.remote, key)["files"] == entry_a.files
 
     host_b = open_tiered(_store(tmp_path / "b"), s3_remote)
     entry_b, source = host_b.get_or_build(key, _factors("a-b"), _never)
@@ -197,7 +219,7 @@ def test_two_hosts_build_the_same_key_at_once(s3_remote, tmp_path, identical):
     assert sorted(o["pushes"] for o in outs) == [0, 1]  # exactly one manifest landed
 
     remote = S3Store(s3_remote)
-    manifest = fetch_manifest(remote, key)
+    manifest = _manifest(remote, key)
     assert manifest["files"] in [o["files"] for o in outs]
     tree = tree_id(manifest)
     expected = sorted(
@@ -240,7 +262,7 @@ def test_server_killed_mid_push_explicit_error_then_retry(
 
     monkeypatch.setattr(remote_mod, "PUSH_HOOK", None)
     s3_server.start()
-    assert fetch_manifest(S3Store(s3_remote), key) is None  # readers never saw half a push
+    assert _manifest(S3Store(s3_remote), key) is None  # readers never saw half a push
     res = runner.invoke(app, ["push", key[:12], "--remote", s3_remote])
     assert res.exit_code == 0, res.output
     assert "pushed" in res.stdout
@@ -294,7 +316,7 @@ def test_corrupted_remote_object_is_detected_and_never_published(
     key = _key("corrupt")
     host_a = open_tiered(_store(tmp_path / "a"), s3_remote)
     entry, _ = host_a.get_or_build(key, _factors("corrupt"), _builder(b"good"))
-    manifest = fetch_manifest(host_a.remote, key)
+    manifest = _manifest(host_a.remote, key)
     prefix = s3_remote.split("/", 3)[3]
     obj = f"{prefix}/v1/{key}/{tree_id(manifest)}/model.bin"
     client = s3_server.client()
@@ -349,7 +371,7 @@ def test_push_of_a_locally_damaged_entry_sends_nothing(s3_remote):
     assert res.exit_code == 1
     assert "no longer matches its manifest" in _one_line(res)
     remote = S3Store(s3_remote)
-    assert fetch_manifest(remote, key) is None
+    assert _manifest(remote, key) is None
     assert not [p for p in remote.list(f"v1/{key}") if p.endswith("model.bin")]
 
 
@@ -416,7 +438,7 @@ def test_check_remote_reports_reachable_readable_writable(s3_server, s3_remote, 
     assert "cannot reach" in res["error"]
 
 
-def test_ls_remote_lists_complete_and_incomplete_entries(s3_remote, monkeypatch):
+def test_ls_remote_lists_complete_and_incomplete_entries(s3_remote, monkeypatch, builder_key):
     key = _key("ls")
     LocalStore().get_or_build(key, _factors("ls"), _builder(b"ls"))
     assert runner.invoke(app, ["push", key, "--remote", s3_remote]).exit_code == 0
@@ -428,6 +450,7 @@ def test_ls_remote_lists_complete_and_incomplete_entries(s3_remote, monkeypatch)
     assert res.exit_code == 0, res.output
     rows = {r["key"]: r for r in json.loads(res.stdout)}
     assert rows[key]["complete"] and rows[key]["files"] == 2
+    assert rows[key]["signature"] == _fingerprint_of(builder_key)
     assert rows[half] == {"key": half, "complete": False, "problem": "no manifest"}
     res = runner.invoke(app, ["ls", "--remote"])
     assert res.exit_code == 0 and key[:12] in res.stdout and "no manifest" in res.stdout
@@ -449,6 +472,13 @@ def test_prewarm_pulls_what_a_recipe_needs_without_building(s3_remote, tmp_path)
     row = json.loads(res.stdout)[0]
     assert (row["key"], row["status"], row["backend"]) == (built.key, "pulled", "eager")
     assert LocalStore(tmp_path / "d", full_verify=True).open(built.key).files == built.entry.files
+
+    # prewarm checks the signature like every other pull: strip it and it refuses.
+    _strip_signature(S3Store(s3_remote), built.key)
+    res = runner.invoke(app, ["prewarm", "tiny-llama", *deploy, "--cache-dir", str(tmp_path / "e")])
+    assert res.exit_code == 1
+    assert "is unsigned" in _one_line(res)
+    _local_is_clean(LocalStore(tmp_path / "e"))
 
 
 def test_remote_without_obstore_is_a_one_line_error(monkeypatch, tmp_path):
@@ -475,3 +505,213 @@ def test_remote_without_obstore_is_a_one_line_error(monkeypatch, tmp_path):
     assert res.exit_code == 1
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "artifactcache[s3]" in lines[0], res.stderr
+
+
+# -------------------------------------------------------------- signatures --
+
+
+def _fingerprint_of(private_key: Path) -> str:
+    return fingerprint(Path(f"{private_key}.pub").read_text())
+
+
+def _envelope(remote: S3Store, key: str) -> dict:
+    return json.loads(remote.get(f"v1/{key}/manifest.json"))
+
+
+def _strip_signature(remote: S3Store, key: str) -> None:
+    """Replace a signed remote manifest by its bare payload: an unsigned entry."""
+    payload = base64.b64decode(_envelope(remote, key)["manifest"])
+    remote.put(f"v1/{key}/manifest.json", payload)
+
+
+def _forge(remote: S3Store, key: str, how: str, attacker_key: Path) -> bytes:
+    """What anyone with write access to the bucket can do: put their own bytes in
+    model.bin, recompute its digest (and so the tree), upload the files under the new
+    tree, and rewrite the manifest. Returns the planted bytes."""
+    envelope = _envelope(remote, key)
+    original = json.loads(base64.b64decode(envelope["manifest"]))
+    manifest = json.loads(json.dumps(original))
+    evil = b"attacker" * 300
+    manifest["files"]["model.bin"] = {
+        "size": len(evil),
+        "digest": f"blake3:{blake3.blake3(evil).hexdigest()}",
+    }
+    for rel in manifest["files"]:
+        data = evil if rel == "model.bin" else remote.get(f"v1/{key}/{tree_id(original)}/{rel}")
+        remote.put(f"v1/{key}/{tree_id(manifest)}/{rel}", data)
+    payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    if how == "old-signature":  # the builder's signature kept, over the old manifest
+        envelope["manifest"] = base64.b64encode(payload).decode()
+        body = json.dumps(envelope).encode()
+    elif how == "unsigned":
+        body = payload
+    else:  # signed, validly, by a key nobody trusts
+        body = load_signer(attacker_key).seal(key, payload)
+    remote.put(f"v1/{key}/manifest.json", body)
+    return evil
+
+
+@pytest.mark.parametrize(
+    ("how", "expected", "digests_alone_accept"),
+    [
+        ("old-signature", "does not verify", False),
+        ("unsigned", "is unsigned", True),
+        ("untrusted-key", "not a trusted key", True),
+    ],
+)
+def test_tampered_file_with_recomputed_digests_is_refused(
+    s3_remote, tmp_path, capsys, how, expected, digests_alone_accept
+):
+    key = _key(f"forged-{how}")
+    builder = open_tiered(_store(tmp_path / "a"), s3_remote)
+    good, _ = builder.get_or_build(key, _factors(f"forged-{how}"), _builder(b"good"))
+    attacker = tmp_path / "attacker"
+    generate_key(attacker, "attacker")
+    evil = _forge(builder.remote, key, how, attacker)
+
+    # The forgery is consistent: a host that checks digests only takes the planted
+    # bytes. (A signature that does not verify is refused even there.)
+    lax = open_tiered(_store(tmp_path / "lax"), s3_remote, signing_key="", trust_unsigned=True)
+    lax_entry = lax.get(key)
+    if digests_alone_accept:
+        assert (lax_entry.path / "model.bin").read_bytes() == evil
+    else:
+        assert lax_entry is None
+    capsys.readouterr()
+
+    # A deployment host that trusts the builder's key: one warning, a miss, nothing published.
+    deploy = open_tiered(_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
+    assert deploy.get(key) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("warning: ") and expected in err[0], err
+    _local_is_clean(deploy.local)
+    entry, source = deploy.get_or_build(key, _factors(f"forged-{how}"), _builder(b"good"))
+    assert source == "built"
+    assert _tree_bytes(entry) == _tree_bytes(good)
+
+    # The explicit pull: one error line, exit 1, the local cache untouched.
+    b_dir = tmp_path / "b"
+    res = runner.invoke(app, ["pull", key, "--remote", s3_remote, "--cache-dir", str(b_dir)])
+    assert res.exit_code == 1
+    line = _one_line(res)
+    assert expected in line and "nothing was pulled" in line
+    # Only where it could help does the message suggest --remote-trust-unsigned.
+    assert ("--remote-trust-unsigned" in line) == digests_alone_accept
+    _local_is_clean(LocalStore(b_dir))
+
+
+def test_unsigned_entry_is_refused_by_default_and_used_with_trust_unsigned(
+    s3_remote, tmp_path, capsys, monkeypatch
+):
+    key = _key("unsigned")
+    # A host without a signing key that trusts unsigned entries pushes unsigned, and says so.
+    lax = open_tiered(_store(tmp_path / "a"), s3_remote, signing_key="", trust_unsigned=True)
+    entry, _ = lax.get_or_build(key, _factors("unsigned"), _builder(b"u"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: pushing {key[:12]} unsigned"), err
+    assert _envelope(lax.remote, key)["key"] == key  # a bare manifest, no envelope
+
+    deploy = open_tiered(_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
+    assert deploy.get(key) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is unsigned" in err[0], err
+    with pytest.raises(KeyLookupError):
+        deploy.open(key)
+    _local_is_clean(deploy.local)
+
+    pull = ["pull", key, "--remote", s3_remote, "--cache-dir", str(tmp_path / "b")]
+    res = runner.invoke(app, pull)
+    assert res.exit_code == 1
+    assert "is unsigned" in _one_line(res)
+    _local_is_clean(LocalStore(tmp_path / "b"))
+    res = runner.invoke(app, [*pull, "--remote-trust-unsigned"])
+    assert res.exit_code == 0, res.output
+    assert _tree_bytes(LocalStore(tmp_path / "b").open(key)) == _tree_bytes(entry)
+
+    monkeypatch.setenv("ACACHE_REMOTE_TRUST_UNSIGNED", "1")  # the flag's variable
+    env_host = open_tiered(_store(tmp_path / "e"), s3_remote, read_only=True, signing_key="")
+    assert _tree_bytes(env_host.get(key)) == _tree_bytes(entry)
+
+
+def test_entry_signed_by_an_untrusted_key_is_refused_until_its_key_is_trusted(
+    s3_remote, tmp_path, capsys, builder_key
+):
+    key = _key("other-builder")
+    other = tmp_path / "other"
+    generate_key(other, "other-builder")
+    host_x = open_tiered(_store(tmp_path / "x"), s3_remote, signing_key=other, trusted_keys=[])
+    entry, _ = host_x.get_or_build(key, _factors("other-builder"), _builder(b"x"))
+    assert _envelope(host_x.remote, key)["signer"].split()[1] in Path(f"{other}.pub").read_text()
+
+    # This host trusts only the fleet's builder key.
+    deploy = open_tiered(_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
+    assert deploy.get(key) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a trusted key" in err[0] and _fingerprint_of(other) in err[0]
+    _local_is_clean(deploy.local)
+
+    # One trusted-keys file may hold several keys (comments and blank lines allowed),
+    # and --trusted-keys takes several files.
+    fleet = tmp_path / "fleet.pub"
+    fleet.write_text(f"# the fleet's builders\n{Path(f'{builder_key}.pub').read_text()}\n\n")
+    fleet.write_text(fleet.read_text() + Path(f"{other}.pub").read_text())
+    both = open_tiered(_store(tmp_path / "e"), s3_remote, signing_key="", trusted_keys=str(fleet))
+    assert _tree_bytes(both.get(key)) == _tree_bytes(entry)
+    res = runner.invoke(
+        app,
+        ["pull", key, "--remote", s3_remote, "--cache-dir", str(tmp_path / "f")]
+        + ["--trusted-keys", f"{builder_key}.pub,{other}.pub"],
+    )
+    assert res.exit_code == 0, res.output
+    assert _tree_bytes(LocalStore(tmp_path / "f").open(key)) == _tree_bytes(entry)
+
+
+def test_a_good_signed_entry_round_trips_to_a_host_with_only_the_public_key(
+    s3_remote, tmp_path, builder_key
+):
+    key = _key("signed")
+    builder = open_tiered(_store(tmp_path / "a"), s3_remote)
+    entry, _ = builder.get_or_build(key, _factors("signed"), _builder(b"s"))
+    envelope = _envelope(builder.remote, key)
+    assert envelope["format"] == "acache-signed-manifest/1"
+    assert fingerprint(envelope["signer"]) == _fingerprint_of(builder_key)
+    deploy = open_tiered(_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
+    pulled, source = deploy.get_or_build(key, _factors("signed"), _never)
+    assert source == "pulled" and _tree_bytes(pulled) == _tree_bytes(entry)
+    # The local manifest is the signed payload, byte for byte in meaning.
+    assert pulled.manifest == json.loads(base64.b64decode(envelope["manifest"]))
+
+
+def test_a_builder_replaces_an_unsigned_remote_copy_with_a_signed_one(
+    s3_remote, tmp_path, capsys, builder_key
+):
+    key = _key("migrate")
+    lax = open_tiered(_store(tmp_path / "old"), s3_remote, signing_key="", trust_unsigned=True)
+    lax.get_or_build(key, _factors("migrate"), _builder(b"m"))
+    capsys.readouterr()
+    builder = open_tiered(_store(tmp_path / "a"), s3_remote)
+    entry, source = builder.get_or_build(key, _factors("migrate"), _builder(b"m"))
+    assert source == "built"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is unsigned" in err[0], err  # the refusal; the push is silent
+    assert fingerprint(_envelope(builder.remote, key)["signer"]) == _fingerprint_of(builder_key)
+    deploy = open_tiered(_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
+    assert deploy.get_or_build(key, _factors("migrate"), _never)[1] == "pulled"
+
+
+def test_push_without_a_signing_key_is_refused(s3_remote, tmp_path, capsys, monkeypatch):
+    key = _key("no-signing-key")
+    host = open_tiered(_store(tmp_path / "a"), s3_remote, signing_key="")
+    entry, source = host.get_or_build(key, _factors("no-signing-key"), _builder(b"n"))
+    assert source == "built"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "skipped: no signing key" in err[0], err
+    assert _manifest(host.remote, key) is None  # nothing unsigned reached the fleet
+
+    monkeypatch.delenv("ACACHE_SIGNING_KEY")
+    res = runner.invoke(
+        app, ["push", key, "--remote", s3_remote, "--cache-dir", str(tmp_path / "a")]
+    )
+    assert res.exit_code == 1
+    assert "no signing key" in _one_line(res)
+    assert S3Store(s3_remote).list(f"v1/{key}") == []

@@ -4,7 +4,7 @@ Commands live in small modules, one concern each, registered on one Typer app:
 
     cli/cache.py    ls, show, verify, rm, gc, prune, stats, export, import, key, diff
     cli/build.py    recipes, build, run
-    cli/remote.py   push, pull, prewarm
+    cli/remote.py   push, pull, prewarm, remote keygen
     cli/doctor.py   doctor
     cli/measure.py  coldstart, bench, compare
 

@@ -85,6 +85,33 @@ RemoteReadOnly = Annotated[
         help="Pull from the remote, never push.",
     ),
 ]
+SigningKeyOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--signing-key",
+        envvar="ACACHE_SIGNING_KEY",
+        help="Builder's Ed25519 private key: signs what this host pushes (`acache remote keygen`).",
+        show_default=False,
+    ),
+]
+TrustedKeysOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--trusted-keys",
+        envvar="ACACHE_TRUSTED_KEYS",
+        help="Files of ssh-ed25519 public keys (comma-separated): pulled entries must be signed "
+        "by one.",
+        show_default=False,
+    ),
+]
+RemoteTrustUnsigned = Annotated[
+    bool,
+    typer.Option(
+        "--remote-trust-unsigned",
+        envvar="ACACHE_REMOTE_TRUST_UNSIGNED",
+        help="Use remote entries that no trusted key signed (turns off the authenticity check).",
+    ),
+]
 
 # Options every command that builds or measures a recipe shares.
 RecipeArg = Annotated[
@@ -178,6 +205,10 @@ def open_store(
     allow_shared_root: bool = False,
     remote: str | None = None,
     remote_read_only: bool = False,
+    *,
+    signing_key: Path | None = None,
+    trusted_keys: str | None = None,
+    trust_unsigned: bool = False,
 ):
     """The local store, wrapped in the remote tier when --remote / ACACHE_REMOTE is set."""
     from ..store.local import LocalStore
@@ -187,7 +218,14 @@ def open_store(
         return local
     from ..store.remote import open_tiered
 
-    return open_tiered(local, remote, read_only=remote_read_only)
+    return open_tiered(
+        local,
+        remote,
+        read_only=remote_read_only,
+        signing_key=signing_key,
+        trusted_keys=trusted_keys,
+        trust_unsigned=trust_unsigned,
+    )
 
 
 def human_bytes(n: float) -> str:

@@ -28,7 +28,10 @@ from .app import (
     RecipeArg,
     Remote,
     RemoteReadOnly,
+    RemoteTrustUnsigned,
     SeedOpt,
+    SigningKeyOpt,
+    TrustedKeysOpt,
     WeightsOpt,
     console,
     emit_json,
@@ -149,6 +152,9 @@ def register(app: typer.Typer) -> None:
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
         remote_read_only: RemoteReadOnly = False,
+        signing_key: SigningKeyOpt = None,
+        trusted_keys: TrustedKeysOpt = None,
+        remote_trust_unsigned: RemoteTrustUnsigned = False,
     ) -> None:
         """Build an artifact into the cache (a hit returns at once); print its key."""
         from .. import api
@@ -158,7 +164,15 @@ def register(app: typer.Typer) -> None:
             extra=parse_extra(extra),
         )  # fmt: skip
         _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
-        store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
+        store = open_store(
+            cache_dir,
+            allow_shared_root,
+            remote,
+            remote_read_only,
+            signing_key=signing_key,
+            trusted_keys=trusted_keys,
+            trust_unsigned=remote_trust_unsigned,
+        )
         with _spinner(f"building {recipe} with {backend}"):
             res = api.build(ctx.recipe, backend, force=force, store=store, **choices)
         status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
@@ -210,6 +224,9 @@ def register(app: typer.Typer) -> None:
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
         remote_read_only: RemoteReadOnly = False,
+        signing_key: SigningKeyOpt = None,
+        trusted_keys: TrustedKeysOpt = None,
+        remote_trust_unsigned: RemoteTrustUnsigned = False,
     ) -> None:
         """Generate greedily from the cached artifact (building it on a miss)."""
         from .. import api
@@ -228,7 +245,15 @@ def register(app: typer.Typer) -> None:
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
         api.check_generation(rec, ids, max_new_tokens)
         api.make_context(rec, backend, **common)
-        store = open_store(cache_dir, allow_shared_root, remote, remote_read_only)
+        store = open_store(
+            cache_dir,
+            allow_shared_root,
+            remote,
+            remote_read_only,
+            signing_key=signing_key,
+            trusted_keys=trusted_keys,
+            trust_unsigned=remote_trust_unsigned,
+        )
         # One lookup: a hit is counted once, and the key is computed once.
         t0 = time.perf_counter()
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):

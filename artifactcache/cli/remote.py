@@ -1,8 +1,9 @@
-"""Remote tier commands: push, pull, prewarm (and the rows behind `ls --remote`).
+"""Remote tier commands: push, pull, prewarm, remote keygen (and the rows behind `ls --remote`).
 
 Explicit commands fail loudly: a wrong bucket, rejected credentials, a down
-server or a read-only push is one `error:` line and exit 1. Implicit pushes
-during a build only warn (see store/remote.py).
+server, a read-only push, a push without a signing key or a pull of an entry no
+trusted key signed is one `error:` line and exit 1. Implicit pushes and pulls
+during a build only warn (see store/tiered.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,15 @@ from .app import (
     RecipeArg,
     Remote,
     RemoteReadOnly,
+    RemoteTrustUnsigned,
     SeedOpt,
+    SigningKeyOpt,
+    TrustedKeysOpt,
     WeightsOpt,
     check_prefixes,
     console,
     emit_json,
+    err_console,
     human_bytes,
     open_store,
     parse_extra,
@@ -40,13 +45,26 @@ Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 h
 
 
 def _tiered(
-    cache_dir: Path | None, allow_shared_root: bool, remote: str | None, read_only: bool
+    cache_dir: Path | None,
+    allow_shared_root: bool,
+    remote: str | None,
+    read_only: bool,
+    key_opts: tuple[Path | None, str | None, bool],
 ) -> Any:
     if not remote:
         raise RemoteError(
             "no remote configured: pass --remote s3://bucket/prefix or set ACACHE_REMOTE"
         )
-    return open_store(cache_dir, allow_shared_root, remote, read_only)
+    signing_key, trusted_keys, trust_unsigned = key_opts
+    return open_store(
+        cache_dir,
+        allow_shared_root,
+        remote,
+        read_only,
+        signing_key=signing_key,
+        trusted_keys=trusted_keys,
+        trust_unsigned=trust_unsigned,
+    )
 
 
 def _render(rows: list[dict[str, Any]], json: bool) -> None:
@@ -87,7 +105,7 @@ def ls_remote(url: str | None, json: bool) -> None:
         emit_json(rows)
         return
     table = Table(title=f"{len(rows)} entries in {url}")
-    for col in ("key", "recipe", "backend", "size", "build", "state"):
+    for col in ("key", "recipe", "backend", "size", "build", "signed by", "state"):
         table.add_column(col, overflow="fold")
     for r in rows:
         label = r.get("label", {})
@@ -97,6 +115,7 @@ def ls_remote(url: str | None, json: bool) -> None:
             str(label.get("backend", "-")),
             human_bytes(r["size"]) if r["complete"] else "-",
             f"{r['build_seconds']:.1f}s" if r["complete"] else "-",
+            r["signature"] if r["complete"] else "-",
             "ok" if r["complete"] else r["problem"],
         )
     console.print(table)
@@ -114,11 +133,15 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--replace", help="Overwrite the remote copy (repairs a corrupt one)."),
         ] = False,
+        signing_key: SigningKeyOpt = None,
+        trusted_keys: TrustedKeysOpt = None,
+        remote_trust_unsigned: RemoteTrustUnsigned = False,
         json: JsonOut = False,
     ):
-        """Upload local entries to the remote: files first, manifest last."""
+        """Upload local entries to the remote: files first, then the signed manifest."""
         check_prefixes(keys)
-        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)
         _render([store.push(k, replace=replace) for k in keys], json)
 
     @app.command("pull")
@@ -128,11 +151,15 @@ def register(app: typer.Typer) -> None:
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
         remote_read_only: RemoteReadOnly = False,
+        signing_key: SigningKeyOpt = None,
+        trusted_keys: TrustedKeysOpt = None,
+        remote_trust_unsigned: RemoteTrustUnsigned = False,
         json: JsonOut = False,
     ):
-        """Download entries from the remote, verify every digest, publish them locally."""
+        """Download entries, check the signature and every digest, publish them locally."""
         check_prefixes(keys, hint="see `acache ls --remote`")
-        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)
         _render([store.pull(k) for k in keys], json)
 
     @app.command("prewarm")
@@ -149,6 +176,9 @@ def register(app: typer.Typer) -> None:
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
         remote_read_only: RemoteReadOnly = False,
+        signing_key: SigningKeyOpt = None,
+        trusted_keys: TrustedKeysOpt = None,
+        remote_trust_unsigned: RemoteTrustUnsigned = False,
         json: JsonOut = False,
     ):
         """Pull and verify the artifact a recipe + backend needs (for a deploy hook); no build."""
@@ -158,8 +188,54 @@ def register(app: typer.Typer) -> None:
             recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
             extra=parse_extra(extra),
         )  # fmt: skip
-        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only)
+        key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
+        store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)
         info = key_for(b, ctx, memo_dir=store.base)
         row = store.pull(info.key)  # KeyLookupError (one line) if the remote lacks it
         row.update(recipe=ctx.recipe.name, backend=b.name)
         _render([row], json)
+
+    remote_app = typer.Typer(
+        name="remote",
+        help="Remote tier keys: make the Ed25519 key a builder signs with.",
+        no_args_is_help=True,
+    )
+    app.add_typer(remote_app, rich_help_panel="Remote")
+
+    @remote_app.command("keygen")
+    def keygen(
+        path: Annotated[
+            Path,
+            typer.Argument(help="Where to write the private key; the public key goes to PATH.pub."),
+        ],
+        comment: Annotated[
+            str, typer.Option("--comment", help="Comment at the end of the public key line.")
+        ] = "acache",
+        json: JsonOut = False,
+    ):
+        """Write a new signing key (0600) and print its public key line.
+
+        Builders set ACACHE_SIGNING_KEY=PATH; deployment hosts add the public line
+        to a file named in ACACHE_TRUSTED_KEYS. Never overwrites a key.
+        """
+        from ..store.signing import fingerprint, generate_key
+
+        public = generate_key(path, comment)
+        pub_path = path.with_name(path.name + ".pub")
+        if json:
+            emit_json(
+                {
+                    "private_key": str(path),
+                    "public_key_file": str(pub_path),
+                    "public_key": public,
+                    "fingerprint": fingerprint(public),
+                }
+            )
+            return
+        print(public)
+        err_console.print(
+            f"wrote {path} (0600) and {pub_path} ({fingerprint(public)}); builders: "
+            f"ACACHE_SIGNING_KEY={path}; hosts: add the line above to an ACACHE_TRUSTED_KEYS file",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -2,7 +2,7 @@
 
 Remote layout under ``s3://bucket/prefix``::
 
-    v1/<key>/manifest.json          the local manifest, byte for byte in meaning; written LAST
+    v1/<key>/manifest.json          the manifest in a signed envelope (signing.py); written LAST
     v1/<key>/<tree>/<relpath>       the entry's files; <tree> = sha256 of {relpath: digest}[:16]
 
 Files go up first and the manifest last, with a conditional put (If-None-Match:
@@ -13,11 +13,14 @@ is not always deterministic) write to different trees and can never overwrite
 each other's files under the winning manifest; hosts with identical builds write
 identical bytes to the same tree. The loser of a race deletes its own tree.
 
-Readers trust nothing but digests: a pull downloads into a local staging dir and
-``LocalStore.publish_dir`` checks every file against the manifest before the
-entry appears locally. A remote failure in a build or load path is one warning
-line, a ``remote_error`` stat, and a miss. docs/remote.md names the test behind
-each of these promises.
+A pushed manifest is signed with the builder's Ed25519 key (``signing.py``): the
+remote ``manifest.json`` is then an envelope around the manifest bytes. A reader
+checks the signature against the keys it trusts before it downloads a file, and
+a pull downloads into a local staging dir where ``LocalStore.publish_dir`` checks
+every file against the manifest's digests before the entry appears locally. A
+remote failure in a build or load path is one warning line, a ``remote_error``
+stat, and a miss (``tiered.py``). docs/remote.md names the test behind each of
+these promises.
 """
 
 from __future__ import annotations
@@ -26,22 +29,24 @@ import contextlib
 import hashlib
 import json
 import os
-import sys
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import IntegrityError, KeyLookupError, RemoteError
-from ..keys import compute_key, is_full_key, normalize_prefix
+from ..errors import IntegrityError, RemoteError
+from ..keys import compute_key, is_full_key
+from . import signing
 from .entry import Entry, check_manifest
-from .s3 import RemoteUnreachable, S3Store, parse_url
+from .s3 import S3Store, parse_url
+from .signing import Opened, Signer, Trust
+
+if TYPE_CHECKING:
+    from .tiered import TieredStore
 
 __all__ = [
     "RemoteStore",
     "S3Store",
-    "TieredStore",
     "check_remote",
     "fetch_manifest",
     "list_entries",
@@ -50,13 +55,11 @@ __all__ = [
     "parse_url",
     "pull_entry",
     "push_entry",
+    "read_manifest",
 ]
 
 LAYOUT_DIR = "v1"
 MANIFEST = "manifest.json"
-# After a remote gave no answer at all, a process skips it for this long, so a
-# down server costs one timeout per process, not one per lookup and push.
-UNREACHABLE_BACKOFF_S = 60.0
 # Tests set this to act between push stages ("file:<relpath>", "manifest"); None in normal use.
 PUSH_HOOK: Callable[[str], None] | None = None
 
@@ -123,13 +126,18 @@ def _for_each_file(fn: Callable[[str, dict], None], files: dict[str, dict]) -> N
 # ---------------------------------------------------- manifest helpers --
 
 
-def fetch_manifest(remote: RemoteStore, key: str) -> dict[str, Any] | None:
-    """The remote manifest of ``key``, None if absent; IntegrityError if unusable."""
+def read_manifest(remote: RemoteStore, key: str) -> tuple[dict[str, Any], Opened] | None:
+    """The remote manifest of ``key`` and its signature, None if absent.
+
+    IntegrityError if the object is unusable. The signature is NOT checked against
+    any trust: for listing and housekeeping only, never for a pull.
+    """
     data = remote.get(manifest_path(key))
     if data is None:
         return None
+    opened = signing.open_envelope(data, key)
     try:
-        manifest = json.loads(data)
+        manifest = json.loads(opened.payload)
     except ValueError:
         raise IntegrityError(f"remote manifest of {key[:12]} is not valid JSON") from None
     if problem := check_manifest(manifest, key):
@@ -142,23 +150,48 @@ def fetch_manifest(remote: RemoteStore, key: str) -> dict[str, Any] | None:
         ok = False
     if not ok:
         raise IntegrityError(f"remote manifest of {key[:12]}: its factors do not hash to the key")
+    return manifest, opened
+
+
+def fetch_manifest(remote: RemoteStore, key: str, trust: Trust) -> dict[str, Any] | None:
+    """The remote manifest of ``key`` if ``trust`` accepts its signature, None if absent.
+
+    IntegrityError if unusable, UntrustedEntry (an IntegrityError) if unsigned or
+    not signed by a trusted key.
+    """
+    found = read_manifest(remote, key)
+    if found is None:
+        return None
+    manifest, opened = found
+    trust.check(key, opened)
     return manifest
 
 
-def push_entry(remote: RemoteStore, entry: Entry, *, replace: bool = False) -> str:
+def push_entry(
+    remote: RemoteStore,
+    entry: Entry,
+    *,
+    signer: Signer | None,
+    trust: Trust,
+    replace: bool = False,
+) -> str:
     """Upload files, then the manifest; "pushed", or "exists" when a manifest was there first.
 
-    Every file is hashed while it is uploaded and must match the manifest
+    The manifest is signed by ``signer`` (None: pushed unsigned, the caller's
+    choice). Every file is hashed while it is uploaded and must match the manifest
     (IntegrityError otherwise). ``replace`` overwrites the remote copy (a repair,
-    when a remote file is known to be corrupt); a remote manifest that does not
-    even parse is replaced always, since no reader can use it.
+    when a remote file is known to be corrupt). A remote manifest that does not
+    parse, or that ``trust`` refuses (unsigned, or signed by a key this host does
+    not trust), is replaced always: this host would not use it either.
     """
     key, manifest = entry.key, entry.manifest
     old: dict[str, Any] | None = None
     try:
-        old = fetch_manifest(remote, key)
+        old = fetch_manifest(remote, key, trust)
     except IntegrityError:
-        replace = True  # unusable for every reader: a verified copy may take its place
+        replace = True  # unusable or untrusted here: a verified, signed copy takes its place
+        with contextlib.suppress(IntegrityError):
+            old = (read_manifest(remote, key) or (None,))[0]  # for deleting its files below
     if old is not None and not replace:
         return "exists"  # first manifest wins, whatever its bytes
     tree = tree_id(manifest)
@@ -172,13 +205,15 @@ def push_entry(remote: RemoteStore, entry: Entry, *, replace: bool = False) -> s
     _for_each_file(upload, manifest["files"])
     _hook("manifest")
     data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    if signer is not None:
+        data = signer.seal(key, data)
     if remote.put(manifest_path(key), data, create=not replace):
         if old is not None and tree_id(old) != tree:  # replaced: its files are garbage now
             remote.delete([file_path(key, tree_id(old), rel) for rel in old["files"]])
         return "pushed"
     # Lost the race: another host's manifest landed between our check and our put.
     try:
-        winner = fetch_manifest(remote, key)
+        winner = (read_manifest(remote, key) or (None,))[0]
     except IntegrityError:
         winner = None
     if winner is not None and tree_id(winner) != tree:
@@ -186,12 +221,14 @@ def push_entry(remote: RemoteStore, entry: Entry, *, replace: bool = False) -> s
     return "exists"
 
 
-def pull_entry(remote: RemoteStore, local: Any, key: str) -> Entry | None:
+def pull_entry(remote: RemoteStore, local: Any, key: str, trust: Trust) -> Entry | None:
     """Download ``key`` into staging, verify it, publish it locally; None if the remote lacks it.
 
-    IntegrityError (nothing published) when the manifest or any file is corrupt.
+    The signature is checked before any file is downloaded: UntrustedEntry when
+    ``trust`` refuses it, IntegrityError when the manifest or any file is corrupt;
+    either way nothing is published.
     """
-    manifest = fetch_manifest(remote, key)
+    manifest = fetch_manifest(remote, key, trust)
     if manifest is None:
         return None
     tree = tree_id(manifest)
@@ -212,17 +249,26 @@ def pull_entry(remote: RemoteStore, local: Any, key: str) -> Entry | None:
 
 
 def list_entries(remote: RemoteStore) -> list[dict[str, Any]]:
-    """One row per remote key: complete entries carry their manifest's summary."""
+    """One row per remote key: complete entries carry their manifest's summary and signer.
+
+    ``signature`` is the signer's fingerprint, "unsigned", or "invalid"; whether
+    a host trusts that signer is for the host to say (a pull checks it).
+    """
     keys = sorted(k for k in remote.list(LAYOUT_DIR, dirs=True) if is_full_key(k))
 
     def row(key: str) -> dict[str, Any]:
         try:
-            m = fetch_manifest(remote, key)
+            found = read_manifest(remote, key)
         except IntegrityError as e:
             return {"key": key, "complete": False, "problem": str(e)}
-        if m is None:  # files without a manifest: an upload in progress or abandoned
+        if found is None:  # files without a manifest: an upload in progress or abandoned
             return {"key": key, "complete": False, "problem": "no manifest"}
+        m, opened = found
         files = m["files"]
+        if opened.signer is None:
+            signature = "unsigned"
+        else:
+            signature = opened.signer if opened.signature_ok else "invalid"
         return {
             "key": key,
             "complete": True,
@@ -231,189 +277,11 @@ def list_entries(remote: RemoteStore) -> list[dict[str, Any]]:
             "files": len(files),
             "created": float(m.get("created", 0.0)),
             "build_seconds": float(m.get("build_seconds", 0.0)),
+            "signature": signature,
         }
 
     with ThreadPoolExecutor(8) as pool:
         return list(pool.map(row, keys))
-
-
-# -------------------------------------------------------------- tiers --
-
-
-class TieredStore:
-    """A LocalStore with a shared remote behind it; everything else goes to the local store."""
-
-    def __init__(self, local: Any, remote: RemoteStore, *, read_only: bool = False) -> None:
-        self.local = local
-        self.remote = remote
-        self.read_only = read_only
-        self._corrupt: set[str] = set()  # keys whose remote copy failed verification here
-        self._down_until = 0.0  # time.monotonic() before which the remote is not tried
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called for names TieredStore lacks: root, base, resolve, scan, gc, ...
-        return getattr(self.local, name)
-
-    def __repr__(self) -> str:
-        mode = ", read_only" if self.read_only else ""
-        return f"TieredStore({self.local.root}, {self.remote.url}{mode})"
-
-    def _warn(self, message: str, key: str) -> None:
-        # One line, no traceback: the build or load goes on without the remote.
-        sys.stderr.write(f"warning: {message}\n")
-        sys.stderr.flush()
-        with contextlib.suppress(OSError):
-            self.local.record("remote_error", key)
-
-    def _down(self) -> bool:
-        return time.monotonic() < self._down_until
-
-    def _failed(self, e: Exception) -> None:
-        if isinstance(e, RemoteUnreachable):
-            self._down_until = time.monotonic() + UNREACHABLE_BACKOFF_S
-
-    def _present(self, key: str) -> Entry | None:
-        """A local entry published while we waited for the key's lock, verified."""
-        return self.local.get(key) if os.path.lexists(self.local.entry_path(key)) else None
-
-    def _pull_locked(self, key: str) -> Entry | None:
-        """Pull under the key's lock; any remote trouble is a warning and a miss."""
-        with self.local.lock(key):
-            if (entry := self._present(key)) is not None or self._down():
-                return entry
-            try:
-                return pull_entry(self.remote, self.local, key)
-            except IntegrityError as e:
-                self._corrupt.add(key)
-                self._warn(f"remote copy of {key[:12]} failed verification ({e}); not used", key)
-            except RemoteError as e:
-                self._failed(e)
-                self._warn(f"{e}; treating {key[:12]} as a remote miss", key)
-        return None
-
-    def _push_quietly(self, entry: Entry, *, replace: bool = False) -> None:
-        if self.read_only:
-            return
-        retry = f"retry with `acache push {entry.key[:12]}`"
-        if self._down():
-            msg = f"push of {entry.key[:12]} skipped: remote {self.remote.url} is unreachable"
-            self._warn(f"{msg}; the local entry is intact, {retry}", entry.key)
-            return
-        try:
-            replace = replace or entry.key in self._corrupt
-            if push_entry(self.remote, entry, replace=replace) == "pushed":
-                self.local.record("push", entry.key, 0.0, entry.size)
-            self._corrupt.discard(entry.key)
-        except (RemoteError, IntegrityError) as e:
-            self._failed(e)
-            self._warn(
-                f"push of {entry.key[:12]} failed ({e}); the local entry is intact, {retry}",
-                entry.key,
-            )
-
-    # ----------------------------------------- what api.py and the CLI use --
-
-    def get(self, key: str) -> Entry | None:
-        entry = self.local.get(key)
-        if entry is None and is_full_key(key):
-            entry = self._pull_locked(key)
-        return entry
-
-    def open(self, key: str) -> Entry:
-        try:
-            return self.local.open(key)
-        except (KeyLookupError, IntegrityError):
-            full = key.strip().lower()
-            if not is_full_key(full) or (entry := self._pull_locked(full)) is None:
-                raise
-            return entry
-
-    def get_or_build(
-        self,
-        key: str,
-        factors: dict[str, Any],
-        build: Callable[[Path], dict[str, Any] | None],
-        *,
-        force: bool = False,
-        label: dict[str, Any] | None = None,
-    ) -> tuple[Entry, str]:
-        """(entry, "local" | "pulled" | "built"): local, then remote, then build and push."""
-        if force:
-            entry, source = self.local.get_or_build(key, factors, build, force=True, label=label)
-        else:
-            if (entry := self.local.get(key)) is not None:
-                return entry, "local"
-            with self.local.lock(key):
-                if (entry := self._present(key)) is not None:
-                    return entry, "local"
-                if (entry := self._pull_locked(key)) is not None:
-                    return entry, "pulled"
-                # We hold the lock and saw no entry: force only skips a second miss count.
-                entry, source = self.local.get_or_build(
-                    key, factors, build, force=True, label=label
-                )
-        if source == "built":
-            # After the lock: local waiters need not wait for uploads. A forced rebuild
-            # replaces the remote copy too, or the fleet would keep the old one forever.
-            self._push_quietly(entry, replace=force)
-        return entry, source
-
-    # ------------------------------------------------- explicit commands --
-
-    def push(self, key: str, *, replace: bool = False) -> dict[str, Any]:
-        """Explicit push: errors are raised (one line), not downgraded to warnings."""
-        if self.read_only:
-            raise RemoteError(
-                f"push refused: remote {self.remote.url} is read-only here "
-                "(--remote-read-only / ACACHE_REMOTE_READ_ONLY)"
-            )
-        key = self.local.resolve(key)
-        entry = self.local.peek(key)  # unverified, not a hit: the upload hashes every byte
-        t0 = time.perf_counter()
-        try:
-            status = push_entry(self.remote, entry, replace=replace)
-        except (RemoteError, IntegrityError):
-            with contextlib.suppress(OSError):
-                self.local.record("remote_error", key)
-            raise
-        if status == "pushed":
-            self.local.record("push", key, 0.0, entry.size)
-        secs = time.perf_counter() - t0
-        return {"key": key, "status": status, "bytes": entry.size, "seconds": secs}
-
-    def resolve_remote(self, prefix: str) -> str:
-        """A full key, or the one remote key starting with ``prefix`` (>= 8 hex chars)."""
-        p = normalize_prefix(prefix, hint="see `acache ls --remote`")
-        if is_full_key(p):
-            return p
-        found = [k for k in self.remote.list(LAYOUT_DIR, dirs=True) if k.startswith(p)]
-        if len(found) != 1:
-            what = "no remote entry matches" if not found else "ambiguous remote key"
-            raise KeyLookupError(f"{what} prefix {p} in {self.remote.url}")
-        return found[0]
-
-    def pull(self, key: str) -> dict[str, Any]:
-        """Explicit pull: "local" if already here, else "pulled"; errors raised."""
-        key = self.resolve_remote(key)
-        t0 = time.perf_counter()
-        with self.local.lock(key):
-            entry, status = self._present(key), "local"
-            if entry is None:
-                try:
-                    entry, status = pull_entry(self.remote, self.local, key), "pulled"
-                except (RemoteError, IntegrityError) as e:
-                    with contextlib.suppress(OSError):
-                        self.local.record("remote_error", key)
-                    if isinstance(e, IntegrityError):
-                        raise IntegrityError(
-                            f"remote copy of {key[:12]} failed verification ({e}); "
-                            "the local cache was left unchanged"
-                        ) from None
-                    raise
-        if entry is None:
-            raise KeyLookupError(f"remote {self.remote.url} has no entry {key[:12]}")
-        secs = time.perf_counter() - t0
-        return {"key": key, "status": status, "bytes": entry.size, "seconds": secs}
 
 
 # ---------------------------------------------------------- entry points --
@@ -424,8 +292,26 @@ def open_remote(url: str) -> S3Store:
     return S3Store(url)
 
 
-def open_tiered(local: Any, url: str, read_only: bool = False) -> TieredStore:
-    return TieredStore(local, open_remote(url), read_only=read_only)
+def open_tiered(
+    local: Any,
+    url: str,
+    read_only: bool = False,
+    *,
+    signing_key: str | os.PathLike[str] | None = None,
+    trusted_keys: str | list[str] | None = None,
+    trust_unsigned: bool | None = None,
+) -> TieredStore:
+    """``local`` with the remote at ``url`` behind it.
+
+    Signing and trust come from the arguments, else from ACACHE_SIGNING_KEY,
+    ACACHE_TRUSTED_KEYS and ACACHE_REMOTE_TRUST_UNSIGNED (see ``signing.configure``).
+    Every key file is read here, so a bad one fails before any build or transfer.
+    """
+    from .tiered import TieredStore
+
+    remote = open_remote(url)
+    signer, trust = signing.configure(signing_key, trusted_keys, trust_unsigned)
+    return TieredStore(local, remote, read_only=read_only, signer=signer, trust=trust)
 
 
 def list_remote(url: str) -> list[dict[str, Any]]:
