@@ -88,7 +88,11 @@ RemoteReadOnly = Annotated[
 
 # Options every command that builds or measures a recipe shares.
 RecipeArg = Annotated[
-    str, typer.Argument(help="A built-in recipe name (see `acache recipes`) or a .toml path.")
+    str,
+    typer.Argument(
+        help="A built-in recipe name (see `acache recipes`), a .toml path, or a Hugging Face "
+        "checkpoint folder (config.json + safetensors)."
+    ),
 ]
 BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
