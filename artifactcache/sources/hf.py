@@ -198,9 +198,10 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
                      f"{' or '.join(repr(a) for a in d.activations)} only")  # fmt: skip
     if family == "phi-2" and c.get("qk_layernorm", bool, False):
         raise c.fail("qk_layernorm", "is true, which acache's phi-2 does not implement")
-    dtype = c.data.get("dtype", c.data.get("torch_dtype"))
-    if dtype is not None and dtype not in DTYPES:
-        raise c.fail("torch_dtype", f"is {dtype!r}; acache loads {', '.join(DTYPES)} weights")
+    for name in ("dtype", "torch_dtype"):  # transformers 5 and 4 spell it differently
+        dtype = c.data.get(name)
+        if dtype is not None and dtype not in DTYPES:
+            raise c.fail(name, f"is {dtype!r}; acache loads {', '.join(DTYPES)} weights")
     n_heads = c.get("num_attention_heads", int)
     max_pos = c.get("max_position_embeddings", int, d.max_position_embeddings)
     rope, rope_name = _rope_table(c)
@@ -247,13 +248,17 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
 
 
 def recipe_from_folder(folder: Path) -> Recipe:
-    """The recipe a checkpoint folder's config.json describes, with the folder as weights.
+    """The recipe a checkpoint folder's config.json describes, with the folder as weights."""
+    recipe = recipe_from_config(read_config(folder), str(folder / CONFIG_NAME), folder.resolve())
+    return dataclasses.replace(recipe, source=str(folder), weights=folder)
+
+
+def recipe_from_config(data: dict[str, Any], src: str, folder: Path) -> Recipe:
+    """The recipe of a config.json object, named after its folder.
 
     Shapes get the recipe defaults, max_seq_len capped at the checkpoint's
     max_position_embeddings; the bench prompt has no ids (no tokenizer here).
     """
-    data = read_config(folder)
-    src = str(folder / CONFIG_NAME)
     family, model = model_table(data, src)
     default = Shapes()
     max_seq_len = min(default.max_seq_len, model["max_position_embeddings"])
@@ -265,19 +270,17 @@ def recipe_from_folder(folder: Path) -> Recipe:
         "max_batch": default.max_batch,
         "prefill_len": min(default.prefill_len, max_seq_len),
     }
-    name = folder.resolve().name
     archs = data.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else family
     table = {
-        "name": name,
+        "name": folder.name,
         "family": family,
-        "description": f"{arch} from {folder.resolve() / CONFIG_NAME}",
+        "description": f"{arch} from {folder / CONFIG_NAME}",
         "model": model,
         "shapes": shapes,
         "bench": {"prompt": Bench().prompt, "prompt_ids": []},
     }
-    recipe = parse_recipe(table, src)
-    return dataclasses.replace(recipe, source=str(folder), weights=folder)
+    return parse_recipe(table, src)
 
 
 # config.json's name for each recipe field, for messages a user can grep for.
