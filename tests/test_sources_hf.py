@@ -228,6 +228,7 @@ def test_derived_toml_loads_back_with_the_same_key(folders, tmp_path: Path, cach
     # An edited shape is another key, with the same weights.
     edited = tmp_path / "edited.toml"
     edited.write_text(toml.read_text().replace("max_seq_len = 256", "max_seq_len = 128"))
-    assert api.key_for(b, api.make_context(edited, "eager")[1]).key != api.key_for(
-        b, from_folder[1]
-    ).key
+    assert (
+        api.key_for(b, api.make_context(edited, "eager")[1]).key
+        != api.key_for(b, from_folder[1]).key
+    )
