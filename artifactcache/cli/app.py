@@ -205,7 +205,7 @@ def human_bytes(n: float) -> str:
 # `acache --help` groups the commands in these panels, in this order: what a
 # newcomer needs first comes first.
 HELP_PANELS: dict[str, tuple[str, ...]] = {
-    "Build and run": ("recipes", "recipe", "build", "run", "key"),
+    "Build and run": ("recipes", "build", "run", "key", "recipe"),
     "Measure": ("coldstart", "bench", "compare"),
     "Cache": ("ls", "show", "stats", "verify", "rm", "gc", "prune", "export", "import"),
     "Remote": ("push", "pull", "prewarm"),
