@@ -97,12 +97,20 @@ def make_context(
     """Validate everything the user chose, before anything is written.
 
     Touches no store: a caller that opens one (the CLI) calls this first, so a bad
-    argument leaves the cache as it was.
+    argument leaves the cache as it was. ``recipe`` may be a checkpoint folder; its
+    weights are then the default. Weights whose config.json disagrees with the recipe
+    are refused (sources/hf.py).
     """
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    if weights is None:
+        weights = rec.weights
     b = get_backend(backend)
     if weights is not None and not Path(weights).exists():
         raise WeightsError(f"weights not found: {weights} (pass a safetensors file or HF folder)")
+    if weights is not None:
+        from .sources.hf import check_weights_agree
+
+        check_weights_agree(rec, Path(weights))
     opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}))
     check_device(device, present=False)  # a typo is reported as a typo
     b.check_options(opts)

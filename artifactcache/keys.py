@@ -145,16 +145,10 @@ def _hash_file(path: Path) -> str:
 
 
 def _weight_files(path: Path) -> list[Path]:
-    """The files of a checkpoint that shape the model: tensors and config."""
-    if path.is_file():
-        return [path]
-    keep = [
-        p
-        for p in sorted(path.iterdir())
-        if p.is_file()
-        and (p.suffix in {".safetensors", ".bin", ".pt", ".pth"} or p.name == "config.json")
-    ]
-    return keep
+    """The files the loader reads (sources/checkpoint.py's rule): shards and their index."""
+    from .sources.checkpoint import checkpoint_files
+
+    return checkpoint_files(path).hashed
 
 
 def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -> str:
@@ -169,9 +163,7 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
     root = Path(path)
     if not root.exists():
         raise WeightsError(f"weights not found: {root} (pass a safetensors file or HF folder)")
-    files = _weight_files(root)
-    if not files:
-        raise WeightsError(f"no weight files (*.safetensors) in {root}")
+    files = _weight_files(root)  # raises WeightsError when there are none
     memo_path = (memo_dir / _MEMO_NAME) if memo_dir else None
     memo: dict[str, str] = {}
     if memo_path and memo_path.is_file():

@@ -3,13 +3,15 @@
 A recipe names a model family and its architecture, the shapes compiled
 artifacts are built for, and the benchmark input. The built-in ones live in
 the repository's ``recipes/*.toml`` (shipped in the wheel as package data); a user
-passes a path to their own file.
+passes a path to their own file, or a Hugging Face checkpoint folder, whose
+config.json becomes the recipe (artifactcache/sources/hf.py).
 
 Example (``llama-7b.toml``)::
 
     name = "llama-7b"
     family = "llama"                 # llama | mistral | phi-2 | phi-3
     description = "Llama-2-7B"
+    # weights = "/models/Llama-2-7b-hf"  # optional: the checkpoint (relative to this file)
 
     [model]                          # the architecture (HF config names in comments)
     vocab_size = 32000
@@ -21,6 +23,9 @@ Example (``llama-7b.toml``)::
     norm_eps = 1e-5
     rope_theta = 10000.0
     max_position_embeddings = 4096
+    # Optional: head_dim (default dim / n_heads), attention_bias, mlp_bias (default
+    # false; true for phi-2), partial_rotary_factor, tie_embeddings, sliding_window,
+    # and a [model.rope_scaling] table of type llama3, linear, dynamic or longrope.
 
     [shapes]                         # what compiled artifacts are specialised to
     max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
@@ -39,6 +44,7 @@ Every error names the file and the field, in one line.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,17 +79,25 @@ class ModelConfig:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     max_position_embeddings: int = 4096
-    # Llama-3.1-style rope scaling: {"type": "llama3", "factor": 8.0, ...}; None = plain RoPE.
+    # None = plain RoPE. Otherwise {"type": ..., ...}, validated by _rope_scaling():
+    # llama3 (Llama-3.1/3.2), linear, dynamic (NTK; plain RoPE up to
+    # max_position_embeddings, which max_seq_len never exceeds), longrope (Phi-3).
     rope_scaling: dict[str, Any] | None = None
     # Mistral: attend to at most this many previous positions. None = full causal.
     sliding_window: int | None = None
     # Phi-2: rotary on the first partial_rotary_factor * head_dim dims only.
     partial_rotary_factor: float = 1.0
     tie_embeddings: bool = False
+    # 0 = dim // n_heads; set explicitly when a checkpoint's heads are wider or narrower.
+    head_dim: int = 0
+    # Biases on q/k/v/o and on the MLP's projections (Llama's attention_bias/mlp_bias;
+    # phi-2 always has both).
+    attention_bias: bool = False
+    mlp_bias: bool = False
 
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
 
     @property
     def rotary_dim(self) -> int:
@@ -114,7 +128,11 @@ class Recipe:
     shapes: Shapes
     bench: Bench
     description: str = ""
-    source: str = field(default="", compare=False)  # the file it came from
+    source: str = field(default="", compare=False)  # the file or folder it came from
+    # The checkpoint the recipe names (a folder recipe's own folder, or a TOML's
+    # `weights`); api uses it when no weights are passed. Not a key factor itself:
+    # the weights digest is.
+    weights: Path | None = field(default=None, compare=False)
 
     def normalized(self) -> dict[str, Any]:
         """What of the recipe shapes an artifact (a key factor).
@@ -128,6 +146,9 @@ class Recipe:
         """Raise ShapeError when a request does not fit the built shapes."""
         from .errors import ShapeError
 
+        src = self.source or self.name
+        if Path(src).is_dir():  # a checkpoint folder: its shapes live in a saved TOML
+            src = f"a TOML saved from `acache recipe {src}` (then pass that file)"
         if n_prompt < 1:
             raise ShapeError("the prompt is empty: give at least one token id")
         if batch > self.shapes.max_batch:
@@ -138,14 +159,13 @@ class Recipe:
         if n_prompt > self.shapes.prefill_len:
             raise ShapeError(
                 f"prompt of {n_prompt} tokens exceeds prefill_len {self.shapes.prefill_len}; "
-                f"raise [shapes].prefill_len in {self.source or self.name} and rebuild"
+                f"raise [shapes].prefill_len in {src} and rebuild"
             )
         total = n_prompt + max_new_tokens
         if total > self.shapes.max_seq_len:
             raise ShapeError(
                 f"{n_prompt} prompt + {max_new_tokens} new tokens = {total} exceeds max_seq_len "
-                f"{self.shapes.max_seq_len}; raise [shapes].max_seq_len in "
-                f"{self.source or self.name} and rebuild"
+                f"{self.shapes.max_seq_len}; raise [shapes].max_seq_len in {src} and rebuild"
             )
 
 
@@ -182,19 +202,65 @@ def _positive(src: str, fld: str, val: int | float) -> None:
         raise _fail(src, fld, f"must be positive, got {val}")
 
 
-def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
-    """Validate a recipe's TOML table; every error names the file and field."""
-    known_top = {"name", "family", "description", "model", "shapes", "bench"}
-    for k in data:
-        if k not in known_top:
-            raise _fail(src, k, f"is not a recipe field (expected one of {sorted(known_top)})")
-    name = _get(data, src, "", "name", str)
-    family = _get(data, src, "", "family", str)
-    if family not in FAMILIES:
-        raise _fail(src, "family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
-    description = _get(data, src, "", "description", str, "")
-    m = _get(data, src, "", "model", dict)
+ROPE_SCALING_TYPES = ("llama3", "linear", "dynamic", "longrope")
 
+
+def _factor_list(rs: dict[str, Any], src: str, name: str, n: int) -> list[float]:
+    fld = f"model.rope_scaling.{name}"
+    vals = _get(rs, src, "model.rope_scaling.", name, list)
+    if len(vals) != n or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals
+    ):
+        raise _fail(src, fld, f"must be {n} positive numbers (rotary_dim / 2), got {vals!r}")
+    return [float(v) for v in vals]
+
+
+def _rope_scaling(rs: dict[str, Any], src: str, max_pos: int, rotary_dim: int) -> dict[str, Any]:
+    """The rope_scaling table, complete and in one spelling (so equal configs key equal)."""
+    pre = "model.rope_scaling."
+    kind = _get(rs, src, pre, "type", str)
+    if kind not in ROPE_SCALING_TYPES:
+        raise _fail(
+            src, f"{pre}type", f"must be one of {', '.join(ROPE_SCALING_TYPES)}, got {kind!r}"
+        )
+    allowed = {
+        "llama3": {"factor", "low_freq_factor", "high_freq_factor",
+                   "original_max_position_embeddings"},
+        "linear": {"factor"},
+        "dynamic": {"factor"},
+        "longrope": {"short_factor", "long_factor", "original_max_position_embeddings",
+                     "attention_factor", "factor"},
+    }[kind]  # fmt: skip
+    for k in rs:
+        if k != "type" and k not in allowed:
+            raise _fail(src, f"{pre}{k}", f"is not a field of rope_scaling type {kind!r}")
+    out: dict[str, Any] = {"type": kind}
+    if kind in ("llama3", "linear", "dynamic"):
+        out["factor"] = _get(rs, src, pre, "factor", float)
+        _positive(src, f"{pre}factor", out["factor"])
+    if kind in ("llama3", "longrope"):
+        orig = _get(rs, src, pre, "original_max_position_embeddings", int, max_pos)
+        _positive(src, f"{pre}original_max_position_embeddings", orig)
+        out["original_max_position_embeddings"] = orig
+    if kind == "llama3":
+        for k in ("low_freq_factor", "high_freq_factor"):
+            out[k] = _get(rs, src, pre, k, float)
+            _positive(src, f"{pre}{k}", out[k])
+        if out["high_freq_factor"] <= out["low_freq_factor"]:
+            raise _fail(src, f"{pre}high_freq_factor", "must exceed low_freq_factor")
+    if kind == "longrope":
+        out["short_factor"] = _factor_list(rs, src, "short_factor", rotary_dim // 2)
+        out["long_factor"] = _factor_list(rs, src, "long_factor", rotary_dim // 2)
+        # transformers' default: the context extension's sqrt(1 + ln s / ln L) scale.
+        factor = _get(rs, src, pre, "factor", float, max_pos / orig)
+        _positive(src, f"{pre}factor", factor)
+        default_att = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(orig))
+        out["attention_factor"] = _get(rs, src, pre, "attention_factor", float, default_att)
+        _positive(src, f"{pre}attention_factor", out["attention_factor"])
+    return out
+
+
+def _parse_model(m: dict[str, Any], src: str, family: str) -> ModelConfig:
     known_model = set(ModelConfig.__dataclass_fields__)
     for k in m:
         if k not in known_model:
@@ -202,10 +268,14 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     ints = {k: _get(m, src, "model.", k, int) for k in _MODEL_INT_FIELDS}
     for k, v in ints.items():
         _positive(src, f"model.{k}", v)
-    if ints["dim"] % ints["n_heads"]:
+    head_dim = _get(m, src, "model.", "head_dim", int, 0)
+    if "head_dim" in m:
+        _positive(src, "model.head_dim", head_dim)
+    elif ints["dim"] % ints["n_heads"]:
         raise _fail(
             src, "model.n_heads", f"({ints['n_heads']}) must divide model.dim ({ints['dim']})"
         )
+    head_dim = head_dim or ints["dim"] // ints["n_heads"]
     if ints["n_heads"] % ints["n_kv_heads"]:
         raise _fail(
             src,
@@ -218,36 +288,24 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     _positive(src, "model.rope_theta", rope_theta)
     max_pos = _get(m, src, "model.", "max_position_embeddings", int, 4096)
     _positive(src, "model.max_position_embeddings", max_pos)
-    rope_scaling = _get(m, src, "model.", "rope_scaling", dict, None)
-    if rope_scaling is not None:
-        if rope_scaling.get("type") != "llama3":
-            raise _fail(src, "model.rope_scaling.type", "must be 'llama3' (the only one supported)")
-        factor = _get(rope_scaling, src, "model.rope_scaling.", "factor", float)
-        _positive(src, "model.rope_scaling.factor", factor)
-        for k in ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
-            if k in rope_scaling:
-                _positive(
-                    src,
-                    f"model.rope_scaling.{k}",
-                    _get(rope_scaling, src, "model.rope_scaling.", k, float),
-                )
-        low = float(rope_scaling.get("low_freq_factor", 1.0))
-        high = float(rope_scaling.get("high_freq_factor", 4.0))
-        if high <= low:
-            raise _fail(src, "model.rope_scaling.high_freq_factor", "must exceed low_freq_factor")
     sliding = _get(m, src, "model.", "sliding_window", int, None)
     if sliding is not None:
         _positive(src, "model.sliding_window", sliding)
     prf = _get(m, src, "model.", "partial_rotary_factor", float, 1.0)
     if not 0 < prf <= 1:
         raise _fail(src, "model.partial_rotary_factor", f"must be in (0, 1], got {prf}")
-    head_dim = ints["dim"] // ints["n_heads"]
-    if int(head_dim * prf) % 2:
+    rotary_dim = int(head_dim * prf)
+    if rotary_dim % 2 or rotary_dim == 0:
         raise _fail(
-            src, "model.partial_rotary_factor", f"gives an odd rotary dim for head_dim {head_dim}"
+            src,
+            "model.partial_rotary_factor",
+            f"gives rotary dim {rotary_dim} for head_dim {head_dim}: it must be even and positive",
         )
-    tie = _get(m, src, "model.", "tie_embeddings", bool, False)
-    model = ModelConfig(
+    rope_scaling = _get(m, src, "model.", "rope_scaling", dict, None)
+    if rope_scaling is not None:
+        rope_scaling = _rope_scaling(rope_scaling, src, max_pos, rotary_dim)
+    biased = family == "phi-2"  # phi-2 has biases everywhere
+    return ModelConfig(
         **ints,
         norm_eps=norm_eps,
         rope_theta=rope_theta,
@@ -255,8 +313,34 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
         rope_scaling=rope_scaling,
         sliding_window=sliding,
         partial_rotary_factor=prf,
-        tie_embeddings=tie,
+        tie_embeddings=_get(m, src, "model.", "tie_embeddings", bool, False),
+        head_dim=head_dim,
+        attention_bias=_get(m, src, "model.", "attention_bias", bool, biased),
+        mlp_bias=_get(m, src, "model.", "mlp_bias", bool, biased),
     )
+
+
+def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
+    """Validate a recipe's TOML table; every error names the file and field."""
+    known_top = {"name", "family", "description", "weights", "model", "shapes", "bench"}
+    for k in data:
+        if k not in known_top:
+            raise _fail(src, k, f"is not a recipe field (expected one of {sorted(known_top)})")
+    name = _get(data, src, "", "name", str)
+    family = _get(data, src, "", "family", str)
+    if family not in FAMILIES:
+        raise _fail(src, "family", f"must be one of {', '.join(FAMILIES)}, got {family!r}")
+    description = _get(data, src, "", "description", str, "")
+    weights = _get(data, src, "", "weights", str, None)
+    weights_path = None
+    if weights is not None:
+        weights_path = Path(weights).expanduser()
+        if not weights_path.is_absolute():  # relative to the recipe file, not the cwd
+            weights_path = Path(src).parent / weights_path
+        if not weights_path.exists():
+            raise _fail(src, "weights", f"names {weights_path}, which does not exist")
+    model = _parse_model(_get(data, src, "", "model", dict), src, family)
+    max_pos = model.max_position_embeddings
 
     s = _get(data, src, "", "shapes", dict, {})
     for k in s:
@@ -305,6 +389,21 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     )
     _positive(src, "bench.max_new_tokens", bench.max_new_tokens)
     _positive(src, "bench.batch_size", bench.batch_size)
+    rs = model.rope_scaling
+    if (
+        rs
+        and rs["type"] == "longrope"
+        and shapes.max_seq_len > rs["original_max_position_embeddings"]
+    ):
+        # transformers switches every position to long_factor once a sequence passes
+        # it: frequencies that change with the length, which a static KV cache cannot hold.
+        raise _fail(
+            src,
+            "shapes.max_seq_len",
+            f"({shapes.max_seq_len}) exceeds model.rope_scaling.original_max_position_embeddings "
+            f"({rs['original_max_position_embeddings']}): longrope's long factors are not "
+            "supported",
+        )
     return Recipe(
         name=name,
         family=family,
@@ -313,6 +412,7 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
         bench=bench,
         description=description,
         source=src,
+        weights=weights_path,
     )
 
 
@@ -321,15 +421,23 @@ def builtin_names() -> list[str]:
 
 
 def load_recipe(name_or_path: str | Path) -> Recipe:
-    """A built-in recipe by name, or a user's recipe file by path."""
+    """A built-in recipe by name, a recipe file by path, or a checkpoint folder.
+
+    A folder is a Hugging Face checkpoint: its config.json gives the architecture
+    and its safetensors the weights (artifactcache/sources/hf.py).
+    """
     text = str(name_or_path)
     path = Path(text)
+    if path.is_dir():
+        from .sources.hf import recipe_from_folder
+
+        return recipe_from_folder(path)
     if not (text.endswith(".toml") or path.is_file()):
         path = BUILTIN_DIR / f"{text}.toml"
         if not path.is_file():
             raise RecipeError(
-                f"unknown recipe {text!r}: choose one of {', '.join(builtin_names())} "
-                "or pass a path to a .toml file (see `acache recipes`)"
+                f"unknown recipe {text!r}: choose one of {', '.join(builtin_names())}, "
+                "or pass a .toml file or a checkpoint folder (see `acache recipes`)"
             )
     src = str(path)
     try:
@@ -341,6 +449,34 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise RecipeError(f"{src}: not valid TOML ({e})") from None
     return parse_recipe(data, src)
+
+
+def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
+    """The recipe as the TOML table parse_recipe reads back into an equal recipe.
+
+    Fields whose value is None are left out (TOML has no null; absent means None).
+    """
+
+    def without_none(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in d.items() if v is not None}
+
+    bench = without_none(asdict(recipe.bench))
+    bench["prompt_ids"] = list(recipe.bench.prompt_ids)
+    out: dict[str, Any] = {"name": recipe.name, "family": recipe.family}
+    if recipe.description:
+        out["description"] = recipe.description
+    if recipe.weights is not None:
+        out["weights"] = str(recipe.weights.resolve())
+    out["model"] = without_none(asdict(recipe.model))
+    out["shapes"] = asdict(recipe.shapes)
+    out["bench"] = bench
+    return out
+
+
+def recipe_to_toml(recipe: Recipe) -> str:
+    import tomli_w
+
+    return tomli_w.dumps(recipe_to_dict(recipe))
 
 
 def list_recipes() -> list[Recipe]:

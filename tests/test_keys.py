@@ -155,5 +155,9 @@ def test_weights_digest_of_a_folder(tmp_path):
     a = keys.weights_digest(d)
     (d / "README.md").write_text("still ignored")
     assert keys.weights_digest(d) == a
+    # config.json reaches the key through the parsed recipe, not as raw bytes
+    # (tests/test_sources_checkpoint.py); the tensors do.
     (d / "config.json").write_text('{"dim": 1}')
+    assert keys.weights_digest(d) == a
+    (d / "model.safetensors").write_bytes(b"v" * 100)
     assert keys.weights_digest(d) != a

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from artifactcache.errors import RecipeError, ShapeError
-from artifactcache.recipes import FAMILIES, builtin_names, list_recipes, load_recipe
+from artifactcache.recipes import (
+    FAMILIES,
+    builtin_names,
+    list_recipes,
+    load_recipe,
+    recipe_to_toml,
+)
 
 SEED_MODELS = {"llama-7b", "llama-3-8b", "mistral-7b", "phi-2", "phi-3-mini"}
 TINY = {"tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-phi-3"}
@@ -80,12 +86,58 @@ def _bad(tmp_path: Path, text: str) -> str:
         ("prefill_len = 8", "prefill_len = 128", "shapes.prefill_len"),
         ("prompt_ids = [1, 2, 3]", "prompt_ids = [1, 2000]", "bench.prompt_ids[1]"),
         ("[shapes]", "bogus = 1\n[shapes]", "model.bogus"),
+        (
+            "[shapes]",
+            'rope_scaling = { type = "yarn", factor = 2.0 }\n[shapes]',
+            "model.rope_scaling.type",
+        ),
+        ("[shapes]", 'rope_scaling = { type = "linear" }\n[shapes]', "model.rope_scaling.factor"),
+        (
+            "[shapes]",
+            'rope_scaling = { type = "linear", factor = 2.0, low_freq_factor = 1.0 }\n[shapes]',
+            "model.rope_scaling.low_freq_factor",
+        ),
+        (
+            "[shapes]",
+            'rope_scaling = { type = "longrope", short_factor = [1.0], '
+            "long_factor = [1.0] }\n[shapes]",
+            "model.rope_scaling.short_factor",
+        ),
+        ("[shapes]", "head_dim = 0\n[shapes]", "model.head_dim"),
+        ("[shapes]", 'attention_bias = "yes"\n[shapes]', "model.attention_bias"),
+        ('family = "llama"', 'family = "llama"\nweights = "nowhere"', "weights"),
     ],
 )
 def test_malformed_recipe_names_file_and_field(tmp_path: Path, old: str, new: str, field: str):
     assert old in GOOD
     msg = _bad(tmp_path, GOOD.replace(old, new, 1))
     assert f"'{field}'" in msg, msg
+
+
+def test_every_builtin_round_trips_through_its_toml(tmp_path: Path):
+    """What `acache recipe` prints loads back into the same recipe (so the same key)."""
+    for r in list_recipes():
+        p = tmp_path / f"{r.name}.toml"
+        p.write_text(recipe_to_toml(r))
+        back = load_recipe(p)
+        assert back == r and back.normalized() == r.normalized()
+
+
+def test_explicit_head_dim_biases_and_phi2_defaults(tmp_path: Path):
+    p = tmp_path / "wide.toml"
+    p.write_text(GOOD.replace("n_heads = 4", "n_heads = 6\nhead_dim = 32\nattention_bias = true"))
+    m = load_recipe(p).model
+    assert (m.head_dim, m.attention_bias, m.mlp_bias) == (32, True, False)
+    assert load_recipe("tiny-llama").model.head_dim == 16
+    phi2 = load_recipe("phi-2").model
+    assert phi2.attention_bias and phi2.mlp_bias  # phi-2 is biased throughout
+
+
+def test_weights_in_a_recipe_are_relative_to_its_file(tmp_path: Path):
+    (tmp_path / "ckpt").mkdir()
+    p = tmp_path / "mine.toml"
+    p.write_text(GOOD.replace('family = "llama"', 'family = "llama"\nweights = "ckpt"'))
+    assert load_recipe(p).weights == tmp_path / "ckpt"
 
 
 def test_not_toml_and_unknown_name(tmp_path: Path):

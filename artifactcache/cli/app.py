@@ -115,7 +115,11 @@ RemoteTrustUnsigned = Annotated[
 
 # Options every command that builds or measures a recipe shares.
 RecipeArg = Annotated[
-    str, typer.Argument(help="A built-in recipe name (see `acache recipes`) or a .toml path.")
+    str,
+    typer.Argument(
+        help="A built-in recipe name (see `acache recipes`), a .toml path, or a Hugging Face "
+        "checkpoint folder (config.json + safetensors)."
+    ),
 ]
 BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
@@ -239,7 +243,7 @@ def human_bytes(n: float) -> str:
 # `acache --help` groups the commands in these panels, in this order: what a
 # newcomer needs first comes first.
 HELP_PANELS: dict[str, tuple[str, ...]] = {
-    "Build and run": ("recipes", "build", "run", "key"),
+    "Build and run": ("recipes", "build", "run", "key", "recipe"),
     "Measure": ("coldstart", "bench", "compare"),
     "Cache": ("ls", "show", "stats", "verify", "rm", "gc", "prune", "export", "import"),
     "Remote": ("push", "pull", "prewarm"),

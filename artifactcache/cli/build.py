@@ -136,6 +136,21 @@ def register(app: typer.Typer) -> None:
             )
         console.print(table)
 
+    @app.command("recipe")
+    def recipe_cmd(recipe: RecipeArg, json_out: JsonOut = False) -> None:
+        """Print a recipe as TOML: for a checkpoint folder, the one derived from its config.json.
+
+        Save it, edit [shapes] or [bench], and pass the file as RECIPE: it names the
+        folder's weights and gives the same key as the folder while unedited.
+        """
+        from ..recipes import load_recipe, recipe_to_dict, recipe_to_toml
+
+        rec = load_recipe(recipe)
+        if json_out:
+            emit_json(recipe_to_dict(rec))
+            return
+        sys.stdout.write(recipe_to_toml(rec))
+
     @app.command("build")
     def build_cmd(
         recipe: RecipeArg,

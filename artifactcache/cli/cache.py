@@ -386,7 +386,7 @@ def register(app: typer.Typer) -> None:
             extra=parse_extra(extra),
         )  # fmt: skip
         # Only a real checkpoint needs the store (its digest memo lives there).
-        memo = _store(cache_dir, allow_shared_root).base if weights is not None else None
+        memo = _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None
         info = key_for(b, ctx, memo_dir=memo)
         if json:
             emit_json(

@@ -18,25 +18,44 @@ from torch.nn import functional as F
 from ..recipes import ModelConfig
 
 
+def llama3_inv_freq(inv: torch.Tensor, rs: dict) -> torch.Tensor:
+    """Llama-3.1 scaling: low frequencies slowed by ``factor``, high ones kept, the band
+    between interpolated (the arithmetic of transformers' _compute_llama3_parameters)."""
+    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_ctx = rs["original_max_position_embeddings"]
+    low_wl, high_wl = old_ctx / low, old_ctx / high
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > low_wl, inv / factor, inv)
+    smooth = (old_ctx / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
+    return torch.where(medium, smoothed, scaled)
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies over the rotary dims, with Llama-3 scaling if asked."""
+    """Inverse frequencies over the rotary dims, with the config's rope scaling."""
     dim = cfg.rotary_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
-    rs = cfg.rope_scaling
-    if rs:
-        # Same arithmetic as transformers' _compute_llama3_parameters.
-        factor = float(rs["factor"])
-        low = float(rs.get("low_freq_factor", 1.0))
-        high = float(rs.get("high_freq_factor", 4.0))
-        old_ctx = float(rs.get("original_max_position_embeddings", 8192))
-        low_wl, high_wl = old_ctx / low, old_ctx / high
-        wavelen = 2 * math.pi / inv
-        scaled = torch.where(wavelen > low_wl, inv / factor, inv)
-        smooth = (old_ctx / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-        medium = (wavelen >= high_wl) & (wavelen <= low_wl)
-        inv = torch.where(medium, smoothed, scaled)
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
+    inv = 1.0 / (cfg.rope_theta**exponents)
+    rs = cfg.rope_scaling or {}
+    kind = rs.get("type")
+    if kind == "llama3":
+        inv = llama3_inv_freq(inv, rs)
+    elif kind == "linear":
+        inv = inv / rs["factor"]
+    elif kind == "longrope":
+        # Positions never pass original_max_position_embeddings (parse_recipe
+        # refuses such shapes), so transformers uses the short factors throughout.
+        inv = inv / torch.tensor(rs["short_factor"], dtype=torch.float64)
+    # "dynamic" (NTK) equals plain RoPE up to max_position_embeddings, and
+    # max_seq_len never exceeds it.
     return inv.to(torch.float32)
+
+
+def rope_attention_factor(cfg: ModelConfig) -> float:
+    """The scale transformers puts on cos and sin (longrope's; 1 otherwise)."""
+    rs = cfg.rope_scaling or {}
+    return float(rs["attention_factor"]) if rs.get("type") == "longrope" else 1.0
 
 
 def embedding(num: int, dim: int) -> nn.Embedding:
@@ -58,7 +77,8 @@ def rope_cache(cfg: ModelConfig, max_seq_len: int) -> torch.Tensor:
     t = torch.arange(max_seq_len, dtype=torch.float32)
     freqs = torch.outer(t, inv)
     emb = torch.cat([freqs, freqs], dim=-1)  # HF's rotate_half layout
-    return torch.stack([emb.cos(), emb.sin()])
+    scale = rope_attention_factor(cfg)
+    return torch.stack([emb.cos() * scale, emb.sin() * scale])
 
 
 def apply_rope(

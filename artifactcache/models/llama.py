@@ -1,4 +1,4 @@
-"""Llama / Mistral / Phi-3: RMSNorm, RoPE, GQA, SwiGLU, static KV cache.
+"""Llama / Mistral / Phi-3: RMSNorm, RoPE, GQA, SwiGLU, static KV cache, optional biases.
 
 Module names mirror Hugging Face's (``model.layers.0.self_attn.q_proj`` ...),
 so a transformers checkpoint loads by name with no renaming. Phi-3 differs only
@@ -21,13 +21,14 @@ class Attention(nn.Module):
         self.cfg, self.fused = cfg, fused
         hd = cfg.head_dim
         self.q_size, self.kv_size = cfg.n_heads * hd, cfg.n_kv_heads * hd
+        bias = cfg.attention_bias
         if fused:
-            self.qkv_proj = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=False)
+            self.qkv_proj = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=bias)
         else:
-            self.q_proj = nn.Linear(cfg.dim, self.q_size, bias=False)
-            self.k_proj = nn.Linear(cfg.dim, self.kv_size, bias=False)
-            self.v_proj = nn.Linear(cfg.dim, self.kv_size, bias=False)
-        self.o_proj = nn.Linear(self.q_size, cfg.dim, bias=False)
+            self.q_proj = nn.Linear(cfg.dim, self.q_size, bias=bias)
+            self.k_proj = nn.Linear(cfg.dim, self.kv_size, bias=bias)
+            self.v_proj = nn.Linear(cfg.dim, self.kv_size, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.dim, bias=bias)
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, mask, input_pos):
@@ -52,12 +53,13 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, fused: bool):
         super().__init__()
         self.fused = fused
+        bias = cfg.mlp_bias
         if fused:
-            self.gate_up_proj = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=False)
+            self.gate_up_proj = nn.Linear(cfg.dim, 2 * cfg.intermediate_size, bias=bias)
         else:
-            self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
-            self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=False)
+            self.gate_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=bias)
+            self.up_proj = nn.Linear(cfg.dim, cfg.intermediate_size, bias=bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.dim, bias=bias)
 
     def forward(self, x):
         if self.fused:

@@ -17,11 +17,11 @@ class PhiAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        hd = cfg.head_dim
-        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=True)
-        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=True)
-        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=True)
-        self.dense = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=True)
+        hd, bias = cfg.head_dim, cfg.attention_bias
+        self.q_proj = nn.Linear(cfg.dim, cfg.n_heads * hd, bias=bias)
+        self.k_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=bias)
+        self.v_proj = nn.Linear(cfg.dim, cfg.n_kv_heads * hd, bias=bias)
+        self.dense = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=bias)
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, mask, input_pos):
@@ -41,8 +41,8 @@ class PhiAttention(nn.Module):
 class PhiMLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.fc1 = nn.Linear(cfg.dim, cfg.intermediate_size, bias=True)
-        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=True)
+        self.fc1 = nn.Linear(cfg.dim, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.fc2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=cfg.mlp_bias)
 
     def forward(self, x):
         return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))  # HF "gelu_new"

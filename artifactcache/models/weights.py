@@ -1,5 +1,8 @@
 """Weights: a Hugging Face checkpoint (folder or .safetensors file) or seeded random init.
 
+Which files of a folder are read is sources/checkpoint.py's rule, shared with the
+weights digest, so the key covers exactly what is loaded.
+
 Checkpoints are read with safetensors' ``safe_open``, which memory-maps the
 file and materializes each tensor straight on the target device; the model is
 built on the ``meta`` device first, so no host copy of the weights is ever made.
@@ -9,7 +12,6 @@ non-float dtype) is a one-line :class:`WeightsError` naming the tensor.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -18,37 +20,10 @@ import torch
 from torch import nn
 
 from ..errors import WeightsError
+from ..sources.checkpoint import checkpoint_files
 
 # Tensors some transformers versions save that carry nothing we need.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-def weight_files(path: Path) -> list[Path]:
-    if path.is_file():
-        if path.suffix != ".safetensors":
-            raise WeightsError(
-                f"{path}: only .safetensors weights are supported (convert with safetensors)"
-            )
-        return [path]
-    if not path.is_dir():
-        raise WeightsError(f"weights not found: {path}")
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError) as e:
-            raise WeightsError(f"{index}: unreadable index ({e})") from None
-        files = [path / n for n in names]
-        for f in files:
-            if not f.is_file():
-                raise WeightsError(f"{f}: listed in model.safetensors.index.json but missing")
-        return files
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise WeightsError(
-            f"no *.safetensors files in {path} (only safetensors checkpoints are supported)"
-        )
-    return files
 
 
 def load_checkpoint(
@@ -59,7 +34,7 @@ def load_checkpoint(
 
     expected = {k: v for k, v in model.state_dict().items()}
     state: dict[str, torch.Tensor] = {}
-    for f in weight_files(path):
+    for f in checkpoint_files(path).shards:
         try:
             handle = safe_open(str(f), framework="pt", device=str(device))
         except Exception as e:  # safetensors raises its own error types for corrupt headers

@@ -1,0 +1,12 @@
+"""Where a model comes from.
+
+- A built-in recipe (``artifactcache/recipes/*.toml``) or a recipe TOML file:
+  ``artifactcache.recipes.load_recipe`` parses both.
+- A Hugging Face checkpoint folder: ``sources.hf`` turns its config.json into a
+  recipe (``load_recipe(DIR)`` calls it), and checks a ``--weights`` folder's
+  config.json against a recipe.
+- ``sources.checkpoint``: which files of a checkpoint the loader reads, the one
+  rule that the weights digest (keys.py) and the loader (models/weights.py) share.
+
+Nothing here imports torch.
+"""

@@ -1,0 +1,234 @@
+"""Checkpoint folders as recipes: transformers-saved tiny models against transformers.
+
+Each case is a config no built-in recipe has (dims, heads, kv heads, head_dim, rope
+scaling, tying, biases). The folder goes through ``api.load(DIR, "eager")``, i.e.
+config.json -> recipe, the folder's safetensors -> weights, the cache, the runner.
+The runner's public ``logits()`` covers one prefill (16 tokens); the 48-token
+comparison calls the loaded runner's model forward (``runner.keepalive``), the
+only path that takes a sequence longer than prefill_len today.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from artifactcache import api
+from artifactcache.recipes import load_recipe, recipe_to_toml
+from artifactcache.sources.hf import recipe_from_config
+
+transformers = pytest.importorskip("transformers")
+T = transformers
+
+SEQ = 48  # >= 40 tokens, and past every sliding window below
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    # Small, so that the 16 frequencies fall in all three bands (kept, interpolated, scaled).
+    "original_max_position_embeddings": 256,
+}
+
+
+def _longrope(rotary_half: int) -> dict[str, Any]:
+    return {
+        "rope_type": "longrope",
+        "short_factor": [1.0 + 0.25 * i for i in range(rotary_half)],
+        "long_factor": [2.0 + 0.5 * i for i in range(rotary_half)],
+    }
+
+
+COMMON = dict(vocab_size=300, num_hidden_layers=2, max_position_embeddings=512)
+CASES: dict[str, tuple[type, type, dict[str, Any]]] = {
+    "llama": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=96, intermediate_size=120, num_attention_heads=6, num_key_value_heads=2,
+             rope_theta=5e5),
+    ),
+    "llama-3.1-rope": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=96, intermediate_size=120, num_attention_heads=3, num_key_value_heads=1,
+             rope_theta=5e5, rope_scaling=LLAMA3_ROPE),
+    ),
+    "llama-3.2-tied": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=80, intermediate_size=144, num_attention_heads=5, num_key_value_heads=5,
+             rope_theta=5e5, rope_scaling=LLAMA3_ROPE, tie_word_embeddings=True),
+    ),
+    "llama-biases-head-dim": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=64, intermediate_size=100, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=24, attention_bias=True, mlp_bias=True),
+    ),
+    "llama-linear-rope": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=48, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+             rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    ),
+    "llama-dynamic-rope": (
+        T.LlamaConfig,
+        T.LlamaForCausalLM,
+        dict(hidden_size=48, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
+             rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+    ),
+    "mistral": (
+        T.MistralConfig,
+        T.MistralForCausalLM,
+        dict(hidden_size=80, intermediate_size=96, num_attention_heads=5, num_key_value_heads=1,
+             sliding_window=12, rope_theta=1e6),
+    ),
+    "phi-2": (
+        T.PhiConfig,
+        T.PhiForCausalLM,
+        dict(hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=6,
+             partial_rotary_factor=0.375),
+    ),
+    "phi-3": (
+        T.Phi3Config,
+        T.Phi3ForCausalLM,
+        dict(hidden_size=96, intermediate_size=160, num_attention_heads=6, num_key_value_heads=3,
+             pad_token_id=0, sliding_window=20),
+    ),
+    "phi-3-longrope": (
+        T.Phi3Config,
+        T.Phi3ForCausalLM,
+        dict(hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=4,
+             pad_token_id=0, original_max_position_embeddings=64,
+             rope_scaling=_longrope(8)),
+    ),
+}  # fmt: skip
+
+
+def save_hf(cls_config: type, cls_model: type, kw: dict[str, Any], out: Path, seed: int = 0,
+            **save_kw: Any) -> Any:  # fmt: skip
+    """A transformers model with non-trivial norms and biases, saved by save_pretrained."""
+    torch.manual_seed(seed)
+    model = cls_model(cls_config(**{**COMMON, **kw})).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 1:  # norm scales around 1, biases around 0: both must be loaded
+                p.normal_(1.0 if "norm" in name and "bias" not in name else 0.0, 0.1)
+    model.save_pretrained(out, **save_kw)
+    return model
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, tuple[Path, Any]]:
+    out = {}
+    for name, (cfg, cls, kw) in CASES.items():
+        d = tmp_path_factory.mktemp(name)
+        out[name] = (d, save_hf(cfg, cls, kw, d))
+    return out
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_folder_gives_transformers_logits(name: str, folders, cache_dir: Path):
+    folder, hf = folders[name]
+    runner = api.load(folder, "eager", cache_dir=cache_dir)
+    ids = [(7 * i + 3) % COMMON["vocab_size"] for i in range(SEQ)]
+    x = torch.tensor([ids])
+    with torch.no_grad():
+        want = hf(x).logits[0].float()
+        got = runner.keepalive(x, torch.arange(SEQ))[0]
+    assert got.shape == want.shape
+    assert rel_err(got, want) <= 1e-4, rel_err(got, want)
+    p = runner.recipe.shapes.prefill_len
+    assert rel_err(runner.logits(ids[:p]), want[:p]) <= 1e-4
+
+
+def test_the_config_is_read_not_guessed(folders):
+    """Guards the parity test: the derived recipe carries what each config says."""
+    r = {n: load_recipe(folders[n][0]) for n in CASES}
+    assert r["llama-3.1-rope"].model.rope_scaling == {
+        "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 256,
+    }  # fmt: skip
+    assert r["llama-3.2-tied"].model.tie_embeddings is True
+    m = r["llama-biases-head-dim"].model
+    assert (m.head_dim, m.attention_bias, m.mlp_bias) == (24, True, True)
+    assert r["mistral"].model.sliding_window == 12 and r["mistral"].model.rope_theta == 1e6
+    assert r["phi-2"].family == "phi-2" and r["phi-2"].model.rotary_dim == 6
+    assert r["phi-3"].model.sliding_window == 20
+    lr = r["phi-3-longrope"].model.rope_scaling
+    assert lr["type"] == "longrope" and lr["original_max_position_embeddings"] == 64
+    assert math.isclose(lr["attention_factor"], math.sqrt(1 + math.log(8) / math.log(64)))
+    assert r["phi-3-longrope"].shapes.max_seq_len == 64  # capped: long factors unsupported
+    assert r["llama"].shapes.max_seq_len == 256 and r["llama"].shapes.prefill_len == 16
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-rope", "phi-3-longrope", "mistral"])
+def test_each_rope_or_window_feature_changes_the_logits(name: str, folders):
+    """Without the scaling / window the same weights give other logits, so the parity
+    test above would catch a loader that dropped them."""
+    import dataclasses
+
+    from artifactcache.models import WeightsSpec, build_model
+
+    folder, _ = folders[name]
+    rec = load_recipe(folder)
+    plain = dataclasses.replace(
+        rec, model=dataclasses.replace(rec.model, rope_scaling=None, sliding_window=None)
+    )
+    x = torch.tensor([list(range(5, 5 + SEQ))])
+    with torch.no_grad():
+        a = build_model(rec, weights=WeightsSpec(folder))(x, torch.arange(SEQ))
+        b = build_model(plain, weights=WeightsSpec(folder))(x, torch.arange(SEQ))
+    assert rel_err(a[0], b[0]) > 1e-3
+
+
+def test_llama3_inv_freq_matches_transformers():
+    """The llama3 rope-scaling maths, against transformers' own function."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from artifactcache.models.common import rope_inv_freq
+
+    hf_cfg = T.LlamaConfig(
+        hidden_size=2048, num_attention_heads=16, rope_theta=5e5, max_position_embeddings=131072,
+        rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+    )  # fmt: skip
+    want, scale = ROPE_INIT_FUNCTIONS["llama3"](hf_cfg, "cpu")
+    data = json.loads(hf_cfg.to_json_string())
+    ours = rope_inv_freq(recipe_from_config(data, "config.json", Path("llama-3.1")).model)
+    assert scale == 1.0 and ours.shape == want.shape
+    # All three bands occur at these settings, so each branch is compared.
+    wavelen = 2 * math.pi / want
+    assert (wavelen < 8192 / 4).any() and (wavelen > 8192).any()
+    assert ((wavelen >= 8192 / 4) & (wavelen <= 8192)).any()
+    assert torch.allclose(ours, want.float(), rtol=1e-5, atol=0)
+
+
+def test_derived_toml_loads_back_with_the_same_key(folders, tmp_path: Path, cache_dir: Path):
+    from artifactcache.backends.base import get_backend
+
+    folder, _ = folders["llama-3.1-rope"]
+    toml = tmp_path / "mine.toml"
+    toml.write_text(recipe_to_toml(load_recipe(folder)))
+    from_folder = api.make_context(folder, "eager")
+    from_toml = api.make_context(toml, "eager")
+    b = get_backend("eager")
+    assert from_toml[1].recipe.weights == folder
+    assert api.key_for(b, from_folder[1]).key == api.key_for(b, from_toml[1]).key
+    # An edited shape is another key, with the same weights.
+    edited = tmp_path / "edited.toml"
+    edited.write_text(toml.read_text().replace("max_seq_len = 256", "max_seq_len = 128"))
+    assert (
+        api.key_for(b, api.make_context(edited, "eager")[1]).key
+        != api.key_for(b, from_folder[1]).key
+    )
