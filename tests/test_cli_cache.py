@@ -306,7 +306,8 @@ def test_rm_of_an_entry_in_use_or_needed_is_one_line(store, cache_dir):
 
 def test_export_to_an_unwritable_place_is_one_line(store, tmp_path, monkeypatch):
     k1 = put(store, 1)
-    assert_user_error(run("export", k1[:8], "-o", tmp_path / "no" / "x.tar"), contains="does not exist")
+    missing_dir = tmp_path / "no" / "x.tar"
+    assert_user_error(run("export", k1[:8], "-o", missing_dir), contains="does not exist")
     import tarfile as tarmod
 
     def denied(name, *a, **k):
