@@ -322,7 +322,7 @@ def load_with_result(
         _open_dependencies(b, ctx, st, for_load=True, build_on_miss=build_on_miss)
         ctx.phases["entry_ready"] = time.perf_counter()
         try:
-            return result, b.load(ctx, result.entry.path, result.entry.meta)
+            runner = b.load(ctx, result.entry.path, result.entry.meta)
         except StaleArtifact as e:
             if not build_on_miss:
                 raise
@@ -331,7 +331,18 @@ def load_with_result(
                 ctx.progress(f"rebuilding: {e}")
             b, ctx, result, st = lookup(build_on_miss=True, force=True, guard=guard)
             _open_dependencies(b, ctx, st, for_load=True)
-            return result, b.load(ctx, result.entry.path, result.entry.meta)
+            runner = b.load(ctx, result.entry.path, result.entry.meta)
+    _attach_checkpoint(runner, ctx)
+    return result, runner
+
+
+def _attach_checkpoint(runner: Runner, ctx: BuildContext) -> None:
+    """Give the runner its checkpoint folder: EOS ids and tokenizer, read when first used."""
+    from .generate import Checkpoint, checkpoint_folder
+
+    folder = checkpoint_folder(ctx.weights.path)
+    if folder is not None:
+        runner.checkpoint = Checkpoint(folder)  # type: ignore[attr-defined]
 
 
 def load(

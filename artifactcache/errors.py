@@ -49,6 +49,11 @@ class ShapeError(AcacheError):
     """Inputs do not fit the shapes the artifact was built for."""
 
 
+class GenerationError(AcacheError):
+    """Bad generation arguments (sampling, EOS ids, prompt text), or a checkpoint
+    tokenizer that cannot be used."""
+
+
 class KeyLookupError(AcacheError):
     """A key or key prefix matches no entry, or more than one."""
 

@@ -30,7 +30,7 @@ Example (``llama-7b.toml``)::
     [shapes]                         # what compiled artifacts are specialised to
     max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
     max_batch = 1
-    prefill_len = 16                 # static prefill length (prompts are padded up to it)
+    prefill_len = 16                 # tokens per prefill call (longer prompts run in chunks)
 
     [bench]                          # the seed's benchmark input
     prompt = "Hello, my name is"
@@ -155,11 +155,6 @@ class Recipe:
             raise ShapeError(
                 f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}: "
                 "batching is not supported yet"
-            )
-        if n_prompt > self.shapes.prefill_len:
-            raise ShapeError(
-                f"prompt of {n_prompt} tokens exceeds prefill_len {self.shapes.prefill_len}; "
-                f"raise [shapes].prefill_len in {src} and rebuild"
             )
         total = n_prompt + max_new_tokens
         if total > self.shapes.max_seq_len:

@@ -109,8 +109,22 @@ class Runner(Protocol):
         """Full forward over the sequence from an empty KV cache: [T, vocab] fp32 on CPU."""
         ...
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
-        """Greedy decoding, no early stop: exactly max_new_tokens new ids."""
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: list[int] | tuple[int, ...] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """Up to max_new_tokens new ids, ending with the first EOS id if one is made.
+
+        ``eos_token_ids=None``: the checkpoint's EOS ids; ``()``: no early stop.
+        Greedy (temperature 0) unless asked; see artifactcache/generate/sampling.py.
+        """
         ...
 
 

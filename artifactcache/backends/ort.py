@@ -355,9 +355,12 @@ class OrtBackend:
         ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
         steps = _OrtSteps(sess, ctx.recipe, opts.dtype, ep, _device_id(opts))
         keepalive.append(steps)
+        # prefill starts from an empty cache; decode continues it, at any token count
+        # the graph takes, so it also runs a long prompt's later chunks.
         runner = StepRunner(
-            ctx.recipe, steps.prefill, steps.decode, torch.device("cpu"), keepalive=keepalive
-        )
+            ctx.recipe, steps.prefill, steps.decode, torch.device("cpu"),
+            extend=steps.decode, keepalive=keepalive,
+        )  # fmt: skip
         if tmp is not None:
             weakref.finalize(runner, shutil.rmtree, tmp, True)
         return runner

@@ -1,14 +1,16 @@
-"""The greedy-decoding Runner every LLM backend shares.
+"""The Runner every LLM backend shares: chunked prefill, then decoding.
 
-A backend only has to supply two step functions over the model's static KV cache:
+A backend only has to supply step functions over the model's static KV cache:
 
     prefill(idx [1, P] int64, input_pos [P] int64) -> logits [1, P, vocab]
     decode(idx [1, 1] int64, input_pos [1] int64)  -> logits [1, 1, vocab]
 
-where P is ``recipe.shapes.prefill_len``. Prompts are right-padded to P so a
-compiled prefill always sees one static shape; the padding writes junk into
-cache slots at positions >= len(prompt), which the causal mask hides from every
-real query and the following decode steps overwrite before anyone reads them.
+where P is ``recipe.shapes.prefill_len``, a tuning knob rather than a limit: a
+longer prompt runs as several prefill calls (artifactcache/generate/prefill.py
+says why padding the last one is safe). ``prefill`` starts a request and may reset
+the cache; a backend whose prefill does (ort, trt keep the cache outside the model)
+also passes ``extend``, a P-token step that continues it.
+Sampling and EOS are artifactcache/generate's; the loop is here.
 
 Helpers here are also what backends use to prepare tensors and the model on the
 target device, so eager/inductor/aoti/ort/trt agree on dtype, device and the
@@ -19,12 +21,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..errors import BackendError, ShapeError
+from ..generate import Checkpoint, Sampling, check_eos_ids, cut_at_eos, plan_chunks
 from .base import parse_device
 
 if TYPE_CHECKING:
@@ -184,6 +187,11 @@ def decode_examples(recipe: Recipe, dev: torch.device) -> list[tuple[torch.Tenso
     return [(idx, pos), (idx + 1, pos + 1)]
 
 
+# The EOS check reads one device flag back every this many tokens: a host sync
+# per token would leave the GPU idle while Python prepares the next launch.
+EOS_CHECK_EVERY = 16
+
+
 class StepRunner:
     """Runner (see backends/base.py) over a prefill step and a decode step."""
 
@@ -194,56 +202,169 @@ class StepRunner:
         decode: Step,
         device: torch.device,
         *,
+        extend: Step | None = None,
         keepalive: Any = None,
         info: dict[str, Any] | None = None,
     ) -> None:
         self.recipe = recipe
         self.prefill_step = prefill
         self.decode_step = decode
+        # Torch backends write the cache in place, so their prefill step continues
+        # it from any position.
+        self.extend_step = extend or prefill
         self.device = device
         # Objects the steps borrow storage from (the model's weights and KV cache
         # for AOTI's user-managed constants) must live as long as the runner.
         self.keepalive = keepalive
         # Facts about how the steps run (e.g. CUDA graphs on/off), for reports.
         self.info = dict(info or {})
+        # The checkpoint folder (api.load sets it): EOS ids and tokenizer.
+        self.checkpoint: Checkpoint | None = None
 
-    def _prefill(self, token_ids: Sequence[int]) -> torch.Tensor:
-        """Logits [T, vocab] (on device) for the prompt, filling cache slots 0..P-1."""
+    @property
+    def tokenizer(self) -> Any:
+        """The checkpoint's ``tokenizers.Tokenizer``, or None when it has none."""
+        return self.checkpoint.tokenizer if self.checkpoint is not None else None
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The checkpoint's EOS ids: what generate() stops at by default."""
+        return self.checkpoint.eos_token_ids if self.checkpoint is not None else ()
+
+    def _prefill(self, token_ids: Sequence[int], *, all_rows: bool) -> torch.Tensor:
+        """Logits on device for the prompt (every row, or only the last), cache filled."""
         ids = [int(t) for t in token_ids]
         vocab = self.recipe.model.vocab_size
         for t in ids:
             if not 0 <= t < vocab:
                 raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
-        n, p = len(ids), self.recipe.shapes.prefill_len
-        idx = torch.tensor([ids + [0] * (p - n)], dtype=torch.int64, device=self.device)
-        pos = torch.arange(p, dtype=torch.int64, device=self.device)
+        shapes = self.recipe.shapes
+        chunks = plan_chunks(ids, shapes.prefill_len, shapes.max_seq_len)
+        rows = []
         with torch.no_grad():
-            out = _as_tensor(self.prefill_step(idx, pos))
-        return out[0, :n]
+            for i, chunk in enumerate(chunks):
+                step = self.prefill_step if i == 0 else self.extend_step
+                idx = torch.tensor([chunk.ids], dtype=torch.int64, device=self.device)
+                pos = torch.arange(
+                    chunk.start, chunk.start + len(chunk.ids), dtype=torch.int64,
+                    device=self.device,
+                )  # fmt: skip
+                lo, hi = chunk.keep
+                out = _as_tensor(step(idx, pos))[0]
+                if all_rows:
+                    # clone: a CUDA-graph step returns a view of its static output buffer.
+                    rows.append(out[lo:hi].float().clone())
+                elif i == len(chunks) - 1:
+                    rows.append(out[hi - 1 : hi])
+        return torch.cat(rows) if len(rows) > 1 else rows[0]
 
     def logits(self, token_ids: Sequence[int]) -> torch.Tensor:
         self.recipe.check_fits(len(token_ids), 0)
-        out = self._prefill(token_ids)
-        # clone: a CUDA-graph step returns a view of its static output buffer.
-        return out.float().cpu().clone()
+        return self._prefill(token_ids, all_rows=True).cpu()
 
-    def generate(self, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    def _eos(self, eos_token_ids: Sequence[int] | None) -> tuple[int, ...]:
+        ids = self.eos_token_ids if eos_token_ids is None else eos_token_ids
+        return check_eos_ids(ids, self.recipe.model.vocab_size)
+
+    def _tokens(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    ) -> Iterator[torch.Tensor]:
+        """Each new token as a [1, 1] device tensor; the next step runs when asked for."""
+        pick = sampling.sampler(self.device)
+        # no_grad per step, never around a yield: grad mode is thread state, and a
+        # suspended generator would leave it switched off in the caller.
+        with torch.no_grad():
+            nxt = pick(self._prefill(prompt_ids, all_rows=False)[-1])
+        yield nxt
+        ipos = torch.tensor([len(prompt_ids)], dtype=torch.int64, device=self.device)
+        for _ in range(max_new_tokens - 1):
+            with torch.no_grad():
+                step = _as_tensor(self.decode_step(nxt.to(self.device), ipos))
+                nxt = pick(step[0, -1])
+            yield nxt
+            ipos = ipos + 1
+
+    def _check(
+        self, prompt_ids: Sequence[int], max_new_tokens: int, **choices: Any
+    ) -> tuple[Sampling, tuple[int, ...]]:
+        """Validate a request before any step runs."""
+        eos = choices.pop("eos_token_ids")
+        sampling = Sampling(**choices)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
+            raise ShapeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ShapeError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         self.recipe.check_fits(len(prompt_ids), max_new_tokens)
+        return sampling, self._eos(eos)
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """Up to max_new_tokens new ids; stops after the first EOS id, which is kept.
+
+        ``eos_token_ids=None`` stops at the checkpoint's EOS ids (none without a
+        checkpoint folder); ``()`` never stops early. Greedy unless temperature > 0.
+        """
+        sampling, eos = self._check(
+            prompt_ids, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed,
+        )  # fmt: skip
         if max_new_tokens == 0:
             return []
         # Tokens stay on the device until the end: reading each one back (int(...))
-        # would sync the host every step and leave the GPU idle while Python prepares
-        # the next launch. The final .tolist() is the one sync, so a timed request
-        # still ends when its last token exists.
-        with torch.no_grad():
-            nxt = self._prefill(prompt_ids)[-1].argmax().view(1, 1)
-            out = [nxt]
-            ipos = torch.tensor([len(prompt_ids)], dtype=torch.int64, device=self.device)
-            for _ in range(max_new_tokens - 1):
-                step = _as_tensor(self.decode_step(nxt.to(self.device), ipos))
-                nxt = step[0, -1].argmax().view(1, 1)
-                out.append(nxt)
-                ipos = ipos + 1
-            return torch.cat([t.to(out[0].device) for t in out]).view(-1).tolist()
+        # would sync the host every step. The final .tolist() is the one sync, so a
+        # timed request still ends when its last token exists; with EOS ids, a device
+        # flag is read every EOS_CHECK_EVERY tokens and the surplus is cut off.
+        eos_t = torch.tensor(eos, dtype=torch.int64, device=self.device) if eos else None
+        done: torch.Tensor | None = None
+        out: list[torch.Tensor] = []
+        for i, nxt in enumerate(self._tokens(prompt_ids, max_new_tokens, sampling)):
+            out.append(nxt)
+            if eos_t is not None:
+                hit = torch.isin(nxt.to(self.device), eos_t).any()
+                done = hit if done is None else done | hit
+                if (i + 1) % EOS_CHECK_EVERY == 0 and bool(done):
+                    break
+        ids = torch.cat([t.to(out[0].device) for t in out]).view(-1).tolist()
+        return cut_at_eos(ids, eos)
+
+    def stream(
+        self,
+        prompt_ids: Sequence[int],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> Iterator[int]:
+        """generate(), one id at a time as each is made (one host sync per token).
+
+        The same tokens as generate() with the same arguments; for a person
+        watching, not for measuring.
+        """
+        sampling, eos = self._check(
+            prompt_ids, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed,
+        )  # fmt: skip
+        return self._stream(prompt_ids, max_new_tokens, sampling, set(eos))
+
+    def _stream(
+        self, prompt_ids: Sequence[int], n: int, sampling: Sampling, eos: set[int]
+    ) -> Iterator[int]:
+        if n == 0:
+            return
+        for nxt in self._tokens(prompt_ids, n, sampling):
+            token = int(nxt)
+            yield token
+            if token in eos:
+                return

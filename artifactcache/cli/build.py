@@ -65,36 +65,62 @@ def parse_token_ids(text: str) -> list[int]:
         ) from None
 
 
-def _tokenizer(recipe: Any) -> Any:
-    """The recipe's tokenizer from the local Hugging Face cache, or None."""
-    name = recipe.bench.tokenizer
-    if not name:
-        return None
-    try:
-        from transformers import AutoTokenizer
+def prompt_ids_for(
+    recipe: Any, tokenizer: Any, prompt: str | None, tokens: str | None, folder: Any
+) -> list[int]:
+    """The prompt's token ids: --tokens, --prompt through the folder's tokenizer, or the
+    recipe's recorded ids for its own prompt."""
+    from ..generate.checkpoint import encode
 
-        return AutoTokenizer.from_pretrained(name, local_files_only=True)
-    except Exception:  # not installed, not downloaded, or unreadable: all mean "no tokenizer"
-        return None
-
-
-def prompt_ids_for(recipe: Any, prompt: str | None, tokens: str | None) -> tuple[list[int], Any]:
-    """The prompt's token ids and a tokenizer (or None) for printing text back."""
     if prompt is not None and tokens is not None:
         raise ArgumentError("pass either --prompt or --tokens, not both")
     if tokens is not None:
-        return parse_token_ids(tokens), None
-    if prompt is None or (prompt == recipe.bench.prompt and recipe.bench.prompt_ids):
-        if not recipe.bench.prompt_ids:
-            raise ArgumentError(f"recipe {recipe.name} has no bench.prompt_ids: pass --tokens IDS")
-        return list(recipe.bench.prompt_ids), None
-    tok = _tokenizer(recipe)
-    if tok is None:
-        raise ArgumentError(
-            f"no tokenizer for {recipe.name} is available locally to encode --prompt; "
-            "pass token ids with --tokens IDS"
-        )
-    return list(tok.encode(prompt)), tok
+        return parse_token_ids(tokens)
+    recorded = list(recipe.bench.prompt_ids)
+    if recorded and (prompt is None or (prompt == recipe.bench.prompt and tokenizer is None)):
+        return recorded
+    if tokenizer is not None:
+        return encode(tokenizer, recipe.bench.prompt if prompt is None else prompt)
+    if prompt is None:
+        raise ArgumentError(f"recipe {recipe.name} has no bench.prompt_ids: pass --tokens IDS")
+    where = f"no tokenizer.json in {folder}" if folder else "no checkpoint folder (--weights DIR)"
+    raise ArgumentError(f"{where} to encode --prompt; pass token ids with --tokens IDS")
+
+
+def generate_and_print(
+    runner: Any,
+    ids: list[int],
+    max_new_tokens: int,
+    choices: dict[str, Any],
+    tokenizer: Any,
+    out: Any,
+    *,
+    show: bool,
+) -> tuple[list[int], str | None]:
+    """Generate; (new ids, their text or None). With ``show`` the text goes to ``out``:
+    token by token when ``out`` is a terminal, else once at the end."""
+    from ..generate.checkpoint import TextStream
+
+    if tokenizer is not None and show and out.isatty():
+        text = TextStream(tokenizer, ids)
+        new = []
+        for token in runner.stream(ids, max_new_tokens, **choices):
+            new.append(token)
+            out.write(text.push(token))
+            out.flush()
+        out.write("\n")
+        return new, text.text
+    new = runner.generate(ids, max_new_tokens, **choices)
+    if tokenizer is None:
+        if show:
+            out.write(" ".join(str(i) for i in new) + "\n")
+        return new, None
+    text = TextStream(tokenizer, ids)
+    for token in new:
+        text.push(token)
+    if show:
+        out.write(text.text + "\n")
+    return new, text.text
 
 
 def register(app: typer.Typer) -> None:
@@ -215,7 +241,7 @@ def register(app: typer.Typer) -> None:
         backend: BackendOpt = "eager",
         prompt: Annotated[
             str | None,
-            typer.Option("--prompt", help="Prompt text (needs the tokenizer locally)."),
+            typer.Option("--prompt", help="Prompt text (needs tokenizer.json in the checkpoint)."),
         ] = None,
         tokens: Annotated[
             str | None, typer.Option("--tokens", help="Prompt token ids, e.g. 1,15043,29892.")
@@ -228,6 +254,29 @@ def register(app: typer.Typer) -> None:
                 show_default=False,
             ),
         ] = None,
+        temperature: Annotated[
+            float, typer.Option("--temperature", help="0 is greedy; > 0 samples.")
+        ] = 0.0,
+        top_k: Annotated[
+            int | None, typer.Option("--top-k", help="Sample from the k likeliest tokens.")
+        ] = None,
+        top_p: Annotated[
+            float | None, typer.Option("--top-p", help="Nucleus sampling mass, in (0, 1].")
+        ] = None,
+        sample_seed: Annotated[
+            int | None,
+            typer.Option("--sample-seed", help="Seed for sampling (--seed seeds random weights)."),
+        ] = None,
+        eos_id: Annotated[
+            list[int] | None,
+            typer.Option(
+                "--eos-id",
+                help="Stop after this token id, repeatable (default: the checkpoint's EOS ids).",
+            ),
+        ] = None,
+        no_eos: Annotated[
+            bool, typer.Option("--no-eos", help="Never stop early: exactly --max-new-tokens.")
+        ] = False,
         device: DeviceOpt = "cpu",
         dtype: DtypeOpt = "fp32",
         mode: ModeOpt = None,
@@ -243,12 +292,22 @@ def register(app: typer.Typer) -> None:
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
     ) -> None:
-        """Generate greedily from the cached artifact (building it on a miss)."""
+        """Generate from the cached artifact (building it on a miss): text with a tokenizer."""
         from .. import api
+        from ..generate import Checkpoint, Sampling, check_eos_ids, checkpoint_folder
         from ..recipes import load_recipe
 
         rec = load_recipe(recipe)
-        ids, tok = prompt_ids_for(rec, prompt, tokens)
+        folder = checkpoint_folder(weights)
+        ckpt = Checkpoint(folder) if folder is not None else None
+        tok = ckpt.tokenizer if ckpt is not None else None
+        ids = prompt_ids_for(rec, tok, prompt, tokens, folder)
+        if no_eos and eos_id:
+            raise ArgumentError("pass either --eos-id or --no-eos, not both")
+        eos = () if no_eos else (tuple(eos_id) if eos_id else None)
+        sampling = Sampling(temperature, top_k, top_p, sample_seed)  # bad values: one line
+        check_eos_ids(eos if eos is not None else (ckpt.eos_token_ids if ckpt else ()),
+                      rec.model.vocab_size)  # fmt: skip
         if max_new_tokens is None:
             max_new_tokens = max(
                 1, min(rec.bench.max_new_tokens, rec.shapes.max_seq_len - len(ids))
@@ -274,10 +333,15 @@ def register(app: typer.Typer) -> None:
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):
             res, runner = api.load_with_result(rec, backend, store=store, **common)
         t1 = time.perf_counter()
-        new = runner.generate(ids, max_new_tokens)
+        choices = dict(eos_token_ids=eos, temperature=sampling.temperature,
+                       top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed)  # fmt: skip
+        new, text = generate_and_print(
+            runner, ids, max_new_tokens, choices, tok, sys.stdout, show=not json_out
+        )
         t2 = time.perf_counter()
         status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
-        text = tok.decode(new) if tok is not None else None
+        eos_used = runner.eos_token_ids if eos is None else eos
+        stop = "eos" if new and new[-1] in eos_used else "length"
         if json_out:
             emit_json(
                 {
@@ -286,6 +350,7 @@ def register(app: typer.Typer) -> None:
                     "prompt_ids": ids,
                     "new_ids": new,
                     "text": text,
+                    "stop": stop,
                     # key + hit/pull/build, then the backend's load of the entry
                     "build_seconds": round(res.seconds, 3),
                     "load_seconds": round(t1 - t0 - res.seconds, 3),
@@ -295,9 +360,6 @@ def register(app: typer.Typer) -> None:
             return
         err_console.print(
             f"{res.key[:16]}  {status}  load {t1 - t0 - res.seconds:.2f} s  "
-            f"{len(new)} tokens in {t2 - t1:.2f} s",
+            f"{len(new)} tokens in {t2 - t1:.2f} s ({stop})",
             highlight=False,
         )
-        print(" ".join(str(i) for i in new))
-        if text is not None:
-            print(text)

@@ -6,7 +6,8 @@ The timed loop is kept apart from everything that may compile or warm up
 Every timer is bracketed by a device synchronize.
 
 One "request" is the seed's setup: batch 1, ``recipe.bench.prompt_ids``, N new
-tokens, greedy, no early stop. Per iteration we time
+tokens, greedy, no early stop (``eos_token_ids=()``: a checkpoint's EOS ids would
+otherwise end a request early). Per iteration we time
 
 * ``prefill_s``: ``generate(prompt, 1)``, i.e. prefill plus the first greedy pick;
 * ``request_s``: ``generate(prompt, N)``, the whole request.
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ..recipes import Recipe
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+NO_EOS: tuple[int, ...] = ()  # the seed benchmark never stops early
 # CPU copy buffer: far beyond any last-level cache, so the copy streams DRAM.
 CPU_COPY_BYTES = 512 << 20
 CUDA_COPY_BYTES = 2 << 30
@@ -112,7 +114,7 @@ def measure_requests(
     prompt = list(prompt)
     first_end = None
     for _ in range(warmup):
-        runner.generate(prompt, new_tokens)
+        runner.generate(prompt, new_tokens, eos_token_ids=NO_EOS)
         sync(device)
         if first_end is None:
             first_end = time.perf_counter()
@@ -122,11 +124,11 @@ def measure_requests(
     for _ in range(iters):
         sync(device)
         t = time.perf_counter()
-        runner.generate(prompt, 1)
+        runner.generate(prompt, 1, eos_token_ids=NO_EOS)
         sync(device)
         prefill.append(time.perf_counter() - t)
         t = time.perf_counter()
-        tokens = runner.generate(prompt, new_tokens)
+        tokens = runner.generate(prompt, new_tokens, eos_token_ids=NO_EOS)
         sync(device)
         request.append(time.perf_counter() - t)
     if len(tokens) != new_tokens:

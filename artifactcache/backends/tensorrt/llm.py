@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,6 +177,15 @@ class TrtLlmRunner:
 
     def __init__(self, llm: Any, recipe: Recipe) -> None:
         self.llm, self.recipe = llm, recipe
+        self.checkpoint: Any = None  # api.load sets it (EOS ids, tokenizer)
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.checkpoint.tokenizer if self.checkpoint is not None else None
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        return self.checkpoint.eos_token_ids if self.checkpoint is not None else ()
 
     def _generate(self, ids: list[int], n: int, context_logits: bool) -> Any:
         from tensorrt_llm import SamplingParams
@@ -184,6 +194,12 @@ class TrtLlmRunner:
         for t in ids:
             if not 0 <= t < vocab:
                 raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+        # The engine is built with max_input_len = prefill_len (build_llm_engine).
+        if len(ids) > self.recipe.shapes.prefill_len:
+            raise ShapeError(
+                f"prompt of {len(ids)} tokens exceeds the TensorRT-LLM engine's max input "
+                f"{self.recipe.shapes.prefill_len} ([shapes].prefill_len)"
+            )
         params = SamplingParams(**sampling_kwargs(n, context_logits))
         return self.llm.generate([ids], params, use_tqdm=False)[0]
 
@@ -195,8 +211,28 @@ class TrtLlmRunner:
             raise BackendError("the engine returned no context logits: rebuild it with --force")
         return out.context_logits.float().cpu().reshape(len(ids), -1)
 
-    def generate(self, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        from ...generate import Sampling
+
         ids = [int(t) for t in prompt_ids]
+        sampling = Sampling(temperature, top_k, top_p, seed)
+        eos = self.eos_token_ids if eos_token_ids is None else tuple(eos_token_ids)
+        if not sampling.greedy or eos:
+            # Not wired to TensorRT-LLM's SamplingParams yet, and never silently ignored.
+            raise BackendError(
+                "the trt-llm runner generates greedily with no early stop only: "
+                "pass temperature 0 and eos_token_ids=() (CLI: --no-eos)"
+            )
         self.recipe.check_fits(len(ids), max_new_tokens)
         if max_new_tokens == 0:
             return []

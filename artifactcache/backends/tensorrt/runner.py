@@ -124,4 +124,9 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
         )
     ctx.phases["weights_ready"] = ctx.phases["artifact_ready"] = time.perf_counter()
     steps = _EngineSteps(engine, ctx.recipe, dev, torch_dtype(meta.get("export_dtype", "fp32")))
-    return StepRunner(ctx.recipe, steps.prefill, steps.decode, dev, keepalive=(runtime, steps))
+    # decode continues the cache at any token count a profile serves, so it also runs
+    # a long prompt's later chunks (prefill restarts the cache).
+    return StepRunner(
+        ctx.recipe, steps.prefill, steps.decode, dev, extend=steps.decode,
+        keepalive=(runtime, steps),
+    )  # fmt: skip

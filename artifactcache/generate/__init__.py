@@ -1,0 +1,30 @@
+"""Generation on top of a Runner's compiled steps: what a user expects of ``generate``.
+
+- ``prefill``: a prompt of any length runs through the fixed-shape prefill step in
+  chunks of ``prefill_len`` tokens (``plan_chunks``);
+- ``sampling``: greedy, or temperature / top-k / top-p sampling on the device with no
+  host sync per token (``Sampling`` validates, ``Sampler`` draws);
+- ``checkpoint``: what a checkpoint folder says about generation: its EOS ids
+  (generation_config.json / config.json) and its ``tokenizer.json``.
+
+Nothing here imports torch at module level, so the CLI can validate its options
+before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+from .checkpoint import Checkpoint, TextStream, checkpoint_folder, eos_ids_from_folder
+from .prefill import Chunk, plan_chunks
+from .sampling import Sampling, check_eos_ids, cut_at_eos
+
+__all__ = [
+    "Checkpoint",
+    "Chunk",
+    "Sampling",
+    "TextStream",
+    "check_eos_ids",
+    "checkpoint_folder",
+    "cut_at_eos",
+    "eos_ids_from_folder",
+    "plan_chunks",
+]

@@ -1,0 +1,128 @@
+"""Choosing the next token: greedy, or sampling on the device without a host sync.
+
+``Sampling`` holds and validates the user's choice (no torch needed, so the CLI
+checks it before building anything). ``Sampling.sampler(device)`` returns the
+per-step function, logits [vocab] -> token [1, 1] int64, which stays on the device:
+
+- temperature 0 (the default) is greedy, ``argmax``, bit-identical to a plain argmax;
+- otherwise logits / temperature, then top-k and top-p (nucleus) filtering, then a
+  draw by the exponential race (gpt-fast's ``multinomial_sample_one_no_sync``):
+  ``argmax(probs / q)`` with q ~ Exp(1) is a sample from ``probs``, and unlike
+  ``torch.multinomial`` it never copies anything to the host.
+
+``seed`` seeds a torch.Generator on the device, so a seed gives the same tokens on
+every run; None draws a fresh seed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import GenerationError
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise GenerationError(
+                f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}"
+            )
+        k = self.top_k
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise GenerationError(f"top_k must be an integer >= 1, got {k!r}")
+        p = self.top_p
+        if p is not None and (
+            isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1
+        ):
+            raise GenerationError(f"top_p must be in (0, 1], got {p!r}")
+        s = self.seed
+        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 0):
+            raise GenerationError(f"seed must be an integer >= 0, got {s!r}")
+        if t == 0 and (k is not None or p is not None):
+            # Refused rather than ignored: greedy with a top-k is almost surely a
+            # forgotten temperature.
+            raise GenerationError(
+                "top_k/top_p apply to sampling: set a temperature > 0 (temperature 0 is greedy)"
+            )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def sampler(self, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+        """logits [vocab] (any float dtype) -> next token [1, 1] int64, on ``device``."""
+        if self.greedy:
+            return lambda logits: logits.argmax().view(1, 1)
+        import torch
+
+        gen = torch.Generator(device=device)
+        if self.seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(self.seed)
+        temperature, top_k, top_p = float(self.temperature), self.top_k, self.top_p
+
+        def sample(logits: torch.Tensor) -> torch.Tensor:
+            scores = logits.float() / temperature
+            if top_k is not None and top_k < scores.numel():
+                vals, idx = torch.topk(scores, top_k)
+                # Exactly top_k survivors, ties or not.
+                scores = torch.full_like(scores, -math.inf).scatter_(0, idx, vals)
+            probs = torch.softmax(scores, dim=-1)
+            if top_p is not None and top_p < 1:
+                probs = _nucleus(probs, top_p)
+            q = torch.empty_like(probs).exponential_(1, generator=gen)
+            # exponential_ may return 0; a zero-probability token would then give 0/0,
+            # a NaN that argmax would pick.
+            q.clamp_min_(torch.finfo(q.dtype).tiny)
+            return (probs / q).argmax().view(1, 1)
+
+        return sample
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """probs with only the smallest set of top tokens whose mass reaches top_p kept.
+
+    The same rule as transformers' TopPLogitsWarper: sort ascending, drop the tokens
+    whose cumulative mass stays <= 1 - top_p; the most likely token always stays.
+    """
+    import torch
+
+    sorted_p, order = torch.sort(probs, descending=False)
+    drop_sorted = torch.cumsum(sorted_p, dim=-1) <= 1 - top_p
+    drop_sorted[-1] = False
+    drop = torch.zeros_like(drop_sorted).scatter_(0, order, drop_sorted)
+    kept = probs.masked_fill(drop, 0.0)
+    return kept / kept.sum()
+
+
+def check_eos_ids(ids: Sequence[int], vocab_size: int) -> tuple[int, ...]:
+    """EOS ids as a tuple of ints in the vocabulary (one-line GenerationError else)."""
+    out = []
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise GenerationError(f"EOS token id {t!r} is outside the vocabulary [0, {vocab_size})")
+        out.append(t)
+    return tuple(dict.fromkeys(out))
+
+
+def cut_at_eos(ids: list[int], eos: Sequence[int]) -> list[int]:
+    """ids up to and including the first EOS (transformers' convention); all if none."""
+    stop = set(eos)
+    for i, t in enumerate(ids):
+        if t in stop:
+            return ids[: i + 1]
+    return ids
