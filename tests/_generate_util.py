@@ -1,0 +1,108 @@
+"""Helpers shared by the generate tests (not a test module): tiny recipes and folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# tiny-llama's architecture with a context long enough for a 300-token prompt.
+LONG_RECIPE = """\
+name = "{name}"
+family = "llama"
+
+[model]
+vocab_size = {vocab}
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+intermediate_size = 172
+max_position_embeddings = 512
+
+[shapes]
+max_seq_len = {max_seq_len}
+prefill_len = {prefill_len}
+
+[bench]
+prompt_ids = [1, 15043, 29892, 590, 1024, 338]
+max_new_tokens = 8
+"""
+
+WORDS = (
+    "hello my name is bob and the cat sat on a mat while we talk about tokens that "
+    "stream out one word at a time"
+)
+
+
+def write_recipe(
+    tmp: Path, *, name: str = "long", vocab: int = 32000, max_seq_len: int = 320,
+    prefill_len: int = 16,
+) -> Path:  # fmt: skip
+    path = tmp / f"{name}.toml"
+    path.write_text(
+        LONG_RECIPE.format(
+            name=name, vocab=vocab, max_seq_len=max_seq_len, prefill_len=prefill_len
+        )
+    )
+    return path
+
+
+def full_forward(recipe: Any, ids: list[int]) -> torch.Tensor:
+    """Eager logits [T, vocab] in one forward over the whole sequence (no chunks)."""
+    from artifactcache.models import build_model
+
+    model = build_model(recipe)
+    with torch.no_grad():
+        return model(torch.tensor([ids]), torch.arange(len(ids)))[0].float()
+
+
+def naive_greedy(recipe: Any, ids: list[int], n: int) -> list[int]:
+    """Greedy tokens by one full forward per token: no cache, no chunks."""
+    from artifactcache.models import build_model
+
+    model = build_model(recipe)
+    seq = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            out = model(torch.tensor([seq]), torch.arange(len(seq)))[0, -1]
+            seq.append(int(out.argmax()))
+    return seq[len(ids) :]
+
+
+def make_tokenizer(path: Path) -> Any:
+    """A WordLevel tokenizer trained on WORDS with <s>/</s>, saved as tokenizer.json."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"])
+    tok.train_from_iterator([WORDS], trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))]
+    )
+    tok.save(str(path / "tokenizer.json"))
+    return tok
+
+
+def make_checkpoint(tmp: Path, *, tokenizer: bool = True, eos: Any = None) -> tuple[Path, Path]:
+    """(recipe TOML, checkpoint folder): random weights saved as safetensors, with a
+    tokenizer.json whose vocabulary is the model's, and generation_config.json's EOS."""
+    from safetensors.torch import save_file
+
+    from artifactcache.models import build_model
+    from artifactcache.recipes import load_recipe
+
+    folder = tmp / "ckpt"
+    folder.mkdir()
+    vocab = make_tokenizer(folder).get_vocab_size()
+    if not tokenizer:
+        (folder / "tokenizer.json").unlink()
+    recipe_path = write_recipe(tmp, name="tok", vocab=vocab, max_seq_len=64, prefill_len=8)
+    model = build_model(load_recipe(recipe_path), weights=None)
+    save_file(dict(model.state_dict()), str(folder / "model.safetensors"))
+    if eos is not None:
+        (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
+    return recipe_path, folder

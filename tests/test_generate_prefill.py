@@ -1,0 +1,110 @@
+"""Prompts of any length up to the context: chunked prefill through the compiled step."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from _backend_util import private_dir, rel_err, runner_cache
+from _generate_util import full_forward, naive_greedy, write_recipe
+from typer.testing import CliRunner
+
+from artifactcache.errors import ShapeError
+from artifactcache.generate import plan_chunks
+from artifactcache.recipes import load_recipe
+
+PROMPT = [(7 * i + 11) % 32000 for i in range(300)]
+N_NEW = 8
+
+BACKENDS = [
+    "eager",
+    pytest.param(
+        "ort",
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("onnxruntime") is None, reason="needs onnxruntime"
+        ),
+    ),
+    pytest.param("inductor", marks=pytest.mark.slow),
+    pytest.param("aoti", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module")
+def long_recipe(tmp_path_factory) -> Path:
+    return write_recipe(tmp_path_factory.mktemp("recipes"), max_seq_len=320, prefill_len=16)
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    return runner_cache(private_dir(tmp_path_factory, "generate-prefill"))
+
+
+def test_chunks_cover_the_prompt_once_and_pad_the_last():
+    ids = list(range(1, 20))
+    chunks = plan_chunks(ids, 8, 64)
+    assert [c.start for c in chunks] == [0, 8, 16]
+    assert all(len(c.ids) == 8 for c in chunks)
+    assert chunks[-1].ids == (17, 18, 19, 0, 0, 0, 0, 0) and chunks[-1].keep == (0, 3)
+    kept = [t for c in chunks for t in c.ids[c.keep[0] : c.keep[1]]]
+    assert kept == ids
+
+
+def test_a_last_chunk_past_the_cache_end_overlaps_instead_of_padding():
+    ids = list(range(1, 21))  # 20 tokens, cache of 20, chunks of 8: 16 + 8 > 20
+    chunks = plan_chunks(ids, 8, 20)
+    assert [c.start for c in chunks] == [0, 8, 12]
+    assert chunks[-1].ids == tuple(range(13, 21)) and chunks[-1].keep == (4, 8)
+    assert max(c.start + len(c.ids) for c in chunks) <= 20
+    kept = [t for c in chunks for t in c.ids[c.keep[0] : c.keep[1]]]
+    assert kept == ids
+
+
+def test_a_prompt_of_exactly_prefill_len_is_one_chunk():
+    chunks = plan_chunks(list(range(8)), 8, 8)
+    assert len(chunks) == 1 and chunks[0].keep == (0, 8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_300_token_prompt_gives_the_full_forward(backend, long_recipe, runners):
+    recipe = load_recipe(long_recipe)
+    runner = runners(str(long_recipe), backend)
+    want = full_forward(recipe, PROMPT)
+    got = runner.logits(PROMPT)
+    assert got.shape == want.shape == (300, recipe.model.vocab_size)
+    assert rel_err(got, want) <= 1e-4
+    assert runner.generate(PROMPT, N_NEW) == naive_greedy(recipe, PROMPT, N_NEW)
+
+
+def test_a_prompt_that_fills_the_cache_to_its_last_slot(tmp_path: Path, runners):
+    """max_seq_len 310 is no multiple of 16: the last chunk overlaps the one before."""
+    path = write_recipe(tmp_path, name="fills", max_seq_len=310, prefill_len=16)
+    recipe = load_recipe(path)
+    ids = PROMPT + list(range(100, 110))
+    got = runners(str(path), "eager").logits(ids)
+    assert rel_err(got, full_forward(recipe, ids)) <= 1e-4
+
+
+def test_a_prompt_past_the_context_is_refused_in_one_line(long_recipe, runners):
+    runner = runners(str(long_recipe), "eager")
+    with pytest.raises(ShapeError, match="300 prompt \\+ 21 new tokens = 321 exceeds max_seq_len"):
+        runner.generate(PROMPT, 21)
+    with pytest.raises(ShapeError, match="exceeds max_seq_len 320"):
+        runner.logits(PROMPT + PROMPT[:21])
+
+
+def test_cli_refuses_a_prompt_past_the_context_before_building(long_recipe, tmp_path: Path):
+    from artifactcache.cli.app import app
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    tokens = ",".join(str(t) for t in PROMPT)
+    r = CliRunner().invoke(
+        app,
+        ["run", str(long_recipe), "--tokens", tokens, "--max-new-tokens", "21",
+         "--cache-dir", str(cache)],
+    )  # fmt: skip
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: 300 prompt + 21 new tokens")
+    assert list(cache.rglob("manifest.json")) == []  # nothing built
