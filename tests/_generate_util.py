@@ -27,7 +27,7 @@ max_seq_len = {max_seq_len}
 prefill_len = {prefill_len}
 
 [bench]
-prompt_ids = [1, 15043, 29892, 590, 1024, 338]
+prompt_ids = {bench_ids}
 max_new_tokens = 8
 """
 
@@ -39,13 +39,14 @@ WORDS = (
 
 def write_recipe(
     tmp: Path, *, name: str = "long", vocab: int = 32000, max_seq_len: int = 320,
-    prefill_len: int = 16,
+    prefill_len: int = 16, bench_ids: str = "[1, 15043, 29892, 590, 1024, 338]",
 ) -> Path:  # fmt: skip
     path = tmp / f"{name}.toml"
     path.write_text(
         LONG_RECIPE.format(
-            name=name, vocab=vocab, max_seq_len=max_seq_len, prefill_len=prefill_len
-        )
+            name=name, vocab=vocab, max_seq_len=max_seq_len, prefill_len=prefill_len,
+            bench_ids=bench_ids,
+        )  # fmt: skip
     )
     return path
 
@@ -100,7 +101,9 @@ def make_checkpoint(tmp: Path, *, tokenizer: bool = True, eos: Any = None) -> tu
     vocab = make_tokenizer(folder).get_vocab_size()
     if not tokenizer:
         (folder / "tokenizer.json").unlink()
-    recipe_path = write_recipe(tmp, name="tok", vocab=vocab, max_seq_len=64, prefill_len=8)
+    recipe_path = write_recipe(
+        tmp, name="tok", vocab=vocab, max_seq_len=64, prefill_len=8, bench_ids="[]"
+    )
     model = build_model(load_recipe(recipe_path), weights=None)
     save_file(dict(model.state_dict()), str(folder / "model.safetensors"))
     if eos is not None:

@@ -1,0 +1,159 @@
+"""A checkpoint folder's EOS ids and tokenizer: in Python, in `acache run`, not in bench."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from _generate_util import make_checkpoint
+from typer.testing import CliRunner
+
+from artifactcache import api
+from artifactcache.cli.app import app
+from artifactcache.cli.build import generate_and_print
+from artifactcache.errors import GenerationError
+from artifactcache.generate import eos_ids_from_folder
+from artifactcache.generate.checkpoint import decode_continuation
+from artifactcache.measure.bench import measure_requests
+
+PROMPT = "hello my name is"
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    d = tmp_path / "cache"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def _run(cache: Path, *args: str):
+    return CliRunner().invoke(app, ["run", *args, "--cache-dir", str(cache)])
+
+
+def _one_error_line(result, contains: str) -> None:
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and contains in lines[0], lines
+
+
+@pytest.mark.parametrize(
+    ("files", "want"),
+    [
+        ({"generation_config.json": {"eos_token_id": 2}}, (2,)),
+        ({"generation_config.json": {"eos_token_id": [2, 7]}, "config.json": {}}, (2, 7)),
+        ({"config.json": {"eos_token_id": 5}}, (5,)),
+        ({"generation_config.json": {"eos_token_id": None}, "config.json": {"eos_token_id": 3}},
+         (3,)),
+        ({"config.json": {"model_type": "llama"}}, ()),
+        ({}, ()),
+    ],
+)  # fmt: skip
+def test_eos_ids_from_the_folder(files, want, tmp_path: Path):
+    for name, data in files.items():
+        (tmp_path / name).write_text(json.dumps(data))
+    assert eos_ids_from_folder(tmp_path) == want
+
+
+@pytest.mark.parametrize("bad", ['{"eos_token_id": "2"}', '{"eos_token_id": [1, -2]}', "{"])
+def test_malformed_eos_ids_are_one_line_errors(bad: str, tmp_path: Path):
+    (tmp_path / "generation_config.json").write_text(bad)
+    with pytest.raises(GenerationError) as e:
+        eos_ids_from_folder(tmp_path)
+    assert "generation_config.json" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_runner_has_the_folders_tokenizer_and_stops_at_its_eos(tmp_path: Path, cache: Path):
+    recipe, folder = make_checkpoint(tmp_path)
+    runner = api.load(str(recipe), "eager", weights=folder, cache_dir=cache)
+    tok = runner.tokenizer
+    assert tok is not None and tok.encode(PROMPT).tokens == ["<s>", *PROMPT.split()]
+    assert runner.eos_token_ids == ()  # this folder has no generation_config.json
+    ids = tok.encode(PROMPT).ids
+    free = runner.generate(ids, 20)
+    k = next(i for i in range(2, 20) if free[i] not in free[:i])
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": free[k]}))
+    with_eos = api.load(str(recipe), "eager", weights=folder, cache_dir=cache)
+    assert with_eos.eos_token_ids == (free[k],)
+    assert with_eos.generate(ids, 20) == free[: k + 1]  # the EOS id is kept, as transformers does
+    assert with_eos.generate(ids, 20, eos_token_ids=()) == free
+    # The seed benchmark never stops early, whatever the checkpoint's EOS.
+    stats = measure_requests(with_eos, ids, 20, iters=1, warmup=1, device=torch.device("cpu"))
+    assert stats["new_tokens"] == 20
+    assert api.load(str(recipe), "eager", cache_dir=cache).tokenizer is None  # no folder
+
+
+def test_run_prompt_round_trips_text_and_json_has_ids_and_text(tmp_path: Path, cache: Path):
+    from tokenizers import Tokenizer
+
+    recipe, folder = make_checkpoint(tmp_path)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    args = [str(recipe), "--weights", str(folder), "--prompt", PROMPT, "--max-new-tokens", "12"]
+    j = json.loads(_run(cache, *args, "--json").stdout)
+    assert j["prompt_ids"] == tok.encode(PROMPT).ids
+    assert tok.decode(j["prompt_ids"], skip_special_tokens=True) == PROMPT
+    assert len(j["new_ids"]) == 12 and j["stop"] == "length"
+    assert j["text"] == decode_continuation(tok, j["prompt_ids"], j["new_ids"])
+    assert j["text"].split() == tok.decode(j["new_ids"], skip_special_tokens=True).split()
+    plain = _run(cache, *args)  # CliRunner's stdout is no terminal: the text at the end
+    assert plain.exit_code == 0, plain.output
+    assert plain.stdout == j["text"] + "\n"
+    # An EOS id from the command line stops the text there.
+    eos = j["new_ids"][0]
+    stopped = json.loads(_run(cache, *args, "--json", "--eos-id", str(eos)).stdout)
+    assert stopped["new_ids"] == [eos] and stopped["stop"] == "eos"
+
+
+class _Out:
+    def __init__(self, tty: bool) -> None:
+        self.tty, self.writes, self.flushes = tty, [], 0
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> None:
+        self.writes.append(s)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_text_streams_token_by_token_only_to_a_terminal(tmp_path: Path, cache: Path):
+    recipe, folder = make_checkpoint(tmp_path)
+    runner = api.load(str(recipe), "eager", weights=folder, cache_dir=cache)
+    ids = runner.tokenizer.encode(PROMPT).ids
+    choices = {"eos_token_ids": (), "temperature": 1.0, "seed": 4}
+    tty, pipe = _Out(True), _Out(False)
+    new_t, text_t = generate_and_print(runner, ids, 10, choices, runner.tokenizer, tty, show=True)
+    new_p, text_p = generate_and_print(runner, ids, 10, choices, runner.tokenizer, pipe, show=True)
+    assert new_t == new_p and text_t == text_p
+    assert tty.flushes == 10 and len(tty.writes) == 11 and "".join(tty.writes) == text_t + "\n"
+    assert pipe.writes == [text_p + "\n"] and pipe.flushes == 0
+
+
+def test_a_folder_without_a_tokenizer_takes_tokens_not_a_prompt(tmp_path: Path, cache: Path):
+    recipe, folder = make_checkpoint(tmp_path, tokenizer=False)
+    base = [str(recipe), "--weights", str(folder)]
+    ok = _run(cache, *base, "--tokens", "1,5,6", "--max-new-tokens", "4")
+    assert ok.exit_code == 0, ok.output
+    assert len(ok.stdout.split()) == 4  # ids, no text
+    _one_error_line(_run(cache, *base, "--prompt", PROMPT), f"no tokenizer.json in {folder}")
+    _one_error_line(_run(cache, str(recipe), "--prompt", PROMPT), "no checkpoint folder")
+
+
+@pytest.mark.parametrize(
+    ("args", "contains"),
+    [
+        (["--temperature", "-1"], "temperature must be a finite number >= 0"),
+        (["--temperature", "1", "--top-p", "0"], "top_p must be in (0, 1]"),
+        (["--temperature", "1", "--top-p", "1.5"], "top_p must be in (0, 1]"),
+        (["--temperature", "1", "--top-k", "0"], "top_k must be an integer >= 1"),
+        (["--top-k", "5"], "set a temperature > 0"),
+        (["--eos-id", "99999"], "EOS token id 99999 is outside the vocabulary"),
+        (["--eos-id", "3", "--no-eos"], "either --eos-id or --no-eos"),
+    ],
+)
+def test_bad_generation_options_exit_1_before_any_build(args, contains, cache: Path):
+    _one_error_line(_run(cache, "tiny-llama", "--tokens", "1,2", *args), contains)
+    assert list(cache.rglob("manifest.json")) == []

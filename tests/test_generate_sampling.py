@@ -1,0 +1,119 @@
+"""Sampling and EOS on every torch backend; the sampler's arguments and distribution."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _backend_util import private_dir, runner_cache
+from _generate_util import naive_greedy
+
+from artifactcache.errors import GenerationError
+from artifactcache.generate import Sampling, cut_at_eos
+from artifactcache.recipes import load_recipe
+
+RECIPE = "tiny-llama"
+N = 40  # crosses the EOS check interval (16) twice
+BACKENDS = [
+    "eager",
+    pytest.param("inductor", marks=pytest.mark.slow),
+    pytest.param("aoti", marks=pytest.mark.slow),
+]
+
+
+@pytest.fixture(scope="module")
+def runners(tmp_path_factory):
+    return runner_cache(private_dir(tmp_path_factory, "generate-sampling"))
+
+
+def _prompt() -> list[int]:
+    return list(load_recipe(RECIPE).bench.prompt_ids)
+
+
+def _first_new(tokens: list[int], at_least: int) -> int:
+    """The first index >= at_least whose token appears nowhere before it."""
+    return next(i for i in range(at_least, len(tokens)) if tokens[i] not in tokens[:i])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
+        ({"temperature": math.nan}, "temperature must be a finite number >= 0"),
+        ({"temperature": 1.0, "top_k": 0}, "top_k must be an integer >= 1"),
+        ({"temperature": 1.0, "top_p": 0.0}, "top_p must be in (0, 1]"),
+        ({"temperature": 1.0, "top_p": 1.5}, "top_p must be in (0, 1]"),
+        ({"temperature": 1.0, "seed": -1}, "seed must be an integer >= 0"),
+        ({"top_k": 5}, "set a temperature > 0"),
+        ({"top_p": 0.9}, "set a temperature > 0"),
+    ],
+)
+def test_bad_sampling_arguments_are_one_line_errors(kwargs, message, runners):
+    with pytest.raises(GenerationError) as e:
+        Sampling(**kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(GenerationError, match="must|temperature"):
+        runners(RECIPE, "eager").generate(_prompt(), 4, **kwargs)
+
+
+def test_eos_ids_outside_the_vocabulary_are_refused(runners):
+    with pytest.raises(GenerationError, match="EOS token id 32000 is outside the vocabulary"):
+        runners(RECIPE, "eager").generate(_prompt(), 4, eos_token_ids=[32000])
+
+
+def test_cut_at_eos_keeps_the_first_eos_only():
+    assert cut_at_eos([5, 6, 2, 7, 2], [2]) == [5, 6, 2]
+    assert cut_at_eos([5, 6], [2]) == [5, 6]
+
+
+def test_the_sampler_follows_the_distribution_and_its_filters():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log()
+
+    def freqs(**kw) -> torch.Tensor:
+        pick = Sampling(temperature=1.0, seed=0, **kw).sampler(torch.device("cpu"))
+        draws = torch.tensor([int(pick(logits)) for _ in range(4000)])
+        return torch.bincount(draws, minlength=4).float() / len(draws)
+
+    assert torch.allclose(freqs(), probs, atol=0.03)
+    top2 = freqs(top_k=2)
+    assert top2[2:].sum() == 0 and torch.allclose(top2[:2], torch.tensor([0.625, 0.375]), atol=0.03)
+    # top_p 0.8: 0.5 + 0.3 reach it, so the two least likely tokens are dropped.
+    nucleus = freqs(top_p=0.8)
+    assert nucleus[2:].sum() == 0 and torch.allclose(nucleus[:2], top2[:2], atol=0.03)
+
+
+def test_eager_greedy_is_the_full_forward_argmax(runners):
+    prompt = _prompt()
+    assert runners(RECIPE, "eager").generate(prompt, 12) == naive_greedy(
+        load_recipe(RECIPE), prompt, 12
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sampling_and_eos(backend, runners):
+    runner, prompt = runners(RECIPE, backend), _prompt()
+    greedy = runner.generate(prompt, N)
+    assert len(greedy) == N
+    assert runner.generate(prompt, N, temperature=0.0, seed=3) == greedy
+    assert runner.generate(prompt, N, temperature=1.0, top_k=1, seed=3) == greedy
+    assert runner.generate(prompt, N, temperature=1.0, top_p=1e-6, seed=3) == greedy
+
+    a = runner.generate(prompt, N, temperature=1.0, seed=1)
+    assert len(a) == N and all(0 <= t < 32000 for t in a)
+    assert runner.generate(prompt, N, temperature=1.0, seed=1) == a
+    assert runner.generate(prompt, N, temperature=1.0, seed=2) != a
+    assert list(runner.stream(prompt, N, temperature=1.0, seed=1)) == a
+    filtered = runner.generate(prompt, N, temperature=0.8, top_k=50, top_p=0.9, seed=1)
+    assert len(filtered) == N
+
+    for k in (_first_new(greedy, 3), _first_new(greedy, 17)):  # before and after a check
+        eos = [greedy[k]]
+        assert runner.generate(prompt, N, eos_token_ids=eos) == greedy[: k + 1]
+        assert list(runner.stream(prompt, N, eos_token_ids=eos)) == greedy[: k + 1]
+    assert runner.generate(prompt, N, eos_token_ids=()) == greedy
+    sampled_eos = [a[_first_new(a, 5)]]
+    assert runner.generate(prompt, N, temperature=1.0, seed=1, eos_token_ids=sampled_eos) == (
+        a[: _first_new(a, 5) + 1]
+    )
