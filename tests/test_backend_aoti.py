@@ -111,7 +111,7 @@ def test_shapes_that_do_not_fit(runners):
     recipe = load_recipe("tiny-llama")
     runner = runners("tiny-llama", "aoti")
     with pytest.raises(ShapeError):
-        runner.logits(list(range(1, recipe.shapes.prefill_len + 2)))
+        runner.logits(list(range(1, recipe.shapes.max_seq_len + 2)))
     with pytest.raises(ShapeError):
         runner.generate([1, 2], recipe.shapes.max_seq_len)
 

@@ -83,8 +83,10 @@ def test_half_dtypes_run(dtype: str, root: Path):
 def test_shapes_that_do_not_fit(root: Path):
     recipe = load_recipe("tiny-llama")
     runner = api.load("tiny-llama", "eager", cache_dir=root)
-    with pytest.raises(ShapeError, match="prefill_len"):
-        runner.logits([1] * (recipe.shapes.prefill_len + 1))
+    # prefill_len is the chunk size, not a limit: the context is.
+    assert runner.logits([1] * (recipe.shapes.prefill_len + 1)).shape[0] == 9
+    with pytest.raises(ShapeError, match="max_seq_len"):
+        runner.logits([1] * (recipe.shapes.max_seq_len + 1))
     with pytest.raises(ShapeError, match="max_seq_len"):
         runner.generate([1, 2], recipe.shapes.max_seq_len)
     with pytest.raises(ShapeError, match="vocabulary"):

@@ -114,10 +114,10 @@ def test_bad_options_are_one_line_errors(kwargs, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
-def test_prompt_outside_the_profile(store):
+def test_prompt_outside_the_context(store):
     runner = api.load("tiny-llama", "ort", store=store)
-    with pytest.raises(ShapeError, match="exceeds prefill_len 8"):
-        runner.logits(list(range(1, 10)))
+    with pytest.raises(ShapeError, match="exceeds max_seq_len 64"):
+        runner.logits(list(range(1, 66)))
     with pytest.raises(ShapeError, match="exceeds max_seq_len 64"):
         runner.generate([1, 2], 63)
 
@@ -129,6 +129,7 @@ def test_cli_bad_inputs_exit_1(cache_dir):
     r = cli.invoke(app, ["build", "tiny-llama", "--backend", "ort", "--dtype", "bf16"])
     assert r.exit_code == 1
     assert r.output.strip().count("\n") == 0 and "supports dtype fp32" in r.output
-    r = cli.invoke(app, ["run", "tiny-llama", "--backend", "ort", "--tokens", "1,2,3,4,5,6,7,8,9"])
+    tokens = ",".join(["1"] * 65)
+    r = cli.invoke(app, ["run", "tiny-llama", "--backend", "ort", "--tokens", tokens])
     assert r.exit_code == 1, r.output
-    assert r.output.strip().splitlines()[-1].startswith("error: prompt of 9 tokens exceeds")
+    assert r.output.strip().splitlines()[-1].startswith("error: 65 prompt + 1 new tokens")

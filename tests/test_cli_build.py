@@ -80,7 +80,7 @@ def test_run_prints_ids(cache_dir: Path):
         (["run", "tiny-llama", "--tokens", "1", "--prompt", "hi"], "not both"),
         (["run", "tiny-llama", "--prompt", "Something else"], "pass token ids with --tokens"),
         (["run", "tiny-llama", "--tokens", "1", "--max-new-tokens", "500"], "max_seq_len"),
-        (["run", "tiny-llama", "--tokens", ",".join(["1"] * 20)], "prefill_len"),
+        (["run", "tiny-llama", "--tokens", ",".join(["1"] * 70)], "70 prompt + 1 new tokens"),
         (["run", "tiny-llama", "--tokens", "99999", "--max-new-tokens", "2"], "vocabulary"),
         (["build", "no-such-recipe"], "unknown recipe"),
         (["build", "tiny-llama", "--backend", "nope"], "unknown backend"),

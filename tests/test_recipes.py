@@ -149,8 +149,7 @@ def test_not_toml_and_unknown_name(tmp_path: Path):
 def test_check_fits():
     r = load_recipe("tiny-llama")
     r.check_fits(r.shapes.prefill_len, r.shapes.max_seq_len - r.shapes.prefill_len)
-    with pytest.raises(ShapeError, match="prefill_len"):
-        r.check_fits(r.shapes.prefill_len + 1, 1)
+    r.check_fits(r.shapes.prefill_len + 1, 1)  # longer prompts run in chunks
     with pytest.raises(ShapeError, match="max_seq_len"):
         r.check_fits(2, r.shapes.max_seq_len)
     with pytest.raises(ShapeError, match="empty"):
