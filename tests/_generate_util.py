@@ -44,7 +44,10 @@ def write_recipe(
     path = tmp / f"{name}.toml"
     path.write_text(
         LONG_RECIPE.format(
-            name=name, vocab=vocab, max_seq_len=max_seq_len, prefill_len=prefill_len,
+            name=name,
+            vocab=vocab,
+            max_seq_len=max_seq_len,
+            prefill_len=prefill_len,
             bench_ids=bench_ids,
         )  # fmt: skip
     )

@@ -114,6 +114,7 @@ def test_sampling_and_eos(backend, runners):
         assert list(runner.stream(prompt, N, eos_token_ids=eos)) == greedy[: k + 1]
     assert runner.generate(prompt, N, eos_token_ids=()) == greedy
     sampled_eos = [a[_first_new(a, 5)]]
-    assert runner.generate(prompt, N, temperature=1.0, seed=1, eos_token_ids=sampled_eos) == (
-        a[: _first_new(a, 5) + 1]
+    assert (
+        runner.generate(prompt, N, temperature=1.0, seed=1, eos_token_ids=sampled_eos)
+        == (a[: _first_new(a, 5) + 1])
     )
