@@ -118,3 +118,29 @@ def test_sampling_and_eos(backend, runners):
         runner.generate(prompt, N, temperature=1.0, seed=1, eos_token_ids=sampled_eos)
         == (a[: _first_new(a, 5) + 1])
     )
+
+
+def test_the_trt_llm_runner_cuts_at_eos_refuses_sampling_and_long_prompts(monkeypatch):
+    """TensorRT-LLM is not installable here: a stand-in LLM returns fixed ids."""
+    import sys
+    import types
+
+    from artifactcache.backends.tensorrt.llm import TrtLlmRunner
+    from artifactcache.errors import BackendError, ShapeError
+
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", types.SimpleNamespace(SamplingParams=dict))
+
+    class LLM:
+        def generate(self, prompts, params, use_tqdm):
+            assert params["ignore_eos"] and params["temperature"] == 0.0
+            out = types.SimpleNamespace(token_ids=[5, 6, 7, 8][: params["max_tokens"]])
+            return [types.SimpleNamespace(outputs=[out])]
+
+    runner = TrtLlmRunner(LLM(), load_recipe(RECIPE))
+    assert runner.generate([1, 2], 4) == [5, 6, 7, 8]
+    assert runner.generate([1, 2], 4, eos_token_ids=[6]) == [5, 6]
+    assert list(runner.stream([1, 2], 4, eos_token_ids=[7])) == [5, 6, 7]
+    with pytest.raises(BackendError, match="greedily only"):
+        runner.generate([1, 2], 4, temperature=0.5)
+    with pytest.raises(ShapeError, match="max input 8"):
+        runner.generate(list(range(1, 10)), 4)

@@ -222,21 +222,24 @@ class TrtLlmRunner:
         top_p: float | None = None,
         seed: int | None = None,
     ) -> list[int]:
-        from ...generate import Sampling
+        from ...generate import Sampling, check_eos_ids, cut_at_eos
 
         ids = [int(t) for t in prompt_ids]
-        sampling = Sampling(temperature, top_k, top_p, seed)
-        eos = self.eos_token_ids if eos_token_ids is None else tuple(eos_token_ids)
-        if not sampling.greedy or eos:
+        if not Sampling(temperature, top_k, top_p, seed).greedy:
             # Not wired to TensorRT-LLM's SamplingParams yet, and never silently ignored.
-            raise BackendError(
-                "the trt-llm runner generates greedily with no early stop only: "
-                "pass temperature 0 and eos_token_ids=() (CLI: --no-eos)"
-            )
+            raise BackendError("the trt-llm runner generates greedily only: use temperature 0")
+        eos = self.eos_token_ids if eos_token_ids is None else eos_token_ids
+        eos = check_eos_ids(eos, self.recipe.model.vocab_size)
         self.recipe.check_fits(len(ids), max_new_tokens)
         if max_new_tokens == 0:
             return []
-        return list(self._generate(ids, max_new_tokens, False).outputs[0].token_ids)
+        # The engine runs with ignore_eos (sampling_kwargs); the EOS cut happens here.
+        out = list(self._generate(ids, max_new_tokens, False).outputs[0].token_ids)
+        return cut_at_eos(out, eos)
+
+    def stream(self, prompt_ids: list[int], max_new_tokens: int, **choices: Any) -> Any:
+        """generate()'s ids, all at once: the LLM API returns a whole request."""
+        return iter(self.generate(prompt_ids, max_new_tokens, **choices))
 
 
 def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -> TrtLlmRunner:
