@@ -112,3 +112,15 @@ def make_checkpoint(tmp: Path, *, tokenizer: bool = True, eos: Any = None) -> tu
     if eos is not None:
         (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}))
     return recipe_path, folder
+
+
+def write_config(folder: Path, vocab: int, eos: Any) -> None:
+    """A Llama config.json with the recipe's architecture, so the folder is a recipe."""
+    config = {
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": vocab,
+        "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 172, "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0, "max_position_embeddings": 512, "tie_word_embeddings": False,
+        "hidden_act": "silu", "eos_token_id": eos,
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))

@@ -65,7 +65,7 @@ def no_spawn(monkeypatch):
 
 
 S3 = ["--remote", "s3://bucket/prefix"]
-TOO_LONG = ",".join(["1"] * 20)
+TOO_LONG = ",".join(["1"] * 70)  # past tiny-llama's max_seq_len 64
 RUN = ["run", "tiny-llama", "-b", "eager"]
 OUT = "OUT"  # replaced by a path under tmp_path that must not be created
 COMPARE = ["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out", OUT]
@@ -77,7 +77,7 @@ CASES = [
     ([*RUN, "--tokens", "1,99999", "--max-new-tokens", "2"], "outside the vocabulary"),
     ([*RUN, "--tokens", "-5", "--max-new-tokens", "2"], "outside the vocabulary"),
     ([*RUN, "--tokens", ","], "--tokens is empty"),
-    ([*RUN, "--tokens", TOO_LONG], "prefill_len"),
+    ([*RUN, "--tokens", TOO_LONG], "max_seq_len"),
     ([*RUN, "--tokens", "1", "--max-new-tokens", "500"], "max_seq_len"),
     ([*RUN, "--tokens", "1", "--mode", "fast"], "has no modes"),
     ([*RUN, "--tokens", "1", "--dtype", "fp8"], "unknown dtype"),
@@ -198,7 +198,7 @@ def test_library_checks_a_generation_request_before_anything_is_built():
         ([1, 2], 0, "at least 1"),
         ([1, rec.model.vocab_size], 1, "vocabulary"),
         ([], 1, "empty"),
-        ([1] * (rec.shapes.prefill_len + 1), 1, "prefill_len"),
+        ([1] * rec.shapes.max_seq_len, 1, "max_seq_len"),
         ([1], rec.shapes.max_seq_len, "max_seq_len"),
     ]:
         with pytest.raises(ShapeError, match=needle):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _generate_util import make_checkpoint
+from _generate_util import make_checkpoint, write_config
 from typer.testing import CliRunner
 
 from artifactcache import api
@@ -103,6 +103,28 @@ def test_run_prompt_round_trips_text_and_json_has_ids_and_text(tmp_path: Path, c
     eos = j["new_ids"][0]
     stopped = json.loads(_run(cache, *args, "--json", "--eos-id", str(eos)).stdout)
     assert stopped["new_ids"] == [eos] and stopped["stop"] == "eos"
+
+
+def test_run_on_a_checkpoint_folder_prints_text_and_stops_at_its_eos(
+    tmp_path: Path, cache: Path
+):
+    """The folder alone is the recipe: config.json, weights, tokenizer.json, EOS ids."""
+    from tokenizers import Tokenizer
+
+    _, folder = make_checkpoint(tmp_path)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    write_config(folder, tok.get_vocab_size(), eos=tok.token_to_id("</s>"))
+    base = [str(folder), "--prompt", PROMPT, "--max-new-tokens", "30"]
+    free = json.loads(_run(cache, *base, "--json", "--no-eos").stdout)
+    assert free["prompt_ids"] == tok.encode(PROMPT).ids and len(free["new_ids"]) == 30
+    k = next(i for i in range(1, 30) if free["new_ids"][i] not in free["new_ids"][:i])
+    eos = free["new_ids"][k]
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [eos]}))
+    stopped = json.loads(_run(cache, *base, "--json").stdout)  # generation_config wins
+    assert stopped["new_ids"] == free["new_ids"][: k + 1] and stopped["stop"] == "eos"
+    text = _run(cache, *base)
+    assert text.exit_code == 0, text.output
+    assert text.stdout == stopped["text"] + "\n" and stopped["text"].strip()
 
 
 class _Out:

@@ -298,7 +298,7 @@ def register(app: typer.Typer) -> None:
         from ..recipes import load_recipe
 
         rec = load_recipe(recipe)
-        folder = checkpoint_folder(weights)
+        folder = checkpoint_folder(weights if weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
         tok = ckpt.tokenizer if ckpt is not None else None
         ids = prompt_ids_for(rec, tok, prompt, tokens, folder)
