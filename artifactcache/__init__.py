@@ -7,6 +7,9 @@ Public API (no CLI needed)::
     runner = artifactcache.load("tiny-llama", backend="inductor")    # Runner
     runner.generate([1, 15043, 29892], max_new_tokens=8)
 
+    fast = artifactcache.compile(my_module, (x,), backend="aoti")  # any nn.Module
+    fast(x)                                                          # == my_module(x)
+
     store = artifactcache.LocalStore()            # $ACACHE_DIR or the user cache dir
     entries, warnings = store.scan()
 
@@ -29,6 +32,7 @@ __all__ = [
     "LocalStore",
     "Runner",
     "build",
+    "compile",
     "load",
     "load_recipe",
 ]
@@ -36,6 +40,7 @@ __all__ = [
 _LAZY = {
     "build": ("api", "build"),
     "load": ("api", "load"),
+    "compile": ("api", "compile"),
     "BuildResult": ("api", "BuildResult"),
     "Runner": ("backends.base", "Runner"),
     "LocalStore": ("store.local", "LocalStore"),
@@ -44,7 +49,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .api import BuildResult, build, load
+    from .api import BuildResult, build, compile, load
     from .backends.base import Runner
     from .recipes import load_recipe
     from .store.local import Entry, LocalStore

@@ -92,3 +92,7 @@ class FilesystemError(AcacheError):
 class EntryInUse(AcacheError):
     """An entry cannot be removed now: another process is loading it, or other
     entries depend on it."""
+
+
+class ModelSpecError(AcacheError):
+    """A user module, its example inputs, or a ``pkg.mod:factory`` spec is unusable."""

@@ -141,7 +141,6 @@ class InductorBackend:
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev)
         t0 = time.perf_counter()
-        kernels: list[str] = []
         with fresh_inductor_cache(), fresh_cache_artifact_manager():
             torch.compiler.reset()
             forget_inductor_process_caches()
@@ -153,16 +152,7 @@ class InductorBackend:
                     "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
                 )
             data, info = saved
-            src = inductor_cache_dir()
-            for f in sorted(src.rglob("*")):
-                rel = f.relative_to(src)
-                # Triton's own cache (fresh_cache puts it under "triton/") is carried
-                # by the Mega-Cache's Triton bundle; only Inductor's C++ objects here.
-                if f.is_file() and f.suffix in _KERNEL_SUFFIXES and rel.parts[0] != "triton":
-                    dst = workdir / KERNELS / rel
-                    dst.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(f, dst)
-                    kernels.append(str(rel))
+            kernels = save_kernels(workdir / KERNELS)
         # The steps compiled above belong to this build's model; a later load()
         # in this process compiles its own from the Mega-Cache.
         torch.compiler.reset()
@@ -193,6 +183,22 @@ class InductorBackend:
         compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(ctx.recipe, compiled, compiled, dev, keepalive=model)
+
+
+def save_kernels(dest: Path) -> list[str]:
+    """Copy the C++ kernel objects of this (fresh) Inductor cache dir into dest."""
+    src = inductor_cache_dir()
+    kernels = []
+    for f in sorted(src.rglob("*")):
+        rel = f.relative_to(src)
+        # Triton's own cache (fresh_cache puts it under "triton/") is carried
+        # by the Mega-Cache's Triton bundle; only Inductor's C++ objects here.
+        if f.is_file() and f.suffix in _KERNEL_SUFFIXES and rel.parts[0] != "triton":
+            dst = dest / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dst)
+            kernels.append(str(rel))
+    return kernels
 
 
 def install_kernels(src: Path) -> int:

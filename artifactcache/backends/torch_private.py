@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendUnavailable
+from ..errors import BackendError, BackendUnavailable
 
 
 class TorchPrivateAPIMissing(BackendUnavailable):
@@ -173,3 +173,24 @@ def aoti_container_runner(so_path: Path, dev: Any) -> Any:
         # The kernel binaries (.cubin) sit beside the .so in the unpacked package.
         return aoti.AOTIModelContainerRunnerCuda(str(so_path), 1, str(dev), str(so_path.parent))
     return aoti.AOTIModelContainerRunnerCpu(str(so_path), 1)
+
+
+def output_tree(out: Any) -> tuple[list[Any], str]:
+    """(flat output tensors, the structure as JSON) via torch.utils._pytree."""
+    from torch.utils import _pytree
+
+    flat, spec = _pytree.tree_flatten(out)
+    try:
+        return flat, _pytree.treespec_dumps(spec)
+    except Exception as e:  # a pytree node type without a serialized name
+        raise BackendError(
+            f"the model's output structure cannot be stored ({type(e).__name__}: {e}); "
+            "return tensors, or tuples, lists or dicts of them"
+        ) from None
+
+
+def rebuild_output(flat: list[Any], tree: str) -> Any:
+    """The model's output structure from its flat tensors and output_tree's JSON."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_unflatten(list(flat), _pytree.treespec_loads(tree))

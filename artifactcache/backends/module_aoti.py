@@ -1,0 +1,163 @@
+"""aoti for any module: one weight-stripped AOTInductor library, the module's own tensors.
+
+Build: ``torch.export`` of ``module(*example_inputs)`` (with the dynamic
+dimensions, if any) and ``aoti_compile_and_package`` with
+``package_constants_in_so=False``, unpacked into the entry as the LLM aoti
+backend does (aoti.py). Constants that are not the module's parameters or buffers
+(tensors export lifted from plain attributes) are small and are saved beside the
+library in ``constants.safetensors``.
+
+Load: ``AOTIModelContainerRunner`` on the entry's .so, its constants pointed at
+the caller's module tensors with ``user_managed=True`` (no copy): no export, no
+Inductor import, nothing compiled. The artifact holds no weights, so the key has
+none: one build serves every set of weights of that architecture.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError
+from .aoti import MODES, _inductor_configs, _safe_extract, _share_constants
+from .base import BuildOptions
+from .cxx import build_record, check_runtime
+from .module_common import FORMAT, reference_run, require_files, write_record
+
+if TYPE_CHECKING:
+    from ..module_spec import ModuleSpec
+
+STEP = "module"
+CONSTANTS = "constants.safetensors"
+
+
+def export_dynamic_shapes(spec: ModuleSpec) -> Any:
+    """torch.export's dynamic_shapes (one tuple entry per input) from the spec's ranges."""
+    if not spec.dynamic:
+        return None
+    from torch.export import Dim
+
+    return tuple(
+        {d: Dim(f"in{i}_d{d}", min=lo, max=hi) for d, (lo, hi) in dims.items()} or None
+        for i, dims in enumerate(spec.dynamic)
+    )
+
+
+class AotiModuleBackend:
+    name = "aoti"
+    weights_in_artifact = False
+
+    def check_options(self, opts: BuildOptions) -> None:
+        mode = opts.mode or "default"
+        if mode not in MODES:
+            raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
+        if opts.extra:
+            raise BackendError(f"backend 'aoti' takes no extra options (got {sorted(opts.extra)})")
+
+    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "dtype": opts.dtype,
+            "device": opts.device.split(":")[0],
+            "mode": opts.mode or "default",
+            "constants": "user-managed",
+        }
+
+    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+        import torch
+
+        from .torch_private import inductor_config_kept, release_export_state
+
+        flat, tree = reference_run(spec)
+        cfg = _inductor_configs(opts)
+        scratch = workdir / ".pt2"
+        scratch.mkdir()
+        t0 = time.perf_counter()
+        with torch.no_grad(), inductor_config_kept():
+            ep = torch.export.export(
+                spec.module, spec.example_inputs, dynamic_shapes=export_dynamic_shapes(spec),
+                strict=False,
+            )  # fmt: skip
+            t_export = time.perf_counter() - t0
+            pkg = torch._inductor.aoti_compile_and_package(
+                ep, package_path=str(scratch / f"{STEP}.pt2"), inductor_configs=cfg
+            )
+        names = _safe_extract(Path(pkg), workdir)
+        sos = [n for n in names if n.endswith(".so")]
+        if len(sos) != 1:
+            raise BackendError(f"the AOTInductor package holds .so files {sos}, expected one")
+        state = _module_state(spec.module)
+        lifted = {k: v for k, v in ep.constants.items() if k not in state and _is_tensor(v)}
+        if lifted:
+            from safetensors.torch import save_file
+
+            save_file({k: v.detach().cpu().contiguous() for k, v in lifted.items()},
+                      str(workdir / CONSTANTS))  # fmt: skip
+        shutil.rmtree(scratch)
+        del ep
+        release_export_state()
+        meta = {
+            "format": FORMAT,
+            "library": sos[0],
+            "output_tree": tree,
+            "outputs": len(flat),
+            "lifted_constants": sorted(lifted),
+            "compile_seconds": {
+                "export": round(t_export, 3), "total": round(time.perf_counter() - t0, 3)
+            },
+            "weights": "external (user-managed constants)",
+            **build_record(cfg.get("cpp.cxx")),
+        }
+        write_record(workdir, meta)
+        return meta
+
+    def load(
+        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        phases: dict[str, float],
+    ) -> Callable[..., Any]:  # fmt: skip
+        import torch
+
+        from .torch_private import aoti_container_runner, rebuild_output
+
+        lib = str(meta.get("library", ""))
+        require_files(entry_dir, lib or "<library>")
+        dev = torch.device(spec.device)
+        if dev.type == "cuda":
+            torch.zeros(1, device=dev)  # a CUDA context before the .so loads (aoti.py)
+        check_runtime(meta)  # before dlopen: a C++ runtime mismatch segfaults
+        state = _module_state(spec.module)
+        if meta.get("lifted_constants"):
+            from safetensors.torch import load_file
+
+            require_files(entry_dir, CONSTANTS)
+            state.update({k: v.to(dev) for k, v in load_file(str(entry_dir / CONSTANTS)).items()})
+        phases["weights_ready"] = time.perf_counter()
+        runner = aoti_container_runner(entry_dir / lib, dev)
+        _share_constants(runner, state, STEP)
+        tree = meta["output_tree"]
+        phases["artifact_ready"] = time.perf_counter()
+
+        def run(*args: Any) -> Any:
+            # Keeps state alive: the runner holds pointers into these tensors.
+            _ = state
+            return rebuild_output(runner.run(list(args)), tree)
+
+        return run
+
+
+def _module_state(module: Any) -> dict[str, Any]:
+    state = dict(module.named_parameters(remove_duplicate=False))
+    state.update(dict(module.named_buffers(remove_duplicate=False)))
+    return state
+
+
+def _is_tensor(v: Any) -> bool:
+    import torch
+
+    return isinstance(v, torch.Tensor)
+
+
+MODULE_BACKEND = AotiModuleBackend()
