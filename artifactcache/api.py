@@ -378,7 +378,7 @@ def load(
 # recipes. The LLM Backend supplies what both share: availability and toolchain.
 
 
-def _module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildOptions:
+def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildOptions:
     opts = dict(options or {})
     mode = opts.pop("mode", None)
     return BuildOptions(device=spec.device, dtype=spec.dtype, mode=mode, extra=opts)
@@ -424,7 +424,7 @@ def compile_with_result(
 
     t0 = time.perf_counter()
     phases = phases if phases is not None else {}
-    opts = _module_options(backend, spec, options)
+    opts = module_options(backend, spec, options)
     mb, info = module_key_for(backend, spec, opts)
     st = _resolve_store(store, cache_dir, allow_shared_root)
     if build_on_miss:

@@ -151,7 +151,9 @@ class ModuleSpec:
     _fingerprint: dict[str, Any] | None = field(default=None, repr=False)
 
     def label(self) -> str:
-        return self.name or self.origin if self.origin != "python" else type(self.module).__name__
+        if self.name:
+            return self.name
+        return self.origin if self.origin != "python" else type(self.module).__name__
 
     def dynamic_factors(self) -> list[Any]:
         return [
@@ -181,7 +183,9 @@ class ModuleSpec:
         import torch
 
         if len(args) != len(self.inputs):
-            raise ShapeError(f"the model was compiled for {len(self.inputs)} inputs, got {len(args)}")
+            raise ShapeError(
+                f"the model was compiled for {len(self.inputs)} inputs, got {len(args)}"
+            )
         dyn = self.dynamic or tuple({} for _ in self.inputs)
         for i, (a, s, dims) in enumerate(zip(args, self.inputs, dyn, strict=True)):
             if not isinstance(a, torch.Tensor):
@@ -270,7 +274,9 @@ def normalize_dynamic(
             "dynamic_shapes must be a list with one entry per input: None or {dim: (min, max)}"
         )
     if len(dynamic_shapes) != n_inputs:
-        raise ModelSpecError(f"dynamic_shapes has {len(dynamic_shapes)} entries for {n_inputs} inputs")
+        raise ModelSpecError(
+            f"dynamic_shapes has {len(dynamic_shapes)} entries for {n_inputs} inputs"
+        )
     out = []
     for i, (dims, spec) in enumerate(zip(dynamic_shapes, inputs, strict=True)):
         norm: dict[int, tuple[int, int]] = {}
@@ -318,7 +324,9 @@ def make_spec(
     if device is None:
         device = str(first.device) if first is not None else "cpu"
     if dtype is None:
-        dtype = dtype_name(first.dtype) if first is not None and first.is_floating_point() else "fp32"
+        dtype = (
+            dtype_name(first.dtype) if first is not None and first.is_floating_point() else "fp32"
+        )
     if dtype not in FLOAT_DTYPES:
         raise ModelSpecError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
     if device == "cuda":
@@ -379,18 +387,35 @@ def is_module_spec(text: str) -> bool:
     return ":" in text and not text.endswith(".toml")
 
 
-def call_factory(spec: str, *, seed: int = 0) -> tuple[Any, Any]:
-    """(module, example_inputs or None) from ``pkg.mod:factory``; one-line errors."""
+def resolve_factory(spec: str) -> Any:
+    """The factory ``pkg.mod:factory`` names (imported, not called); one-line errors."""
     target, _, attr = spec.rpartition(":")
     if not target or not attr.isidentifier():
         raise ModelSpecError(
             f"model spec {spec!r}: expected pkg.module:factory or path/to/file.py:factory"
         )
-    import torch
-
     factory = getattr(_import_target(target), attr, None)
     if not callable(factory):
         raise ModelSpecError(f"model spec {spec!r}: {target} has no callable {attr!r}")
+    return factory
+
+
+def check_cli_spec(
+    spec: str, inputs: Sequence[str] | None, dtype: str, batch: int | None = None
+) -> None:
+    """What a parent can check before spawning probes: the factory imports, inputs parse."""
+    resolve_factory(spec)
+    for text in inputs or []:
+        parse_input(text, model_dtype=dtype)
+    if batch is not None and batch < 1:
+        raise ModelSpecError(f"--batch must be at least 1, got {batch}")
+
+
+def call_factory(spec: str, *, seed: int = 0) -> tuple[Any, Any]:
+    """(module, example_inputs or None) from ``pkg.mod:factory``; one-line errors."""
+    import torch
+
+    factory = resolve_factory(spec)
     torch.manual_seed(seed)  # random init is the same in every process: ort/trt key on it
     try:
         made = factory()

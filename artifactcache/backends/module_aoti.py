@@ -106,7 +106,8 @@ class AotiModuleBackend:
             "outputs": len(flat),
             "lifted_constants": sorted(lifted),
             "compile_seconds": {
-                "export": round(t_export, 3), "total": round(time.perf_counter() - t0, 3)
+                "export": round(t_export, 3),
+                "total": round(time.perf_counter() - t0, 3),
             },
             "weights": "external (user-managed constants)",
             **build_record(cfg.get("cpp.cxx")),

@@ -194,3 +194,11 @@ def rebuild_output(flat: list[Any], tree: str) -> Any:
     from torch.utils import _pytree
 
     return _pytree.tree_unflatten(list(flat), _pytree.treespec_loads(tree))
+
+
+def output_leaves(out: Any) -> list[tuple[str, Any]]:
+    """(path in the output structure, e.g. "[0]" or "['feat']", leaf) for every leaf."""
+    from torch.utils import _pytree
+
+    leaves, _ = _pytree.tree_flatten_with_path(out)
+    return [(_pytree.keystr(path), leaf) for path, leaf in leaves]

@@ -40,6 +40,7 @@ from .app import (
     open_store,
     parse_extra,
 )
+from .module import InputOpt, is_spec, refuse_inputs
 
 
 @contextlib.contextmanager
@@ -196,44 +197,40 @@ def register(app: typer.Typer) -> None:
         signing_key: SigningKeyOpt = None,
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
+        inputs: InputOpt = None,
     ) -> None:
-        """Build an artifact into the cache (a hit returns at once); print its key."""
+        """Build an artifact into the cache (a hit returns at once); print its key.
+
+        RECIPE may be a model spec, pkg.module:factory or path/file.py:factory.
+        """
         from .. import api
 
+        store_opts = dict(
+            signing_key=signing_key,
+            trusted_keys=trusted_keys,
+            trust_unsigned=remote_trust_unsigned,
+        )
+        if is_spec(recipe):
+            from .module import compile_spec
+
+            store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
+            with _spinner(f"building {recipe} with {backend}"):
+                res = compile_spec(
+                    recipe, inputs, backend, device=device, dtype=dtype, mode=mode,
+                    extra=parse_extra(extra), seed=seed, store=store, force=force,
+                )[0]  # fmt: skip
+            _print_build(res, json_out)
+            return
+        refuse_inputs(inputs)
         choices = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
             extra=parse_extra(extra),
         )  # fmt: skip
         _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
-        store = open_store(
-            cache_dir,
-            allow_shared_root,
-            remote,
-            remote_read_only,
-            signing_key=signing_key,
-            trusted_keys=trusted_keys,
-            trust_unsigned=remote_trust_unsigned,
-        )
+        store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
         with _spinner(f"building {recipe} with {backend}"):
             res = api.build(ctx.recipe, backend, force=force, store=store, **choices)
-        status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
-        if json_out:
-            emit_json(
-                {
-                    "key": res.key,
-                    "status": status,
-                    "built": res.built,
-                    "source": res.source,
-                    "seconds": round(res.seconds, 3),
-                    "bytes": res.bytes,
-                    "path": str(res.entry.path),
-                }
-            )
-            return
-        console.print(
-            f"{res.key}  {status}  {res.seconds:.2f} s  {human_bytes(res.bytes)}",
-            highlight=False,
-        )
+        _print_build(res, json_out)
 
     @app.command("run")
     def run_cmd(
@@ -291,11 +288,25 @@ def register(app: typer.Typer) -> None:
         signing_key: SigningKeyOpt = None,
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
+        inputs: InputOpt = None,
     ) -> None:
-        """Generate from the cached artifact (building it on a miss): text with a tokenizer."""
+        """Generate from the cached artifact (building it on a miss): text with a tokenizer.
+
+        With a model spec (pkg.module:factory) instead: run it once on its inputs
+        and print each output's shape and checksum.
+        """
         from .. import api
         from ..generate import Checkpoint, Sampling, check_eos_ids, checkpoint_folder
         from ..recipes import load_recipe
+
+        if is_spec(recipe):
+            store = open_store(
+                cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
+                trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
+            )  # fmt: skip
+            _run_module(recipe, inputs, backend, device, dtype, mode, extra, seed, store, json_out)
+            return
+        refuse_inputs(inputs)
 
         rec = load_recipe(recipe)
         folder = checkpoint_folder(weights if weights is not None else rec.weights)
@@ -363,3 +374,71 @@ def register(app: typer.Typer) -> None:
             f"{len(new)} tokens in {t2 - t1:.2f} s ({stop})",
             highlight=False,
         )
+
+
+def _status(res: Any) -> str:
+    return "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
+
+
+def _print_build(res: Any, json_out: bool) -> None:
+    if json_out:
+        emit_json(
+            {
+                "key": res.key,
+                "status": _status(res),
+                "built": res.built,
+                "source": res.source,
+                "seconds": round(res.seconds, 3),
+                "bytes": res.bytes,
+                "path": str(res.entry.path),
+            }
+        )
+        return
+    console.print(
+        f"{res.key}  {_status(res)}  {res.seconds:.2f} s  {human_bytes(res.bytes)}",
+        highlight=False,
+    )
+
+
+def _run_module(
+    spec: str, inputs: list[str] | None, backend: str, device: str, dtype: str,
+    mode: str | None, extra: list[str] | None, seed: int, store: Any, json_out: bool,
+) -> None:  # fmt: skip
+    """`acache run SPEC`: load (building on a miss), one call, each output's shape/checksum."""
+    from .module import compile_spec, output_summary
+
+    t0 = time.perf_counter()
+    with _spinner(f"loading {spec} with {backend} (building on a miss)"):
+        res, compiled, mspec = compile_spec(
+            spec, inputs, backend, device=device, dtype=dtype, mode=mode,
+            extra=parse_extra(extra), seed=seed, store=store,
+        )  # fmt: skip
+    t1 = time.perf_counter()
+    out = compiled(*mspec.example_inputs)
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize(device)
+    t2 = time.perf_counter()
+    rows = output_summary(out)
+    if json_out:
+        emit_json(
+            {
+                "key": res.key,
+                "status": _status(res),
+                "inputs": [s.describe() for s in mspec.inputs],
+                "outputs": rows,
+                "build_seconds": round(res.seconds, 3),
+                "load_seconds": round(t1 - t0 - res.seconds, 3),
+                "call_seconds": round(t2 - t1, 3),
+            }
+        )
+        return
+    err_console.print(
+        f"{res.key[:16]}  {_status(res)}  load {t1 - t0 - res.seconds:.2f} s  "
+        f"first call {t2 - t1:.3f} s",
+        highlight=False,
+    )
+    for r in rows:
+        shape = "x".join(map(str, r["shape"])) or "scalar"
+        print(f"{r['output']}  {shape}  {r['dtype']}  checksum {r['checksum']:.6g}")

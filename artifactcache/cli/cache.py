@@ -40,6 +40,7 @@ from .app import (
     open_store,
     parse_extra,
 )
+from .module import InputOpt, is_spec, refuse_inputs
 from .remote import RemoteFlag, RemoteUrl, ls_remote
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -376,18 +377,34 @@ def register(app: typer.Typer) -> None:
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         json: JsonOut = False,
+        inputs: InputOpt = None,
     ):
-        """Print the cache key a build would use (and, with --explain, what it covers)."""
-        from ..api import key_for, make_context
+        """Print the cache key a build would use (and, with --explain, what it covers).
+
+        RECIPE may be a model spec (pkg.module:factory) with its --input shapes.
+        """
         from ..keys import flatten
 
-        b, ctx = make_context(
-            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra),
-        )  # fmt: skip
-        # Only a real checkpoint needs the store (its digest memo lives there).
-        memo = _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None
-        info = key_for(b, ctx, memo_dir=memo)
+        if is_spec(recipe):
+            from .module import key_info
+
+            info = key_info(
+                recipe, inputs, backend, device=device, dtype=dtype, mode=mode, seed=seed,
+                extra=parse_extra(extra),
+            )  # fmt: skip
+        else:
+            from ..api import key_for, make_context
+
+            refuse_inputs(inputs)
+            b, ctx = make_context(
+                recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights,
+                seed=seed, extra=parse_extra(extra),
+            )  # fmt: skip
+            # Only a real checkpoint needs the store (its digest memo lives there).
+            memo = (
+                _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None
+            )
+            info = key_for(b, ctx, memo_dir=memo)
         if json:
             emit_json(
                 {

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ..errors import MeasureError
 from .app import (
     AllowSharedRoot,
     BackendExtraOpt,
@@ -39,6 +40,7 @@ from .app import (
     parse_backend_extras,
     parse_extra,
 )
+from .module import InputOpt, is_spec, refuse_inputs
 
 NewTokens = Annotated[
     int | None,
@@ -106,8 +108,6 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         rows.append(("eager", base["coldstart"]["scenarios"]["eager"]))
     pair = report["pairs"][f"{recipe}/{backend}"]
     if pair["status"] != "ok":
-        from ..errors import MeasureError
-
         raise MeasureError(pair["reason"])
     if backend != "eager":
         rows += [(s, pair["coldstart"]["scenarios"][s]) for s in ("cold", "warm")]
@@ -152,14 +152,21 @@ def coldstart_cmd(
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
     json_out: JsonOut = False,
+    inputs: InputOpt = None,
 ) -> None:
-    """Cold vs warm vs eager start in fresh processes, and break-even against eager."""
+    """Cold vs warm vs eager start in fresh processes, and break-even against eager.
+
+    RECIPE may be a model spec (pkg.module:factory); a request is then one call.
+    """
     from ..measure import compare
 
     extras = parse_extra(extra)
+    if not is_spec(recipe):
+        refuse_inputs(inputs)
     spec = _spec(
         [recipe],
         [backend],
+        inputs=list(inputs or []),
         device=device,
         dtype=dtype,
         weights=weights,
@@ -206,15 +213,38 @@ def bench_cmd(
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
+    inputs: InputOpt = None,
+    batches: Annotated[
+        str | None,
+        typer.Option(
+            "--batches",
+            help="For a model spec: batch sizes, e.g. 1,32 (each sets dimension 0 of every "
+            "input; one entry each unless dimension 0 is dynamic).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Steady-state latency p50/p90/p99, decode tokens/s and % of roofline.
 
     Uses your cache (building the entry first if it is missing); the build and
-    the warm-up are outside the timed loop.
+    the warm-up are outside the timed loop. For a model spec (pkg.module:factory):
+    call latency percentiles and items/s per batch size.
     """
     from ..measure import bench, coldstart, compare
 
     extras = parse_extra(extra)
+    if is_spec(recipe):
+        from .module import bench_module
+
+        bench_module(
+            recipe, backend, inputs=inputs, batches=batches, device=device, dtype=dtype,
+            mode=mode, iters=iters, warmup=warmup, seed=seed, cache_dir=cache_dir,
+            allow_shared_root=allow_shared_root, json_out=json_out, extra=extras,
+        )  # fmt: skip
+        return
+    refuse_inputs(inputs)
+    if batches is not None:
+        raise MeasureError("--batches is for a model spec; a recipe takes --batch")
     spec = _spec(
         [recipe],
         [backend],
@@ -312,14 +342,19 @@ def compare_cmd(
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,
     json_out: JsonOut = False,
+    inputs: InputOpt = None,
 ) -> None:
-    """coldstart + bench for every recipe x backend; writes report.json, report.md, PNGs."""
+    """coldstart + bench for every recipe x backend; writes report.json, report.md, PNGs.
+
+    --recipes may name model specs (pkg.module:factory); --input applies to each.
+    """
     from ..measure import compare
     from ..measure.report import seed_table, write_report
 
     spec = _spec(
         compare.parse_list(recipes, "recipes"),
         compare.parse_list(backends, "backends"),
+        inputs=list(inputs or []),
         device=device,
         dtype=dtype,
         weights=weights,

@@ -71,6 +71,9 @@ class ProbeSpec:
     copy_bandwidth: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # the backend's --extra options
     extra_flags: list[str] = field(default_factory=list)
+    # A module spec's inputs (SHAPE[:DTYPE[:HIGH]]) and batch size (dimension 0).
+    inputs: list[str] = field(default_factory=list)
+    batch: int | None = None
 
     def argv(self, cache_dir: Path | None) -> list[str]:
         cmd = [sys.executable, "-m", "artifactcache.measure.probe", "--recipe", self.recipe]
@@ -89,6 +92,10 @@ class ProbeSpec:
             cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:
             cmd.append("--copy-bandwidth")
+        for text in self.inputs:
+            cmd += ["--input", text]
+        if self.batch is not None:
+            cmd += ["--batch", str(self.batch)]
         return cmd + list(self.extra_flags)
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AcacheError, BackendError, MeasureError
-from . import bench, coldstart
+from . import bench, coldstart, module_probe
 
 Progress = Callable[[str, int, int], None]  # (message, units done, units total)
 
@@ -42,6 +42,8 @@ class CompareSpec:
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
+    inputs: list[str] = field(default_factory=list)  # module specs: SHAPE[:DTYPE[:HIGH]]
+    batch: int | None = None  # module specs: dimension 0 of every input
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -96,9 +98,17 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     # A mode or option the backend refuses is the user's mistake, not "unavailable here".
     for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
         get_backend(name).check_options(build_options(spec, name))
-    recipes = {r: load_recipe(r) for r in spec.recipes}
-    for rec in recipes.values():
-        bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+    from ..module_spec import check_cli_spec, is_module_spec
+
+    # A module spec maps to None: it has no recipe, and its probe builds the module.
+    recipes = {r: None if is_module_spec(r) else load_recipe(r) for r in spec.recipes}
+    if spec.inputs and all(rec is not None for rec in recipes.values()):
+        raise MeasureError("--input is for a model spec (pkg.mod:factory), not for a recipe")
+    for r, rec in recipes.items():
+        if rec is None:
+            check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
+        else:
+            bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
     if spec.weights is not None and not Path(spec.weights).exists():
         raise MeasureError(f"--weights {spec.weights} does not exist")
     return recipes
@@ -147,6 +157,8 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         warmup=spec.warmup,
         copy_bandwidth=True,
         extra=dict(spec.extras.get(backend, {})),
+        inputs=list(spec.inputs),
+        batch=spec.batch,
     )
 
 
@@ -211,7 +223,9 @@ def pair_result(
         "status": "ok",
         "runs": runs,
         "coldstart": summary,
-        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from),
+        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from)
+        if recipe_obj is not None
+        else module_probe.summarize(steady_from),
     }
 
 
@@ -307,7 +321,7 @@ def run_compare(
                 "coldstart": coldstart.summarize(e["runs"]),
             }
     new_tokens = sorted(
-        {bench.resolve_new_tokens(rec, spec.new_tokens) for rec in recipes.values()}
+        {bench.resolve_new_tokens(rec, spec.new_tokens) for rec in recipes.values() if rec}
     )
     return {
         "schema": 1,

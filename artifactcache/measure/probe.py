@@ -116,6 +116,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--build-only", action="store_true", help="build the entry and exit")
     p.add_argument("--copy-bandwidth", action="store_true", help="also measure device copy GB/s")
     p.add_argument("--allow-shared-root", action="store_true")
+    # A module spec (--recipe pkg.mod:factory) takes its inputs' shapes and a batch size.
+    p.add_argument("--input", action="append", default=None, help="SHAPE[:DTYPE[:HIGH]]")
+    p.add_argument("--batch", type=int, default=None, help="dimension 0 of every input")
     return p.parse_args(argv)
 
 
@@ -214,6 +217,13 @@ def _environment(dev: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None) -> dict[str, Any]:
     stamps: dict[str, float] = {"python_ready": _PY_READY}
+    from ..module_spec import is_module_spec
+
+    if is_module_spec(args.recipe):
+        from .module_probe import measure
+
+        result, dev = measure(args, stamps)
+        return _finish(args, result, stamps, dev, t0, t0_source, proc)
     import torch
 
     from .. import api
@@ -291,6 +301,22 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
             first_token=first[0],
             steady=steady,
         )
+    return _finish(args, result, stamps, dev, t0, t0_source, proc)
+
+
+def _finish(
+    args: argparse.Namespace,
+    result: dict[str, Any],
+    stamps: dict[str, float],
+    dev: Any,
+    t0: float,
+    t0_source: str,
+    proc: float | None,
+) -> dict[str, Any]:
+    """Memory, compile report, environment and the phases relative to t0."""
+    from . import bench
+
+    result["t0_source"] = t0_source
     result["memory"] = _memory(dev)  # before the copy test, whose buffers are not the model's
     result["compile"] = _compile_report(args.backend, bool(result.get("built")))
     result["environment"] = _environment(dev)

@@ -1,0 +1,153 @@
+"""The probe's path for a user module (``--recipe pkg.mod:factory``): one load, timed calls.
+
+Phases are the probe's (probe.py); for a module they mean:
+
+``load_called``     the factory is about to run (the module is built with its weights)
+``entry_ready``     the store returned the entry: the factory, the key (no tracing)
+                    and the lookup, or the whole build on a miss
+``weights_ready`` / ``artifact_ready``  the module backend's stamps
+``first_result``    the first call on the example inputs returned, device synchronized
+``first_request``   the first warm-up call after it
+``done``            the timed calls are over
+
+``steady.request_s`` holds one latency per timed call, so coldstart's request
+latency and break-even read a module's calls as they read an LLM's requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+
+def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[str, Any], Any]:
+    """(the probe's result fields, the torch device) for a module spec."""
+    import torch
+
+    from .. import api
+    from ..backends.module_common import get_module_backend
+    from ..module_spec import spec_from_cli
+    from ..store.local import LocalStore
+    from . import bench
+    from .probe import _RecordingStore
+
+    get_module_backend(args.backend)
+    stamps["imports_done"] = time.perf_counter()
+    stamps["load_called"] = time.perf_counter()
+    spec = spec_from_cli(
+        args.recipe, args.input, device=args.device, dtype=args.dtype, seed=args.seed,
+        batch=args.batch,
+    )  # fmt: skip
+    dev = torch.device(spec.device)
+    bench.sync(dev)
+    stamps["model_ready"] = time.perf_counter()
+    store = _RecordingStore(
+        LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
+    )
+    options = {**({"mode": args.mode} if args.mode else {}), **(args.extra_json or {})}
+    batch = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else 1
+    result: dict[str, Any] = {
+        "schema": 1,
+        "ok": True,
+        "recipe": args.recipe,
+        "kind": "module",
+        "backend": args.backend,
+        "device": args.device,
+        "dtype": args.dtype,
+        "mode": args.mode,
+        "seed": args.seed,
+        "inputs": [s.describe() for s in spec.inputs],
+        "batch": batch,
+        "pid": os.getpid(),
+    }
+    if args.build_only:
+        res, _ = api.compile_with_result(spec, args.backend, options=options, store=store)
+        result.update(built=res.built, entry_source=res.source, key=res.key)
+        stamps["done"] = time.perf_counter()
+        return result, dev
+    phases: dict[str, float] = {}
+    res, compiled = api.compile_with_result(
+        spec, args.backend, options=options, store=store, phases=phases,
+        build_on_miss=not args.no_build,
+    )  # fmt: skip
+    x = spec.example_inputs
+    compiled(*x)
+    bench.sync(dev)
+    stamps["first_result"] = time.perf_counter()
+    steady = measure_calls(compiled, x, iters=args.iters, warmup=args.warmup, device=dev)
+    stamps["first_request"] = steady.pop("first_request_end")
+    stamps["done"] = time.perf_counter()
+    for k in ("entry_ready", "weights_ready", "artifact_ready"):
+        stamps[k] = phases.pop(k)
+    durations = {k: v for k, v in phases.items() if k.endswith(("_seconds", "_s"))}
+    stamps.update({k: v for k, v in phases.items() if k not in durations})
+    result.update(
+        backend_durations=durations,
+        built=res.built,
+        entry_source=res.source,
+        key=res.key,
+        entry_bytes=res.bytes,
+        entry_build_seconds=getattr(res.entry, "build_seconds", None),
+        steady={**steady, "batch": batch},
+    )
+    return result, dev
+
+
+def measure_calls(
+    fn: Any, inputs: tuple[Any, ...], *, iters: int, warmup: int, device: Any
+) -> dict[str, Any]:
+    """``warmup`` excluded calls, then ``iters`` timed ones, each bracketed by a sync."""
+    from ..errors import MeasureError
+    from .bench import sync
+
+    if iters < 1 or warmup < 1:
+        raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
+    first_end = None
+    for _ in range(warmup):
+        fn(*inputs)
+        sync(device)
+        if first_end is None:
+            first_end = time.perf_counter()
+    lat = []
+    for _ in range(iters):
+        sync(device)
+        t = time.perf_counter()
+        fn(*inputs)
+        sync(device)
+        lat.append(time.perf_counter() - t)
+    return {"first_request_end": first_end, "iters": iters, "warmup": warmup, "request_s": lat}
+
+
+def summarize(probes: list[dict[str, Any]]) -> dict[str, Any]:
+    """A module bench result: latency percentiles and items/s at the probes' batch size.
+
+    The LLM-only fields (tokens/s, roofline) are there as None so reports that
+    show both kinds render a dash for them.
+    """
+    import statistics
+
+    from .bench import latency_stats
+
+    lat = [x for p in probes for x in p["steady"]["request_s"]]
+    batch = probes[0]["steady"]["batch"]
+    med = statistics.median(lat)
+    stats = latency_stats(lat)
+    return {
+        "kind": "module",
+        "iterations": len(lat),
+        "processes": len(probes),
+        "batch": batch,
+        "inputs": probes[0].get("inputs"),
+        "latency": stats,
+        "items_per_s": batch / med if med > 0 else None,
+        "request": stats,
+        "prefill": stats,
+        "request_median_s": med,
+        "decode_tok_s": None,
+        "request_tok_s": None,
+        "achieved_gbps": None,
+        "roofline_pct": None,
+        "copy_gbps": None,
+    }
