@@ -171,7 +171,7 @@ class ModuleSpec:
                 "version": self.version,
                 "classes": classes,
                 "notes": notes,
-                "state": state_spec(self.module),
+                "state": state_summary(self.module),
                 "training": bool(self.module.training),
                 "inputs": [s.factors() for s in self.inputs],
                 "dynamic_shapes": self.dynamic_factors(),
@@ -241,6 +241,27 @@ def state_spec(module: torch.nn.Module) -> list[list[Any]]:
     for name, t in named:
         rows.append([name, list(t.shape), str(t.dtype).removeprefix("torch.")])
     return sorted(rows)
+
+
+def state_summary(module: torch.nn.Module) -> dict[str, Any]:
+    """How many tensors and elements, and a digest of the names, shapes and dtypes.
+
+    A digest rather than the list keeps ``acache key --explain`` readable for a
+    model with hundreds of tensors; ``state_spec`` gives the list itself.
+    """
+    rows = state_spec(module)
+    text = "\n".join(f"{n}\0{shape}\0{dt}" for n, shape, dt in rows)
+    elements = 0
+    for _, shape, _ in rows:
+        n = 1
+        for d in shape:
+            n *= d
+        elements += n
+    return {
+        "tensors": len(rows),
+        "elements": elements,
+        "spec": "sha256:" + hashlib.sha256(text.encode()).hexdigest(),
+    }
 
 
 def state_digest(module: torch.nn.Module) -> str:
@@ -356,9 +377,14 @@ def _import_target(target: str) -> Any:
         path = Path(target).resolve()
         if not path.is_file():
             raise ModelSpecError(f"model spec: no file {target}")
-        mod_name = f"acache_user_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
-        if mod_name in sys.modules:
-            return sys.modules[mod_name]
+        # Named by the file's stem, not its path: class names are key factors, and the
+        # same file in another checkout must give the same key.
+        mod_name = f"acache_file_{path.stem}"
+        loaded = sys.modules.get(mod_name)
+        if loaded is not None and Path(getattr(loaded, "__file__", "")) == path:
+            return loaded
+        if loaded is not None:  # another file of that name: keep both apart
+            mod_name += "_" + hashlib.sha256(str(path).encode()).hexdigest()[:8]
         spec = importlib.util.spec_from_file_location(mod_name, path)
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
@@ -453,11 +479,11 @@ def spec_from_cli(
         ex = (examples,) if isinstance(examples, torch.Tensor) else tuple(examples)
         if not all(isinstance(a, torch.Tensor) for a in ex):
             raise ModelSpecError(f"model spec {spec!r}: example inputs must be tensors")
-        specs = tuple(InputSpec(tuple(a.shape), dtype_name(a.dtype)) for a in ex)
-        if batch is None:
-            return make_spec(
-                model, ex, device=device, dtype=dtype, origin=spec, name=name, version=version
-            )
+        if batch is not None:  # the factory's own values, repeated or cut along dimension 0
+            ex = tuple(a[torch.arange(batch) % a.shape[0]] if a.dim() else a for a in ex)
+        return make_spec(
+            model, ex, device=device, dtype=dtype, origin=spec, name=name, version=version
+        )
     else:
         raise ModelSpecError(
             f"model spec {spec!r}: the factory returns no example inputs; "
