@@ -244,6 +244,18 @@ def test_cli_bench_reports_latency_and_items_per_batch_size(cache_dir):
         assert r["inputs"] == [f"{r['batch']}x3x32x32:fp32"]
 
 
+def test_cli_compare_runs_a_model_spec_and_reports_items_per_second(cache_dir, tmp_path):
+    out = _acache(
+        "compare", "--recipes", CONVNET, "--backends", "eager", "--iters", "2",
+        "--out", str(tmp_path / "report"), "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    bench = report["pairs"][f"{CONVNET}/eager"]["bench"]
+    assert bench["kind"] == "module" and bench["items_per_s"] > 0 and bench["batch"] == 2
+    assert "items/s" in (tmp_path / "report" / "report.md").read_text()
+
+
 # ------------------------------------------- compiled backends (slow, CPU) --
 
 

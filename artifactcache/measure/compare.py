@@ -14,6 +14,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -163,7 +164,9 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
 
 
 def unit_name(recipe: str, backend: str) -> str:
-    return f"{recipe}__{backend}"
+    # A .toml path or a model spec (examples/vision.py:net) names a file, not a folder.
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", recipe)
+    return f"{safe}__{backend}"
 
 
 def run_unit(

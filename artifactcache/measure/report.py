@@ -109,6 +109,10 @@ def seed_table(report: dict[str, Any]) -> list[str]:
                 cells.append(why)
                 continue
             bench = p["bench"]
+            if bench.get("kind") == "module":  # a model spec: calls, not tokens
+                lat = bench["latency"]["p50"] * 1e3
+                cells.append(f"{_f(bench['items_per_s'])} items/s (p50 {lat:.2f} ms)")
+                continue
             if bench["decode_tok_s"] is None:
                 cells.append("decode not resolvable (request ≤ prefill time)")
                 continue
