@@ -9,7 +9,7 @@ config.json becomes the recipe (artifactcache/sources/hf.py).
 Example (``llama-7b.toml``)::
 
     name = "llama-7b"
-    family = "llama"                 # llama | mistral | phi-2 | phi-3
+    family = "llama"                 # llama | mistral | phi-2 | phi-3 | qwen2 | qwen3
     description = "Llama-2-7B"
     # weights = "/models/Llama-2-7b-hf"  # optional: the checkpoint (relative to this file)
 
@@ -24,7 +24,8 @@ Example (``llama-7b.toml``)::
     rope_theta = 10000.0
     max_position_embeddings = 4096
     # Optional: head_dim (default dim / n_heads), attention_bias, mlp_bias (default
-    # false; true for phi-2), partial_rotary_factor, tie_embeddings, sliding_window,
+    # false; true for phi-2), qkv_bias (default true for qwen2), qk_norm (default
+    # true for qwen3), partial_rotary_factor, tie_embeddings, sliding_window,
     # and a [model.rope_scaling] table of type llama3, linear, dynamic or longrope.
 
     [shapes]                         # what compiled artifacts are specialised to
@@ -65,7 +66,7 @@ BUILTIN_DIR = (
     if any(_PACKAGED_RECIPES.glob("*.toml"))
     else Path(__file__).resolve().parent.parent / "recipes"
 )
-FAMILIES = ("llama", "mistral", "phi-2", "phi-3")
+FAMILIES = ("llama", "mistral", "phi-2", "phi-3", "qwen2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,10 @@ class ModelConfig:
     # phi-2 always has both).
     attention_bias: bool = False
     mlp_bias: bool = False
+    # Biases on q/k/v only, none on o (Qwen2's attention).
+    qkv_bias: bool = False
+    # RMSNorm over each head's dims of q and k, before RoPE (Qwen3's attention).
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if not self.head_dim:
@@ -300,6 +305,12 @@ def _parse_model(m: dict[str, Any], src: str, family: str) -> ModelConfig:
     if rope_scaling is not None:
         rope_scaling = _rope_scaling(rope_scaling, src, max_pos, rotary_dim)
     biased = family == "phi-2"  # phi-2 has biases everywhere
+    # What the family's transformers model hard-codes is the default here.
+    qkv_bias = _get(m, src, "model.", "qkv_bias", bool, family == "qwen2")
+    qk_norm = _get(m, src, "model.", "qk_norm", bool, family == "qwen3")
+    for name, on in (("qkv_bias", qkv_bias), ("qk_norm", qk_norm)):
+        if on and family == "phi-2":
+            raise _fail(src, f"model.{name}", "is true, which acache's phi-2 does not implement")
     return ModelConfig(
         **ints,
         norm_eps=norm_eps,
@@ -312,6 +323,8 @@ def _parse_model(m: dict[str, Any], src: str, family: str) -> ModelConfig:
         head_dim=head_dim,
         attention_bias=_get(m, src, "model.", "attention_bias", bool, biased),
         mlp_bias=_get(m, src, "model.", "mlp_bias", bool, biased),
+        qkv_bias=qkv_bias,
+        qk_norm=qk_norm,
     )
 
 

@@ -24,103 +24,7 @@ from artifactcache.sources.hf import recipe_from_config
 transformers = pytest.importorskip("transformers")
 T = transformers
 
-SEQ = 48  # >= 40 tokens, and past every sliding window below
-
-LLAMA3_ROPE = {
-    "rope_type": "llama3",
-    "factor": 8.0,
-    "low_freq_factor": 1.0,
-    "high_freq_factor": 4.0,
-    # Small, so that the 16 frequencies fall in all three bands (kept, interpolated, scaled).
-    "original_max_position_embeddings": 256,
-}
-
-
-def _longrope(rotary_half: int) -> dict[str, Any]:
-    return {
-        "rope_type": "longrope",
-        "short_factor": [1.0 + 0.25 * i for i in range(rotary_half)],
-        "long_factor": [2.0 + 0.5 * i for i in range(rotary_half)],
-    }
-
-
-COMMON = dict(vocab_size=300, num_hidden_layers=2, max_position_embeddings=512)
-CASES: dict[str, tuple[type, type, dict[str, Any]]] = {
-    "llama": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=96, intermediate_size=120, num_attention_heads=6, num_key_value_heads=2,
-             rope_theta=5e5),
-    ),
-    "llama-3.1-rope": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=96, intermediate_size=120, num_attention_heads=3, num_key_value_heads=1,
-             rope_theta=5e5, rope_scaling=LLAMA3_ROPE),
-    ),
-    "llama-3.2-tied": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=80, intermediate_size=144, num_attention_heads=5, num_key_value_heads=5,
-             rope_theta=5e5, rope_scaling=LLAMA3_ROPE, tie_word_embeddings=True),
-    ),
-    "llama-biases-head-dim": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=64, intermediate_size=100, num_attention_heads=4, num_key_value_heads=2,
-             head_dim=24, attention_bias=True, mlp_bias=True),
-    ),
-    "llama-linear-rope": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=48, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
-             rope_scaling={"rope_type": "linear", "factor": 4.0}),
-    ),
-    "llama-dynamic-rope": (
-        T.LlamaConfig,
-        T.LlamaForCausalLM,
-        dict(hidden_size=48, intermediate_size=64, num_attention_heads=2, num_key_value_heads=2,
-             rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
-    ),
-    "mistral": (
-        T.MistralConfig,
-        T.MistralForCausalLM,
-        dict(hidden_size=80, intermediate_size=96, num_attention_heads=5, num_key_value_heads=1,
-             sliding_window=12, rope_theta=1e6),
-    ),
-    "phi-2": (
-        T.PhiConfig,
-        T.PhiForCausalLM,
-        dict(hidden_size=96, intermediate_size=200, num_attention_heads=6, num_key_value_heads=6,
-             partial_rotary_factor=0.375),
-    ),
-    "phi-3": (
-        T.Phi3Config,
-        T.Phi3ForCausalLM,
-        dict(hidden_size=96, intermediate_size=160, num_attention_heads=6, num_key_value_heads=3,
-             pad_token_id=0, sliding_window=20),
-    ),
-    "phi-3-longrope": (
-        T.Phi3Config,
-        T.Phi3ForCausalLM,
-        dict(hidden_size=64, intermediate_size=160, num_attention_heads=4, num_key_value_heads=4,
-             pad_token_id=0, original_max_position_embeddings=64,
-             rope_scaling=_longrope(8)),
-    ),
-}  # fmt: skip
-
-
-def save_hf(cls_config: type, cls_model: type, kw: dict[str, Any], out: Path, seed: int = 0,
-            **save_kw: Any) -> Any:  # fmt: skip
-    """A transformers model with non-trivial norms and biases, saved by save_pretrained."""
-    torch.manual_seed(seed)
-    model = cls_model(cls_config(**{**COMMON, **kw})).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.ndim == 1:  # norm scales around 1, biases around 0: both must be loaded
-                p.normal_(1.0 if "norm" in name and "bias" not in name else 0.0, 0.1)
-    model.save_pretrained(out, **save_kw)
-    return model
+from _hf_checkpoints import CASES, COMMON, SEQ, save_hf  # noqa: E402  (needs transformers)
 
 
 @pytest.fixture(scope="module")
@@ -169,9 +73,24 @@ def test_the_config_is_read_not_guessed(folders):
     assert math.isclose(lr["attention_factor"], math.sqrt(1 + math.log(8) / math.log(64)))
     assert r["phi-3-longrope"].shapes.max_seq_len == 64  # capped: long factors unsupported
     assert r["llama"].shapes.max_seq_len == 256 and r["llama"].shapes.prefill_len == 16
+    q2 = r["qwen2"].model
+    assert r["qwen2"].family == "qwen2" and (q2.qkv_bias, q2.attention_bias) == (True, False)
+    assert (q2.qk_norm, q2.sliding_window, q2.tie_embeddings, q2.rope_theta) == (
+        False, None, False, 1e6)  # fmt: skip
+    assert r["qwen2.5-tied"].model.tie_embeddings and r["qwen2.5-tied"].model.norm_eps == 1e-5
+    assert r["qwen2-sliding"].model.sliding_window == 12
+    assert r["qwen2-linear-rope"].model.rope_scaling == {"type": "linear", "factor": 2.0}
+    q3 = r["qwen3"].model
+    assert r["qwen3"].family == "qwen3" and (q3.qk_norm, q3.head_dim, q3.qkv_bias) == (
+        True, 24, False)  # fmt: skip
+    q3b = r["qwen3-tied-bias"].model
+    assert (q3b.attention_bias, q3b.tie_embeddings, q3b.head_dim) == (True, True, 32)
+    assert r["qwen3-llama3-rope"].model.rope_scaling["type"] == "llama3"
 
 
-@pytest.mark.parametrize("name", ["llama-3.1-rope", "phi-3-longrope", "mistral"])
+@pytest.mark.parametrize(
+    "name", ["llama-3.1-rope", "phi-3-longrope", "mistral", "qwen2-sliding", "qwen3-llama3-rope"]
+)
 def test_each_rope_or_window_feature_changes_the_logits(name: str, folders):
     """Without the scaling / window the same weights give other logits, so the parity
     test above would catch a loader that dropped them."""

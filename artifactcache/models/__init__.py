@@ -5,8 +5,9 @@ eval mode with its static KV cache set up for the recipe's shapes:
 
     logits = model(idx [B, T] int64, input_pos [T] int64)  # -> [B, T, vocab] fp32
 
-Families: ``llama`` and ``mistral`` (models/llama.py), ``phi-3`` (llama.py with
-fused qkv and gate/up), ``phi-2`` (models/phi2.py).
+Families: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (models/llama.py, the
+last two through the recipe's ``qkv_bias`` / ``qk_norm`` flags), ``phi-3``
+(llama.py with fused qkv and gate/up), ``phi-2`` (models/phi2.py).
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""Llama / Mistral / Phi-3: RMSNorm, RoPE, GQA, SwiGLU, static KV cache, optional biases.
+"""Llama / Mistral / Phi-3 / Qwen2 / Qwen3: RMSNorm, RoPE, GQA, SwiGLU, static KV cache.
 
 Module names mirror Hugging Face's (``model.layers.0.self_attn.q_proj`` ...),
-so a transformers checkpoint loads by name with no renaming. Phi-3 differs only
-in fusing q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``, which the
-``fused`` flag selects.
+so a transformers checkpoint loads by name with no renaming. The families differ
+only in flags of one block:
+
+- Phi-3 fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj`` (``fused``);
+- Qwen2 has biases on q/k/v but not on o (``cfg.qkv_bias``);
+- Qwen3 RMS-normalizes each head of q and k before RoPE (``cfg.qk_norm``: ``q_norm``,
+  ``k_norm``), and its ``head_dim`` is free of ``dim / n_heads`` (``cfg.head_dim``).
 """
 
 from __future__ import annotations
@@ -21,14 +25,17 @@ class Attention(nn.Module):
         self.cfg, self.fused = cfg, fused
         hd = cfg.head_dim
         self.q_size, self.kv_size = cfg.n_heads * hd, cfg.n_kv_heads * hd
-        bias = cfg.attention_bias
+        bias = cfg.attention_bias or cfg.qkv_bias
         if fused:
             self.qkv_proj = nn.Linear(cfg.dim, self.q_size + 2 * self.kv_size, bias=bias)
         else:
             self.q_proj = nn.Linear(cfg.dim, self.q_size, bias=bias)
             self.k_proj = nn.Linear(cfg.dim, self.kv_size, bias=bias)
             self.v_proj = nn.Linear(cfg.dim, self.kv_size, bias=bias)
-        self.o_proj = nn.Linear(self.q_size, cfg.dim, bias=bias)
+        self.o_proj = nn.Linear(self.q_size, cfg.dim, bias=cfg.attention_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(hd, cfg.norm_eps)
+            self.k_norm = RMSNorm(hd, cfg.norm_eps)
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, mask, input_pos):
@@ -38,8 +45,11 @@ class Attention(nn.Module):
             q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
-        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)

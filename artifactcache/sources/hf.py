@@ -29,14 +29,23 @@ from ..recipes import Bench, Recipe, Shapes, parse_recipe
 from .checkpoint import CONFIG_NAME
 
 # model_type -> our family. `architectures` is read only when model_type is absent.
-FAMILY_OF_MODEL_TYPE = {"llama": "llama", "mistral": "mistral", "phi": "phi-2", "phi3": "phi-3"}
+# Qwen2.5 checkpoints say model_type "qwen2": one architecture.
+FAMILY_OF_MODEL_TYPE = {
+    "llama": "llama",
+    "mistral": "mistral",
+    "phi": "phi-2",
+    "phi3": "phi-3",
+    "qwen2": "qwen2",
+    "qwen3": "qwen3",
+}
 FAMILY_OF_ARCHITECTURE = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
     "PhiForCausalLM": "phi-2",
     "Phi3ForCausalLM": "phi-3",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
 }
-NOT_SUPPORTED_YET = ("qwen2", "qwen3")
 
 
 @dataclass(frozen=True)
@@ -50,12 +59,20 @@ class FamilyDefaults:
     partial_rotary_factor: float = 1.0
     sliding_window: int | None = None
     reads_sliding_window: bool = False
-    reads_biases: bool = False  # attention_bias / mlp_bias (Llama); phi-2 always has both
+    # Qwen's spelling: use_sliding_window, then a window on layers >= max_window_layers
+    # (or on the layers that layer_types names).
+    reads_layer_windows: bool = False
+    # The bias flags config.json may set; other families' biases are fixed (phi-2: all,
+    # qwen2: q/k/v; see recipes._parse_model).
+    bias_fields: tuple[str, ...] = ()
+    head_dim: int | None = None  # None: dim // n_heads
     rope_types: tuple[str, ...] = ("llama3", "linear", "dynamic")
 
 
 DEFAULTS = {
-    "llama": FamilyDefaults("rms_norm_eps", 1e-6, 2048, ("silu",), reads_biases=True),
+    "llama": FamilyDefaults(
+        "rms_norm_eps", 1e-6, 2048, ("silu",), bias_fields=("attention_bias", "mlp_bias")
+    ),
     "mistral": FamilyDefaults(
         "rms_norm_eps", 1e-6, 131072, ("silu",), sliding_window=4096, reads_sliding_window=True
     ),
@@ -66,6 +83,11 @@ DEFAULTS = {
     "phi-3": FamilyDefaults(
         "rms_norm_eps", 1e-5, 4096, ("silu",), reads_sliding_window=True, rope_types=("longrope",)
     ),
+    "qwen2": FamilyDefaults("rms_norm_eps", 1e-6, 32768, ("silu",), reads_layer_windows=True),
+    "qwen3": FamilyDefaults(
+        "rms_norm_eps", 1e-6, 32768, ("silu",), reads_layer_windows=True,
+        bias_fields=("attention_bias",), head_dim=128,
+    ),  # fmt: skip
 }
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -127,8 +149,6 @@ def family_of(c: _Config) -> str:
         return known[0]
     if not isinstance(model_type, str):
         raise c.fail("model_type", f"must be str, got {model_type!r}")
-    if model_type in NOT_SUPPORTED_YET:
-        raise c.fail("model_type", f"is {model_type!r}: that family is not supported yet")
     if model_type not in FAMILY_OF_MODEL_TYPE:
         raise c.fail(
             "model_type",
@@ -213,7 +233,7 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
         if prf_raw is None
         else c.get("partial_rotary_factor", float, table={"partial_rotary_factor": prf_raw})
     )
-    if family in ("llama", "mistral") and prf != 1.0:
+    if family in ("llama", "mistral", "qwen2", "qwen3") and prf != 1.0:
         raise c.fail("partial_rotary_factor", f"is {prf}; acache's {family} rotates all dims")
     m: dict[str, Any] = {
         "vocab_size": c.get("vocab_size", int),
@@ -228,12 +248,15 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
         "partial_rotary_factor": prf,
         "tie_embeddings": c.get("tie_word_embeddings", bool, False),
     }
-    head_dim = c.get("head_dim", int, None)
+    head_dim = c.get("head_dim", int, d.head_dim)
     if head_dim is not None:
         m["head_dim"] = head_dim
-    if d.reads_biases:
-        m["attention_bias"] = c.get("attention_bias", bool, False)
-        m["mlp_bias"] = c.get("mlp_bias", bool, False)
+    for name in d.bias_fields:
+        m[name] = c.get(name, bool, False)
+    if d.reads_layer_windows:
+        window = _layer_window(c, m["n_layers"])
+        if window is not None:
+            m["sliding_window"] = window
     if d.reads_sliding_window:
         if "sliding_window" in data:
             window = c.get("sliding_window", int, None)
@@ -245,6 +268,39 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
     if scaling is not None:
         m["rope_scaling"] = scaling
     return family, m
+
+
+def _layer_window(c: _Config, n_layers: int) -> int | None:
+    """Qwen's window, as transformers sets it: the window when every layer slides, None
+    when none does; a window on some layers only is refused."""
+    if not c.get("use_sliding_window", bool, False):
+        return None  # transformers then drops sliding_window, whatever layer_types says
+    # Absent, the config class's 4096; null, no window (transformers passes None on).
+    window = c.get("sliding_window", int, None) if "sliding_window" in c.data else 4096
+    if window is None:
+        return None
+    kinds = ("full_attention", "sliding_attention")
+    layer_types = c.get("layer_types", list, None)
+    if layer_types is not None:
+        if len(layer_types) != n_layers or any(t not in kinds for t in layer_types):
+            raise c.fail("layer_types", f"must list {n_layers} of {' or '.join(kinds)}, "
+                         f"got {layer_types!r}")  # fmt: skip
+        sliding = [t == "sliding_attention" for t in layer_types]
+        field = "layer_types"
+    else:
+        first = c.data.get("max_window_layers")
+        if first is None:
+            first = 28
+        elif not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise c.fail("max_window_layers", f"must be an int >= 0, got {first!r}")
+        sliding = [i >= first for i in range(n_layers)]
+        field = "max_window_layers"
+    if all(sliding):
+        return window
+    if not any(sliding):
+        return None
+    raise c.fail(field, f"puts a sliding window on {sum(sliding)} of {n_layers} layers; "
+                 "acache's windows cover all layers or none")  # fmt: skip
 
 
 def recipe_from_folder(folder: Path) -> Recipe:
@@ -300,6 +356,8 @@ _HF_NAMES = {
     "tie_embeddings": "tie_word_embeddings",
     "attention_bias": "attention_bias",
     "mlp_bias": "mlp_bias",
+    "qkv_bias": "qkv_bias (implied by model_type)",
+    "qk_norm": "qk_norm (implied by model_type)",
 }
 # Not compared: it changes nothing a recipe's shapes can reach (max_seq_len is capped
 # by it, dynamic rope only acts beyond it, and longrope's scale is in rope_scaling).
