@@ -273,7 +273,11 @@ def test_unavailable_without_tensorrt(cache_dir):
 # ------------------------------------------------- TensorRT-LLM checkpoint --
 
 
-@pytest.mark.parametrize("recipe", TINY)
+# The families trt --mode llm writes a config for (the others are refused, tested below).
+TINY_TRTLLM = [n for n in TINY if load_recipe(n).family not in ("qwen2", "qwen3")]
+
+
+@pytest.mark.parametrize("recipe", TINY_TRTLLM)
 def test_hf_checkpoint_for_trtllm_matches_eager(recipe, tmp_path):
     """What TensorRT-LLM is handed (config.json + safetensors) is the same model,
     as transformers reads it."""
@@ -289,6 +293,16 @@ def test_hf_checkpoint_for_trtllm_matches_eager(recipe, tmp_path):
         want = ours(ids, torch.arange(24))
         got = hf(ids).logits
     assert float((got - want).abs().max() / want.abs().max()) < 1e-4
+
+
+@pytest.mark.parametrize("recipe", ["tiny-qwen2", "tiny-qwen3"])
+def test_trtllm_refuses_a_family_it_has_no_config_for(recipe):
+    """Before any work: the key's factors already need the family's config."""
+    r = load_recipe(recipe)
+    with pytest.raises(BackendError, match=f"does not build family {r.family} yet"):
+        TRT.factors(r, BuildOptions(device="cuda", mode="llm"))
+    with pytest.raises(BackendError, match="use --mode onnx"):
+        hf_config(r, "fp32")
 
 
 # ------------------------------------------------------ real TensorRT only --

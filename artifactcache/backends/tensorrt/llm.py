@@ -42,9 +42,19 @@ _ARCH = {
 }
 
 
+def check_family(recipe: Recipe) -> None:
+    """Refuse, before any work, a family this writer has no TensorRT-LLM config for."""
+    if recipe.family not in _ARCH:
+        raise BackendError(
+            f"trt --mode llm does not build family {recipe.family} yet "
+            f"(it builds {', '.join(_ARCH)}); use --mode onnx, or backend aoti"
+        )
+
+
 def hf_config(recipe: Recipe, dtype: str) -> dict[str, Any]:
     """A transformers config.json describing the recipe's architecture."""
     m = recipe.model
+    check_family(recipe)
     arch, model_type = _ARCH[recipe.family]
     cfg: dict[str, Any] = {
         "architectures": [arch],
@@ -100,6 +110,7 @@ def write_hf_checkpoint(ctx: BuildContext, out: Path, dtype: str) -> Path:
 
 def build_config_kwargs(recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
     """BuildConfig arguments from the recipe's shapes (also a key factor)."""
+    check_family(recipe)
     s = recipe.shapes
     return {
         "max_batch_size": s.max_batch,
