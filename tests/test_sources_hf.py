@@ -150,3 +150,14 @@ def test_derived_toml_loads_back_with_the_same_key(folders, tmp_path: Path, cach
         api.key_for(b, api.make_context(edited, "eager")[1]).key
         != api.key_for(b, from_folder[1]).key
     )
+
+
+@pytest.mark.parametrize("name", ["qwen2", "qwen3-tied-bias", "qwen2-sliding"])
+def test_qwen_recipe_toml_round_trips(name: str, folders, tmp_path: Path):
+    """The printed TOML carries the family's flags (qkv_bias, qk_norm) and reads back equal."""
+    rec = load_recipe(folders[name][0])
+    text = recipe_to_toml(rec)
+    assert ("qkv_bias = true" in text) == (rec.family == "qwen2")
+    assert ("qk_norm = true" in text) == (rec.family == "qwen3")
+    (tmp_path / "r.toml").write_text(text)
+    assert load_recipe(tmp_path / "r.toml") == rec
