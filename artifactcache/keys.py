@@ -8,7 +8,13 @@ object with these top-level fields (see docs/cache.md):
 ``weights``    ``"blake3:<hex>"`` of the checkpoint, or ``"random:<seed>"``;
 ``backend``    ``{"name": ..., "options": {...}}`` (dtype, mode, shapes, flags);
 ``toolchain``  versions of python / torch / triton / onnx / ... that apply;
-``hardware``   device type, GPU name, compute capability, driver, CPU arch/ISA.
+``hardware``   device type, GPU name, compute capability, driver, CPU arch/ISA;
+``acache``     acache's version and a digest of its source that shapes the artifact
+               (``code_factors.BACKEND_SOURCES``), filled in by ``make_factors``.
+
+Compiler settings that change generated code (Inductor config and environment,
+fp32 matmul precision, the C++ compiler) are backend options: see
+``code_factors.codegen_factors`` and each backend's ``factors()``.
 
 ``compute_key`` hashes the canonical JSON of that object. Floats are written
 with ``repr`` (shortest round-trip form), so ``1e-5`` and ``0.00001`` hash the
@@ -29,7 +35,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-KEY_SCHEMA = 1
+from .code_factors import acache_factors
+
+KEY_SCHEMA = 2
 KEY_HEX_LEN = 64
 
 
@@ -69,7 +77,11 @@ def make_factors(
     toolchain: Mapping[str, Any],
     hardware: Mapping[str, Any],
 ) -> dict[str, Any]:
-    """Assemble the factor object in its one documented shape."""
+    """Assemble the factor object in its one documented shape.
+
+    The ``acache`` factor comes from ``backend`` through BACKEND_SOURCES, so no
+    caller can leave acache's own code out of a key.
+    """
     return {
         "schema": KEY_SCHEMA,
         "recipe": dict(recipe),
@@ -77,6 +89,7 @@ def make_factors(
         "backend": {"name": backend, "options": dict(options)},
         "toolchain": dict(toolchain),
         "hardware": dict(hardware),
+        "acache": acache_factors(backend),
     }
 
 

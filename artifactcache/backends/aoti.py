@@ -33,6 +33,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ..code_factors import codegen_factors
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
@@ -63,18 +64,30 @@ def _mode(opts: BuildOptions) -> str:
     return opts.mode or "default"
 
 
-def _inductor_configs(opts: BuildOptions) -> dict[str, Any]:
+def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
+    """The Inductor config a build passes, but the compiler: all of it is a key factor."""
     cfg: dict[str, Any] = {
         # The weight-stripped package: no constants in the .so, none beside it.
         "aot_inductor.package_constants_in_so": False,
     }
-    cxx = choose_cxx()
-    if cxx:
-        # Build with the compiler whose libstdc++ the loading process uses (cxx.py says why).
-        cfg["cpp.cxx"] = cxx
     if _mode(opts) == "max-autotune":
         cfg["max_autotune"] = True
     return cfg
+
+
+def _inductor_configs(opts: BuildOptions, memo_dir: Path | None) -> dict[str, Any]:
+    cfg = _codegen_configs(opts)
+    cxx = choose_cxx(memo_dir=memo_dir)
+    if cxx:
+        # Build with the compiler whose libstdc++ the loading process uses (cxx.py says why).
+        cfg["cpp.cxx"] = cxx
+    return cfg
+
+
+def _probe_memo_dir(ctx: BuildContext) -> Path | None:
+    """The store's state dir, where cxx.py keeps compiler-probe verdicts."""
+    base = getattr(ctx.store, "base", None)
+    return base / "state" if base is not None and (base / "state").is_dir() else None
 
 
 def _safe_extract(archive: Path, dest: Path) -> list[str]:
@@ -156,6 +169,8 @@ class AotiBackend:
             "device": opts.device.split(":")[0],
             "mode": _mode(opts),
             "constants": "user-managed",
+            # The compiler is not here: the C++ runtime in toolchain stands for it (below).
+            "codegen": codegen_factors(_codegen_configs(opts)),
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
@@ -175,7 +190,8 @@ class AotiBackend:
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
-        cfg = _inductor_configs(ctx.opts)  # probes the C++ compilers once per build
+        memo_dir = _probe_memo_dir(ctx)
+        cfg = _inductor_configs(ctx.opts, memo_dir)  # probes compilers not probed before
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         for step in STEPS:
             t0 = time.perf_counter()
@@ -207,7 +223,7 @@ class AotiBackend:
             "steps": steps,
             "compile_seconds": timings,
             "weights": "external (user-managed constants)",
-            **build_record(cfg.get("cpp.cxx")),
+            **build_record(cfg.get("cpp.cxx"), memo_dir),
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta

@@ -10,14 +10,21 @@ avoids it, and that is what this module chooses.
 
 $CXX is tried first, but only used when code it compiles runs in this process
 (works_with_runtime): an environment may set CXX to a compiler whose code crashes.
+
+A probe costs seconds (a child that imports torch), so its verdict is kept on disk
+(``PROBE_MEMO`` in the cache's state dir) by compiler and runtime file identity
+and torch version: a repeat aoti build or `acache doctor` runs no probe.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,9 +115,70 @@ def _candidates(default: str) -> tuple[list[str], list[str]]:
     return seen, skipped
 
 
+PROBE_MEMO = "cxx-probes.json"
+
+
+def _file_id(path: str) -> str | None:
+    """path|realpath|mtime_ns|size: any upgrade in place changes it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{path}|{os.path.realpath(path)}|{st.st_mtime_ns}|{st.st_size}"
+
+
+def _memo_key(cxx: str, runtime: str) -> str | None:
+    """What a verdict depends on: compiler, runtime, torch, and the probe itself."""
+    from ..keys import package_version
+
+    compiler, lib = _file_id(shutil.which(cxx) or cxx), _file_id(runtime)
+    if compiler is None or lib is None:
+        return None
+    probe = hashlib.sha256(_REGEX_PROBE.encode()).hexdigest()[:16]
+    return "\n".join([compiler, lib, f"torch {package_version('torch')}", f"probe {probe}"])
+
+
+def _read_memo(memo_dir: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads((memo_dir / PROBE_MEMO).read_text())
+    except (OSError, ValueError):
+        return {}  # absent, unreadable or damaged: only a lost speed-up
+    return memo if isinstance(memo, dict) else {}
+
+
+def _remember(memo_dir: Path, key: str, verdict: tuple[str, str]) -> None:
+    """Add one verdict to the memo, atomically (a reader never sees half a file)."""
+    memo = _read_memo(memo_dir)
+    memo[key] = list(verdict)
+    tmp = memo_dir / f"{PROBE_MEMO}.{os.getpid()}.tmp"
+    try:
+        tmp.write_text(json.dumps(memo, indent=1, sort_keys=True))
+        os.replace(tmp, memo_dir / PROBE_MEMO)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # read-only cache: the verdict is still right here
+
+
 @functools.lru_cache(maxsize=16)
-def probe_compiler(cxx: str, runtime: str) -> tuple[str, str]:
+def probe_compiler(cxx: str, runtime: str, memo_dir: Path | None = None) -> tuple[str, str]:
     """Does code ``cxx`` compiles run in a process like this one (``runtime`` mapped)?
+
+    Once per process, and once per compiler, runtime and torch when ``memo_dir``
+    (a directory that exists) holds the on-disk memo. Only verdicts reached by a
+    probe that ran to its end are kept: a child that could not run proves nothing.
+    """
+    key = _memo_key(cxx, runtime) if memo_dir is not None else None
+    if memo_dir is not None and key is not None:
+        hit = _read_memo(memo_dir).get(key)
+        if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
+            return hit[0], str(hit[1])
+    verdict, why, settled = _run_probe(cxx, runtime)
+    if settled and memo_dir is not None and key is not None:
+        _remember(memo_dir, key, (verdict, why))
+    return verdict, why
+
+
+def _run_probe(cxx: str, runtime: str) -> tuple[str, str, bool]:
+    """(verdict, why, settled): the probe itself.
 
     Matching library paths are not enough: a compiler can report the system
     libstdc++ yet compile newer headers, and its wrapper .so segfault in std::regex
@@ -118,8 +186,9 @@ def probe_compiler(cxx: str, runtime: str) -> tuple[str, str]:
     AOTI runtime runs into a small .so and calls it in a child that first imports
     torch, so libstdc++ is mapped the way it is here (locally, by torch's own
     libraries; preloading it instead hides the crash). A crash costs the child,
-    not this process. Returns (OK | REJECTED | UNCHECKED, why); a few seconds
-    per compiler, once per process. ``runtime`` is the cache key.
+    not this process. A few seconds per compiler. ``settled``: the verdict says
+    something lasting about the compiler (its code ran, crashed or was wrong),
+    not about a moment (a timeout, a temp dir that failed, a child that died).
     """
     with tempfile.TemporaryDirectory(prefix="acache-cxx-") as d:
         src, lib = Path(d) / "probe.cpp", Path(d) / "probe.so"
@@ -132,34 +201,39 @@ def probe_compiler(cxx: str, runtime: str) -> tuple[str, str]:
                 timeout=60,
             )
         except (OSError, subprocess.SubprocessError) as e:
-            return REJECTED, f"{cxx} did not run ({type(e).__name__})"
+            return REJECTED, f"{cxx} did not run ({type(e).__name__})", False
         if cc.returncode != 0:
-            return REJECTED, f"{cxx} could not compile a std::regex probe"
+            # Not kept: a full or unwritable temp dir fails the same way.
+            return REJECTED, f"{cxx} could not compile a std::regex probe", False
         code = (
             f"import ctypes, sys, torch; sys.exit(ctypes.CDLL({str(lib)!r}).acache_regex_probe())"
         )
         try:
             run = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
         except (OSError, subprocess.SubprocessError) as e:
-            return UNCHECKED, f"{cxx}: the probe child did not finish ({type(e).__name__})"
+            why = f"{cxx}: the probe child did not finish ({type(e).__name__})"
+            return UNCHECKED, why, False
     name = os.path.basename(runtime)
     if run.returncode == 0:
-        return OK, ""
+        return OK, "", True
     if run.returncode < 0:
-        return REJECTED, f"code from {cxx} crashes against {name} (signal {-run.returncode})"
+        why = f"code from {cxx} crashes against {name} (signal {-run.returncode})"
+        return REJECTED, why, -run.returncode != signal.SIGKILL  # SIGKILL: the OOM killer
     if run.returncode == 2:
-        return REJECTED, f"code from {cxx} gives wrong std::regex results against {name}"
+        return REJECTED, f"code from {cxx} gives wrong std::regex results against {name}", True
     tail = run.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-    return UNCHECKED, f"{cxx}: probe child exited {run.returncode} ({tail[0][:120]})"
+    return UNCHECKED, f"{cxx}: probe child exited {run.returncode} ({tail[0][:120]})", False
 
 
-def works_with_runtime(cxx: str, runtime: str) -> tuple[bool, str]:
+def works_with_runtime(cxx: str, runtime: str, memo_dir: Path | None = None) -> tuple[bool, str]:
     """(True, "") when ``cxx``'s code was seen to run against ``runtime``."""
-    verdict, why = probe_compiler(cxx, runtime)
+    verdict, why = probe_compiler(cxx, runtime, memo_dir)
     return verdict == OK, why
 
 
-def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
+def compiler_choice(
+    default: str = "g++", memo_dir: Path | None = None
+) -> tuple[str | None, tuple[str, ...]]:
     """(compiler, why-not for each candidate passed over).
 
     Candidates: $CXX, ``default``, g++, /usr/bin/g++, /usr/bin/c++. The first whose
@@ -167,7 +241,7 @@ def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
     checked (no evidence against it); None when nothing can be checked (no
     libstdc++ mapped) and no $CXX is usable, or every candidate is rejected:
     Inductor's own choice stands. A $CXX whose code crashes this process is
-    passed over with the reason recorded.
+    passed over with the reason recorded. ``memo_dir``: see probe_compiler.
     """
     paths, skipped = _candidates(default)
     loaded = loaded_libstdcxx()
@@ -176,7 +250,7 @@ def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
     rejected = list(skipped)
     unchecked: str | None = None
     for cxx in paths:
-        verdict, why = probe_compiler(cxx, loaded)
+        verdict, why = probe_compiler(cxx, loaded, memo_dir)
         if verdict == OK:
             return cxx, tuple(rejected)
         if verdict == UNCHECKED and unchecked is None:
@@ -185,14 +259,14 @@ def compiler_choice(default: str = "g++") -> tuple[str | None, tuple[str, ...]]:
     return unchecked, tuple(rejected)
 
 
-def choose_cxx(default: str = "g++") -> str | None:
+def choose_cxx(default: str = "g++", memo_dir: Path | None = None) -> str | None:
     """The compiler Inductor should use for code this process will dlopen."""
-    return compiler_choice(default)[0]
+    return compiler_choice(default, memo_dir)[0]
 
 
-def rejected_compilers(default: str = "g++") -> list[str]:
+def rejected_compilers(default: str = "g++", memo_dir: Path | None = None) -> list[str]:
     """Why-not lines for the candidates compiler_choice() passed over (manifest record)."""
-    return list(compiler_choice(default)[1])
+    return list(compiler_choice(default, memo_dir)[1])
 
 
 def missing_compiler() -> str | None:
@@ -204,6 +278,18 @@ def missing_compiler() -> str | None:
     return f"no C++ compiler found ({cxx!r} is not on PATH): install g++ (e.g. apt install g++)"
 
 
+def inductor_default_cxx() -> str:
+    """The compiler torch.compile's CPU kernels use when we pass none: Inductor's
+    default ``cpp.cxx``, $CXX or else g++ (clang++ on macOS)."""
+    return os.environ.get("CXX") or ("clang++" if sys.platform == "darwin" else "g++")
+
+
+def identity(cxx: str) -> dict[str, str | None]:
+    """Key factor: the compiler's resolved path and version string."""
+    d = describe(cxx)
+    return {"path": d["cxx"], "version": d["cxx_version"]}
+
+
 def describe(cxx: str | None) -> dict[str, str | None]:
     """Key factor / manifest record: which compiler built the code."""
     path = shutil.which(cxx or "g++")
@@ -213,18 +299,18 @@ def describe(cxx: str | None) -> dict[str, str | None]:
     }
 
 
-def build_record(cxx: str | None) -> dict[str, Any]:
+def build_record(cxx: str | None, memo_dir: Path | None = None) -> dict[str, Any]:
     """describe() plus the libstdc++ the compiler links against, for the manifest."""
     path = shutil.which(cxx or "g++")
     loaded = loaded_libstdcxx()
-    verified = bool(path and loaded and works_with_runtime(path, loaded)[0])
+    verified = bool(path and loaded and works_with_runtime(path, loaded, memo_dir)[0])
     return {
         **describe(cxx),
         "libstdcxx": compiler_libstdcxx(path) if path else None,
         # The runtime the probe saw this compiler's code run against: load() trusts
         # it even where the compiler reports another library path.
         "libstdcxx_verified": loaded if verified else None,
-        "cxx_rejected": rejected_compilers(),
+        "cxx_rejected": rejected_compilers(memo_dir=memo_dir),
     }
 
 

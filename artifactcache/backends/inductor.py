@@ -32,10 +32,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..code_factors import codegen_factors
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
-from .cxx import missing_compiler
+from .cxx import identity, inductor_default_cxx, missing_compiler
 from .runner import (
     StepRunner,
     build_model_for,
@@ -121,6 +122,13 @@ class InductorBackend:
             )
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+        # No Inductor config is passed beyond the mode, which torch.compile maps to
+        # its own options (and which is a factor of its own).
+        codegen = codegen_factors({})
+        if opts.device == "cpu":
+            # The entry's kernels/ are this compiler's output, and Inductor keys its
+            # own caches on the compile command, so another compiler would miss them.
+            codegen["cxx"] = identity(inductor_default_cxx())
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -128,6 +136,7 @@ class InductorBackend:
             "mode": _mode(opts),
             "fullgraph": True,
             "dynamic": False,
+            "codegen": codegen,
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:

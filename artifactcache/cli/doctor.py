@@ -2,7 +2,8 @@
 
 The --json document is a stable schema (``DOCTOR_SCHEMA``; docs/backends.md,
 "doctor"): keys are only ever added, and a change of meaning bumps the schema.
-Doctor never creates the cache dir and never writes anywhere.
+Doctor never creates the cache dir and writes nothing but the C++ compiler probe
+memo into an existing cache's state dir (backends/cxx.py: a repeat doctor runs no probe).
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def remote_status(url: str | None) -> dict[str, Any]:
     return {"configured": True, **check_remote(url)}
 
 
-def compiler_status() -> dict[str, Any]:
+def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
     """The C++ compiler aoti would build with here, and those passed over (backends/cxx.py).
 
     This is what to look at when AOTInductor libraries crash at load: on the GPU
@@ -172,7 +173,7 @@ def compiler_status() -> dict[str, Any]:
         import torch  # noqa: F401  (maps libstdc++ the way a build process has it)
     except ImportError:
         pass
-    chosen, rejected = cxx.compiler_choice()
+    chosen, rejected = cxx.compiler_choice(memo_dir=memo_dir)
     return {
         "cxx_env": os.environ.get("CXX"),
         "chosen": chosen,
@@ -187,6 +188,10 @@ def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
     device = "cuda" if gpus else "cpu"
     from ..keys import cuda_driver_version
 
+    cache = cache_status(cache_dir)
+    # The probe memo aoti builds share, in a cache the store would accept.
+    state = _cache_root(cache_dir) / "v1" / "state"
+    memo_dir = state if cache["problem"] is None and state.is_dir() else None
     return {
         "schema": DOCTOR_SCHEMA,
         "python": platform.python_version(),
@@ -196,8 +201,8 @@ def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
         "gpus": gpus,
         "device_checked": device,
         "backends": [backend_status(name, device) for name in BACKEND_ROWS],
-        "compiler": compiler_status(),
-        "cache": cache_status(cache_dir),
+        "compiler": compiler_status(memo_dir),
+        "cache": cache,
         "remote": remote_status(remote),
     }
 

@@ -1,0 +1,171 @@
+"""Key factors from acache's own code and from the compiler settings that change codegen.
+
+``acache_factors(backend)`` names acache's version and digests the source files
+that shape that backend's artifacts (``make_factors`` adds it to every key).
+``codegen_factors(config)`` is what a torch-compiling backend adds to its options:
+the Inductor config its build passes, inherited TORCHINDUCTOR_* variables, and
+fp32 matmul precision. Neither imports torch._dynamo or torch._inductor, so a
+process that only loads stays cheap; the source digests are read from disk
+through import specs, never by importing the modules.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# ------------------------------------------------------------ acache's code --
+
+# acache's own source that shapes each kind of artifact: model code, the step
+# inputs a build compiles, the backend's module(s), the ONNX export. A dotted
+# name is a module, or a package standing for all its .py files. An upgrade of
+# acache that changes any of them then misses instead of serving an artifact the
+# old code made (most of all through a shared remote tier).
+SHARED_SOURCES = (
+    "artifactcache.models",
+    "artifactcache.backends.base",
+    "artifactcache.backends.runner",
+)
+BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
+    "eager": ("artifactcache.backends.eager",),
+    "inductor": ("artifactcache.backends.inductor",),
+    "aoti": ("artifactcache.backends.aoti", "artifactcache.backends.cxx"),
+    "onnx-export": ("artifactcache.backends.onnx_export",),
+    "ort": ("artifactcache.backends.ort", "artifactcache.backends.onnx_export"),
+    "trt": (
+        "artifactcache.backends.trt",
+        "artifactcache.backends.trt_engine",
+        "artifactcache.backends.trt_llm",
+        "artifactcache.backends.onnx_export",
+    ),
+    # TensorRT's timing cache holds per-layer timings: no acache code shapes them.
+    "trt-timing-cache": None,
+}
+
+
+def _source_files(name: str) -> list[tuple[str, Path]]:
+    """(name relative to the module or package, path) of every .py file of ``name``.
+
+    Found through import specs, so nothing is imported but parent packages
+    (artifactcache itself): no torch.
+    """
+    spec = importlib.util.find_spec(name)
+    if spec is None or (spec.origin is None and not spec.submodule_search_locations):
+        raise LookupError(f"keys.BACKEND_SOURCES names {name!r}, which is not importable")
+    if spec.submodule_search_locations:
+        files = []
+        for loc in spec.submodule_search_locations:
+            root = Path(loc)
+            files += [(f.relative_to(root).as_posix(), f) for f in root.rglob("*.py")]
+        return sorted(files)
+    origin = Path(spec.origin or "")
+    return [(origin.name, origin)]
+
+
+@functools.cache
+def module_digest(name: str) -> str:
+    """``sha256:<hex>`` over a module's or package's source files, once per process."""
+    h = hashlib.sha256()
+    for rel, path in _source_files(name):
+        data = path.read_bytes()
+        h.update(f"{rel}\0{len(data)}\0".encode())
+        h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+def acache_factors(backend: str) -> dict[str, Any] | None:
+    """acache's version and the digest of each source module that shapes ``backend``."""
+    if backend not in BACKEND_SOURCES:
+        raise LookupError(f"keys.BACKEND_SOURCES has no source list for backend {backend!r}")
+    names = BACKEND_SOURCES[backend]
+    if names is None:
+        return None
+    from . import __version__
+
+    modules = dict.fromkeys((*SHARED_SOURCES, *names))  # ordered, no repeats
+    return {
+        "version": __version__,
+        "source": {n.removeprefix("artifactcache."): module_digest(n) for n in modules},
+    }
+
+
+# ------------------------------------------------------ compiler settings --
+
+# TORCHINDUCTOR_* variables that cannot change generated code: where caches and
+# logs go, whether caches are used, and compile parallelism and timeouts. Every
+# other TORCHINDUCTOR_* variable is a key factor. Keying on an unknown variable
+# costs at worst one rebuild, while missing one that changes codegen would serve
+# the wrong artifact, and each torch release adds variables; hence an ignore-list
+# rather than a list of the variables that count.
+INDUCTOR_ENV_IGNORED = frozenset(
+    {
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TORCHINDUCTOR_FX_GRAPH_CACHE",
+        "TORCHINDUCTOR_FX_GRAPH_CACHE_DEFAULT",
+        "TORCHINDUCTOR_AUTOGRAD_CACHE",
+        "TORCHINDUCTOR_FORCE_DISABLE_CACHES",
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE",
+        "TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE",
+        "TORCHINDUCTOR_BUNDLED_AUTOTUNE_REMOTE_CACHE",
+        "TORCHINDUCTOR_NON_BLOCKING_REMOTE_CACHE_WRITE",
+        "TORCHINDUCTOR_REDIS_HOST",
+        "TORCHINDUCTOR_REDIS_PORT",
+        "TORCHINDUCTOR_REDIS_URL",
+        "TORCHINDUCTOR_COMPILE_THREADS",
+        "TORCHINDUCTOR_WORKER_START",
+        "TORCHINDUCTOR_WORKER_LOGPATH",
+        "TORCHINDUCTOR_WORKER_SUPPRESS_LOGGING",
+        "TORCHINDUCTOR_COMPILE_WORKER_WAIT_TIMEOUT",
+        "TORCHINDUCTOR_QUIESCE_ASYNC_COMPILE_POOL",
+        "TORCHINDUCTOR_FILE_LOCK_TIMEOUT",
+        "TORCHINDUCTOR_MM_LOGGING_FILE",
+        "TORCHINDUCTOR_CONV_LOGGING_FILE",
+        "TORCHINDUCTOR_FLEX_ATTENTION_LOGGING_FILE",
+    }
+)
+
+
+def inductor_env() -> dict[str, str]:
+    """The inherited TORCHINDUCTOR_* variables that may change generated code."""
+    return {
+        k: v
+        for k, v in sorted(os.environ.items())
+        if k.startswith("TORCHINDUCTOR_") and k not in INDUCTOR_ENV_IGNORED
+    }
+
+
+def matmul_precision() -> dict[str, Any]:
+    """fp32 matmul precision and TF32 switches: Inductor lowers matmuls by them.
+
+    Plain getters on torch's C state: torch._dynamo/_inductor stay unimported.
+    """
+    import torch
+
+    return {
+        "fp32_precision": torch.get_float32_matmul_precision(),
+        "cuda_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+    }
+
+
+def codegen_factors(inductor_config: Mapping[str, Any]) -> dict[str, Any]:
+    """What, besides the model and the backend's options, changes Inductor's code.
+
+    ``inductor_config`` is the config the backend's build passes to Inductor. The
+    global ``torch._inductor.config`` is not read: importing it costs a warm load
+    ~1.5 s, and a process that loads would key differently from the one that built
+    depending on what it had imported. Its defaults come from torch (keyed by
+    version) and from TORCHINDUCTOR_* variables (keyed here); a Python-level change
+    of that config before a build is not covered (docs/cache.md).
+    """
+    return {
+        "inductor_config": dict(inductor_config),
+        "inductor_env": inductor_env(),
+        "matmul": matmul_precision(),
+    }
