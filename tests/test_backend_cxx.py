@@ -7,6 +7,7 @@ import shutil
 import pytest
 from _backend_util import CRASHING_PROBE, fake_cxx
 
+from artifactcache import keys
 from artifactcache.backends import cxx
 from artifactcache.errors import BackendError
 
@@ -115,3 +116,143 @@ def test_missing_compiler_is_a_one_line_cli_error(monkeypatch):
         assert res.exit_code == 1
         lines = res.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and "install g++" in lines[0]
+
+
+class ProbeCounter:
+    """Counts the subprocesses cxx.py runs: compiles and probe children."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import subprocess
+        import sys
+
+        self.compiles = self.children = 0
+        real = subprocess.run
+
+        def counting_run(argv, *args, **kwargs):
+            if argv[0] == sys.executable:
+                self.children += 1
+            else:
+                self.compiles += 1
+            return real(argv, *args, **kwargs)
+
+        monkeypatch.setattr(cxx.subprocess, "run", counting_run)
+
+    @property
+    def runs(self) -> int:
+        return self.compiles + self.children
+
+
+@pytest.fixture
+def probe_memo(tmp_path, monkeypatch):
+    """(memo dir, a compiler of our own, the loaded runtime); no verdicts in memory."""
+    import torch  # noqa: F401  (maps libstdc++ as a build process has it)
+
+    memo = tmp_path / "state"
+    memo.mkdir()
+    mine = fake_cxx(tmp_path, "my-g++", 'extern "C" int acache_regex_probe(void){return 0;}')
+    cxx.probe_compiler.cache_clear()
+    yield memo, mine, cxx.loaded_libstdcxx()
+    cxx.probe_compiler.cache_clear()
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_a_probe_verdict_is_kept_on_disk_and_reused(probe_memo, monkeypatch):
+    import json
+
+    memo, mine, runtime = probe_memo
+    count = ProbeCounter(monkeypatch)
+    assert cxx.probe_compiler(mine, runtime, memo) == (cxx.OK, "")
+    assert (count.compiles, count.children) == (1, 1)
+    assert list(json.loads((memo / cxx.PROBE_MEMO).read_text()).values()) == [[cxx.OK, ""]]
+    cxx.probe_compiler.cache_clear()  # as a new process starts
+    assert cxx.probe_compiler(mine, runtime, memo) == (cxx.OK, "")
+    assert count.runs == 2  # nothing ran the second time
+    assert not list(memo.glob("*.tmp"))
+
+
+def test_a_changed_compiler_or_a_damaged_memo_probes_again(probe_memo, monkeypatch):
+    """The memo's logic alone: the probe itself is counted, not run (the test above runs it)."""
+    import os
+
+    memo, mine, runtime = probe_memo
+    probes: list[str] = []
+    monkeypatch.setattr(cxx, "_run_probe", lambda c, r: probes.append(c) or (cxx.OK, "", True))
+
+    def fresh_process_probe() -> tuple[str, str]:
+        cxx.probe_compiler.cache_clear()
+        return cxx.probe_compiler(mine, runtime, memo)
+
+    fresh_process_probe()
+    fresh_process_probe()
+    assert len(probes) == 1
+    st = os.stat(mine)
+    os.utime(mine, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # an upgrade in place
+    assert fresh_process_probe() == (cxx.OK, "") and len(probes) == 2
+    with open(mine, "a") as f:
+        f.write("# same mtime, new size\n")
+    os.utime(mine, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert fresh_process_probe() == (cxx.OK, "") and len(probes) == 3
+    for damage in ("{not json", "[1, 2]", '{"x": 1}', "\udcff"):
+        (memo / cxx.PROBE_MEMO).write_text(damage, errors="surrogateescape")
+        assert fresh_process_probe() == (cxx.OK, "")
+    assert len(probes) == 7
+    fresh_process_probe()  # the memo was rewritten whole
+    assert len(probes) == 7
+    monkeypatch.setattr(keys, "package_version", lambda dist: "9.9")  # another torch
+    fresh_process_probe()
+    assert len(probes) == 8
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_a_crash_is_remembered_but_a_child_that_could_not_run_is_not(probe_memo, tmp_path):
+    import sys
+
+    memo, _, runtime = probe_memo
+    bad = fake_cxx(tmp_path, "crashing-g++", CRASHING_PROBE)
+    verdict, why = cxx.probe_compiler(bad, runtime, memo)
+    assert verdict == cxx.REJECTED and "signal 11" in why
+    cxx.probe_compiler.cache_clear()
+    real_python = sys.executable
+    try:
+        sys.executable = "/bin/false"  # any probe child now exits 1
+        assert cxx.probe_compiler(bad, runtime, memo) == (verdict, why)  # from the memo
+        gxx = shutil.which("g++")
+        assert cxx.probe_compiler(gxx, runtime, memo)[0] == cxx.UNCHECKED
+    finally:
+        sys.executable = real_python
+    cxx.probe_compiler.cache_clear()
+    memo_text = (memo / cxx.PROBE_MEMO).read_text()
+    assert "crashing-g++" in memo_text and gxx not in memo_text
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_doctor_probes_once_per_cache(monkeypatch, tmp_path):
+    from artifactcache.cli.doctor import doctor_report
+    from artifactcache.store.local import LocalStore
+
+    root = tmp_path / "cache"
+    LocalStore(root)  # an existing cache: doctor keeps its verdicts there
+    monkeypatch.delenv("CXX", raising=False)
+    cxx.probe_compiler.cache_clear()
+    count = ProbeCounter(monkeypatch)
+    try:
+        first = doctor_report(root, None)["compiler"]
+        assert count.children >= 1
+        children = count.children
+        cxx.probe_compiler.cache_clear()  # as a new `acache doctor` process starts
+        assert doctor_report(root, None)["compiler"] == first
+        assert count.children == children
+    finally:
+        cxx.probe_compiler.cache_clear()
+    assert (root / "v1" / "state" / cxx.PROBE_MEMO).is_file()
+
+
+def test_aoti_builds_keep_probe_verdicts_in_the_stores_state_dir(tmp_path):
+    from types import SimpleNamespace
+
+    from artifactcache.backends import aoti
+    from artifactcache.store.local import LocalStore
+
+    store = LocalStore(tmp_path / "cache")
+    assert aoti._probe_memo_dir(SimpleNamespace(store=store)) == store.base / "state"
+    assert aoti._probe_memo_dir(SimpleNamespace(store=None)) is None

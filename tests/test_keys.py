@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -161,3 +162,239 @@ def test_weights_digest_of_a_folder(tmp_path):
     assert keys.weights_digest(d) == a
     (d / "model.safetensors").write_bytes(b"v" * 100)
     assert keys.weights_digest(d) != a
+
+
+# ------------------------------------- acache's code and compiler settings --
+
+
+def real_factors(backend: str, **env: str) -> dict[str, Any]:
+    """The factors api.key_for computes here for tiny-llama on CPU, under ``env``."""
+    from unittest import mock
+
+    from artifactcache.api import key_for, make_context
+
+    with mock.patch.dict(os.environ, env):
+        b, ctx = make_context("tiny-llama", backend)
+        return key_for(b, ctx).factors
+
+
+CODEGEN = ("backend", "options", "codegen")
+CODEGEN_ENV = {"TORCHINDUCTOR_MAX_AUTOTUNE_GEMM": "1"}
+# Each new factor's leaf path, per backend (under CODEGEN_ENV, so inductor_env has a leaf).
+NEW_FACTORS = {
+    "inductor": [
+        ("acache", "version"),
+        ("acache", "source", "models"),
+        ("acache", "source", "backends.base"),
+        ("acache", "source", "backends.runner"),
+        ("acache", "source", "backends.inductor"),
+        (*CODEGEN, "inductor_env", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"),
+        (*CODEGEN, "matmul", "fp32_precision"),
+        (*CODEGEN, "matmul", "cuda_tf32"),
+        (*CODEGEN, "matmul", "cudnn_tf32"),
+        (*CODEGEN, "cxx", "path"),
+        (*CODEGEN, "cxx", "version"),
+    ],
+    "aoti": [
+        ("acache", "source", "backends.aoti"),
+        ("acache", "source", "backends.cxx"),
+        (*CODEGEN, "inductor_config", "aot_inductor.package_constants_in_so"),
+        (*CODEGEN, "inductor_env", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"),
+        (*CODEGEN, "matmul", "fp32_precision"),
+    ],
+}
+
+
+@functools.cache
+def _real_factors_once(backend: str) -> dict[str, Any]:
+    return real_factors(backend, **CODEGEN_ENV)
+
+
+def test_each_new_factor_is_there_and_changes_the_key():
+    for backend, wanted in NEW_FACTORS.items():
+        factors = _real_factors_once(backend)
+        paths = leaf_paths(factors)
+        for want in wanted:
+            assert want in paths, (backend, want)
+            leaf = factors
+            for p in want:
+                leaf = leaf[p]
+            other = replace(factors, want, changed(leaf))
+            assert compute_key(other) != compute_key(factors), want
+            assert [d.path for d in diff_factors(factors, other)] == [".".join(want)]
+    assert real_factors("eager")["schema"] == keys.KEY_SCHEMA == 2
+
+
+@given(st.sampled_from(sorted(NEW_FACTORS)), st.randoms(use_true_random=False))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_reordering_real_factors_keeps_the_key(backend, rng):
+    factors = _real_factors_once(backend)
+    assert compute_key(reorder(factors, rng)) == compute_key(factors)
+    assert diff_factors(factors, reorder(factors, rng)) == []
+
+
+def key_of(backend: str, **env: str) -> str:
+    return compute_key(real_factors(backend, **env))
+
+
+def test_an_inductor_codegen_variable_changes_the_key_and_cache_dirs_do_not(tmp_path):
+    for backend in ("inductor", "aoti"):
+        base = key_of(backend)
+        assert key_of(backend, TORCHINDUCTOR_FREEZING="1") != base
+        assert key_of(backend, TORCHINDUCTOR_CPP_WRAPPER="1") != base
+        # Where caches go and how many compile workers run change no code; the
+        # measurement children point TORCHINDUCTOR_CACHE_DIR at fresh dirs.
+        assert (
+            key_of(
+                backend,
+                TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "x"),
+                TORCHINDUCTOR_COMPILE_THREADS="1",
+                TORCHINDUCTOR_FX_GRAPH_CACHE="0",
+            )
+            == base
+        )
+    # Eager compiles nothing.
+    assert key_of("eager", TORCHINDUCTOR_FREEZING="1") == key_of("eager")
+
+
+def test_fp32_matmul_precision_and_tf32_change_the_key():
+    import torch
+
+    before = {b: key_of(b) for b in ("inductor", "aoti")}
+    saved = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("high" if saved != "high" else "highest")
+        assert all(key_of(b) != k for b, k in before.items())
+    finally:
+        torch.set_float32_matmul_precision(saved)
+    assert {b: key_of(b) for b in before} == before
+    saved_tf32 = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = not saved_tf32
+        assert all(key_of(b) != k for b, k in before.items())
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved_tf32
+
+
+def test_the_cpu_compiler_is_a_factor_of_inductor_cpu(tmp_path):
+    import shutil
+
+    import pytest
+
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ on this machine")
+    other = tmp_path / "my-g++"
+    other.write_text(f'#!/bin/sh\nexec {gxx} "$@"\n')
+    other.chmod(0o755)
+    base = real_factors("inductor")
+    mine = real_factors("inductor", CXX=str(other))
+    assert mine["backend"]["options"]["codegen"]["cxx"]["path"] == str(other)
+    assert [d.path for d in diff_factors(base, mine)] == ["backend.options.codegen.cxx.path"]
+
+
+def test_acache_version_changes_the_key(monkeypatch):
+    import artifactcache
+
+    base = key_of("eager")
+    monkeypatch.setattr(artifactcache, "__version__", "99.0.0")
+    assert key_of("eager") != base
+
+
+def test_a_change_to_model_source_changes_the_key(tmp_path, monkeypatch):
+    """A copy of artifactcache/models stands in for the real one in the file list."""
+    import importlib
+    import shutil
+
+    from artifactcache import code_factors
+
+    real = Path(code_factors.__file__).parent / "models"
+    shutil.copytree(real, tmp_path / "models_copy", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    shared = ("models_copy", *code_factors.SHARED_SOURCES[1:])
+    monkeypatch.setattr(code_factors, "SHARED_SOURCES", shared)
+    code_factors.module_digest.cache_clear()
+    # The digest depends on the files' contents, not on where they are installed.
+    assert code_factors.module_digest("models_copy") == code_factors.module_digest(
+        "artifactcache.models"
+    )
+    before = real_factors("eager")
+    llama = tmp_path / "models_copy" / "llama.py"
+    llama.write_text(llama.read_text().replace("def ", "def  ", 1))
+    code_factors.module_digest.cache_clear()
+    try:
+        after = real_factors("eager")
+    finally:
+        code_factors.module_digest.cache_clear()
+    assert [d.path for d in diff_factors(before, after)] == ["acache.source.models_copy"]
+    # A file added to the package counts too.
+    (tmp_path / "models_copy" / "extra.py").write_text("X = 1\n")
+    assert code_factors.module_digest("models_copy") != after["acache"]["source"]["models_copy"]
+    code_factors.module_digest.cache_clear()
+
+
+def test_every_backend_names_importable_sources():
+    import pytest
+
+    from artifactcache import code_factors
+    from artifactcache.backends.base import BACKEND_NAMES
+
+    for name in (*BACKEND_NAMES, "onnx-export"):
+        got = code_factors.acache_factors(name)
+        assert got is not None and "models" in got["source"], name
+        assert any(k.startswith(f"backends.{name.split('-')[0]}") for k in got["source"]), name
+    assert code_factors.acache_factors("trt-timing-cache") is None
+    with pytest.raises(LookupError, match="no source list"):
+        code_factors.acache_factors("no-such-backend")
+
+
+def test_aoti_keys_exactly_the_config_its_build_passes(monkeypatch):
+    from artifactcache.backends import aoti
+    from artifactcache.backends.base import BuildOptions
+
+    monkeypatch.setattr(aoti, "choose_cxx", lambda memo_dir=None: "/usr/bin/g++")
+    for mode in ("default", "max-autotune"):
+        opts = BuildOptions(mode=mode)
+        keyed = aoti.BACKEND.factors(None, opts)["codegen"]["inductor_config"]
+        passed = aoti._inductor_configs(opts, None)
+        assert passed.pop("cpp.cxx") == "/usr/bin/g++"
+        assert passed == keyed
+
+
+def test_computing_keys_imports_no_compiler_stack():
+    """A process that only loads (eager, a warm aoti load) must stay cheap."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from artifactcache.api import make_context, key_for\n"
+        "for b in ('eager', 'aoti'):\n"
+        "    key_for(*make_context('tiny-llama', b))\n"
+        "heavy = ('torch._dynamo', 'torch._inductor', 'sympy')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_key_explain_prints_the_new_factors(monkeypatch):
+    from typer.testing import CliRunner
+
+    from artifactcache.cli.app import app
+
+    monkeypatch.setenv("COLUMNS", "250")
+    res = CliRunner().invoke(app, ["key", "tiny-llama", "--backend", "aoti", "--explain"])
+    assert res.exit_code == 0, res.output
+    for row in (
+        "acache.version",
+        "acache.source.models",
+        "acache.source.backends.aoti",
+        "backend.options.codegen.inductor_config.aot_inductor.package_constants_in_so",
+        "backend.options.codegen.inductor_env",
+        "backend.options.codegen.matmul.fp32_precision",
+        "toolchain.libstdcxx",
+    ):
+        assert row in res.output, row
