@@ -159,10 +159,10 @@ def codegen_factors(inductor_config: Mapping[str, Any]) -> dict[str, Any]:
 
     ``inductor_config`` is the config the backend's build passes to Inductor. The
     global ``torch._inductor.config`` is not read: importing it costs a warm load
-    ~1.5 s, and a process that loads would key differently from the one that built
-    depending on what it had imported. Its defaults come from torch (keyed by
-    version) and from TORCHINDUCTOR_* variables (keyed here); a Python-level change
-    of that config before a build is not covered (docs/cache.md).
+    seconds, and an eager or aoti load never needs Inductor otherwise. Its defaults
+    come from torch (keyed by version) and from TORCHINDUCTOR_* variables (keyed
+    here); a Python-level change of that config before a build is not covered
+    (docs/cache.md).
     """
     return {
         "inductor_config": dict(inductor_config),
