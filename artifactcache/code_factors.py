@@ -33,16 +33,19 @@ SHARED_SOURCES = (
 )
 BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
     "eager": ("artifactcache.backends.eager",),
-    "inductor": ("artifactcache.backends.inductor",),
-    "aoti": ("artifactcache.backends.aoti", "artifactcache.backends.cxx"),
+    "inductor": (
+        "artifactcache.backends.inductor",
+        "artifactcache.backends.cxx",
+        "artifactcache.backends.torch_private",
+    ),
+    "aoti": (
+        "artifactcache.backends.aoti",
+        "artifactcache.backends.cxx",
+        "artifactcache.backends.torch_private",
+    ),
     "onnx-export": ("artifactcache.backends.onnx_export",),
     "ort": ("artifactcache.backends.ort", "artifactcache.backends.onnx_export"),
-    "trt": (
-        "artifactcache.backends.trt",
-        "artifactcache.backends.trt_engine",
-        "artifactcache.backends.trt_llm",
-        "artifactcache.backends.onnx_export",
-    ),
+    "trt": ("artifactcache.backends.tensorrt", "artifactcache.backends.onnx_export"),
     # TensorRT's timing cache holds per-layer timings: no acache code shapes them.
     "trt-timing-cache": None,
 }

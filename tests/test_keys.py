@@ -334,16 +334,66 @@ def test_a_change_to_model_source_changes_the_key(tmp_path, monkeypatch):
     code_factors.module_digest.cache_clear()
 
 
-def test_every_backend_names_importable_sources():
+# acache modules a backend may import without them shaping its artifact: errors,
+# key code, and what reaches the key as factors of its own (recipe, weights).
+NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code_factors",
+               "artifactcache.recipes", "artifactcache.sources", "artifactcache.store")  # fmt: skip
+
+
+def _acache_imports(path: Path, module: str) -> set[str]:
+    """artifactcache modules a file imports, anywhere in it (lazy imports too)."""
+    import ast
+
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            if base.startswith("artifactcache"):
+                out.add(base)
+                out.update(f"{base}.{a.name}" for a in node.names)  # `from . import x`
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("artifactcache"))
+    return out
+
+
+def test_every_backend_names_the_sources_it_imports():
+    """Each module a backend's code imports is in its source list (or shapes no
+    artifact): a new helper module or package cannot slip out of the key."""
+    import importlib.util
+
     import pytest
 
     from artifactcache import code_factors
-    from artifactcache.backends.base import BACKEND_NAMES
+    from artifactcache.backends.base import BACKEND_MODULES, BACKEND_NAMES
 
-    for name in (*BACKEND_NAMES, "onnx-export"):
-        got = code_factors.acache_factors(name)
-        assert got is not None and "models" in got["source"], name
-        assert any(k.startswith(f"backends.{name.split('-')[0]}") for k in got["source"]), name
+    def is_module(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a.b.c where a.b is a module
+            return False
+
+    def covered(name: str, listed: tuple[str, ...]) -> bool:
+        return any(name == m or name.startswith(m + ".") for m in (*listed, *NOT_SHAPING))
+
+    for backend in (*BACKEND_NAMES, "onnx-export"):
+        listed = (*code_factors.SHARED_SOURCES, *code_factors.BACKEND_SOURCES[backend])
+        own = "artifactcache.backends." + BACKEND_MODULES.get(backend, backend).replace("-", "_")
+        assert covered(own, listed), backend
+        for name in listed:
+            is_package = bool(importlib.util.find_spec(name).submodule_search_locations)
+            for rel, path in code_factors._source_files(name):
+                mod = name
+                if is_package:
+                    mod = f"{name}.{rel.removesuffix('.py').replace('/', '.')}"
+                    mod = mod.removesuffix(".__init__")
+                for imported in _acache_imports(path, mod):
+                    if is_module(imported):  # not a name imported from a module
+                        assert covered(imported, listed), (backend, mod, imported)
+        assert code_factors.acache_factors(backend) is not None
     assert code_factors.acache_factors("trt-timing-cache") is None
     with pytest.raises(LookupError, match="no source list"):
         code_factors.acache_factors("no-such-backend")
