@@ -253,7 +253,8 @@ def _lookup(
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context
     st = _resolve_store(store, cache_dir, allow_shared_root)
-    info = key_for(b, ctx, memo_dir=getattr(st, "base", None))
+    ctx.memo_dir = getattr(st, "base", None)
+    info = key_for(b, ctx, memo_dir=ctx.memo_dir)
     if guard is not None and hasattr(st, "reading"):
         guard.enter_context(st.reading(info.key))
     if build_on_miss:

@@ -244,15 +244,21 @@ def test_doctor_probes_once_per_cache(monkeypatch, tmp_path):
         assert count.children == children
     finally:
         cxx.probe_compiler.cache_clear()
-    assert (root / "v1" / "state" / cxx.PROBE_MEMO).is_file()
+    assert (root / "v1" / cxx.PROBE_MEMO).is_file()
 
 
-def test_aoti_builds_keep_probe_verdicts_in_the_stores_state_dir(tmp_path):
-    from types import SimpleNamespace
-
+def test_aoti_builds_get_the_stores_memo_dir(tmp_path, monkeypatch):
+    """api hands the store's v1 dir to the build, where the aoti build keeps verdicts."""
+    from artifactcache import api
     from artifactcache.backends import aoti
-    from artifactcache.store.local import LocalStore
 
-    store = LocalStore(tmp_path / "cache")
-    assert aoti._probe_memo_dir(SimpleNamespace(store=store)) == store.base / "state"
-    assert aoti._probe_memo_dir(SimpleNamespace(store=None)) is None
+    seen: list = []
+
+    def stop(opts, memo_dir):
+        seen.append(memo_dir)
+        raise RuntimeError("stop before compiling")
+
+    monkeypatch.setattr(aoti, "_inductor_configs", stop)
+    with pytest.raises(RuntimeError, match="stop before compiling"):
+        api.build("tiny-llama", "aoti", cache_dir=tmp_path / "cache")
+    assert seen == [tmp_path / "cache" / "v1"]

@@ -84,12 +84,6 @@ def _inductor_configs(opts: BuildOptions, memo_dir: Path | None) -> dict[str, An
     return cfg
 
 
-def _probe_memo_dir(ctx: BuildContext) -> Path | None:
-    """The store's state dir, where cxx.py keeps compiler-probe verdicts."""
-    base = getattr(ctx.store, "base", None)
-    return base / "state" if base is not None and (base / "state").is_dir() else None
-
-
 def _safe_extract(archive: Path, dest: Path) -> list[str]:
     """Unpack a .pt2 (a zip we just wrote) refusing absolute or '..' member names."""
     names = []
@@ -190,7 +184,7 @@ class AotiBackend:
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
-        memo_dir = _probe_memo_dir(ctx)
+        memo_dir = ctx.memo_dir
         cfg = _inductor_configs(ctx.opts, memo_dir)  # probes compilers not probed before
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         for step in STEPS:

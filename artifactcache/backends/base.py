@@ -70,6 +70,9 @@ class BuildContext:
     # What build() hands to a dependency's refresh (e.g. the timing cache this build learned).
     produced: dict[str, Any] = field(default_factory=dict)
     progress: Any = None  # optional callable(str) for status lines
+    # A directory of the cache where a build may keep small per-machine memos (the
+    # compiler-probe verdicts); None outside a store. Set by api.py.
+    memo_dir: Path | None = None
     # Phase timestamps (time.perf_counter()) a backend's load() records, read by
     # the measurement probe: "weights_ready" and "artifact_ready", plus any
     # backend-specific sub-parts ("cache_loaded", "compiled", ...).

@@ -12,7 +12,7 @@ $CXX is tried first, but only used when code it compiles runs in this process
 (works_with_runtime): an environment may set CXX to a compiler whose code crashes.
 
 A probe costs seconds (a child that imports torch), so its verdict is kept on disk
-(``PROBE_MEMO`` in the cache's state dir) by compiler and runtime file identity
+(``PROBE_MEMO`` in the cache's v1 dir) by compiler and runtime file identity
 and torch version: a repeat aoti build or `acache doctor` runs no probe.
 """
 

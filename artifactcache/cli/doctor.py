@@ -3,7 +3,7 @@
 The --json document is a stable schema (``DOCTOR_SCHEMA``; docs/backends.md,
 "doctor"): keys are only ever added, and a change of meaning bumps the schema.
 Doctor never creates the cache dir and writes nothing but the C++ compiler probe
-memo into an existing cache's state dir (backends/cxx.py: a repeat doctor runs no probe).
+memo into an existing cache (backends/cxx.py: a repeat doctor runs no probe).
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
 
     cache = cache_status(cache_dir)
     # The probe memo aoti builds share, in a cache the store would accept.
-    state = _cache_root(cache_dir) / "v1" / "state"
-    memo_dir = state if cache["problem"] is None and state.is_dir() else None
+    base = _cache_root(cache_dir) / "v1"
+    memo_dir = base if cache["problem"] is None and base.is_dir() else None
     return {
         "schema": DOCTOR_SCHEMA,
         "python": platform.python_version(),
