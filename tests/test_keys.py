@@ -335,9 +335,11 @@ def test_a_change_to_model_source_changes_the_key(tmp_path, monkeypatch):
 
 
 # acache modules a backend may import without them shaping its artifact: errors,
-# key code, and what reaches the key as factors of its own (recipe, weights).
+# key code, what reaches the key as factors of its own (recipe, weights), and the
+# decoding loop run around a loaded artifact (generate: chunking, sampling, EOS).
 NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code_factors",
-               "artifactcache.recipes", "artifactcache.sources", "artifactcache.store")  # fmt: skip
+               "artifactcache.recipes", "artifactcache.sources", "artifactcache.store",
+               "artifactcache.generate")  # fmt: skip
 
 
 def _acache_imports(path: Path, module: str) -> set[str]:
