@@ -75,7 +75,7 @@ def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
     return cfg
 
 
-def _inductor_configs(opts: BuildOptions, memo_dir: Path | None) -> dict[str, Any]:
+def _inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[str, Any]:
     cfg = _codegen_configs(opts)
     cxx = choose_cxx(memo_dir=memo_dir)
     if cxx:
