@@ -31,20 +31,39 @@ SHARED_SOURCES = (
     "artifactcache.backends.base",
     "artifactcache.backends.runner",
 )
+# The any-module path (artifactcache.compile) shares each backend's name, so its own
+# modules are listed beside the LLM path's: a change to either misses both, which is
+# safe (one rebuild), where a narrower list could serve stale code.
+_MODULE_PATH = (
+    "artifactcache.module_spec",
+    "artifactcache.backends.module_common",
+    "artifactcache.backends.torch_private",
+)
 BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
-    "eager": ("artifactcache.backends.eager",),
+    "eager": ("artifactcache.backends.eager", *_MODULE_PATH),
     "inductor": (
         "artifactcache.backends.inductor",
+        "artifactcache.backends.module_inductor",
         "artifactcache.backends.cxx",
         "artifactcache.backends.torch_private",
+        "artifactcache.backends.tuning",
+        *_MODULE_PATH,
     ),
     "aoti": (
         "artifactcache.backends.aoti",
+        "artifactcache.backends.module_aoti",
         "artifactcache.backends.cxx",
         "artifactcache.backends.torch_private",
+        "artifactcache.backends.tuning",
+        *_MODULE_PATH,
     ),
     "onnx-export": ("artifactcache.backends.onnx_export",),
-    "ort": ("artifactcache.backends.ort", "artifactcache.backends.onnx_export"),
+    "ort": (
+        "artifactcache.backends.ort",
+        "artifactcache.backends.module_ort",
+        "artifactcache.backends.onnx_export",
+        *_MODULE_PATH,
+    ),
     "trt": ("artifactcache.backends.tensorrt", "artifactcache.backends.onnx_export"),
     # TensorRT's timing cache holds per-layer timings: no acache code shapes them.
     "trt-timing-cache": None,

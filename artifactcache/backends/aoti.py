@@ -53,6 +53,7 @@ from .torch_private import (
     inductor_config_kept,
     release_export_state,
 )
+from .tuning import check_extra, inductor_tuning
 
 RECORD = "aoti.json"
 FORMAT = 1
@@ -72,6 +73,8 @@ def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
     }
     if _mode(opts) == "max-autotune":
         cfg["max_autotune"] = True
+    # Without it every M=1 decode matmul goes to cuBLAS (tuning.py says why).
+    cfg.update(inductor_tuning(opts))
     return cfg
 
 
@@ -153,8 +156,7 @@ class AotiBackend:
         mode = _mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
-        if opts.extra:
-            raise BackendError(f"backend 'aoti' takes no extra options (got {sorted(opts.extra)})")
+        check_extra(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
         return {

@@ -50,8 +50,10 @@ from .torch_private import (
     fresh_cache_artifact_manager,
     fresh_inductor_cache,
     inductor_cache_dir,
+    inductor_mode_options,
     raise_dynamo_recompile_limit,
 )
+from .tuning import check_extra, inductor_tuning
 
 MEGACACHE = "megacache.bin"
 KERNELS = "kernels"
@@ -68,7 +70,13 @@ _RECOMPILE_LIMIT = 64
 
 
 def _mode(opts: BuildOptions) -> str:
-    return opts.mode or "default"
+    """The fast path is the default: CUDA graphs on CUDA, plain compile on CPU."""
+    return opts.mode or ("reduce-overhead" if opts.device.startswith("cuda") else "default")
+
+
+def _compile_options(opts: BuildOptions) -> dict[str, Any]:
+    """Inductor options for torch.compile: the mode's own, plus acache's tuning flags."""
+    return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
 
 
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
@@ -77,11 +85,10 @@ def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     import torch
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
-    mode = _mode(opts)
-    compiled = torch.compile(
-        model, fullgraph=True, dynamic=False, mode=None if mode == "default" else mode
-    )
-    runs = 3 if mode == "reduce-overhead" else 1
+    options = _compile_options(opts)
+    compiled = torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
+    # CUDA graphs are recorded on the second call of each shape.
+    runs = 3 if options.get("triton.cudagraphs") else 1
     with torch.no_grad():
         for decode in (False, True):
             idx, pos = example_inputs(recipe, dev, decode)
@@ -116,15 +123,11 @@ class InductorBackend:
                 "--mode reduce-overhead uses CUDA graphs and needs --device cuda; "
                 "use --mode default on cpu"
             )
-        if opts.extra:
-            raise BackendError(
-                f"backend 'inductor' takes no extra options (got {sorted(opts.extra)})"
-            )
+        check_extra(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
-        # No Inductor config is passed beyond the mode, which torch.compile maps to
-        # its own options (and which is a factor of its own).
-        codegen = codegen_factors({})
+        # The mode is a factor of its own; the tuning flags are the config passed on top.
+        codegen = codegen_factors(inductor_tuning(opts))
         if opts.device == "cpu":
             # The entry's kernels/ are this compiler's output, and Inductor keys its
             # own caches on the compile command, so another compiler would miss them.

@@ -25,25 +25,19 @@ from ..errors import BackendError
 from .aoti import MODES, _inductor_configs, _safe_extract, _share_constants
 from .base import BuildOptions
 from .cxx import build_record, check_runtime
-from .module_common import FORMAT, reference_run, require_files, write_record
+from .module_common import (
+    FORMAT,
+    export_dynamic_shapes,
+    reference_run,
+    require_files,
+    write_record,
+)
 
 if TYPE_CHECKING:
     from ..module_spec import ModuleSpec
 
 STEP = "module"
 CONSTANTS = "constants.safetensors"
-
-
-def export_dynamic_shapes(spec: ModuleSpec) -> Any:
-    """torch.export's dynamic_shapes (one tuple entry per input) from the spec's ranges."""
-    if not spec.dynamic:
-        return None
-    from torch.export import Dim
-
-    return tuple(
-        {d: Dim(f"in{i}_d{d}", min=lo, max=hi) for d, (lo, hi) in dims.items()} or None
-        for i, dims in enumerate(spec.dynamic)
-    )
 
 
 class AotiModuleBackend:

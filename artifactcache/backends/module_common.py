@@ -184,3 +184,15 @@ class EagerModuleBackend:
 
 
 MODULE_BACKEND = EagerModuleBackend()
+
+
+def export_dynamic_shapes(spec: ModuleSpec) -> Any:
+    """torch.export's dynamic_shapes (one tuple entry per input) from the spec's ranges."""
+    if not spec.dynamic:
+        return None
+    from torch.export import Dim
+
+    return tuple(
+        {d: Dim(f"in{i}_d{d}", min=lo, max=hi) for d, (lo, hi) in dims.items()} or None
+        for i, dims in enumerate(spec.dynamic)
+    )

@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
 from .base import BuildOptions
-from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
+from .module_common import (
+    FORMAT,
+    export_dynamic_shapes,
+    no_extra,
+    reference_run,
+    require_files,
+    write_record,
+)
 from .onnx_export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchain
 from .ort import EP_DTYPES, OPT_MODEL, _ort, graph_level, resolve_ep, session_options
 
@@ -60,7 +67,6 @@ def _export(spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, extern
     outs = [f"output_{i}" for i in range(n_out)]
     with torch.no_grad(), _quiet():
         if es.exporter == "dynamo":
-            from .module_aoti import export_dynamic_shapes
 
             prog = torch.onnx.export(
                 spec.module, spec.example_inputs, dynamo=True, input_names=names,

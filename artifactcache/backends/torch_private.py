@@ -202,3 +202,18 @@ def output_leaves(out: Any) -> list[tuple[str, Any]]:
 
     leaves, _ = _pytree.tree_flatten_with_path(out)
     return [(_pytree.keystr(path), leaf) for path, leaf in leaves]
+
+
+def inductor_mode_options(mode: str) -> dict[str, Any]:
+    """The Inductor options torch.compile applies for ``mode`` (as ``mode=`` would).
+
+    acache passes options rather than a mode so that it can add tuning flags on top:
+    torch.compile takes one or the other, not both.
+    """
+    if mode == "default":
+        return {}
+    try:
+        from torch._inductor import list_mode_options
+    except ImportError:
+        raise TorchPrivateAPIMissing("torch._inductor.list_mode_options") from None
+    return dict(list_mode_options(mode))

@@ -1,0 +1,55 @@
+"""Inductor tuning flags that inductor and aoti set by default on CUDA.
+
+``coordinate_descent_tuning`` lets Inductor tune the block sizes of its Triton kernels,
+and makes it generate its own Triton kernels for the M=1 matmuls of a decode step
+instead of calling cuBLAS's split-K GEMMs (docs/perf-notes.md has the profile). It only
+concerns Triton, so it is on by default on CUDA and refused on CPU. Users turn it off
+with ``--extra coordinate_descent_tuning=0`` (for a faster build). Every flag returned
+here is passed to the compile and is part of the key through the codegen factor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BackendError
+from .base import BuildOptions
+
+EXTRA_KEYS = ("coordinate_descent_tuning",)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise BackendError(f"--extra {name}={value!r}: expected 0 or 1")
+
+
+def check_extra(backend: str, opts: BuildOptions) -> None:
+    """Unknown --extra keys, and flags that do not apply to the device, are one line."""
+    unknown = sorted(set(opts.extra) - set(EXTRA_KEYS))
+    if unknown:
+        raise BackendError(
+            f"backend {backend!r} takes no extra option {', '.join(unknown)} "
+            f"(it takes: {', '.join(EXTRA_KEYS)})"
+        )
+    inductor_tuning(opts)
+
+
+def inductor_tuning(opts: BuildOptions) -> dict[str, bool]:
+    """The Inductor config flags this build sets (empty on CPU)."""
+    on_cuda = opts.device.startswith("cuda")
+    name = "coordinate_descent_tuning"
+    on = _flag(name, opts.extra.get(name, on_cuda))
+    if on and not on_cuda:
+        raise BackendError(
+            f"--extra {name}=1 tunes Triton kernels, which only CUDA builds have; "
+            "leave it off on cpu"
+        )
+    return {name: True} if on else {}
