@@ -98,7 +98,8 @@ def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch)
     cold, warm = runs["cold"], runs["warm"]
     for r in cold:  # the second cold run comes after a warm one: it must compile again
         assert r["built"] and r["compile"]["compiled"], r["compile"]
-        assert r["compile"]["fxgraph_cache_miss"] > 0
+        if warm_path() == "megacache":  # aot_compile bypasses the FX-graph cache
+            assert r["compile"]["fxgraph_cache_miss"] > 0
         assert r["framework_cache_bytes_after"]["TORCHINDUCTOR_CACHE_DIR"] > 0
     for r in warm:
         assert not r["built"] and r["entry_source"] == "local"
