@@ -8,9 +8,9 @@ and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
 inputs: the saved function holds no weights and writes the caller's buffers. A
 warm process deserializes both functions: no Dynamo tracing, no guard building
-from bytecode, no Inductor compile. On CUDA, modes that promise CUDA graphs
-(``reduce-overhead``, ``max-autotune``) are compiled without them and decode is
-replayed from a graph captured at load (``runner.cuda_graph_step``), as for aoti.
+from bytecode, no Inductor compile. On CUDA, modes whose options turn on
+``triton.cudagraphs`` are compiled without it and decode is replayed from a graph
+captured at load (``runner.cuda_graph_step``), as for aoti.
 
 ``megacache`` (the fallback): ``megacache.bin`` from
 ``torch.compiler.save_cache_artifacts()`` after compiling and running both steps
