@@ -1,4 +1,5 @@
-"""inductor: parity with eager for every tiny recipe, and a warm second process.
+"""inductor: parity with eager for every tiny recipe, a warm second process, and
+the Mega-Cache fallback on a torch that cannot save compiled functions.
 
 Compiling is slow on CPU (tens of seconds per recipe), so entries are built once
 per module into one cache root and shared by the tests.
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from _backend_util import (
     TINY,
     kernel_compiles,
@@ -23,6 +25,7 @@ from _backend_util import (
 )
 
 from artifactcache import api
+from artifactcache.backends import inductor
 from artifactcache.backends.base import get_backend
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import load_recipe
@@ -52,15 +55,30 @@ def test_matches_eager(name: str, runners):
     assert compiled.generate(prompt, 32) == eager.generate(prompt, 32)
 
 
-def test_entry_holds_megacache_and_kernels(root: Path):
+def test_this_torch_warms_from_saved_compiled_functions():
+    """torch 2.13 (the dev venv) has the API; the rule must pick it there."""
+    assert hasattr(torch.compiler, "load_compiled_function")
+    assert inductor.warm_path() == "aot_compile"
+
+
+def test_entry_holds_compiled_steps_and_kernels(root: Path):
     res = api.build("tiny-llama", "inductor", cache_dir=root)
-    meta = res.entry.meta
-    assert (res.entry.path / "megacache.bin").stat().st_size == meta["megacache_bytes"] > 0
-    assert meta["cache_artifacts"].get("inductor", 0) >= 2  # the prefill and decode graphs
-    # On CPU the Mega-Cache holds C++ source only; the entry carries the objects.
-    assert meta["kernels"] and all(
-        (res.entry.path / "kernels" / k).is_file() for k in meta["kernels"]
-    )
+    meta, path = res.entry.meta, res.entry.path
+    assert meta["warm_path"] == "aot_compile"
+    files = ("prefill.aotfn", "decode.aotfn")
+    assert meta["steps"] == {f: (path / f).stat().st_size for f in files}
+    # The model is an input of the saved functions, so no weight is in them.
+    weight_bytes = _tiny_llama_weight_bytes()
+    assert all(size < weight_bytes / 10 for size in meta["steps"].values())
+    # On CPU the compiled graphs hold C++ source only; the entry carries the objects.
+    assert meta["kernels"] and all((path / "kernels" / k).is_file() for k in meta["kernels"])
+
+
+def _tiny_llama_weight_bytes() -> int:
+    from artifactcache.models import build_model
+
+    model = build_model(load_recipe("tiny-llama"), device="cpu", dtype="fp32")
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def test_second_process_does_not_compile(runners, tmp_path: Path):
@@ -87,11 +105,47 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
     report = load_in_child(root, "tiny-llama", "inductor", prompt, 16, env)
     assert report["ids"] == want
     assert kernel_compiles(report) == []
-    ind, aot = report["counters"].get("inductor", {}), report["counters"].get("aot_autograd", {})
-    assert ind.get("fxgraph_cache_hit", 0) == 2 and ind.get("fxgraph_cache_miss", 0) == 0
-    assert aot.get("autograd_cache_hit", 0) == 2 and aot.get("autograd_cache_miss", 0) == 0
-    assert {"cache_loaded", "artifact_ready", "weights_ready"} <= set(report["phases"])
+    counters = report["counters"]
+    # Dynamo traced no frame (a trace counts calls_captured and unique_graphs), and
+    # AOTAutograd and the FX-graph cache were never consulted: the saved functions
+    # were called as they are.
+    assert "stats" not in counters, counters["stats"]
+    assert "aot_autograd" not in counters
+    ind = counters.get("inductor", {})
+    assert ind.get("fxgraph_cache_hit", 0) == 0 and ind.get("fxgraph_cache_miss", 0) == 0
+    assert {"cache_loaded", "steps_loaded", "artifact_ready", "weights_ready"} <= set(
+        report["phases"]
+    )
     assert tree_digest(entry.path) == before  # load never writes into the entry
+
+
+def test_without_the_api_the_entry_is_a_megacache(monkeypatch, tmp_path: Path):
+    """A torch without load_compiled_function (2.11 may be one) falls back, and says so."""
+    aot_key = api.key_for(get_backend("inductor"), api.make_context("tiny-llama", "inductor")[1])
+    monkeypatch.delattr(torch.compiler, "load_compiled_function")
+    b, ctx = api.make_context("tiny-llama", "inductor")
+    assert b.factors(ctx.recipe, ctx.opts)["warm_path"] == "megacache"
+    assert api.key_for(b, ctx).key != aot_key.key  # different files, different key
+    root = tmp_path / "cache"
+    root.mkdir(mode=0o700)
+    res = api.build("tiny-llama", "inductor", cache_dir=root)
+    meta, path = res.entry.meta, res.entry.path
+    assert meta["warm_path"] == "megacache"
+    assert (path / "megacache.bin").stat().st_size == meta["megacache_bytes"] > 0
+    assert meta["cache_artifacts"].get("inductor", 0) >= 2  # the prefill and decode graphs
+    assert not list(path.glob("*.aotfn"))
+    prompt = list(load_recipe("tiny-llama").bench.prompt_ids)
+    eager = api.load("tiny-llama", "eager", cache_dir=root)
+    runner = api.load("tiny-llama", "inductor", cache_dir=root, build_on_miss=False)
+    assert runner.generate(prompt, 8) == eager.generate(prompt, 8)
+
+
+def test_an_entry_missing_a_compiled_step_is_refused(tmp_path: Path):
+    (tmp_path / "prefill.aotfn").write_bytes(b"x")
+    b, ctx = api.make_context("tiny-llama", "inductor")
+    with pytest.raises(BackendError, match="no decode.aotfn: rebuild it with --force") as ei:
+        b.load(ctx, tmp_path, {"warm_path": "aot_compile"})
+    assert "\n" not in str(ei.value)
 
 
 def test_child_loads_only_from_the_entry(tmp_path: Path):

@@ -1,26 +1,36 @@
-"""inductor: torch.compile of the prefill and decode steps, warm from a Mega-Cache.
+"""inductor: torch.compile of the prefill and decode steps, warm without recompiling.
 
-The artifact (see docs/backends.md):
+Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
-``megacache.bin``  bytes from ``torch.compiler.save_cache_artifacts()`` after
-                   compiling and running both steps once: AOTAutograd and FX
-                   graph cache entries (with Triton kernels bundled on CUDA).
+``aot_compile`` (where ``torch.compiler.load_compiled_function`` exists): each step
+is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, idx, pos), {}))``
+and saved with ``save_compiled_function``. The model is an *argument*, so its
+parameters and buffers (the KV caches, mutated in place, included) are graph
+inputs: the saved function holds no weights and writes the caller's buffers. A
+warm process deserializes both functions: no Dynamo tracing, no guard building
+from bytecode, no Inductor compile. On CUDA, modes whose options turn on
+``triton.cudagraphs`` are compiled without it and decode is replayed from a graph
+captured at load (``runner.cuda_graph_step``), as for aoti.
+
+``megacache`` (the fallback): ``megacache.bin`` from
+``torch.compiler.save_cache_artifacts()`` after compiling and running both steps
+once; a warm process hot-loads it and runs torch.compile again, so Dynamo still
+traces the model while the FX-graph and AOTAutograd caches hit.
+
+Both paths carry:
+
 ``kernels/``       the C++ kernel objects (``*.so``/``*.o``) Inductor built on
-                   CPU. The Mega-Cache holds the generated C++ *source* only, so
+                   CPU. Compiled graphs hold the generated C++ *source* only, so
                    without these a fresh process with an empty
                    TORCHINDUCTOR_CACHE_DIR recompiles every CPU kernel with the
                    system compiler (measured: 21 g++ runs for tiny-llama).
-``inductor.json``  a record of the above.
+``megacache.bin``  on the aot_compile path too when torch recorded anything:
+                   on CUDA it holds the Triton kernel binaries.
+``inductor.json``  a record of the above, with ``warm_path``.
 
 build() compiles inside ``torch._inductor.utils.fresh_cache()`` so the artifact
 never depends on what the user's framework caches happened to hold, and so the
 kernel objects to keep are exactly the files that compile produced.
-
-load() copies ``kernels/`` into the process's Inductor cache dir (same relative
-paths, which are content hashes), hot-loads the Mega-Cache, then compiles and
-runs both steps once. Dynamo still traces the model in the warm process; the
-FX graph and AOTAutograd caches hit, so Inductor does no lowering or codegen
-and nothing is handed to a compiler.
 """
 
 from __future__ import annotations
@@ -41,17 +51,23 @@ from .runner import (
     StepRunner,
     build_model_for,
     check_device_dtype,
+    cuda_graph_step,
+    decode_examples,
     device_of,
     example_inputs,
     sync,
 )
 from .torch_private import (
+    aot_compile_missing,
+    aot_compile_step,
     forget_inductor_process_caches,
     fresh_cache_artifact_manager,
     fresh_inductor_cache,
     inductor_cache_dir,
     inductor_mode_options,
+    load_compiled_step,
     raise_dynamo_recompile_limit,
+    save_compiled_step,
 )
 from .tuning import check_extra, inductor_tuning
 
@@ -60,6 +76,13 @@ KERNELS = "kernels"
 RECORD = "inductor.json"
 FORMAT = 1
 MODES = ("default", "reduce-overhead", "max-autotune")
+WARM_PATHS = ("aot_compile", "megacache")
+STEPS = ("prefill", "decode")
+# The saved compiled function of each step on the aot_compile path.
+STEP_FILES = {step: f"{step}.aotfn" for step in STEPS}
+# Mega-Cache artifact types a saved compiled function already carries (its
+# AOTAutograd entry is bundled, Inductor's compiled graph inside it).
+_BUNDLED_IN_STEPS = {"aot_autograd", "inductor"}
 # File types of compiled C++ kernels in Inductor's cache dir (the .o files are
 # needed too: Inductor checks each link input exists before reusing a .so).
 _KERNEL_SUFFIXES = (".so", ".o")
@@ -77,6 +100,19 @@ def _mode(opts: BuildOptions) -> str:
 def _compile_options(opts: BuildOptions) -> dict[str, Any]:
     """Inductor options for torch.compile: the mode's own, plus acache's tuning flags."""
     return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
+
+
+def warm_path() -> str:
+    """How this torch's entries are warmed: "aot_compile" where it can save a
+    compiled function, else "megacache". A function of the torch alone, which the
+    key already names, so the same toolchain always picks the same path."""
+    return "megacache" if aot_compile_missing() else "aot_compile"
+
+
+def run_model(model: Any, idx: Any, pos: Any) -> Any:
+    """The step aot_compile traces: the model is an input, so its weights are not
+    baked in and its KV-cache buffers are the caller's."""
+    return model(idx, pos)
 
 
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
@@ -140,6 +176,7 @@ class InductorBackend:
             "fullgraph": True,
             "dynamic": False,
             "codegen": codegen,
+            "warm_path": warm_path(),
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
@@ -152,27 +189,39 @@ class InductorBackend:
 
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev)
+        path = warm_path()
         t0 = time.perf_counter()
+        record: dict[str, Any] = {}
         with fresh_inductor_cache(), fresh_cache_artifact_manager():
             torch.compiler.reset()
             forget_inductor_process_caches()
-            compile_steps(model, ctx.opts, ctx.recipe, dev)
+            if path == "aot_compile":
+                record["steps"] = save_aot_steps(model, ctx.opts, ctx.recipe, dev, workdir)
+            else:
+                compile_steps(model, ctx.opts, ctx.recipe, dev)
             saved = torch.compiler.save_cache_artifacts()
-            if saved is None:
+            if saved is None and path == "megacache":
                 raise BackendError(
                     "torch.compile produced no cache artifacts (are Inductor's caches disabled, "
                     "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
                 )
-            data, info = saved
             kernels = save_kernels(workdir / KERNELS)
         # The steps compiled above belong to this build's model; a later load()
-        # in this process compiles its own from the Mega-Cache.
+        # in this process gets its own from the entry.
         torch.compiler.reset()
-        (workdir / MEGACACHE).write_bytes(data)
-        artifacts = {k: len(v) for k, v in info.artifacts.items()}
+        data, artifacts = b"", {}
+        if saved is not None:
+            data, info = saved
+            artifacts = {k: len(v) for k, v in info.artifacts.items() if v}
+            if path == "aot_compile" and set(artifacts) <= _BUNDLED_IN_STEPS:
+                data = b""  # nothing the saved functions lack
+        if data:
+            (workdir / MEGACACHE).write_bytes(data)
         meta = {
             "format": FORMAT,
             "mode": _mode(ctx.opts),
+            "warm_path": path,
+            **record,
             "megacache_bytes": len(data),
             "cache_artifacts": artifacts,
             "kernels": kernels,
@@ -184,17 +233,71 @@ class InductorBackend:
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
         import torch
 
+        path = meta.get("warm_path", "megacache")
         mega = entry_dir / MEGACACHE
-        if not mega.is_file():
+        if path == "megacache" and not mega.is_file():
             raise BackendError(f"entry {entry_dir} has no {MEGACACHE}: rebuild it with --force")
+        if path == "aot_compile":
+            for f in STEP_FILES.values():
+                if not (entry_dir / f).is_file():
+                    raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev)
         install_kernels(entry_dir / KERNELS)
-        torch.compiler.load_cache_artifacts(mega.read_bytes())
+        if mega.is_file():
+            torch.compiler.load_cache_artifacts(mega.read_bytes())
         ctx.phases["cache_loaded"] = time.perf_counter()
-        compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
+        if path == "megacache":
+            compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
+            ctx.phases["artifact_ready"] = time.perf_counter()
+            return StepRunner(ctx.recipe, compiled, compiled, dev, keepalive=model)
+        prefill, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
+        ctx.phases["steps_loaded"] = time.perf_counter()
+        info: dict[str, Any] = {"cuda_graph": False}
+        if _compile_options(ctx.opts).get("triton.cudagraphs"):
+            # The modes' CUDA graphs, which the saved functions were compiled without.
+            decode, info = cuda_graph_step(decode, decode_examples(ctx.recipe, dev))
         ctx.phases["artifact_ready"] = time.perf_counter()
-        return StepRunner(ctx.recipe, compiled, compiled, dev, keepalive=model)
+        return StepRunner(ctx.recipe, prefill, decode, dev, keepalive=model, info=info)
+
+
+def save_aot_steps(
+    model: Any, opts: BuildOptions, recipe: Any, dev: Any, workdir: Path
+) -> dict[str, int]:
+    """aot_compile both steps, run each once, save them; {file: bytes}."""
+    import torch
+
+    # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
+    options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
+    sizes = {}
+    for step in STEPS:
+        args = (model, *example_inputs(recipe, dev, decode=step == "decode"))
+        with torch.no_grad():
+            compiled = aot_compile_step(run_model, args, options)
+            compiled(*args)  # fails here, at build, rather than in a warm process
+        sync(dev)
+        save_compiled_step(compiled, workdir / STEP_FILES[step])
+        sizes[STEP_FILES[step]] = (workdir / STEP_FILES[step]).stat().st_size
+    return sizes
+
+
+def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any]:
+    """(prefill, decode) step callables over ``model`` from the entry's saved
+    functions, each run once so its one-time costs land in the load."""
+    import torch
+
+    steps = []
+    for step in STEPS:
+        compiled = load_compiled_step(entry_dir / STEP_FILES[step])
+
+        def call(idx: Any, pos: Any, compiled: Any = compiled) -> Any:
+            return compiled(model, idx, pos)
+
+        with torch.no_grad():
+            call(*example_inputs(recipe, dev, decode=step == "decode"))
+        steps.append(call)
+    sync(dev)
+    return steps[0], steps[1]
 
 
 def save_kernels(dest: Path) -> list[str]:

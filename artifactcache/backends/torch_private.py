@@ -217,3 +217,54 @@ def inductor_mode_options(mode: str) -> dict[str, Any]:
     except ImportError:
         raise TorchPrivateAPIMissing("torch._inductor.list_mode_options") from None
     return dict(list_mode_options(mode))
+
+
+def aot_compile_missing() -> str:
+    """Why this torch cannot save and reload a compiled function ("" if it can).
+
+    Checks only ``torch.compiler`` (already imported with torch): key computation
+    asks this, and importing ``torch._dynamo`` to find out would cost seconds there.
+    """
+    import torch
+
+    if not hasattr(torch.compiler, "load_compiled_function"):
+        return f"torch {torch.__version__} has no torch.compiler.load_compiled_function"
+    return ""
+
+
+def aot_compile_step(fn: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """``torch.compile(fn, fullgraph=True, dynamic=False, options=...).aot_compile(args)``.
+
+    Returns the compiled function (callable with ``args``' structure, savable with
+    :func:`save_compiled_step`). torch gates the method behind
+    ``torch._dynamo.config.enable_aot_compile``, read when torch.compile wraps ``fn``.
+    """
+    import torch
+    import torch._dynamo.config as dc
+
+    flag = {"enable_aot_compile": True} if hasattr(dc, "enable_aot_compile") else {}
+    with dc.patch(**flag):
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options or None)
+        aot = getattr(compiled, "aot_compile", None)
+        if aot is None:
+            raise TorchPrivateAPIMissing("torch.compile(...).aot_compile")
+        return aot((args, {}))
+
+
+def save_compiled_step(compiled: Any, path: Path) -> None:
+    """Write an :func:`aot_compile_step` result to ``path``."""
+    save = getattr(compiled, "save_compiled_function", None)
+    if save is None:
+        raise TorchPrivateAPIMissing("AOTCompiledFunction.save_compiled_function")
+    save(str(path))
+
+
+def load_compiled_step(path: Path) -> Any:
+    """The compiled function saved at ``path``: no Dynamo tracing, no compile."""
+    import torch
+
+    load = getattr(torch.compiler, "load_compiled_function", None)
+    if load is None:
+        raise TorchPrivateAPIMissing("torch.compiler.load_compiled_function")
+    with open(path, "rb") as f:
+        return load(f)
