@@ -26,7 +26,7 @@ from _backend_util import (
 
 from artifactcache import api
 from artifactcache.backends import inductor
-from artifactcache.backends.base import get_backend
+from artifactcache.backends.base import BuildOptions, get_backend
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import load_recipe
 
@@ -58,7 +58,11 @@ def test_matches_eager(name: str, runners):
 def test_this_torch_warms_from_saved_compiled_functions():
     """torch 2.13 (the dev venv) has the API; the rule must pick it there."""
     assert hasattr(torch.compiler, "load_compiled_function")
-    assert inductor.warm_path() == "aot_compile"
+    assert inductor.warm_path("cpu") == "aot_compile"
+    # On CUDA the Mega-Cache loads faster (measured on the H200): the key says so.
+    assert inductor.warm_path("cuda:0") == "megacache"
+    cuda = BuildOptions(device="cuda", dtype="bf16")
+    assert inductor.BACKEND.factors(load_recipe("tiny-llama"), cuda)["warm_path"] == "megacache"
 
 
 def test_entry_holds_compiled_steps_and_kernels(root: Path):

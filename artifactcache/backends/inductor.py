@@ -2,7 +2,7 @@
 
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
-``aot_compile`` (where ``torch.compiler.load_compiled_function`` exists): each step
+``aot_compile`` (on CPU, where ``torch.compiler.load_compiled_function`` exists): each step
 is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, idx, pos), {}))``
 and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
@@ -45,7 +45,7 @@ from typing import Any
 from ..code_factors import codegen_factors
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
-from .base import BuildContext, BuildOptions
+from .base import BuildContext, BuildOptions, parse_device
 from .cxx import identity, inductor_default_cxx, missing_compiler
 from .runner import (
     StepRunner,
@@ -102,10 +102,17 @@ def _compile_options(opts: BuildOptions) -> dict[str, Any]:
     return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
 
 
-def warm_path() -> str:
-    """How this torch's entries are warmed: "aot_compile" where it can save a
-    compiled function, else "megacache". A function of the torch alone, which the
-    key already names, so the same toolchain always picks the same path."""
+def warm_path(device: str) -> str:
+    """How this entry is warmed: "aot_compile" on CPU where torch can save a compiled
+    function, else "megacache". A function of the torch and the device, which the key
+    already names, so the same toolchain always picks the same path.
+
+    CUDA stays on the Mega-Cache: on the H200 (torch 2.11, llama-7b) an aot_compile
+    entry took 56 s to load in a fresh process against about 15 s for the Mega-Cache
+    path (docs/perf-notes.md), so it is not the fast path there yet.
+    """
+    if parse_device(device)[0] == "cuda":
+        return "megacache"
     return "megacache" if aot_compile_missing() else "aot_compile"
 
 
@@ -176,7 +183,7 @@ class InductorBackend:
             "fullgraph": True,
             "dynamic": False,
             "codegen": codegen,
-            "warm_path": warm_path(),
+            "warm_path": warm_path(opts.device),
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
@@ -189,7 +196,7 @@ class InductorBackend:
 
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev)
-        path = warm_path()
+        path = warm_path(ctx.opts.device)
         t0 = time.perf_counter()
         record: dict[str, Any] = {}
         with fresh_inductor_cache(), fresh_cache_artifact_manager():
