@@ -147,10 +147,13 @@ def check_fits_memory(
     dtype: str,
     device: str,
     *,
-    free_bytes: Callable[[str], int | None] = available_memory,
+    free_bytes: Callable[[str], int | None] | None = None,
 ) -> None:
-    """ShapeError when weights + allocated KV cache exceed FIT_FRACTION of free memory."""
-    free = free_bytes(device)
+    """ShapeError when weights + allocated KV cache exceed FIT_FRACTION of free memory.
+
+    ``free_bytes(device)`` is the memory query (default: available_memory).
+    """
+    free = (free_bytes or available_memory)(device)
     if free is None:
         return
     need = memory_needed(recipe, dtype)

@@ -146,7 +146,8 @@ def test_derived_toml_loads_back_with_the_same_key(folders, tmp_path: Path, cach
     assert api.key_for(b, from_folder[1]).key == api.key_for(b, from_toml[1]).key
     # An edited shape is another key, with the same weights.
     edited = tmp_path / "edited.toml"
-    edited.write_text(toml.read_text().replace("max_seq_len = 256", "max_seq_len = 128"))
+    assert "max_seq_len = 512" in toml.read_text()  # the folder's max_position_embeddings
+    edited.write_text(toml.read_text().replace("max_seq_len = 512", "max_seq_len = 128"))
     assert (
         api.key_for(b, api.make_context(edited, "eager")[1]).key
         != api.key_for(b, from_folder[1]).key
