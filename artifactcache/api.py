@@ -93,15 +93,20 @@ def make_context(
     weights: str | Path | None = None,
     seed: int = 0,
     extra: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
+    check_memory: bool = True,
 ) -> tuple[Backend, BuildContext]:
     """Validate everything the user chose, before anything is written.
 
     Touches no store: a caller that opens one (the CLI) calls this first, so a bad
     argument leaves the cache as it was. ``recipe`` may be a checkpoint folder; its
     weights are then the default. Weights whose config.json disagrees with the recipe
-    are refused (sources/hf.py).
+    are refused (sources/hf.py). ``max_seq_len`` replaces the recipe's context length
+    (a key factor, as every shape is). With ``check_memory``, weights plus the KV
+    cache must fit the device's free memory (sizing.py); computing a key skips that.
     """
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
+    rec = rec.with_shapes(max_seq_len=max_seq_len)
     if weights is None:
         weights = rec.weights
     b = get_backend(backend)
@@ -116,6 +121,10 @@ def make_context(
     b.check_options(opts)
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
     check_device(device)
+    if check_memory:
+        from .sizing import check_fits_memory
+
+        check_fits_memory(rec, dtype, device)
     return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
 
 
@@ -282,16 +291,20 @@ def build(
     weights: str | Path | None = None,
     seed: int = 0,
     extra: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     store: Any = None,
 ) -> BuildResult:
-    """Build the artifact unless the cache has it; return where it is."""
+    """Build the artifact unless the cache has it; return where it is.
+
+    ``max_seq_len``: the context length to build for (default: the recipe's).
+    """
     _, _, result, _ = _lookup(
         recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
-        weights=weights, seed=seed, extra=extra,
+        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
     )  # fmt: skip
     return result
 
@@ -306,6 +319,7 @@ def load_with_result(
     weights: str | Path | None = None,
     seed: int = 0,
     extra: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -316,7 +330,7 @@ def load_with_result(
     lookup = functools.partial(
         _lookup, recipe, backend, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
-        mode=mode, weights=weights, seed=seed, extra=extra,
+        mode=mode, weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
     )  # fmt: skip
     with contextlib.ExitStack() as guard:
         b, ctx, result, st = lookup(build_on_miss=build_on_miss, guard=guard)
@@ -356,6 +370,7 @@ def load(
     weights: str | Path | None = None,
     seed: int = 0,
     extra: dict[str, Any] | None = None,
+    max_seq_len: int | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -364,11 +379,12 @@ def load(
 ) -> Runner:
     """A Runner from the cache, building on a miss (unless build_on_miss=False).
 
+    ``max_seq_len``: the context length it was built for (default: the recipe's).
     Pass ``context`` to receive phase timestamps in ``context.phases``.
     """
     return load_with_result(
         recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, build_on_miss=build_on_miss, cache_dir=cache_dir,
+        extra=extra, max_seq_len=max_seq_len, build_on_miss=build_on_miss, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, store=store, context=context,
     )[1]  # fmt: skip
 

@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .errors import RecipeError
+from .sizing import shape_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -165,8 +166,32 @@ class Recipe:
         if total > self.shapes.max_seq_len:
             raise ShapeError(
                 f"{n_prompt} prompt + {max_new_tokens} new tokens = {total} exceeds max_seq_len "
-                f"{self.shapes.max_seq_len}; raise [shapes].max_seq_len in {src} and rebuild"
+                f"{self.shapes.max_seq_len}; build with a larger --max-seq-len (max_seq_len=) "
+                f"or raise [shapes].max_seq_len in {src}"
             )
+
+    def with_shapes(self, *, max_seq_len: int | None = None) -> Recipe:
+        """This recipe with the context length chosen at build (``--max-seq-len``).
+
+        None keeps the recipe's own. The result is checked by the same rule as a
+        recipe file's [shapes] (``shape_problem``); ``prefill_len`` is only the chunk
+        size of a long prompt, so a context shorter than it takes shorter chunks.
+        """
+        from .errors import ShapeError
+
+        if max_seq_len is None or max_seq_len == self.shapes.max_seq_len:
+            return self
+        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int):
+            raise ShapeError(f"max_seq_len must be an integer, got {max_seq_len!r}")
+        shapes = replace(
+            self.shapes,
+            max_seq_len=max_seq_len,
+            prefill_len=max(1, min(self.shapes.prefill_len, max_seq_len)),
+        )
+        problem = shape_problem(self.model, shapes)
+        if problem is not None:
+            raise ShapeError(f"{problem[0]} {problem[1]} (recipe {self.name})")
+        return replace(self, shapes=shapes)
 
 
 # ------------------------------------------------------------- validation --
@@ -348,7 +373,6 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
         if not weights_path.exists():
             raise _fail(src, "weights", f"names {weights_path}, which does not exist")
     model = _parse_model(_get(data, src, "", "model", dict), src, family)
-    max_pos = model.max_position_embeddings
 
     s = _get(data, src, "", "shapes", dict, {})
     for k in s:
@@ -359,22 +383,9 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
         max_batch=_get(s, src, "shapes.", "max_batch", int, 1),
         prefill_len=_get(s, src, "shapes.", "prefill_len", int, 16),
     )
-    for k, v in asdict(shapes).items():
-        _positive(src, f"shapes.{k}", v)
-    if shapes.max_batch != 1:  # the runners decode one sequence; a wider KV cache crashes them
-        raise _fail(
-            src,
-            "shapes.max_batch",
-            f"must be 1, got {shapes.max_batch}: batching is not supported yet",
-        )
-    if shapes.prefill_len > shapes.max_seq_len:
-        raise _fail(src, "shapes.prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len")
-    if shapes.max_seq_len > max_pos:
-        raise _fail(
-            src,
-            "shapes.max_seq_len",
-            f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})",
-        )
+    problem = shape_problem(model, shapes)
+    if problem is not None:
+        raise _fail(src, f"shapes.{problem[0]}", problem[1])
 
     b = _get(data, src, "", "bench", dict, {})
     for k in b:
@@ -397,21 +408,6 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     )
     _positive(src, "bench.max_new_tokens", bench.max_new_tokens)
     _positive(src, "bench.batch_size", bench.batch_size)
-    rs = model.rope_scaling
-    if (
-        rs
-        and rs["type"] == "longrope"
-        and shapes.max_seq_len > rs["original_max_position_embeddings"]
-    ):
-        # transformers switches every position to long_factor once a sequence passes
-        # it: frequencies that change with the length, which a static KV cache cannot hold.
-        raise _fail(
-            src,
-            "shapes.max_seq_len",
-            f"({shapes.max_seq_len}) exceeds model.rope_scaling.original_max_position_embeddings "
-            f"({rs['original_max_position_embeddings']}): longrope's long factors are not "
-            "supported",
-        )
     return Recipe(
         name=name,
         family=family,

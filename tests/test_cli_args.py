@@ -132,6 +132,17 @@ CASES = [
     (["prewarm", "tiny-llama", "-b", "eager", "--weights", "/nonexistent", *S3], "not found"),
     (["push", "zzzz", *S3], "not a key prefix"),
     (["pull", "KEY", "zzzz", *S3], "not a key prefix"),
+    # --max-seq-len: the recipe's own rules, before anything is built or spawned
+    (["build", "tiny-llama", "--max-seq-len", "300"], "max_position_embeddings (256)"),
+    (["build", "tiny-llama", "--max-seq-len", "0"], "max_seq_len must be positive"),
+    ([*RUN, "--tokens", "1", "--max-seq-len", "257"], "max_position_embeddings"),
+    ([*RUN, "--tokens", TOO_LONG, "--max-seq-len", "32"], "exceeds max_seq_len 32"),
+    (["key", "tiny-llama", "-b", "eager", "--max-seq-len", "-1"], "must be positive"),
+    (["bench", "tiny-llama", "--max-seq-len", "512"], "max_position_embeddings"),
+    (["bench", "tiny-llama", "--max-seq-len", "8", "--new-tokens", "5"], "max_seq_len 8"),
+    (["coldstart", "tiny-llama", "-b", "eager", "--max-seq-len", "0"], "must be positive"),
+    ([*COMPARE, "--max-seq-len", "1000"], "max_position_embeddings"),
+    (["prewarm", "tiny-llama", "-b", "eager", "--max-seq-len", "999", *S3], "max_position"),
     # cache
     (["gc"], "--max-size and/or --older-than"),
     (["gc", "--max-size", "10X"], "not a size"),

@@ -110,7 +110,12 @@ def test_bytes_per_token_llama_7b():
     params = 6_738_415_616  # Llama-2-7B's published parameter count
     embed = 32000 * 4096
     assert b["weights"] == (params - embed) * 2
-    assert b["kv_cache"] == 2 * 32 * 32 * 256 * 128 * 2
+    per_position = 2 * 32 * 32 * 128 * 2  # K and V, 32 layers, 32 kv heads, head_dim 128, bf16
+    # 6 prompt tokens, 200 new: decode steps attend to 7 .. 205 positions, 106 on average.
+    assert b["kv_mean_positions"] == 106
+    assert b["kv_read"] == per_position * 106
+    assert b["kv_allocated_bytes"] == per_position * 256
+    assert b["total"] == b["weights"] + b["kv_read"]
     rl = bench.roofline(b["total"], 200.0, 4271.0)
     assert rl["roofline_tok_s"] == pytest.approx(4271e9 / b["total"])
     assert rl["roofline_pct"] == pytest.approx(100 * 200 / rl["roofline_tok_s"])

@@ -72,7 +72,8 @@ def test_the_config_is_read_not_guessed(folders):
     assert lr["type"] == "longrope" and lr["original_max_position_embeddings"] == 64
     assert math.isclose(lr["attention_factor"], math.sqrt(1 + math.log(8) / math.log(64)))
     assert r["phi-3-longrope"].shapes.max_seq_len == 64  # capped: long factors unsupported
-    assert r["llama"].shapes.max_seq_len == 256 and r["llama"].shapes.prefill_len == 16
+    # max_position_embeddings (512) is under the 4096 cap: the whole context.
+    assert r["llama"].shapes.max_seq_len == 512 and r["llama"].shapes.prefill_len == 16
     q2 = r["qwen2"].model
     assert r["qwen2"].family == "qwen2" and (q2.qkv_bias, q2.attention_bias) == (True, False)
     assert (q2.qk_norm, q2.sliding_window, q2.tie_embeddings, q2.rope_theta) == (
@@ -145,7 +146,8 @@ def test_derived_toml_loads_back_with_the_same_key(folders, tmp_path: Path, cach
     assert api.key_for(b, from_folder[1]).key == api.key_for(b, from_toml[1]).key
     # An edited shape is another key, with the same weights.
     edited = tmp_path / "edited.toml"
-    edited.write_text(toml.read_text().replace("max_seq_len = 256", "max_seq_len = 128"))
+    assert "max_seq_len = 512" in toml.read_text()  # the folder's max_position_embeddings
+    edited.write_text(toml.read_text().replace("max_seq_len = 512", "max_seq_len = 128"))
     assert (
         api.key_for(b, api.make_context(edited, "eager")[1]).key
         != api.key_for(b, from_folder[1]).key

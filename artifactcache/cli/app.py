@@ -141,6 +141,15 @@ WeightsOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
+MaxSeqLenOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-seq-len",
+        help="Context length to build for: prompt + new tokens must fit; the static KV cache "
+        "holds this many positions (default: the recipe's [shapes].max_seq_len). A key factor.",
+        show_default=False,
+    ),
+]
 ExtraOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -159,6 +168,12 @@ BackendExtraOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+def refuse_max_seq_len(max_seq_len: int | None) -> None:
+    """A model spec has no context length: --max-seq-len with one is a mistake, not a no-op."""
+    if max_seq_len is not None:
+        raise ArgumentError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
 
 
 def _typed(raw: str) -> object:

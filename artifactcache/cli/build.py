@@ -24,6 +24,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxSeqLenOpt,
     ModeOpt,
     RecipeArg,
     Remote,
@@ -39,6 +40,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    refuse_max_seq_len,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 
@@ -188,6 +190,7 @@ def register(app: typer.Typer) -> None:
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
+        max_seq_len: MaxSeqLenOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -213,6 +216,7 @@ def register(app: typer.Typer) -> None:
         if is_spec(recipe):
             from .module import compile_spec
 
+            refuse_max_seq_len(max_seq_len)
             store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
             with _spinner(f"building {recipe} with {backend}"):
                 res = compile_spec(
@@ -224,7 +228,7 @@ def register(app: typer.Typer) -> None:
         refuse_inputs(inputs)
         choices = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra),
+            extra=parse_extra(extra), max_seq_len=max_seq_len,
         )  # fmt: skip
         _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
@@ -280,6 +284,7 @@ def register(app: typer.Typer) -> None:
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
+        max_seq_len: MaxSeqLenOpt = None,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -300,6 +305,7 @@ def register(app: typer.Typer) -> None:
         from ..recipes import load_recipe
 
         if is_spec(recipe):
+            refuse_max_seq_len(max_seq_len)
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
@@ -308,7 +314,7 @@ def register(app: typer.Typer) -> None:
             return
         refuse_inputs(inputs)
 
-        rec = load_recipe(recipe)
+        rec = load_recipe(recipe).with_shapes(max_seq_len=max_seq_len)
         folder = checkpoint_folder(weights if weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
         tok = ckpt.tokenizer if ckpt is not None else None

@@ -28,6 +28,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxSeqLenOpt,
     ModeOpt,
     RecipeArg,
     SeedOpt,
@@ -39,6 +40,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    refuse_max_seq_len,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 from .remote import RemoteFlag, RemoteUrl, ls_remote
@@ -373,6 +375,7 @@ def register(app: typer.Typer) -> None:
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
+        max_seq_len: MaxSeqLenOpt = None,
         explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -388,6 +391,7 @@ def register(app: typer.Typer) -> None:
         if is_spec(recipe):
             from .module import key_info
 
+            refuse_max_seq_len(max_seq_len)
             info = key_info(
                 recipe, inputs, backend, device=device, dtype=dtype, mode=mode, seed=seed,
                 extra=parse_extra(extra),
@@ -396,9 +400,11 @@ def register(app: typer.Typer) -> None:
             from ..api import key_for, make_context
 
             refuse_inputs(inputs)
+            # A key says what a build would be keyed by; whether it fits here is the build's
+            # question, so memory is not checked.
             b, ctx = make_context(
                 recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights,
-                seed=seed, extra=parse_extra(extra),
+                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, check_memory=False,
             )  # fmt: skip
             # Only a real checkpoint needs the store (its digest memo lives there).
             memo = (

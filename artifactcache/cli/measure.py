@@ -29,6 +29,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxSeqLenOpt,
     ModeOpt,
     RecipeArg,
     SeedOpt,
@@ -39,6 +40,7 @@ from .app import (
     human_bytes,
     parse_backend_extras,
     parse_extra,
+    refuse_max_seq_len,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 
@@ -144,6 +146,7 @@ def coldstart_cmd(
     dtype: DtypeOpt = "fp32",
     mode: ModeOpt = None,
     new_tokens: NewTokens = None,
+    max_seq_len: MaxSeqLenOpt = None,
     iters: Iters = 3,
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
@@ -173,6 +176,7 @@ def coldstart_cmd(
         seed=seed,
         runs=runs,
         new_tokens=new_tokens,
+        max_seq_len=max_seq_len,
         iters=iters,
         modes={backend: mode} if mode else {},
         extras={backend: extras} if extras else {},
@@ -205,6 +209,7 @@ def bench_cmd(
     mode: ModeOpt = None,
     batch: Annotated[int, typer.Option("--batch", help="Batch size (must fit the recipe).")] = 1,
     new_tokens: NewTokens = None,
+    max_seq_len: MaxSeqLenOpt = None,
     iters: Iters = 10,
     warmup: Warmup = 2,
     weights: WeightsOpt = None,
@@ -236,6 +241,7 @@ def bench_cmd(
     if is_spec(recipe):
         from .module import bench_module
 
+        refuse_max_seq_len(max_seq_len)
         bench_module(
             recipe, backend, inputs=inputs, batches=batches, device=device, dtype=dtype,
             mode=mode, iters=iters, warmup=warmup, seed=seed, cache_dir=cache_dir,
@@ -253,6 +259,7 @@ def bench_cmd(
         weights=weights,
         seed=seed,
         new_tokens=new_tokens,
+        max_seq_len=max_seq_len,
         iters=iters,
         warmup=warmup,
         modes={backend: mode} if mode else {},
@@ -270,6 +277,7 @@ def bench_cmd(
         weights=str(weights) if weights else None,
         seed=seed,
         new_tokens=new_tokens,
+        max_seq_len=max_seq_len,
         iters=iters,
         warmup=warmup,
         copy_bandwidth=True,
@@ -312,7 +320,12 @@ def bench_cmd(
     )
     t.add_row("decode tokens/s", _s(res["decode_tok_s"], "{:.1f}"))
     t.add_row("request tokens/s (incl. prefill)", f"{res['request_tok_s']:.1f}")
-    t.add_row("bytes read per token", human_bytes(res["bytes_per_token"]["total"]))
+    bpt = res["bytes_per_token"]
+    t.add_row("bytes read per token (KV filled)", human_bytes(bpt["total"]))
+    t.add_row(
+        f"KV cache allocated (max_seq_len {recipes[recipe].shapes.max_seq_len})",
+        human_bytes(bpt["kv_allocated_bytes"]),
+    )
     t.add_row("achieved GB/s", _s(res["achieved_gbps"], "{:.1f}"))
     t.add_row("device copy GB/s (same run)", _s(res["copy_gbps"], "{:.1f}"))
     t.add_row("% of roofline", _s(res["roofline_pct"], "{:.1f}%"))
@@ -330,6 +343,7 @@ def compare_cmd(
     dtype: DtypeOpt = "fp32",
     runs: Runs = 1,
     new_tokens: NewTokens = None,
+    max_seq_len: MaxSeqLenOpt = None,
     iters: Iters = 3,
     modes: Annotated[
         list[str] | None,
@@ -361,6 +375,7 @@ def compare_cmd(
         seed=seed,
         runs=runs,
         new_tokens=new_tokens,
+        max_seq_len=max_seq_len,
         iters=iters,
         modes=compare.parse_modes(modes or []),
         extras=parse_backend_extras(extra),

@@ -23,6 +23,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxSeqLenOpt,
     ModeOpt,
     RecipeArg,
     Remote,
@@ -172,6 +173,7 @@ def register(app: typer.Typer) -> None:
         weights: WeightsOpt = None,
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
+        max_seq_len: MaxSeqLenOpt = None,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
@@ -186,7 +188,7 @@ def register(app: typer.Typer) -> None:
 
         b, ctx = make_context(
             recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra),
+            extra=parse_extra(extra), max_seq_len=max_seq_len,
         )  # fmt: skip
         key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)

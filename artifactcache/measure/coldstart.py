@@ -66,6 +66,7 @@ class ProbeSpec:
     weights: str | None = None
     seed: int = 0
     new_tokens: int | None = None
+    max_seq_len: int | None = None  # the context to build for; None: the recipe's
     iters: int = 3
     warmup: int = 1
     copy_bandwidth: bool = False
@@ -88,6 +89,8 @@ class ProbeSpec:
             cmd += ["--weights", self.weights]
         if self.new_tokens is not None:
             cmd += ["--new-tokens", str(self.new_tokens)]
+        if self.max_seq_len is not None:
+            cmd += ["--max-seq-len", str(self.max_seq_len)]
         if self.extra:  # as JSON, so each value reaches the child with its type
             cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:

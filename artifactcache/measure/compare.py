@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import sizing
 from ..errors import AcacheError, BackendError, MeasureError
 from . import bench, coldstart, module_probe
 
@@ -38,6 +39,7 @@ class CompareSpec:
     seed: int = 0
     runs: int = 1
     new_tokens: int | None = None
+    max_seq_len: int | None = None  # recipes only: the context to build for
     iters: int = 3
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
@@ -102,14 +104,23 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     from ..module_spec import check_cli_spec, is_module_spec
 
     # A module spec maps to None: it has no recipe, and its probe builds the module.
-    recipes = {r: None if is_module_spec(r) else load_recipe(r) for r in spec.recipes}
+    recipes = {
+        r: None if is_module_spec(r) else load_recipe(r).with_shapes(max_seq_len=spec.max_seq_len)
+        for r in spec.recipes
+    }
     if spec.inputs and all(rec is not None for rec in recipes.values()):
         raise MeasureError("--input is for a model spec (pkg.mod:factory), not for a recipe")
+    if spec.max_seq_len is not None and all(rec is None for rec in recipes.values()):
+        raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
     for r, rec in recipes.items():
         if rec is None:
             check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
         else:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+            if parse_device(spec.device)[0] == "cpu":
+                # On a GPU the probe checks, before it builds: asking CUDA here would
+                # hold a context in this process for the whole measurement.
+                sizing.check_fits_memory(rec, spec.dtype, spec.device)
     if spec.weights is not None and not Path(spec.weights).exists():
         raise MeasureError(f"--weights {spec.weights} does not exist")
     return recipes
@@ -154,6 +165,7 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         weights=spec.weights,
         seed=spec.seed,
         new_tokens=spec.new_tokens,
+        max_seq_len=spec.max_seq_len,
         iters=spec.iters,
         warmup=spec.warmup,
         copy_bandwidth=True,
@@ -184,8 +196,12 @@ def run_unit(
     done_path = units_dir / f"{name}.json"
     if resume and done_path.is_file():
         return json.loads(done_path.read_text())
+    from ..module_spec import is_module_spec
+
     ps = _probe_spec(spec, backend)
     ps.recipe = recipe
+    if is_module_spec(recipe):
+        ps.max_seq_len = None
     scenarios = ("eager",) if backend == "eager" else ("cold", "warm")
     work = (work_root / name) if work_root else None
     try:
@@ -341,6 +357,7 @@ def run_compare(
             "iters": spec.iters,
             "warmup": spec.warmup,
             "new_tokens": spec.new_tokens,
+            "max_seq_len": spec.max_seq_len,
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
             "extras": spec.extras,

@@ -110,6 +110,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--extra-json", type=json.loads, default={}, help="backend options (JSON)")
     p.add_argument("--new-tokens", type=int, default=None)
+    p.add_argument("--max-seq-len", type=int, default=None, help="context length to build for")
     p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
     p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
     p.add_argument("--no-build", action="store_true", help="fail instead of building on a miss")
@@ -235,13 +236,13 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     get_backend(args.backend)  # imports the backend module: part of "imports done"
     stamps["imports_done"] = time.perf_counter()
 
-    recipe = load_recipe(args.recipe)
+    recipe = load_recipe(args.recipe).with_shapes(max_seq_len=args.max_seq_len)
     prompt = list(recipe.bench.prompt_ids)
     new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens)
     dev = torch.device(args.device)
     common = dict(
         device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
-        extra=args.extra_json,
+        extra=args.extra_json, max_seq_len=args.max_seq_len,
     )  # fmt: skip
     store = _RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
@@ -253,6 +254,7 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         "backend": args.backend,
         **common,
         "prompt_len": len(prompt),
+        "max_seq_len": recipe.shapes.max_seq_len,
         "new_tokens": new_tokens,
         "pid": os.getpid(),
         "t0_source": t0_source,

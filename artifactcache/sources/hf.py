@@ -90,6 +90,13 @@ DEFAULTS = {
     ),  # fmt: skip
 }
 DTYPES = ("float32", "bfloat16", "float16")
+# A folder recipe's context: its max_position_embeddings, but at most this. Checkpoints
+# state 32k-128k, whose static KV cache would dwarf a 7-8B model's weights (Mistral-7B
+# at 32k: 4 GiB in bf16; Llama-2-7B's 32 full heads at 4096 already 2 GiB), and every
+# decode step of a static cache reads all of it. 4096 is Llama-2's and Phi-3-mini's
+# whole context and fits beside a 7-8B bf16 model on a 24 GB GPU; --max-seq-len asks
+# for more (or less), and a size that does not fit is refused before the build.
+DEFAULT_MAX_SEQ_LEN = 4096
 
 _MISSING = object()
 
@@ -312,12 +319,13 @@ def recipe_from_folder(folder: Path) -> Recipe:
 def recipe_from_config(data: dict[str, Any], src: str, folder: Path) -> Recipe:
     """The recipe of a config.json object, named after its folder.
 
-    Shapes get the recipe defaults, max_seq_len capped at the checkpoint's
-    max_position_embeddings; the bench prompt has no ids (no tokenizer here).
+    Shapes get the recipe defaults, but max_seq_len is the checkpoint's
+    max_position_embeddings capped at DEFAULT_MAX_SEQ_LEN (and longrope's original
+    length); the bench prompt has no ids (no tokenizer here).
     """
     family, model = model_table(data, src)
     default = Shapes()
-    max_seq_len = min(default.max_seq_len, model["max_position_embeddings"])
+    max_seq_len = min(DEFAULT_MAX_SEQ_LEN, model["max_position_embeddings"])
     scaling = model.get("rope_scaling") or {}
     if scaling.get("type") == "longrope":
         max_seq_len = min(max_seq_len, scaling["original_max_position_embeddings"])

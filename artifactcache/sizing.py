@@ -1,0 +1,168 @@
+"""Which shapes a model can be built for, what it then needs in memory, whether that fits.
+
+``shape_problem`` is the one rule for a recipe file's [shapes] and for a
+``max_seq_len`` chosen at build.
+
+Weights are counted from the architecture built on the ``meta`` device (exact for
+every family, no memory used); the KV cache from the recipe's shapes. A build or a
+load whose weights plus allocated KV cache exceed what the device has free is
+refused before anything is built (``check_fits_memory``), with one line.
+
+The memory asked of the device is ``weights + kv_cache``, and it must stay within
+``FIT_FRACTION`` of the free memory: the rest is left for activations, logits, the
+allocator's rounding and (on CPU) the process itself. So the check refuses what
+cannot fit; passing it does not promise a build that needs far more (a compiler
+holding a second copy of the weights, say) will fit.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ShapeError
+
+if TYPE_CHECKING:
+    from .recipes import ModelConfig, Recipe, Shapes
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+FIT_FRACTION = 0.9
+
+
+def shape_problem(model: ModelConfig, shapes: Shapes) -> tuple[str, str] | None:
+    """(field, what is wrong) for shapes the model cannot be built for, else None.
+
+    One rule for a recipe file and for a ``max_seq_len`` override, so a context that
+    a TOML may not ask for cannot be reached from the command line either.
+    """
+    for k, v in asdict(shapes).items():
+        if v <= 0:
+            return k, f"must be positive, got {v}"
+    if shapes.max_batch != 1:  # the runners decode one sequence; a wider KV cache crashes them
+        return "max_batch", f"must be 1, got {shapes.max_batch}: batching is not supported yet"
+    if shapes.prefill_len > shapes.max_seq_len:
+        return "prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len"
+    max_pos = model.max_position_embeddings
+    if shapes.max_seq_len > max_pos:
+        # Plain RoPE was trained up to max_pos, and the scaled types (llama3, linear,
+        # dynamic) already state their extended length there: nothing extrapolates past it.
+        return (
+            "max_seq_len",
+            f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})",
+        )
+    rs = model.rope_scaling
+    if (
+        rs
+        and rs["type"] == "longrope"
+        and shapes.max_seq_len > rs["original_max_position_embeddings"]
+    ):
+        # transformers switches every position to long_factor once a sequence passes
+        # it: frequencies that change with the length, which a static KV cache cannot hold.
+        return "max_seq_len", (
+            f"({shapes.max_seq_len}) exceeds model.rope_scaling.original_max_position_embeddings "
+            f"({rs['original_max_position_embeddings']}): longrope's long factors are not supported"
+        )
+    return None
+
+
+def kv_bytes_per_position(recipe: Recipe, dtype: str, batch: int = 1) -> int:
+    """Keys plus values of one token position, over every layer and row of the batch."""
+    m = recipe.model
+    return 2 * m.n_layers * batch * m.n_kv_heads * m.head_dim * DTYPE_BYTES[dtype]
+
+
+def kv_allocated_bytes(recipe: Recipe, dtype: str) -> int:
+    """The static KV cache as built: max_batch x max_seq_len positions."""
+    s = recipe.shapes
+    return kv_bytes_per_position(recipe, dtype, s.max_batch) * s.max_seq_len
+
+
+def weight_bytes(recipe: Recipe, dtype: str) -> tuple[int, int]:
+    """(every weight but the input embedding table, that table) in bytes.
+
+    A tied LM head shares the table's storage: it is counted once, as the head
+    (``lm_head.weight``), and the table then adds nothing.
+    """
+    import torch
+
+    from .models import _architecture
+
+    elt = DTYPE_BYTES[dtype]
+    with torch.device("meta"):
+        model = _architecture(recipe)
+    rest = embed = 0
+    for name, p in model.named_parameters():
+        if name.endswith("embed_tokens.weight"):
+            embed += 0 if recipe.model.tie_embeddings else p.numel() * elt
+        else:
+            rest += p.numel() * elt
+    return rest, embed
+
+
+def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable: what the kernel can give without swapping (page cache included)."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the file says kB, meaning KiB
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def available_memory(device: str) -> int | None:
+    """Free bytes on the device: CUDA's free memory, or the host's available RAM.
+
+    None when it cannot be read (a platform without /proc/meminfo or sysconf):
+    the fit is then not checked.
+    """
+    from .backends.base import parse_device
+
+    kind, _index = parse_device(device)
+    if kind == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        return int(free)
+    avail = _meminfo_available()
+    if avail is not None:
+        return avail
+    try:  # free pages only: without page cache, so it errs towards refusing less often
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def memory_needed(recipe: Recipe, dtype: str) -> dict[str, int]:
+    rest, embed = weight_bytes(recipe, dtype)
+    kv = kv_allocated_bytes(recipe, dtype)
+    return {"weights": rest + embed, "kv_cache": kv, "total": rest + embed + kv}
+
+
+def check_fits_memory(
+    recipe: Recipe,
+    dtype: str,
+    device: str,
+    *,
+    free_bytes: Callable[[str], int | None] | None = None,
+) -> None:
+    """ShapeError when weights + allocated KV cache exceed FIT_FRACTION of free memory.
+
+    ``free_bytes(device)`` is the memory query (default: available_memory).
+    """
+    free = (free_bytes or available_memory)(device)
+    if free is None:
+        return
+    need = memory_needed(recipe, dtype)
+    if need["total"] <= FIT_FRACTION * free:
+        return
+    gib = 1 << 30
+    raise ShapeError(
+        f"recipe {recipe.name} at max_seq_len {recipe.shapes.max_seq_len} needs "
+        f"{need['weights'] / gib:.2f} GiB of {dtype} weights + {need['kv_cache'] / gib:.2f} GiB "
+        f"of KV cache, more than {FIT_FRACTION:.0%} of the {free / gib:.2f} GiB free on "
+        f"{device}; pass a smaller --max-seq-len or a smaller dtype"
+    )
