@@ -24,9 +24,9 @@ from .backends.base import (
     Dependency,
     Runner,
     get_backend,
-    parse_device,
     require_available,
 )
+from .devices import parse_device
 from .errors import BackendError, BackendUnavailable, ShapeError, StaleArtifact, WeightsError
 from .keys import (
     architecture_factors,

@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..code_factors import codegen_factors
+from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
@@ -145,9 +146,9 @@ class AotiBackend:
             return False, f"torch {torch.__version__} has no AOTInductor"
         if reason := missing_compiler():
             return False, reason  # every AOTInductor wrapper is C++
-        if opts.device.startswith("cuda") and not torch.cuda.is_available():
+        if is_cuda(opts.device) and not torch.cuda.is_available():
             return False, "torch sees no CUDA GPU; use --device cpu"
-        if reason := aoti_runner_missing(opts.device.split(":")[0]):
+        if reason := aoti_runner_missing(device_type(opts.device)):
             return False, reason
         return True, ""
 
@@ -162,7 +163,7 @@ class AotiBackend:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
-            "device": opts.device.split(":")[0],
+            "device": device_type(opts.device),
             "mode": _mode(opts),
             "constants": "user-managed",
             # The compiler is not here: the C++ runtime in toolchain stands for it (below).
@@ -170,7 +171,7 @@ class AotiBackend:
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
-        names = ("torch", "triton") if opts.device.startswith("cuda") else ("torch",)
+        names = ("torch", "triton") if is_cuda(opts.device) else ("torch",)
         # The C++ runtime decides whether the wrapper .so loads (cxx.py). Key on the
         # runtime, not on the compiler's path, so a deploy host without g++ computes
         # the key of the entry the build host pushed; the compiler goes in the manifest.

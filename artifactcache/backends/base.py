@@ -22,7 +22,6 @@ A backend that reads other entries declares them (``dependencies()`` returning
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -160,17 +159,6 @@ class Backend(Protocol):
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> Runner:
         """A Runner from a verified entry's files (never mutating them)."""
         ...
-
-
-_DEVICE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
-
-
-def parse_device(device: str) -> tuple[str, int | None]:
-    """("cpu" | "cuda", index or None) from cpu, cuda or cuda:N; one-line BackendError else."""
-    m = _DEVICE.match(device)
-    if not m or (m.group(1) == "cpu" and m.group(2)):
-        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
-    return m.group(1), int(m.group(3)) if m.group(3) is not None else None
 
 
 def get_backend(name: str) -> Backend:

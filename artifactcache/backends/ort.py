@@ -36,6 +36,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..devices import device_index, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
@@ -82,7 +83,7 @@ def tensorrt_importable() -> bool:
 
 def resolve_ep(opts: BuildOptions) -> str:
     """The execution provider the options ask for (``--mode``), or the default for the device."""
-    on_gpu = opts.device.startswith("cuda")
+    on_gpu = is_cuda(opts.device)
     mode = opts.mode
     if mode in (None, "default", "auto"):
         if not on_gpu:
@@ -157,7 +158,7 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
 
 
 def providers_for(ep: str, opts: BuildOptions, recipe: Recipe, trt_dir: Path | None) -> list:
-    dev_id = int(opts.device.split(":")[1]) if ":" in opts.device else 0
+    dev_id = device_index(opts.device)
     if ep == "cpu":
         return ["CPUExecutionProvider"]
     cuda = ("CUDAExecutionProvider", {"device_id": str(dev_id)})
@@ -367,7 +368,7 @@ class OrtBackend:
 
 
 def _device_id(opts: BuildOptions) -> int:
-    return int(opts.device.split(":")[1]) if ":" in opts.device else 0
+    return device_index(opts.device)
 
 
 def _warm(steps: _OrtSteps, recipe: Recipe) -> None:

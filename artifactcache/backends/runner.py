@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..devices import parse_device
 from ..errors import BackendError, ShapeError
 from ..generate import Checkpoint, Sampling, check_eos_ids, cut_at_eos, plan_chunks
-from .base import parse_device
 
 if TYPE_CHECKING:
     from ..recipes import Recipe

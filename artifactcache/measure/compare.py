@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..devices import is_cuda, parse_device
 from ..errors import AcacheError, BackendError, MeasureError
 from . import bench, coldstart, module_probe
 
@@ -81,7 +82,7 @@ def check_out_dir(out: Path) -> None:
 
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
-    from ..backends.base import BACKEND_NAMES, get_backend, parse_device
+    from ..backends.base import BACKEND_NAMES, get_backend
     from ..recipes import load_recipe
 
     if spec.runs < 1:
@@ -249,7 +250,7 @@ def _environment(pairs: dict[str, Any], device: str) -> dict[str, Any]:
     except OSError:
         pass
     env["cpu_count"] = os.cpu_count()
-    env["driver"] = cuda_driver_version() if device.startswith("cuda") else None
+    env["driver"] = cuda_driver_version() if is_cuda(device) else None
     return env
 
 

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..devices import is_cuda
 from ..errors import MeasureError
 
 # (label, from phase, to phase): the stacked segments of the phase chart.
@@ -206,7 +207,7 @@ def phase_table(report: dict[str, Any]) -> list[str]:
 def findings(report: dict[str, Any]) -> list[str]:
     """Measured facts that contradict what the design expects, stated plainly."""
     out = []
-    gpu = report["settings"]["device"].startswith("cuda")
+    gpu = is_cuda(report["settings"]["device"])
     for key, p in report["pairs"].items():
         if p["status"] != "ok":
             continue

@@ -15,6 +15,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from ...devices import is_cuda
 from ...errors import BackendError
 from ...keys import package_version, toolchain_fingerprint
 from ..base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
@@ -46,7 +47,7 @@ class TrtBackend:
             return False, str(e)
         if mode == "llm" and not _importable("tensorrt_llm"):
             return False, TRTLLM_MISSING
-        if not opts.device.startswith("cuda"):
+        if not is_cuda(opts.device):
             return False, "TensorRT runs on NVIDIA GPUs: use --device cuda"
         return True, ""
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...devices import device_index
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
         raise BackendError(f"TensorRT-LLM wrote no engine config into {engine_dir.name}/")
     import torch
 
-    props = torch.cuda.get_device_properties(torch.device(opts.device).index or 0)
+    props = torch.cuda.get_device_properties(device_index(opts.device))
     return {
         "tensorrt_llm": tensorrt_llm.__version__,
         "tensorrt": package_version("tensorrt"),
@@ -260,7 +261,7 @@ def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -
     from ...keys import package_version
     from .util import EngineIncompatible, compat_problem
 
-    props = torch.cuda.get_device_properties(torch.device(ctx.opts.device).index or 0)
+    props = torch.cuda.get_device_properties(device_index(ctx.opts.device))
     problem = compat_problem(meta, package_version("tensorrt"), f"{props.major}.{props.minor}")
     if problem is None and meta.get("tensorrt_llm") != tensorrt_llm.__version__:
         problem = (
