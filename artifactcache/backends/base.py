@@ -50,7 +50,7 @@ class BuildOptions:
     """What the user chose, besides the recipe and weights."""
 
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    dtype: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    dtype: str = "fp32"  # a name in dtypes.DTYPES
     mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
 

@@ -14,6 +14,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from ..devices import DEVICE_HELP
+from ..dtypes import DTYPE_HELP
 from ..errors import AcacheError, ArgumentError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
@@ -126,7 +127,7 @@ BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="fp32 | bf16 | fp16.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help=f"{DTYPE_HELP}.")]
 ModeOpt = Annotated[
     str | None,
     typer.Option(

@@ -33,6 +33,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..dtypes import check_dtype
 from ..errors import MeasureError
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
     from ..recipes import Recipe
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 NO_EOS: tuple[int, ...] = ()  # the seed benchmark never stops early
 # CPU copy buffer: far beyond any last-level cache, so the copy streams DRAM.
 CPU_COPY_BYTES = 512 << 20
@@ -201,7 +201,7 @@ def bytes_per_token(recipe: Recipe, dtype: str, batch: int = 1) -> dict[str, int
 
     from ..models import _architecture
 
-    elt = DTYPE_BYTES[dtype]
+    elt = check_dtype(dtype).bytes
     with torch.device("meta"):
         model = _architecture(recipe)
     weights = 0

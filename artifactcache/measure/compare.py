@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..devices import is_cuda, parse_device
+from ..dtypes import check_dtype
 from ..errors import AcacheError, BackendError, MeasureError
 from . import bench, coldstart, module_probe
 
@@ -95,8 +96,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         if b not in BACKEND_NAMES:
             raise BackendError(f"unknown backend {b!r}: choose one of {', '.join(BACKEND_NAMES)}")
     parse_device(spec.device)
-    if spec.dtype not in bench.DTYPE_BYTES:
-        raise BackendError(f"unknown dtype {spec.dtype!r}: choose one of fp32, bf16, fp16")
+    check_dtype(spec.dtype)
     # A mode or option the backend refuses is the user's mistake, not "unavailable here".
     for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
         get_backend(name).check_options(build_options(spec, name))

@@ -18,18 +18,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import BackendError
+from ..dtypes import torch_dtype
 from ..recipes import Recipe
 from .weights import init_random, load_checkpoint
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def torch_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise BackendError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}") from None
 
 
 def _architecture(recipe: Recipe) -> nn.Module:

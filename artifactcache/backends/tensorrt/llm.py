@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...devices import device_index
+from ...dtypes import DTYPES
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
     from ...recipes import Recipe
     from ..base import BuildContext, BuildOptions
 
-TRTLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _ARCH = {
     "llama": ("LlamaForCausalLM", "llama"),
     "mistral": ("MistralForCausalLM", "mistral"),
@@ -69,7 +69,7 @@ def hf_config(recipe: Recipe, dtype: str) -> dict[str, Any]:
         "max_position_embeddings": m.max_position_embeddings,
         "rope_theta": m.rope_theta,
         "tie_word_embeddings": m.tie_embeddings,
-        "torch_dtype": TRTLLM_DTYPES[dtype],
+        "torch_dtype": DTYPES[dtype].torch_name,
         "use_cache": True,
     }
     if recipe.family == "phi-2":
@@ -163,7 +163,7 @@ def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
         llm = _llm_class()(
             model=str(hf_dir),
             build_config=BuildConfig(**kw),
-            dtype=TRTLLM_DTYPES[opts.dtype],
+            dtype=DTYPES[opts.dtype].torch_name,
             skip_tokenizer_init=True,
         )
         try:
