@@ -38,11 +38,6 @@ if TYPE_CHECKING:
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
 # The module of each backend whose module is not named after it.
 BACKEND_MODULES = {"trt": "tensorrt"}
-# Install hints for the backends whose dependency is optional.
-INSTALL_HINTS = {
-    "ort": "pip install 'artifactcache[ort]'",
-    "trt": "pip install 'artifactcache[trt]' (and 'artifactcache[trtllm]' for LLM recipes)",
-}
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..devices import device_index, is_cuda
 from ..errors import BackendError
+from ..extras import TRT_HINT, install_hint
 from ..keys import toolchain_fingerprint
-from .base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
+from .base import BuildContext, BuildOptions, Dependency
 from .onnx_export import (
     EXPORT_DEP,
     INPUT_NAMES,
@@ -213,7 +214,7 @@ class OrtBackend:
     weights_external = False
 
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
-        hint = INSTALL_HINTS["ort"]
+        hint = install_hint("ort")
         for mod in ("onnxruntime", "onnx", "onnxscript"):
             if importlib.util.find_spec(mod) is None:
                 return False, f"{mod} not importable: {hint}"
@@ -231,10 +232,10 @@ class OrtBackend:
             if ep == "cuda":
                 return False, (
                     "onnxruntime has no CUDAExecutionProvider (CPU-only build): "
-                    "pip install 'artifactcache[ort-gpu]'"
+                    f"{install_hint('ort-gpu')}"
                 )
         if ep == "tensorrt" and not tensorrt_importable():
-            return False, f"tensorrt not importable for the TensorRT EP: {INSTALL_HINTS['trt']}"
+            return False, f"tensorrt not importable for the TensorRT EP: {TRT_HINT}"
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:
