@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from ..models import WeightsSpec
     from ..recipes import Recipe
+    from ..store.entry import Entry
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
 # The module of each backend whose module is not named after it.
@@ -59,7 +60,7 @@ class BuildContext:
     weights: WeightsSpec
     # The entries this backend's dependencies() declared, by name, opened by api.py
     # before build()/load(): an Entry, or None for an optional one that is absent.
-    deps: dict[str, Any] = field(default_factory=dict)
+    deps: dict[str, Entry | None] = field(default_factory=dict)
     dep_sources: dict[str, str] = field(default_factory=dict)  # name -> "local"/"built"/"pulled"
     # What build() hands to a dependency's refresh (e.g. the timing cache this build learned).
     produced: dict[str, Any] = field(default_factory=dict)
@@ -95,7 +96,7 @@ class Dependency:
     # For an entry that accumulates across builds (the TensorRT timing cache): after the
     # dependent's build, api rewrites it under its lock from (current Entry or None,
     # ctx.produced[name], workdir) -> meta.
-    refresh: Callable[[Any, Any, Path], dict[str, Any]] | None = None
+    refresh: Callable[[Entry | None, Any, Path], dict[str, Any]] | None = None
 
 
 @runtime_checkable
