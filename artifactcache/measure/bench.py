@@ -199,11 +199,11 @@ def bytes_per_token(recipe: Recipe, dtype: str, batch: int = 1) -> dict[str, int
     """Bytes a decode step reads: weights without the embedding table, plus static KV."""
     import torch
 
-    from ..models import _architecture
+    from ..models import architecture
 
     elt = check_dtype(dtype).bytes
     with torch.device("meta"):
-        model = _architecture(recipe)
+        model = architecture(recipe)
     weights = 0
     embed = 0
     for name, p in model.named_parameters():

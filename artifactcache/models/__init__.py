@@ -23,7 +23,8 @@ from ..recipes import Recipe
 from .weights import init_random, load_checkpoint
 
 
-def _architecture(recipe: Recipe) -> nn.Module:
+def architecture(recipe: Recipe) -> nn.Module:
+    """The recipe's model with its family's layers, weights uninitialized (build under meta)."""
     if recipe.family == "phi-2":
         from .phi2 import Phi2Model
 
@@ -56,7 +57,7 @@ def build_model(
     dev = torch.device(device)
     tdtype = torch_dtype(dtype)
     with torch.device("meta"):
-        model = _architecture(recipe).to(tdtype)
+        model = architecture(recipe).to(tdtype)
     if recipe.model.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     if weights.path is not None:
