@@ -10,7 +10,7 @@ the staging dir. ORT writes the graph after its optimizers ran
 Load: a session over ``model.opt.onnx`` with ``ORT_DISABLE_ALL``: the graph is
 already optimized, so a warm process skips the optimizer passes (ORT's verbose
 log then says "No graph transformers registered for level 1/2/3"; see
-tests/test_backend_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
+tests/test_backends_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
 specific to the CPU they ran on, the key's hardware factor carries the CPU ISA.
 
 Execution providers (``--mode``): ``cpu`` (default on --device cpu), ``cuda``

@@ -3,7 +3,7 @@
 The TensorRT and TensorRT-LLM calls themselves are unverified here (neither can
 be installed on our machines); the tests that need them skip with the reason
 "tensorrt not importable". The build and load paths run against a recording
-stand-in in tests/test_backend_trt_standin.py.
+stand-in in tests/test_backends_tensorrt_standin.py.
 """
 
 from __future__ import annotations
