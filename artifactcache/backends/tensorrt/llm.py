@@ -15,7 +15,7 @@ UNVERIFIED: written to the TensorRT-LLM LLM API documentation and source
 (``tensorrt_llm._tensorrt_engine.LLM`` on 1.x, where ``tensorrt_llm.LLM`` is the
 PyTorch backend; ``tensorrt_llm.LLM`` on 0.x); TensorRT-LLM cannot be installed
 on any machine this project has. The checkpoint writer is tested here against
-transformers (tests/test_backends_tensorrt.py), since that is what TensorRT-LLM reads.
+transformers (tests/test_backends_tensorrt_llm.py), since that is what TensorRT-LLM reads.
 """
 
 from __future__ import annotations
