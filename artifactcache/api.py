@@ -425,7 +425,7 @@ def compile_with_result(
     options: dict[str, Any] | None = None,
     build_on_miss: bool = True,
     force: bool = False,
-    store: Any = None,
+    store: Store | None = None,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     phases: dict[str, float] | None = None,
@@ -479,7 +479,7 @@ def compile(
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
-    store: Any = None,
+    store: Store | None = None,
 ) -> Any:
     """Any nn.Module through a backend: built on a miss, loaded from the cache on a hit.
 

@@ -34,6 +34,14 @@ DTYPES: dict[str, Dtype] = {
 DTYPE_NAMES = tuple(DTYPES)
 DTYPE_HELP = " | ".join(DTYPE_NAMES)
 TORCH_DTYPE_NAMES = tuple(d.torch_name for d in DTYPES.values())
+# A compiled module's inputs may also be integer or boolean tensors (token ids, masks).
+INPUT_DTYPES: dict[str, Dtype] = {
+    **DTYPES,
+    **{
+        d.name: d
+        for d in (Dtype("int64", 8, "int64"), Dtype("int32", 4, "int32"), Dtype("bool", 1, "bool"))
+    },
+}
 
 
 def check_dtype(name: str) -> Dtype:
@@ -50,3 +58,17 @@ def torch_dtype(name: str) -> torch.dtype:
     import torch
 
     return getattr(torch, check_dtype(name).torch_name)
+
+
+def torch_input_dtype(name: str) -> torch.dtype:
+    """torch's dtype for a name in INPUT_DTYPES (KeyError for any other: callers check first)."""
+    import torch
+
+    return getattr(torch, INPUT_DTYPES[name].torch_name)
+
+
+def input_dtype_name(dtype: torch.dtype) -> str | None:
+    """The INPUT_DTYPES name of a torch dtype, or None for one acache does not take."""
+    return next(
+        (d.name for d in INPUT_DTYPES.values() if str(dtype) == f"torch.{d.torch_name}"), None
+    )

@@ -409,7 +409,7 @@ def test_aoti_keys_exactly_the_config_its_build_passes(monkeypatch):
     for mode in ("default", "max-autotune"):
         opts = BuildOptions(mode=mode)
         keyed = aoti.BACKEND.factors(None, opts)["codegen"]["inductor_config"]
-        passed = aoti._inductor_configs(opts, None)
+        passed = aoti.inductor_configs(opts, None)
         assert passed.pop("cpp.cxx") == "/usr/bin/g++"
         assert passed == keyed
 

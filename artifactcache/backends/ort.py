@@ -72,7 +72,7 @@ OPT_LEVELS = ("basic", "extended", "all")
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
 
 
-def _ort() -> Any:
+def onnxruntime_module() -> Any:
     import onnxruntime
 
     return onnxruntime
@@ -108,7 +108,7 @@ def graph_level(opts: BuildOptions) -> str:
 
 
 def _ort_level(name: str) -> Any:
-    g = _ort().GraphOptimizationLevel
+    g = onnxruntime_module().GraphOptimizationLevel
     return {
         "none": g.ORT_DISABLE_ALL,
         "basic": g.ORT_ENABLE_BASIC,
@@ -121,7 +121,7 @@ def session_options(
     level: str, *, optimized_out: Path | None = None, external: bool = False, verbose: bool = False
 ) -> Any:
     """SessionOptions for building (level != "none", saving the graph) or loading ("none")."""
-    so = _ort().SessionOptions()
+    so = onnxruntime_module().SessionOptions()
     so.graph_optimization_level = _ort_level(level)
     if optimized_out is not None:
         so.optimized_model_filepath = str(optimized_out)
@@ -177,7 +177,7 @@ class _OrtSteps:
         import numpy as np
 
         self.sess = sess
-        self.ort = _ort()
+        self.ort = onnxruntime_module()
         self.dev = ("cpu", 0) if ep == "cpu" else ("cuda", device_id)
         np_dtype = np.float16 if dtype == "fp16" else np.float32
         zeros = np.zeros(cache_shape(recipe), dtype=np_dtype)
@@ -222,7 +222,7 @@ class OrtBackend:
             ep = resolve_ep(opts)
         except BackendError as e:
             return False, str(e)
-        have = _ort().get_available_providers()
+        have = onnxruntime_module().get_available_providers()
         if EP_PROVIDER[ep] not in have:
             if ep == "tensorrt":
                 return False, (
@@ -270,11 +270,11 @@ class OrtBackend:
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         gpu = importlib.util.find_spec("onnxruntime") is not None and any(
             p != "CPUExecutionProvider" and p != "AzureExecutionProvider"
-            for p in _ort().get_available_providers()
+            for p in onnxruntime_module().get_available_providers()
         )
         pkgs = ["torch", "onnx", "onnxruntime-gpu" if gpu else "onnxruntime"]
         out = toolchain_fingerprint(pkgs)
-        out["onnxruntime_build"] = _ort().__version__
+        out["onnxruntime_build"] = onnxruntime_module().__version__
         if resolve_ep(opts) == "tensorrt":
             out.update(toolchain_fingerprint(("tensorrt",)))
         return out
@@ -311,7 +311,7 @@ class OrtBackend:
                 level, optimized_out=workdir / OPT_MODEL, external=emeta.get("external_data", False)
             )
         t0 = time.perf_counter()
-        sess = _ort().InferenceSession(
+        sess = onnxruntime_module().InferenceSession(
             str(onnx_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
         )
         meta["optimize_seconds"] = round(time.perf_counter() - t0, 4)
@@ -349,7 +349,7 @@ class OrtBackend:
             trt_dir, tmp = None, None
             model_path, so = entry_dir / OPT_MODEL, session_options("none")
         t0 = time.perf_counter()
-        sess = _ort().InferenceSession(
+        sess = onnxruntime_module().InferenceSession(
             str(model_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
         )
         ctx.phases["session_seconds"] = time.perf_counter() - t0
