@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import (
     Backend,
@@ -24,9 +24,9 @@ from .backends.base import (
     Dependency,
     Runner,
     get_backend,
-    parse_device,
     require_available,
 )
+from .devices import parse_device
 from .errors import BackendError, BackendUnavailable, ShapeError, StaleArtifact, WeightsError
 from .keys import (
     architecture_factors,
@@ -36,6 +36,10 @@ from .keys import (
     weights_digest,
 )
 from .recipes import Recipe, load_recipe
+
+if TYPE_CHECKING:
+    from .store.entry import Entry
+    from .store.protocol import Store
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class BuildResult:
     built: bool  # False: the entry was already there (a hit, or pulled from the remote)
     seconds: float  # wall time of this call
     bytes: int
-    entry: Any  # store.local.Entry
+    entry: Entry
     source: str = "local"  # "local" | "built" | "pulled"
 
 
@@ -62,7 +66,9 @@ def _weights_spec(weights: str | Path | None, seed: int):
     return WeightsSpec(Path(weights) if weights is not None else None, seed)
 
 
-def _resolve_store(store: Any, cache_dir: str | Path | None, allow_shared_root: bool) -> Any:
+def _resolve_store(
+    store: Store | None, cache_dir: str | Path | None, allow_shared_root: bool
+) -> Store:
     if store is not None:
         return store
     from .store.local import LocalStore
@@ -162,7 +168,9 @@ def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyI
     return KeyInfo(full, factors, full, None)
 
 
-def open_dependency(dep: Dependency, store: Any, *, build_on_miss: bool = True):
+def open_dependency(
+    dep: Dependency, store: Store, *, build_on_miss: bool = True
+) -> tuple[Entry | None, str]:
     """(Entry, source) of one dependency; (None, "absent") for an optional one not there."""
     key = compute_key(dep.factors)
     if dep.build is None:
@@ -173,7 +181,7 @@ def open_dependency(dep: Dependency, store: Any, *, build_on_miss: bool = True):
     return store.open(key), "local"  # raises KeyLookupError / IntegrityError
 
 
-def refresh_dependency(dep: Dependency, store: Any, produced: Any) -> None:
+def refresh_dependency(dep: Dependency, store: Store, produced: Any) -> None:
     """Rewrite an accumulating dependency from its current files and what a build produced.
 
     Under the entry's lock (get_or_build), so concurrent builds merge one after
@@ -189,16 +197,16 @@ def refresh_dependency(dep: Dependency, store: Any, produced: Any) -> None:
     store.get_or_build(key, dep.factors, rebuild, force=True, label=dep.label)
 
 
-def _declared(b: Backend, ctx: BuildContext, store: Any, *, for_load: bool) -> list[Dependency]:
+def _declared(b: Backend, ctx: BuildContext, store: Store, *, for_load: bool) -> list[Dependency]:
     declare = getattr(b, "dependencies", None)  # optional: most backends read no other entry
     if declare is None:
         return []
-    deps = declare(ctx, weights_factor(ctx, getattr(store, "base", None)), for_load=for_load)
+    deps = declare(ctx, weights_factor(ctx, store.base), for_load=for_load)
     return [d for d in deps if d.at_load] if for_load else list(deps)
 
 
 def _open_dependencies(
-    b: Backend, ctx: BuildContext, store: Any, *, for_load: bool, build_on_miss: bool = True
+    b: Backend, ctx: BuildContext, store: Store, *, for_load: bool, build_on_miss: bool = True
 ) -> list[Dependency]:
     """Open (building on a miss) what the backend reads, into ctx.deps; the declared list."""
     deps = _declared(b, ctx, store, for_load=for_load)
@@ -208,7 +216,9 @@ def _open_dependencies(
     return deps
 
 
-def _build_in(b: Backend, ctx: BuildContext, info: KeyInfo, store: Any, force: bool):
+def _build_in(
+    b: Backend, ctx: BuildContext, info: KeyInfo, store: Store, force: bool
+) -> tuple[Entry, str]:
     label = {
         "recipe": ctx.recipe.name,
         "backend": b.name,
@@ -242,13 +252,13 @@ def _lookup(
     *,
     build_on_miss: bool,
     force: bool = False,
-    store: Any = None,
+    store: Store | None = None,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     context: BuildContext | None = None,
     guard: contextlib.ExitStack | None = None,
     **choices: Any,
-) -> tuple[Backend, BuildContext, BuildResult, Any]:
+) -> tuple[Backend, BuildContext, BuildResult, Store]:
     """The one path build() and load() share: validate, key, then hit or build once.
 
     Returns the backend, the context, the result and the store it used. With ``guard``,
@@ -262,9 +272,9 @@ def _lookup(
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context
     st = _resolve_store(store, cache_dir, allow_shared_root)
-    ctx.memo_dir = getattr(st, "base", None)
+    ctx.memo_dir = st.base
     info = key_for(b, ctx, memo_dir=ctx.memo_dir)
-    if guard is not None and hasattr(st, "reading"):
+    if guard is not None:
         guard.enter_context(st.reading(info.key))
     if build_on_miss:
         entry, source = _build_in(b, ctx, info, st, force)
@@ -295,7 +305,7 @@ def build(
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
-    store: Any = None,
+    store: Store | None = None,
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is.
 
@@ -323,7 +333,7 @@ def load_with_result(
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
-    store: Any = None,
+    store: Store | None = None,
     context: BuildContext | None = None,
 ) -> tuple[BuildResult, Runner]:
     """load(), plus how the entry was found (hit / built / pulled): one lookup, not two."""
@@ -374,7 +384,7 @@ def load(
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
-    store: Any = None,
+    store: Store | None = None,
     context: BuildContext | None = None,
 ) -> Runner:
     """A Runner from the cache, building on a miss (unless build_on_miss=False).
@@ -431,7 +441,7 @@ def compile_with_result(
     options: dict[str, Any] | None = None,
     build_on_miss: bool = True,
     force: bool = False,
-    store: Any = None,
+    store: Store | None = None,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     phases: dict[str, float] | None = None,
@@ -485,7 +495,7 @@ def compile(
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
-    store: Any = None,
+    store: Store | None = None,
 ) -> Any:
     """Any nn.Module through a backend: built on a miss, loaded from the cache on a hit.
 

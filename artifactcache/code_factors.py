@@ -28,6 +28,7 @@ from typing import Any
 # old code made (most of all through a shared remote tier).
 SHARED_SOURCES = (
     "artifactcache.models",
+    "artifactcache.dtypes",  # which torch dtype a --dtype name builds in
     "artifactcache.backends.base",
     "artifactcache.backends.runner",
 )

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from .code_factors import acache_factors
+from .devices import device_index, device_type
 
 KEY_SCHEMA = 2
 KEY_HEX_LEN = 64
@@ -279,7 +280,7 @@ def hardware_fingerprint(device: str, *, with_driver: bool = False) -> dict[str,
     compute capability, and TensorRT engines also on the driver.
     """
     # The device *type*: cuda:0 and cuda:1 of one GPU model build the same artifact.
-    out: dict[str, Any] = {"device": device.split(":")[0], "machine": platform.machine()}
+    out: dict[str, Any] = {"device": device_type(device), "machine": platform.machine()}
     if device == "cpu":
         out["cpu_isa"] = _cpu_isa()
         return out
@@ -291,7 +292,7 @@ def hardware_fingerprint(device: str, *, with_driver: bool = False) -> dict[str,
         raise BackendError(
             f"device {device!r} requested but torch sees no CUDA GPU; use --device cpu"
         )
-    idx = torch.device(device).index or 0
+    idx = device_index(device)
     props = torch.cuda.get_device_properties(idx)
     out["gpu"] = props.name
     out["compute_capability"] = f"{props.major}.{props.minor}"

@@ -31,46 +31,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .dtypes import DTYPE_NAMES, input_dtype_name, torch_dtype, torch_input_dtype
+from .dtypes import INPUT_DTYPES as INPUT_DTYPE_TABLE
 from .errors import ModelSpecError, ShapeError
 
 if TYPE_CHECKING:
     import torch
 
 # The dtypes an input may have, by the name the CLI spells.
-INPUT_DTYPES = ("fp32", "fp16", "bf16", "int64", "int32", "bool")
-FLOAT_DTYPES = ("fp32", "fp16", "bf16")
+INPUT_DTYPES = tuple(INPUT_DTYPE_TABLE)
+FLOAT_DTYPES = DTYPE_NAMES
 _SHAPE = re.compile(r"^\d+(x\d+)*$")
 # Classes from these packages are covered by the toolchain factor (their version).
 _VERSIONED_PACKAGES = ("torch",)
 
 
-def _torch_dtype(name: str) -> torch.dtype:
-    import torch
-
-    return {
-        "fp32": torch.float32,
-        "fp16": torch.float16,
-        "bf16": torch.bfloat16,
-        "int64": torch.int64,
-        "int32": torch.int32,
-        "bool": torch.bool,
-    }[name]
-
-
 def dtype_name(dtype: torch.dtype) -> str:
-    import torch
-
-    names = {
-        torch.float32: "fp32",
-        torch.float16: "fp16",
-        torch.bfloat16: "bf16",
-        torch.int64: "int64",
-        torch.int32: "int32",
-        torch.bool: "bool",
-    }
-    if dtype not in names:
+    name = input_dtype_name(dtype)
+    if name is None:
         raise ModelSpecError(f"inputs of dtype {dtype} are not supported: use {INPUT_DTYPES}")
-    return names[dtype]
+    return name
 
 
 @dataclass(frozen=True)
@@ -90,7 +70,7 @@ class InputSpec:
     def make(self, device: str, generator: torch.Generator | None = None) -> torch.Tensor:
         import torch
 
-        dt = _torch_dtype(self.dtype)
+        dt = torch_input_dtype(self.dtype)
         if self.dtype in FLOAT_DTYPES:
             return torch.randn(self.shape, generator=generator).to(device=device, dtype=dt)
         if self.high is None or self.dtype == "bool":
@@ -352,12 +332,12 @@ def make_spec(
         raise ModelSpecError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
     if device == "cuda":
         device = "cuda:0"
-    from .backends.base import parse_device
+    from .devices import parse_device
 
     parse_device(device)
-    model.to(device=device, dtype=_torch_dtype(dtype))
+    model.to(device=device, dtype=torch_dtype(dtype))
     moved = tuple(
-        a.to(device=device, dtype=_torch_dtype(dtype)) if a.is_floating_point() else a.to(device)
+        a.to(device=device, dtype=torch_dtype(dtype)) if a.is_floating_point() else a.to(device)
         for a in args
     )
     inputs = tuple(InputSpec(tuple(a.shape), dtype_name(a.dtype)) for a in moved)

@@ -23,12 +23,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .dtypes import DTYPES
 from .errors import ShapeError
 
 if TYPE_CHECKING:
     from .recipes import ModelConfig, Recipe, Shapes
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+DTYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 FIT_FRACTION = 0.9
 
 

@@ -35,7 +35,7 @@ def main() -> None:
     res = api.build(args.recipe, "ort", store=store)
     raw = store.get(res.entry.meta["export_key"]).path / ox.MODEL_FILE
     opt = res.entry.path / ortb.OPT_MODEL
-    ort = ortb._ort()
+    ort = ortb.onnxruntime_module()
 
     def median_s(path: Path, level: str) -> float:
         times = []

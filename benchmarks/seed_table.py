@@ -43,11 +43,11 @@ UNIT_COST_7B_S = {"eager": 40.0, "inductor": 115.0, "aoti": 170.0, "ort": 300.0,
 def _estimate(recipe: str, backend: str, runs: int) -> float:
     import torch
 
-    from artifactcache.models import _architecture
+    from artifactcache.models import architecture
     from artifactcache.recipes import load_recipe
 
     with torch.device("meta"):
-        n = sum(p.numel() for p in _architecture(load_recipe(recipe)).parameters())
+        n = sum(p.numel() for p in architecture(load_recipe(recipe)).parameters())
     return UNIT_COST_7B_S.get(backend, 300.0) * max(n / 6.74e9, 0.25) * runs
 
 

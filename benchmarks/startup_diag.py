@@ -52,12 +52,12 @@ def _materialize_once(recipe: Any, dev: Any, sync: Any) -> dict[str, Any]:
     """build_model's steps for random weights, each timed on its own."""
     import torch
 
-    from artifactcache.models import _architecture
+    from artifactcache.models import architecture
     from artifactcache.models.weights import init_random
 
     t0 = time.perf_counter()
     with torch.device("meta"):
-        m = _architecture(recipe).to(torch.bfloat16)
+        m = architecture(recipe).to(torch.bfloat16)
     r = {"meta_s": round(time.perf_counter() - t0, 4)}
     r["to_empty_s"] = _timed(lambda: m.to_empty(device=dev), sync)
     # In the run docs/benchmarks.md shows (2026-12-01 04:46 UTC), this timed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from artifactcache import api
@@ -17,8 +19,23 @@ def test_malformed_devices_are_rejected_before_anything_is_written(device, cache
     assert not list((cache_dir / "v1" / "entries").glob("*/*"))  # nothing written
 
 
-def test_hardware_key_uses_the_device_type():
-    assert hardware_fingerprint("cpu")["device"] == "cpu"
+def test_hardware_key_uses_the_device_type_and_reads_the_named_gpu(monkeypatch):
+    import torch
+
+    asked = []
+
+    def properties(index):
+        asked.append(index)
+        return SimpleNamespace(name=f"GPU {index}", major=9, minor=0)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    second, default = hardware_fingerprint("cuda:1"), hardware_fingerprint("cuda")
+    # cuda:1 and cuda key as "cuda"; each reads its own GPU's name and capability
+    assert second["device"] == default["device"] == "cuda" and asked == [1, 0]
+    assert (second["gpu"], default["gpu"]) == ("GPU 1", "GPU 0")
+    assert second["compute_capability"] == "9.0" and "cpu_isa" not in second
+    assert "cpu_isa" in hardware_fingerprint("cpu")
 
 
 def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
@@ -28,9 +45,7 @@ def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
     again, runner2 = api.load_with_result("tiny-llama", "eager", store=store)
     assert not again.built and again.source == "local" and again.key == first.key
     assert runner2.generate([1, 15043], 3) == runner.generate([1, 15043], 3)
-    stats = store.stats()
-    hits = stats["hits"] if isinstance(stats, dict) else stats.hits
-    assert hits == 1
+    assert store.stats()["hits"] == 1
 
 
 def test_a_stale_entry_is_rebuilt_once_not_fatal(cache_dir, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 from _backend_util import CRASHING_PROBE, fake_cxx
@@ -88,12 +89,22 @@ def test_remote_is_checked_when_configured(cache_dir):
     assert r.get("error")  # an unusable URL is reported, not raised
 
 
-def test_human_output_names_every_backend(cache_dir):
-    r = CliRunner().invoke(app, ["doctor"])
+def test_human_output_shows_each_backend_row_as_the_json_does(cache_dir):
+    env = {"COLUMNS": "400"}  # one table row per line
+    rows = {b["name"]: b for b in _doctor(env=env)["backends"]}
+    r = CliRunner().invoke(app, ["doctor"], env=env)
     assert r.exit_code == 0, r.output
-    for name in BACKEND_ROWS:
-        assert name in r.output
-    assert "artifactcache[trt]" in r.output or "trt      │ yes" in r.output
+    table = {
+        m["name"]: (m["available"], m["why"])
+        for m in re.finditer(
+            r"^│ (?P<name>\S+)\s+│ (?P<available>yes|no)\s+│ (?P<why>.*?)\s*│$", r.output, re.M
+        )
+    }
+    assert list(table) == list(BACKEND_ROWS)
+    for name, row in rows.items():
+        # an unavailable row carries its reason, install hint included where there is one
+        want = ("yes", "") if row["available"] else ("no", row["reason"])
+        assert table[name] == want, name
 
 
 def test_names_a_crashing_cxx_it_passes_over(cache_dir, monkeypatch, tmp_path):

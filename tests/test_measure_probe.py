@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from artifactcache.errors import MeasureError
@@ -22,7 +24,7 @@ def test_every_phase_present_and_monotonic(eager_probe):
     r = eager_probe
     assert r["ok"] and r["recipe"] == "tiny-llama" and r["backend"] == "eager"
     phases = r["phases"]
-    assert list(phases) == list(PHASE_ORDER) or set(phases) == set(PHASE_ORDER)
+    assert set(phases) == set(PHASE_ORDER)  # every phase, none extra (the JSON sorts keys)
     values = [phases[k] for k in PHASE_ORDER]
     assert all(v > 0 for v in values)
     assert values == sorted(values), phases
@@ -36,7 +38,11 @@ def test_steady_state_and_memory(eager_probe):
     st = eager_probe["steady"]
     assert st["iters"] == 2 and len(st["request_s"]) == 2 and len(st["prefill_s"]) == 2
     assert len(st["tokens"]) == 4 and st["tokens"][0] == eager_probe["first_token"]
-    assert st["decode_tok_s"] is None or st["decode_tok_s"] > 0
+    decode_s = statistics.median(st["request_s"]) - statistics.median(st["prefill_s"])
+    if decode_s > 0:  # 3 decode steps after the prefill's first token
+        assert st["decode_tok_s"] == pytest.approx(3 / decode_s)
+    else:  # timing noise on a tiny model: no rate rather than a negative one
+        assert st["decode_tok_s"] is None
     assert eager_probe["memory"]["peak_rss_bytes"] > 10 << 20
     assert eager_probe["built"] is True and eager_probe["entry_source"] == "built"
     assert eager_probe["compile"]["compiled"] is False  # eager's build is not a compile

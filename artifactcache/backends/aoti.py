@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..code_factors import codegen_factors
+from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
@@ -78,7 +79,7 @@ def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
     return cfg
 
 
-def _inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[str, Any]:
+def inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[str, Any]:
     cfg = _codegen_configs(opts)
     cxx = choose_cxx(memo_dir=memo_dir)
     if cxx:
@@ -87,7 +88,7 @@ def _inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[
     return cfg
 
 
-def _safe_extract(archive: Path, dest: Path) -> list[str]:
+def safe_extract(archive: Path, dest: Path) -> list[str]:
     """Unpack a .pt2 (a zip we just wrote) refusing absolute or '..' member names."""
     names = []
     with zipfile.ZipFile(archive) as z:
@@ -105,7 +106,7 @@ def _safe_extract(archive: Path, dest: Path) -> list[str]:
     return names
 
 
-def _share_constants(runner: Any, state: dict[str, Any], step: str) -> int:
+def share_constants(runner: Any, state: dict[str, Any], step: str) -> int:
     """Point the runner's constants at our model's tensors (zero copies)."""
     fqns = runner.get_constant_names_to_original_fqns()
     cmap = {}
@@ -145,9 +146,9 @@ class AotiBackend:
             return False, f"torch {torch.__version__} has no AOTInductor"
         if reason := missing_compiler():
             return False, reason  # every AOTInductor wrapper is C++
-        if opts.device.startswith("cuda") and not torch.cuda.is_available():
+        if is_cuda(opts.device) and not torch.cuda.is_available():
             return False, "torch sees no CUDA GPU; use --device cpu"
-        if reason := aoti_runner_missing(opts.device.split(":")[0]):
+        if reason := aoti_runner_missing(device_type(opts.device)):
             return False, reason
         return True, ""
 
@@ -162,7 +163,7 @@ class AotiBackend:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
-            "device": opts.device.split(":")[0],
+            "device": device_type(opts.device),
             "mode": _mode(opts),
             "constants": "user-managed",
             # The compiler is not here: the C++ runtime in toolchain stands for it (below).
@@ -170,7 +171,7 @@ class AotiBackend:
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
-        names = ("torch", "triton") if opts.device.startswith("cuda") else ("torch",)
+        names = ("torch", "triton") if is_cuda(opts.device) else ("torch",)
         # The C++ runtime decides whether the wrapper .so loads (cxx.py). Key on the
         # runtime, not on the compiler's path, so a deploy host without g++ computes
         # the key of the entry the build host pushed; the compiler goes in the manifest.
@@ -187,7 +188,7 @@ class AotiBackend:
         scratch.mkdir()
         t0 = time.perf_counter()
         memo_dir = ctx.memo_dir
-        cfg = _inductor_configs(ctx.opts, memo_dir)  # probes compilers not probed before
+        cfg = inductor_configs(ctx.opts, memo_dir)  # probes compilers not probed before
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         for step in STEPS:
             t0 = time.perf_counter()
@@ -202,7 +203,7 @@ class AotiBackend:
                 )
             # Members are under "<step>/" (the package's stem), so each step
             # lands in its own folder of the entry.
-            names = _safe_extract(Path(pkg), workdir)
+            names = safe_extract(Path(pkg), workdir)
             sos = [n for n in names if n.endswith(".so")]
             if len(sos) != 1 or not sos[0].startswith(f"{step}/"):
                 raise BackendError(f"the {step} package holds .so files {sos}, expected one")
@@ -240,7 +241,7 @@ class AotiBackend:
         def open_step(s: str) -> Any:
             """A runner on the entry's .so, bound to our tensors; its step callable."""
             runners[s] = runner = aoti_container_runner(paths[s], dev)
-            _share_constants(runner, state, s)
+            share_constants(runner, state, s)
             return lambda idx, pos: runner.run([idx, pos])
 
         prefill, decode = open_step("prefill"), open_step("decode")

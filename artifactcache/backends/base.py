@@ -22,7 +22,6 @@ A backend that reads other entries declares them (``dependencies()`` returning
 from __future__ import annotations
 
 import importlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,15 +34,11 @@ if TYPE_CHECKING:
 
     from ..models import WeightsSpec
     from ..recipes import Recipe
+    from ..store.entry import Entry
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
 # The module of each backend whose module is not named after it.
 BACKEND_MODULES = {"trt": "tensorrt"}
-# Install hints for the backends whose dependency is optional.
-INSTALL_HINTS = {
-    "ort": "pip install 'artifactcache[ort]'",
-    "trt": "pip install 'artifactcache[trt]' (and 'artifactcache[trtllm]' for LLM recipes)",
-}
 
 
 @dataclass(frozen=True)
@@ -51,7 +46,7 @@ class BuildOptions:
     """What the user chose, besides the recipe and weights."""
 
     device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    dtype: str = "fp32"  # "fp32" | "bf16" | "fp16"
+    dtype: str = "fp32"  # a name in dtypes.DTYPES
     mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
 
@@ -65,7 +60,7 @@ class BuildContext:
     weights: WeightsSpec
     # The entries this backend's dependencies() declared, by name, opened by api.py
     # before build()/load(): an Entry, or None for an optional one that is absent.
-    deps: dict[str, Any] = field(default_factory=dict)
+    deps: dict[str, Entry | None] = field(default_factory=dict)
     dep_sources: dict[str, str] = field(default_factory=dict)  # name -> "local"/"built"/"pulled"
     # What build() hands to a dependency's refresh (e.g. the timing cache this build learned).
     produced: dict[str, Any] = field(default_factory=dict)
@@ -101,7 +96,7 @@ class Dependency:
     # For an entry that accumulates across builds (the TensorRT timing cache): after the
     # dependent's build, api rewrites it under its lock from (current Entry or None,
     # ctx.produced[name], workdir) -> meta.
-    refresh: Callable[[Any, Any, Path], dict[str, Any]] | None = None
+    refresh: Callable[[Entry | None, Any, Path], dict[str, Any]] | None = None
 
 
 @runtime_checkable
@@ -160,17 +155,6 @@ class Backend(Protocol):
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> Runner:
         """A Runner from a verified entry's files (never mutating them)."""
         ...
-
-
-_DEVICE = re.compile(r"^(cpu|cuda)(:(\d+))?$")
-
-
-def parse_device(device: str) -> tuple[str, int | None]:
-    """("cpu" | "cuda", index or None) from cpu, cuda or cuda:N; one-line BackendError else."""
-    m = _DEVICE.match(device)
-    if not m or (m.group(1) == "cpu" and m.group(2)):
-        raise BackendError(f"unknown device {device!r}: use cpu, cuda or cuda:N")
-    return m.group(1), int(m.group(3)) if m.group(3) is not None else None
 
 
 def get_backend(name: str) -> Backend:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
@@ -28,7 +29,7 @@ class EagerBackend:
     weights_external = False
 
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
-        if opts.device.startswith("cuda"):
+        if is_cuda(opts.device):
             import torch
 
             if not torch.cuda.is_available():
@@ -43,7 +44,7 @@ class EagerBackend:
             raise BackendError(f"backend 'eager' takes no extra options (got {sorted(opts.extra)})")
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
-        return {"format": FORMAT, "dtype": opts.dtype, "device": opts.device.split(":")[0]}
+        return {"format": FORMAT, "dtype": opts.dtype, "device": device_type(opts.device)}
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         return toolchain_fingerprint(("torch",))

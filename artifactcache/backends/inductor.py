@@ -43,9 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from ..code_factors import codegen_factors
+from ..devices import is_cuda
+from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
-from .base import BuildContext, BuildOptions, parse_device
+from .base import BuildContext, BuildOptions
 from .cxx import identity, inductor_default_cxx, missing_compiler
 from .runner import (
     StepRunner,
@@ -94,7 +96,7 @@ _RECOMPILE_LIMIT = 64
 
 def _mode(opts: BuildOptions) -> str:
     """The fast path is the default: CUDA graphs on CUDA, plain compile on CPU."""
-    return opts.mode or ("reduce-overhead" if opts.device.startswith("cuda") else "default")
+    return opts.mode or ("reduce-overhead" if is_cuda(opts.device) else "default")
 
 
 def _compile_options(opts: BuildOptions) -> dict[str, Any]:
@@ -111,7 +113,7 @@ def warm_path(device: str) -> str:
     entry took 56 s to load in a fresh process against about 15 s for the Mega-Cache
     path (docs/perf-notes.md), so it is not the fast path there yet.
     """
-    if parse_device(device)[0] == "cuda":
+    if is_cuda(device):
         return "megacache"
     return "megacache" if aot_compile_missing() else "aot_compile"
 
@@ -148,7 +150,7 @@ class InductorBackend:
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
         import torch
 
-        if opts.device.startswith("cuda") and not torch.cuda.is_available():
+        if is_cuda(opts.device) and not torch.cuda.is_available():
             return False, "torch sees no CUDA GPU; use --device cpu"
         if opts.device == "cpu" and (reason := missing_compiler()):
             return False, reason  # Inductor's CPU kernels are C++
@@ -159,7 +161,7 @@ class InductorBackend:
         mode = _mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown inductor mode {mode!r}: choose one of {', '.join(MODES)}")
-        if mode == "reduce-overhead" and not opts.device.startswith("cuda"):
+        if mode == "reduce-overhead" and not is_cuda(opts.device):
             # CUDA graphs are the whole point of this mode; on CPU torch.compile
             # would quietly compile as "default", and a key saying otherwise lies.
             raise BackendError(
@@ -178,7 +180,7 @@ class InductorBackend:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
-            "device": opts.device.split(":")[0],
+            "device": device_type(opts.device),
             "mode": _mode(opts),
             "fullgraph": True,
             "dynamic": False,
@@ -187,7 +189,7 @@ class InductorBackend:
         }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
-        if opts.device.startswith("cuda"):
+        if is_cuda(opts.device):
             return toolchain_fingerprint(("torch", "triton"))
         return toolchain_fingerprint(("torch",))
 

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..devices import device_type
 from ..errors import BackendError
-from .aoti import MODES, _inductor_configs, _safe_extract, _share_constants
+from .aoti import MODES, inductor_configs, safe_extract, share_constants
 from .base import BuildOptions
 from .cxx import build_record, check_runtime
 from .module_common import (
@@ -55,7 +56,7 @@ class AotiModuleBackend:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
-            "device": opts.device.split(":")[0],
+            "device": device_type(opts.device),
             "mode": opts.mode or "default",
             "constants": "user-managed",
         }
@@ -66,7 +67,7 @@ class AotiModuleBackend:
         from .torch_private import inductor_config_kept, release_export_state
 
         flat, tree = reference_run(spec)
-        cfg = _inductor_configs(opts)
+        cfg = inductor_configs(opts)
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
@@ -79,7 +80,7 @@ class AotiModuleBackend:
             pkg = torch._inductor.aoti_compile_and_package(
                 ep, package_path=str(scratch / f"{STEP}.pt2"), inductor_configs=cfg
             )
-        names = _safe_extract(Path(pkg), workdir)
+        names = safe_extract(Path(pkg), workdir)
         sos = [n for n in names if n.endswith(".so")]
         if len(sos) != 1:
             raise BackendError(f"the AOTInductor package holds .so files {sos}, expected one")
@@ -131,7 +132,7 @@ class AotiModuleBackend:
             state.update({k: v.to(dev) for k, v in load_file(str(entry_dir / CONSTANTS)).items()})
         phases["weights_ready"] = time.perf_counter()
         runner = aoti_container_runner(entry_dir / lib, dev)
-        _share_constants(runner, state, STEP)
+        share_constants(runner, state, STEP)
         tree = meta["output_tree"]
         phases["artifact_ready"] = time.perf_counter()
 

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..devices import device_type
 from ..errors import BackendError, ShapeError
 from .base import BuildOptions, get_backend
 
@@ -158,7 +159,7 @@ class EagerModuleBackend:
         no_extra(self.name, opts)
 
     def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
-        return {"format": FORMAT, "dtype": opts.dtype, "device": opts.device.split(":")[0]}
+        return {"format": FORMAT, "dtype": opts.dtype, "device": device_type(opts.device)}
 
     def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
         flat, tree = reference_run(spec)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from .base import BuildOptions
 from .inductor import KERNELS, MEGACACHE, MODES, install_kernels, save_kernels
@@ -56,7 +57,7 @@ def compile_and_run(spec: ModuleSpec, opts: BuildOptions) -> Any:
     with torch.no_grad():
         for _ in range(3 if mode == "reduce-overhead" else 1):
             compiled(*spec.example_inputs)
-    if spec.device.startswith("cuda"):
+    if is_cuda(spec.device):
         torch.cuda.synchronize(spec.device)
     return compiled
 
@@ -69,7 +70,7 @@ class InductorModuleBackend:
         mode = _mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown inductor mode {mode!r}: choose one of {', '.join(MODES)}")
-        if mode == "reduce-overhead" and not opts.device.startswith("cuda"):
+        if mode == "reduce-overhead" and not is_cuda(opts.device):
             raise BackendError("mode reduce-overhead uses CUDA graphs and needs a cuda device")
         no_extra(self.name, opts, EXTRA_KEYS)
 
@@ -77,7 +78,7 @@ class InductorModuleBackend:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
-            "device": opts.device.split(":")[0],
+            "device": device_type(opts.device),
             "mode": _mode(opts),
             "fullgraph": bool(opts.extra.get("fullgraph", False)),
             "dynamic": bool(spec.dynamic),

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..devices import device_index
 from ..errors import BackendError
 from .base import BuildOptions
 from .module_common import (
@@ -36,7 +37,7 @@ from .module_common import (
     write_record,
 )
 from .onnx_export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchain
-from .ort import EP_DTYPES, OPT_MODEL, _ort, graph_level, resolve_ep, session_options
+from .ort import EP_DTYPES, OPT_MODEL, graph_level, onnxruntime_module, resolve_ep, session_options
 
 if TYPE_CHECKING:
     from ..module_spec import ModuleSpec
@@ -85,7 +86,7 @@ def _export(spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, extern
 def _providers(ep: str, opts: BuildOptions) -> list[Any]:
     if ep == "cpu":
         return ["CPUExecutionProvider"]
-    dev_id = opts.device.split(":")[1] if ":" in opts.device else "0"
+    dev_id = str(device_index(opts.device))
     return [("CUDAExecutionProvider", {"device_id": dev_id}), "CPUExecutionProvider"]
 
 
@@ -140,7 +141,9 @@ class OrtModuleBackend:
         level = graph_level(opts)
         so = session_options(level, optimized_out=workdir / OPT_MODEL, external=external)
         t1 = time.perf_counter()
-        sess = _ort().InferenceSession(str(raw / EXPORT_FILE), so, providers=_providers(ep, opts))
+        sess = onnxruntime_module().InferenceSession(
+            str(raw / EXPORT_FILE), so, providers=_providers(ep, opts)
+        )
         t_opt = time.perf_counter() - t1
         del sess
         for p in sorted(raw.iterdir()):
@@ -176,7 +179,7 @@ class OrtModuleBackend:
             raise BackendError(f"entry {entry_dir.name[:12]} was built for EP {meta.get('ep')!r}")
         require_files(entry_dir, OPT_MODEL)
         t0 = time.perf_counter()
-        sess = _ort().InferenceSession(
+        sess = onnxruntime_module().InferenceSession(
             str(entry_dir / OPT_MODEL), session_options("none"), providers=_providers(ep, opts)
         )
         phases["session_seconds"] = time.perf_counter() - t0

@@ -290,7 +290,8 @@ def export_to(workdir: Path, ctx: BuildContext, spec: ExportSpec) -> dict[str, A
     import onnx
     import torch
 
-    from ..models import build_model, torch_dtype
+    from ..dtypes import torch_dtype
+    from ..models import build_model
 
     t0 = time.perf_counter()
     tdtype = torch_dtype(spec.dtype)

@@ -10,7 +10,7 @@ the staging dir. ORT writes the graph after its optimizers ran
 Load: a session over ``model.opt.onnx`` with ``ORT_DISABLE_ALL``: the graph is
 already optimized, so a warm process skips the optimizer passes (ORT's verbose
 log then says "No graph transformers registered for level 1/2/3"; see
-tests/test_backend_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
+tests/test_backends_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
 specific to the CPU they ran on, the key's hardware factor carries the CPU ISA.
 
 Execution providers (``--mode``): ``cpu`` (default on --device cpu), ``cuda``
@@ -36,9 +36,11 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..devices import device_index, is_cuda
 from ..errors import BackendError
+from ..extras import TRT_HINT, install_hint
 from ..keys import toolchain_fingerprint
-from .base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
+from .base import BuildContext, BuildOptions, Dependency
 from .onnx_export import (
     EXPORT_DEP,
     INPUT_NAMES,
@@ -70,7 +72,7 @@ OPT_LEVELS = ("basic", "extended", "all")
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
 
 
-def _ort() -> Any:
+def onnxruntime_module() -> Any:
     import onnxruntime
 
     return onnxruntime
@@ -82,7 +84,7 @@ def tensorrt_importable() -> bool:
 
 def resolve_ep(opts: BuildOptions) -> str:
     """The execution provider the options ask for (``--mode``), or the default for the device."""
-    on_gpu = opts.device.startswith("cuda")
+    on_gpu = is_cuda(opts.device)
     mode = opts.mode
     if mode in (None, "default", "auto"):
         if not on_gpu:
@@ -106,7 +108,7 @@ def graph_level(opts: BuildOptions) -> str:
 
 
 def _ort_level(name: str) -> Any:
-    g = _ort().GraphOptimizationLevel
+    g = onnxruntime_module().GraphOptimizationLevel
     return {
         "none": g.ORT_DISABLE_ALL,
         "basic": g.ORT_ENABLE_BASIC,
@@ -119,7 +121,7 @@ def session_options(
     level: str, *, optimized_out: Path | None = None, external: bool = False, verbose: bool = False
 ) -> Any:
     """SessionOptions for building (level != "none", saving the graph) or loading ("none")."""
-    so = _ort().SessionOptions()
+    so = onnxruntime_module().SessionOptions()
     so.graph_optimization_level = _ort_level(level)
     if optimized_out is not None:
         so.optimized_model_filepath = str(optimized_out)
@@ -157,7 +159,7 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
 
 
 def providers_for(ep: str, opts: BuildOptions, recipe: Recipe, trt_dir: Path | None) -> list:
-    dev_id = int(opts.device.split(":")[1]) if ":" in opts.device else 0
+    dev_id = device_index(opts.device)
     if ep == "cpu":
         return ["CPUExecutionProvider"]
     cuda = ("CUDAExecutionProvider", {"device_id": str(dev_id)})
@@ -175,7 +177,7 @@ class _OrtSteps:
         import numpy as np
 
         self.sess = sess
-        self.ort = _ort()
+        self.ort = onnxruntime_module()
         self.dev = ("cpu", 0) if ep == "cpu" else ("cuda", device_id)
         np_dtype = np.float16 if dtype == "fp16" else np.float32
         zeros = np.zeros(cache_shape(recipe), dtype=np_dtype)
@@ -212,7 +214,7 @@ class OrtBackend:
     weights_external = False
 
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
-        hint = INSTALL_HINTS["ort"]
+        hint = install_hint("ort")
         for mod in ("onnxruntime", "onnx", "onnxscript"):
             if importlib.util.find_spec(mod) is None:
                 return False, f"{mod} not importable: {hint}"
@@ -220,7 +222,7 @@ class OrtBackend:
             ep = resolve_ep(opts)
         except BackendError as e:
             return False, str(e)
-        have = _ort().get_available_providers()
+        have = onnxruntime_module().get_available_providers()
         if EP_PROVIDER[ep] not in have:
             if ep == "tensorrt":
                 return False, (
@@ -230,10 +232,10 @@ class OrtBackend:
             if ep == "cuda":
                 return False, (
                     "onnxruntime has no CUDAExecutionProvider (CPU-only build): "
-                    "pip install 'artifactcache[ort-gpu]'"
+                    f"{install_hint('ort-gpu')}"
                 )
         if ep == "tensorrt" and not tensorrt_importable():
-            return False, f"tensorrt not importable for the TensorRT EP: {INSTALL_HINTS['trt']}"
+            return False, f"tensorrt not importable for the TensorRT EP: {TRT_HINT}"
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:
@@ -268,11 +270,11 @@ class OrtBackend:
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         gpu = importlib.util.find_spec("onnxruntime") is not None and any(
             p != "CPUExecutionProvider" and p != "AzureExecutionProvider"
-            for p in _ort().get_available_providers()
+            for p in onnxruntime_module().get_available_providers()
         )
         pkgs = ["torch", "onnx", "onnxruntime-gpu" if gpu else "onnxruntime"]
         out = toolchain_fingerprint(pkgs)
-        out["onnxruntime_build"] = _ort().__version__
+        out["onnxruntime_build"] = onnxruntime_module().__version__
         if resolve_ep(opts) == "tensorrt":
             out.update(toolchain_fingerprint(("tensorrt",)))
         return out
@@ -309,7 +311,7 @@ class OrtBackend:
                 level, optimized_out=workdir / OPT_MODEL, external=emeta.get("external_data", False)
             )
         t0 = time.perf_counter()
-        sess = _ort().InferenceSession(
+        sess = onnxruntime_module().InferenceSession(
             str(onnx_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
         )
         meta["optimize_seconds"] = round(time.perf_counter() - t0, 4)
@@ -347,7 +349,7 @@ class OrtBackend:
             trt_dir, tmp = None, None
             model_path, so = entry_dir / OPT_MODEL, session_options("none")
         t0 = time.perf_counter()
-        sess = _ort().InferenceSession(
+        sess = onnxruntime_module().InferenceSession(
             str(model_path), so, providers=providers_for(ep, opts, ctx.recipe, trt_dir)
         )
         ctx.phases["session_seconds"] = time.perf_counter() - t0
@@ -367,7 +369,7 @@ class OrtBackend:
 
 
 def _device_id(opts: BuildOptions) -> int:
-    return int(opts.device.split(":")[1]) if ":" in opts.device else 0
+    return device_index(opts.device)
 
 
 def _warm(steps: _OrtSteps, recipe: Recipe) -> None:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..devices import parse_device
+from ..dtypes import check_dtype
 from ..errors import BackendError, ShapeError
 from ..generate import Checkpoint, Sampling, check_eos_ids, cut_at_eos, plan_chunks
-from .base import parse_device
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -36,13 +37,9 @@ if TYPE_CHECKING:
 
 Step = Callable[[torch.Tensor, torch.Tensor], Any]
 
-DTYPE_NAMES = ("fp32", "bf16", "fp16")
-
-
 def check_device_dtype(opts: BuildOptions) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
-    if opts.dtype not in DTYPE_NAMES:
-        raise BackendError(f"unknown dtype {opts.dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
+    check_dtype(opts.dtype)
     parse_device(opts.device)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..devices import is_cuda
 from ..errors import BackendError
 from .base import BuildOptions
 
@@ -44,7 +45,7 @@ def check_extra(backend: str, opts: BuildOptions) -> None:
 
 def inductor_tuning(opts: BuildOptions) -> dict[str, bool]:
     """The Inductor config flags this build sets (empty on CPU)."""
-    on_cuda = opts.device.startswith("cuda")
+    on_cuda = is_cuda(opts.device)
     name = "coordinate_descent_tuning"
     on = _flag(name, opts.extra.get(name, on_cuda))
     if on and not on_cuda:

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
+from ..devices import DEVICE_HELP
+from ..dtypes import DTYPE_HELP
 from ..errors import AcacheError, ArgumentError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
@@ -124,8 +126,8 @@ RecipeArg = Annotated[
 BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
 ]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu, cuda or cuda:N.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help="fp32 | bf16 | fp16.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help=f"{DTYPE_HELP}.")]
 ModeOpt = Annotated[
     str | None,
     typer.Option(

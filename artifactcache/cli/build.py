@@ -11,10 +11,11 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ..devices import is_cuda
 from ..errors import ArgumentError
 from .app import (
     AllowSharedRoot,
@@ -43,6 +44,9 @@ from .app import (
     refuse_max_seq_len,
 )
 from .module import InputOpt, is_spec, refuse_inputs
+
+if TYPE_CHECKING:
+    from ..store.protocol import Store
 
 
 @contextlib.contextmanager
@@ -408,7 +412,7 @@ def _print_build(res: Any, json_out: bool) -> None:
 
 def _run_module(
     spec: str, inputs: list[str] | None, backend: str, device: str, dtype: str,
-    mode: str | None, extra: list[str] | None, seed: int, store: Any, json_out: bool,
+    mode: str | None, extra: list[str] | None, seed: int, store: Store, json_out: bool,
 ) -> None:  # fmt: skip
     """`acache run SPEC`: load (building on a miss), one call, each output's shape/checksum."""
     from .module import compile_spec, output_summary
@@ -421,7 +425,7 @@ def _run_module(
         )  # fmt: skip
     t1 = time.perf_counter()
     out = compiled(*mspec.example_inputs)
-    if device.startswith("cuda"):
+    if is_cuda(device):
         import torch
 
         torch.cuda.synchronize(device)

@@ -19,19 +19,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from ..extras import EXTRAS, install_hint
 from .app import CacheDir, JsonOut, Remote, console, emit_json, human_bytes
 
 DOCTOR_SCHEMA = 1
 # Rows of the backend table, in order; "trt-llm" is the --mode llm path of backend "trt".
 BACKEND_ROWS = ("eager", "inductor", "aoti", "ort", "trt", "trt-llm")
-INSTALL = {
-    "eager": None,
-    "inductor": None,
-    "aoti": None,
-    "ort": "pip install 'artifactcache[ort]'",
-    "trt": "pip install 'artifactcache[trt]'",
-    "trt-llm": "pip install 'artifactcache[trtllm]'",
-}
+INSTALL = {name: install_hint(name) if name in EXTRAS else None for name in BACKEND_ROWS}
 
 
 def _torch_info() -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -102,7 +102,7 @@ def _s(x: float | None, fmt: str = "{:.2f} s") -> str:
 
 
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
-    from ..measure.report import _verdict
+    from ..measure.report import break_even_verdict
 
     rows = []
     base = report["baselines"].get(recipe, {})
@@ -134,7 +134,8 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
     for scen in ("warm", "cold"):
         if f"break_even_{scen}" in cs:
             console.print(
-                f"break-even vs eager ({scen} start): {_verdict(cs[f'break_even_{scen}'])}"
+                f"break-even vs eager ({scen} start): "
+                f"{break_even_verdict(cs[f'break_even_{scen}'])}"
             )
 
 

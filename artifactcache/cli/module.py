@@ -7,11 +7,14 @@ only branches once. Nothing here imports torch at module level.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from ..errors import AcacheError
+
+if TYPE_CHECKING:
+    from ..store.protocol import Store
 
 InputOpt = Annotated[
     list[str] | None,
@@ -49,7 +52,7 @@ def compile_spec(
     mode: str | None,
     extra: dict[str, Any],
     seed: int,
-    store: Any,
+    store: Store,
     force: bool = False,
     batch: int | None = None,
 ) -> tuple[Any, Any, Any]:

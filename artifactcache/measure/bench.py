@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
     from ..recipes import Recipe
 
-DTYPE_BYTES = sizing.DTYPE_BYTES
 NO_EOS: tuple[int, ...] = ()  # the seed benchmark never stops early
 # CPU copy buffer: far beyond any last-level cache, so the copy streams DRAM.
 CPU_COPY_BYTES = 512 << 20

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import sizing
+from ..devices import is_cuda, parse_device
+from ..dtypes import check_dtype
 from ..errors import AcacheError, BackendError, MeasureError
 from . import bench, coldstart, module_probe
 
@@ -83,7 +85,7 @@ def check_out_dir(out: Path) -> None:
 
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
-    from ..backends.base import BACKEND_NAMES, get_backend, parse_device
+    from ..backends.base import BACKEND_NAMES, get_backend
     from ..recipes import load_recipe
 
     if spec.runs < 1:
@@ -96,8 +98,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         if b not in BACKEND_NAMES:
             raise BackendError(f"unknown backend {b!r}: choose one of {', '.join(BACKEND_NAMES)}")
     parse_device(spec.device)
-    if spec.dtype not in bench.DTYPE_BYTES:
-        raise BackendError(f"unknown dtype {spec.dtype!r}: choose one of fp32, bf16, fp16")
+    check_dtype(spec.dtype)
     # A mode or option the backend refuses is the user's mistake, not "unavailable here".
     for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
         get_backend(name).check_options(build_options(spec, name))
@@ -265,7 +266,7 @@ def _environment(pairs: dict[str, Any], device: str) -> dict[str, Any]:
     except OSError:
         pass
     env["cpu_count"] = os.cpu_count()
-    env["driver"] = cuda_driver_version() if device.startswith("cuda") else None
+    env["driver"] = cuda_driver_version() if is_cuda(device) else None
     return env
 
 

@@ -31,7 +31,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     from ..module_spec import spec_from_cli
     from ..store.local import LocalStore
     from . import bench
-    from .probe import _RecordingStore
+    from .probe import RecordingStore
 
     get_module_backend(args.backend)
     stamps["imports_done"] = time.perf_counter()
@@ -43,7 +43,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     dev = torch.device(spec.device)
     bench.sync(dev)
     stamps["model_ready"] = time.perf_counter()
-    store = _RecordingStore(
+    store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
     )
     options = {**({"mode": args.mode} if args.mode else {}), **(args.extra_json or {})}

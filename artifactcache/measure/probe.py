@@ -47,7 +47,13 @@ import json  # noqa: E402
 import resource  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from ..store.entry import Entry
+    from ..store.protocol import BuildFn, Store
 
 T0_ENV = "ACACHE_PROBE_T0"
 SCHEMA = 1
@@ -123,30 +129,53 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class _RecordingStore:
-    """Wraps the LocalStore to timestamp the lookup and see whether we built.
+class RecordingStore:
+    """A Store around another that timestamps the lookup and sees whether we built.
 
-    api.load() calls get_or_build(); everything else passes straight through.
+    api.load() calls get_or_build(); the other methods go to the inner store as they are.
     """
 
-    def __init__(self, inner: Any, stamps: dict[str, float]) -> None:
+    def __init__(self, inner: Store, stamps: dict[str, float]) -> None:
         self._inner = inner
         self._stamps = stamps
         self.source: str | None = None
-        self.entry: Any = None
+        self.entry: Entry | None = None
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+    @property
+    def base(self) -> Path:
+        return self._inner.base
 
-    def get_or_build(self, key: str, factors: Any, build: Any, **kw: Any) -> Any:
-        def timed_build(workdir: Path) -> Any:
+    def get(self, key: str) -> Entry | None:
+        return self._inner.get(key)
+
+    def open(self, key: str) -> Entry:
+        return self._inner.open(key)
+
+    def record_dependency(self, key: str) -> None:
+        self._inner.record_dependency(key)
+
+    def reading(self, key: str) -> AbstractContextManager[None]:
+        return self._inner.reading(key)
+
+    def get_or_build(
+        self,
+        key: str,
+        factors: dict[str, Any],
+        build: BuildFn,
+        *,
+        force: bool = False,
+        label: dict[str, Any] | None = None,
+    ) -> tuple[Entry, str]:
+        def timed_build(workdir: Path) -> dict[str, Any] | None:
             self._stamps["build_start"] = time.perf_counter()
             meta = build(workdir)
             self._stamps["build_done"] = time.perf_counter()
             return meta
 
         self._stamps["store_call"] = time.perf_counter()
-        entry, source = self._inner.get_or_build(key, factors, timed_build, **kw)
+        entry, source = self._inner.get_or_build(
+            key, factors, timed_build, force=force, label=label
+        )
         self.source = source
         self.entry = entry
         return entry, source
@@ -244,7 +273,7 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
         extra=args.extra_json, max_seq_len=args.max_seq_len,
     )  # fmt: skip
-    store = _RecordingStore(
+    store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
     )
     result: dict[str, Any] = {

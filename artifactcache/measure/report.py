@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..devices import is_cuda
 from ..errors import MeasureError
 
 # (label, from phase, to phase): the stacked segments of the phase chart.
@@ -39,7 +40,8 @@ def _spread(ph: dict[str, Any] | None) -> str:
     return f"{ph['median']:.2f} s ({ph['min']:.2f}–{ph['max']:.2f})"
 
 
-def _verdict(be: dict[str, Any] | None) -> str:
+def break_even_verdict(be: dict[str, Any] | None) -> str:
+    """A break-even result in words, for tables and findings."""
     if not be:
         return "–"
     v = be["verdict"]
@@ -167,7 +169,8 @@ def detail_table(report: dict[str, Any]) -> list[str]:
                 f"{bench['request']['p50']:.3f} / {bench['request']['p99']:.3f} s"
                 f" | {_f(bench['prefill']['p50'] * 1e3, '{:.1f}', ' ms')} | {ttfr(cold)} | "
                 f"{ttfr(warm)} | {ttfr(eager_ttfr)} | {_f(cs.get('cold_warm_ratio'), '{:.1f}x')}"
-                f" | {_verdict(cs.get('break_even_warm'))} | {_f(bench['achieved_gbps'])} | "
+                f" | {break_even_verdict(cs.get('break_even_warm'))} | "
+                f"{_f(bench['achieved_gbps'])} | "
                 f"{_f(bench['roofline_pct'], '{:.0f}', '%')} | {compiled(cold)} / "
                 f"{compiled(warm)} | {rss:.1f} GiB | {gpu} |"
             )
@@ -206,7 +209,7 @@ def phase_table(report: dict[str, Any]) -> list[str]:
 def findings(report: dict[str, Any]) -> list[str]:
     """Measured facts that contradict what the design expects, stated plainly."""
     out = []
-    gpu = report["settings"]["device"].startswith("cuda")
+    gpu = is_cuda(report["settings"]["device"])
     for key, p in report["pairs"].items():
         if p["status"] != "ok":
             continue
@@ -225,7 +228,8 @@ def findings(report: dict[str, Any]) -> list[str]:
             )
         be = p["coldstart"].get("break_even_warm")
         if be and be["verdict"] in ("never", "ahead-then-behind"):
-            out.append(f"{key}: not faster than eager per request ({_verdict(be)}).")
+            verdict = break_even_verdict(be)
+            out.append(f"{key}: not faster than eager per request ({verdict}).")
     return out
 
 

@@ -18,21 +18,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..errors import BackendError
+from ..dtypes import torch_dtype
 from ..recipes import Recipe
 from .weights import init_random, load_checkpoint
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
-
-def torch_dtype(name: str) -> torch.dtype:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise BackendError(f"unknown dtype {name!r}: choose one of {', '.join(DTYPES)}") from None
-
-
-def _architecture(recipe: Recipe) -> nn.Module:
+def architecture(recipe: Recipe) -> nn.Module:
+    """The recipe's model with its family's layers, weights uninitialized (build under meta)."""
     if recipe.family == "phi-2":
         from .phi2 import Phi2Model
 
@@ -65,7 +57,7 @@ def build_model(
     dev = torch.device(device)
     tdtype = torch_dtype(dtype)
     with torch.device("meta"):
-        model = _architecture(recipe).to(tdtype)
+        model = architecture(recipe).to(tdtype)
     if recipe.model.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     if weights.path is not None:

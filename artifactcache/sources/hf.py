@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
 from ..recipes import Bench, Recipe, Shapes, parse_recipe
 from .checkpoint import CONFIG_NAME
@@ -89,7 +90,6 @@ DEFAULTS = {
         bias_fields=("attention_bias",), head_dim=128,
     ),  # fmt: skip
 }
-DTYPES = ("float32", "bfloat16", "float16")
 # A folder recipe's context: its max_position_embeddings, but at most this. Checkpoints
 # state 32k-128k, whose static KV cache would dwarf a 7-8B model's weights (Mistral-7B
 # at 32k: 4 GiB in bf16; Llama-2-7B's 32 full heads at 4096 already 2 GiB), and every
@@ -227,8 +227,8 @@ def model_table(data: dict[str, Any], src: str) -> tuple[str, dict[str, Any]]:
         raise c.fail("qk_layernorm", "is true, which acache's phi-2 does not implement")
     for name in ("dtype", "torch_dtype"):  # transformers 5 and 4 spell it differently
         dtype = c.data.get(name)
-        if dtype is not None and dtype not in DTYPES:
-            raise c.fail(name, f"is {dtype!r}; acache loads {', '.join(DTYPES)} weights")
+        if dtype is not None and dtype not in TORCH_DTYPE_NAMES:
+            raise c.fail(name, f"is {dtype!r}; acache loads {', '.join(TORCH_DTYPE_NAMES)} weights")
     n_heads = c.get("num_attention_heads", int)
     max_pos = c.get("max_position_embeddings", int, d.max_position_embeddings)
     rope, rope_name = _rope_table(c)

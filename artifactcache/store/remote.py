@@ -42,6 +42,7 @@ from .s3 import S3Store, parse_url
 from .signing import Opened, Signer, Trust
 
 if TYPE_CHECKING:
+    from .local import LocalStore
     from .tiered import TieredStore
 
 __all__ = [
@@ -293,7 +294,7 @@ def open_remote(url: str) -> S3Store:
 
 
 def open_tiered(
-    local: Any,
+    local: LocalStore,
     url: str,
     read_only: bool = False,
     *,

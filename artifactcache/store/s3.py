@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import AcacheError, IntegrityError, RemoteError
+from ..extras import install_hint
 
 # Parts of this size are uploaded and downloaded in parallel; a file up to
 # SINGLE bytes moves in one request (fewer round trips for small files).
@@ -86,9 +87,7 @@ class S3Store:
         try:
             from obstore.store import S3Store as _ObS3Store
         except ImportError:
-            raise RemoteError(
-                "the remote tier needs obstore: pip install 'artifactcache[s3]'"
-            ) from None
+            raise RemoteError(f"the remote tier needs obstore: {install_hint('s3')}") from None
         self.url = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self.endpoint = endpoint_from_env()
         config: dict[str, Any] = {}

@@ -38,13 +38,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RemoteError, UntrustedEntry
+from ..extras import install_hint
 
 ENVELOPE_FORMAT = "acache-signed-manifest/1"
 # Domain separation: a signature made for an acache manifest is not a valid
 # signature of anything else the same key might sign, and vice versa.
 CONTEXT = b"acache signed manifest v1\x00"
 SSH_ED25519 = "ssh-ed25519"
-INSTALL_HINT = "pip install 'artifactcache[s3]'"
+INSTALL_HINT = install_hint("s3")
 
 
 def _crypto() -> Any:

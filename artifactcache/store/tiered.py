@@ -15,8 +15,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError, KeyLookupError, RemoteError, UntrustedEntry
 from ..keys import is_full_key, normalize_prefix
@@ -24,6 +25,9 @@ from .entry import Entry
 from .remote import LAYOUT_DIR, RemoteStore, pull_entry, push_entry
 from .s3 import RemoteUnreachable
 from .signing import Signer, Trust
+
+if TYPE_CHECKING:
+    from .local import LocalStore
 
 # After a remote gave no answer at all, a process skips it for this long, so a
 # down server costs one timeout per process, not one per lookup and push.
@@ -35,11 +39,15 @@ NO_SIGNING_KEY = (
 
 
 class TieredStore:
-    """A LocalStore with a shared remote behind it; everything else goes to the local store."""
+    """A LocalStore with a shared remote behind it; a :class:`Store`.
+
+    Maintenance (scan, gc, verify, ...) is not forwarded: it concerns this host's
+    cache only, so callers use ``.local`` for it.
+    """
 
     def __init__(
         self,
-        local: Any,
+        local: LocalStore,
         remote: RemoteStore,
         *,
         trust: Trust,
@@ -54,9 +62,13 @@ class TieredStore:
         self._corrupt: set[str] = set()  # keys whose remote copy failed verification here
         self._down_until = 0.0  # time.monotonic() before which the remote is not tried
 
-    def __getattr__(self, name: str) -> Any:
-        # Only called for names TieredStore lacks: root, base, resolve, scan, gc, ...
-        return getattr(self.local, name)
+    @property
+    def root(self) -> Path:
+        return self.local.root
+
+    @property
+    def base(self) -> Path:
+        return self.local.base
 
     def __repr__(self) -> str:
         mode = ", read_only" if self.read_only else ""
@@ -141,6 +153,12 @@ class TieredStore:
             )
 
     # ----------------------------------------- what api.py and the CLI use --
+
+    def reading(self, key: str) -> AbstractContextManager[None]:
+        return self.local.reading(key)
+
+    def record_dependency(self, key: str) -> None:
+        self.local.record_dependency(key)
 
     def get(self, key: str) -> Entry | None:
         entry = self.local.get(key)

@@ -15,9 +15,11 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from ...devices import is_cuda
 from ...errors import BackendError
+from ...extras import TRT_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
-from ..base import INSTALL_HINTS, BuildContext, BuildOptions, Dependency
+from ..base import BuildContext, BuildOptions, Dependency
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
 
@@ -25,8 +27,8 @@ FORMAT = 1
 ENGINE_FILE = "model.plan"
 ENGINE_DIR = "engine"  # TensorRT-LLM's engine directory inside the entry
 
-TRT_MISSING = f"tensorrt not importable: {INSTALL_HINTS['trt']}"
-TRTLLM_MISSING = "tensorrt_llm not importable: pip install 'artifactcache[trtllm]'"
+TRT_MISSING = f"tensorrt not importable: {TRT_HINT}"
+TRTLLM_MISSING = f"tensorrt_llm not importable: {install_hint('trt-llm')}"
 
 
 def _importable(name: str) -> bool:
@@ -46,7 +48,7 @@ class TrtBackend:
             return False, str(e)
         if mode == "llm" and not _importable("tensorrt_llm"):
             return False, TRTLLM_MISSING
-        if not opts.device.startswith("cuda"):
+        if not is_cuda(opts.device):
             return False, "TensorRT runs on NVIDIA GPUs: use --device cuda"
         return True, ""
 

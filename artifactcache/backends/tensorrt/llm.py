@@ -15,7 +15,7 @@ UNVERIFIED: written to the TensorRT-LLM LLM API documentation and source
 (``tensorrt_llm._tensorrt_engine.LLM`` on 1.x, where ``tensorrt_llm.LLM`` is the
 PyTorch backend; ``tensorrt_llm.LLM`` on 0.x); TensorRT-LLM cannot be installed
 on any machine this project has. The checkpoint writer is tested here against
-transformers (tests/test_backend_trt.py), since that is what TensorRT-LLM reads.
+transformers (tests/test_backends_tensorrt_llm.py), since that is what TensorRT-LLM reads.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...devices import device_index
+from ...dtypes import DTYPES
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
     from ...recipes import Recipe
     from ..base import BuildContext, BuildOptions
 
-TRTLLM_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _ARCH = {
     "llama": ("LlamaForCausalLM", "llama"),
     "mistral": ("MistralForCausalLM", "mistral"),
@@ -68,7 +69,7 @@ def hf_config(recipe: Recipe, dtype: str) -> dict[str, Any]:
         "max_position_embeddings": m.max_position_embeddings,
         "rope_theta": m.rope_theta,
         "tie_word_embeddings": m.tie_embeddings,
-        "torch_dtype": TRTLLM_DTYPES[dtype],
+        "torch_dtype": DTYPES[dtype].torch_name,
         "use_cache": True,
     }
     if recipe.family == "phi-2":
@@ -162,7 +163,7 @@ def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
         llm = _llm_class()(
             model=str(hf_dir),
             build_config=BuildConfig(**kw),
-            dtype=TRTLLM_DTYPES[opts.dtype],
+            dtype=DTYPES[opts.dtype].torch_name,
             skip_tokenizer_init=True,
         )
         try:
@@ -173,7 +174,7 @@ def build_llm_engine(ctx: BuildContext, engine_dir: Path) -> dict[str, Any]:
         raise BackendError(f"TensorRT-LLM wrote no engine config into {engine_dir.name}/")
     import torch
 
-    props = torch.cuda.get_device_properties(torch.device(opts.device).index or 0)
+    props = torch.cuda.get_device_properties(device_index(opts.device))
     return {
         "tensorrt_llm": tensorrt_llm.__version__,
         "tensorrt": package_version("tensorrt"),
@@ -260,7 +261,7 @@ def load_llm_runner(ctx: BuildContext, engine_dir: Path, meta: dict[str, Any]) -
     from ...keys import package_version
     from .util import EngineIncompatible, compat_problem
 
-    props = torch.cuda.get_device_properties(torch.device(ctx.opts.device).index or 0)
+    props = torch.cuda.get_device_properties(device_index(ctx.opts.device))
     problem = compat_problem(meta, package_version("tensorrt"), f"{props.major}.{props.minor}")
     if problem is None and meta.get("tensorrt_llm") != tensorrt_llm.__version__:
         problem = (

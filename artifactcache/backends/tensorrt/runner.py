@@ -101,7 +101,7 @@ class _EngineSteps:
 
 
 def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
-    from ...models import torch_dtype
+    from ...dtypes import torch_dtype
     from ..runner import StepRunner, device_of
 
     trt = import_tensorrt()

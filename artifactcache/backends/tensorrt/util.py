@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...devices import device_index
 from ...errors import StaleArtifact
 
 
@@ -22,7 +23,7 @@ def gpu_identity(device: str) -> tuple[str, str]:
     """(GPU name, compute capability "major.minor") of a cuda device."""
     import torch
 
-    idx = torch.device(device).index or 0
+    idx = device_index(device)
     props = torch.cuda.get_device_properties(idx)
     return props.name, f"{props.major}.{props.minor}"
 

@@ -258,7 +258,7 @@ def test_aoti_builds_get_the_stores_memo_dir(tmp_path, monkeypatch):
         seen.append(memo_dir)
         raise RuntimeError("stop before compiling")
 
-    monkeypatch.setattr(aoti, "_inductor_configs", stop)
+    monkeypatch.setattr(aoti, "inductor_configs", stop)
     with pytest.raises(RuntimeError, match="stop before compiling"):
         api.build("tiny-llama", "aoti", cache_dir=tmp_path / "cache")
     assert seen == [tmp_path / "cache" / "v1"]

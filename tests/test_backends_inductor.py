@@ -90,7 +90,7 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
     prompt = list(recipe.bench.prompt_ids)
     want = runners("tiny-llama", "eager").generate(prompt, 16)
     # Built by `acache build` in its own process, as users build. (Builds after an
-    # aoti build in one process are covered by test_backend_aoti's config check.)
+    # aoti build in one process are covered by test_backends_aoti's config check.)
     root = tmp_path / "cache"
     root.mkdir(mode=0o700)
     subprocess.run(

@@ -1,0 +1,110 @@
+"""backends/tensorrt/backend.py: key factors, option refusals, availability, engine parity.
+
+The TensorRT and TensorRT-LLM calls themselves are unverified here (neither can
+be installed on our machines); the tests that need them skip with the reason
+"tensorrt not importable". The build and load paths run against a recording
+stand-in in tests/test_backends_tensorrt_standin.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from artifactcache import api
+from artifactcache.backends.base import BuildOptions
+from artifactcache.backends.onnx_export import ExportSpec
+from artifactcache.backends.tensorrt import BACKEND as TRT
+from artifactcache.errors import BackendError, BackendUnavailable
+from artifactcache.recipes import load_recipe
+from artifactcache.store.local import LocalStore
+
+HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
+
+
+def test_version_compatible_engines_are_keyed_by_the_major(monkeypatch):
+    """So that a TensorRT upgrade within the major finds the entry at all."""
+    from artifactcache import keys
+
+    def toolchain(version: str, **extra):
+        monkeypatch.setattr(keys, "package_version", lambda d: version if "tensorrt" in d else "1")
+        return TRT.toolchain(BuildOptions(device="cuda", mode="onnx", extra=extra))
+
+    vc = {"allow_host_code": True}
+    assert toolchain("10.3.0", **vc)["tensorrt"] == toolchain("10.4.0", **vc)["tensorrt"]
+    assert toolchain("10.3.0", **vc)["tensorrt"] != toolchain("11.0.0", **vc)["tensorrt"]
+    assert toolchain("10.3.0")["tensorrt"] != toolchain("10.4.0")["tensorrt"]
+
+
+def test_key_factors_onnx_mode():
+    b = TRT
+    r = load_recipe("tiny-llama")
+    opts = BuildOptions(device="cuda", dtype="fp16", mode="onnx", extra={"opt_level": 4})
+    f = b.factors(r, opts)
+    assert f["mode"] == "onnx" and f["opt_level"] == 4 and f["allow_host_code"] is False
+    assert f["export"]["dtype"] == "fp16" and f["export"]["opset"] == ExportSpec().opset
+    assert f["profiles"][0]["input_ids"] == [[1, 1], [1, 8], [1, 8]]
+    assert b.factors(r, BuildOptions(device="cuda", dtype="fp16", mode="onnx")) != f
+    assert set(b.toolchain(opts)) >= {"python", "torch", "cuda", "tensorrt"}
+
+
+def test_key_factors_llm_mode():
+    b = TRT
+    r = load_recipe("llama-7b")  # prefill_len 16, max_seq_len 256, max_batch 1
+    opts = BuildOptions(device="cuda", dtype="bf16")
+    f = b.factors(r, opts)
+    assert f["mode"] == "llm" and f["dtype"] == "bf16"
+    assert f["build_config"] == {
+        "max_batch_size": 1,
+        "max_input_len": 16,
+        "max_seq_len": 256,
+        "max_num_tokens": 16,
+        "max_beam_width": 1,
+        "gather_context_logits": True,
+    }
+    assert {"tensorrt", "tensorrt_llm"} <= set(b.toolchain(opts))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"dtype": "int8"}, "TensorRT-LLM) supports dtype fp32, fp16, bf16, not 'int8'"),
+        ({"dtype": "int8", "mode": "onnx"}, "int8 needs an explicitly quantized ONNX graph"),
+        ({"mode": "plan"}, "backend 'trt' has modes llm, onnx"),
+        ({"extra": {"opset": 19}}, "apply to --mode onnx only"),
+    ],
+)
+def test_bad_options_are_one_line_errors(kwargs, message):
+    with pytest.raises(BackendError) as e:
+        api.make_context("tiny-llama", "trt", **kwargs)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.skipif(HAVE_TRT, reason="tensorrt is importable here")
+def test_unavailable_without_tensorrt(cache_dir):
+    ok, reason = TRT.available(BuildOptions(device="cuda"))
+    assert not ok and reason.startswith("tensorrt not importable: pip install 'artifactcache[trt]'")
+    with pytest.raises(BackendUnavailable, match="tensorrt not importable"):
+        api.make_context("tiny-llama", "trt")
+    from artifactcache.cli.app import app
+
+    r = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", "trt"])
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: backend 'trt' is unavailable: tensorrt")
+    assert "pip install 'artifactcache[trt]'" in lines[0]
+
+
+@pytest.mark.skipif(not HAVE_TRT, reason="tensorrt not importable")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_onnx_engine_parity_with_eager(tmp_path):
+    store = LocalStore(tmp_path / "c")
+    runner = api.load("tiny-llama", "trt", device="cuda", mode="onnx", store=store)
+    eager = api.load("tiny-llama", "eager", device="cuda", store=store)
+    ids = list(load_recipe("tiny-llama").bench.prompt_ids)
+    got, want = runner.logits(ids), eager.logits(ids)
+    assert float((got - want).abs().max() / want.abs().max()) < 1e-2
+    assert runner.generate(ids, 16) == eager.generate(ids, 16)

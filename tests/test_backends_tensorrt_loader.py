@@ -1,0 +1,65 @@
+"""backends/tensorrt/loader.py: optimization profiles and the timing-cache entry."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifactcache import api
+from artifactcache.backends.tensorrt import loader, options
+from artifactcache.backends.tensorrt import runner as trt_runner
+from artifactcache.backends.tensorrt.loader import TIMING_CACHE_FILE
+from artifactcache.errors import ShapeError
+from artifactcache.keys import compute_key
+from artifactcache.recipes import load_recipe
+from artifactcache.store.local import LocalStore
+
+
+def test_profiles_from_recipe_shapes():
+    r = load_recipe("tiny-llama")  # prefill_len 8
+    prefill, decode = loader.profiles_for(r)
+    assert prefill["input_ids"] == ((1, 1), (1, 8), (1, 8))
+    assert prefill["input_pos"] == ((1,), (8,), (8,))
+    assert decode == {"input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3}
+    assert "past_keys" not in prefill  # static cache inputs need no profile
+    big = load_recipe("llama-7b")  # prefill_len 16
+    assert loader.profiles_for(big)[0]["input_ids"][2] == (1, 16)
+    assert [trt_runner.profile_for_tokens(r, n) for n in (1, 2, 8)] == [1, 0, 0]
+    with pytest.raises(ShapeError, match=r"outside the engine's profiles \(1..8\)"):
+        trt_runner.profile_for_tokens(r, 9)
+
+
+def test_timing_cache_key_factors():
+    plan = options.precision_plan("fp16", 10, "strong", False)
+    eo = options.EngineOptions()
+    base = loader.timing_cache_factors("NVIDIA H200", "9.0", "10.3.0", plan, eo)
+    assert base["recipe"] == {} and base["weights"] == "none"  # shared across models
+    others = [
+        loader.timing_cache_factors("NVIDIA A100", "8.0", "10.3.0", plan, eo),
+        loader.timing_cache_factors("NVIDIA H200", "9.0", "10.4.0", plan, eo),
+        loader.timing_cache_factors(
+            "NVIDIA H200", "9.0", "10.3.0", plan, options.EngineOptions(opt_level=5)
+        ),
+        loader.timing_cache_factors(
+            "NVIDIA H200", "9.0", "10.3.0", options.precision_plan("fp16", 10, "weak", False), eo
+        ),
+    ]
+    assert len({compute_key(f) for f in others} | {compute_key(base)}) == 5
+
+
+def test_timing_cache_entry_is_merged_after_each_build(tmp_path):
+    """The store side of load-before / merge-after, with a set-union merge standing in
+    for ITimingCache.combine (the only part that needs TensorRT)."""
+    store = LocalStore(tmp_path / "c")
+    plan = options.precision_plan("fp32", 10, "strong", False)
+    factors = loader.timing_cache_factors("GPU", "9.0", "10.3.0", plan, options.EngineOptions())
+
+    def union(old: bytes | None, new: bytes) -> bytes:
+        return b"\n".join(sorted(set((old or b"").split()) | set(new.split())))
+
+    dep = loader.timing_cache_dependency(factors, merge=union)
+    assert api.open_dependency(dep, store) == (None, "absent")  # optional: never built for it
+    api.refresh_dependency(dep, store, b"tactic-a")
+    api.refresh_dependency(dep, store, b"tactic-b")
+    entry = store.get(compute_key(factors))
+    assert (entry.path / TIMING_CACHE_FILE).read_bytes() == b"tactic-a\ntactic-b"
+    assert entry.meta["merged_builds"] == 2 and entry.label["backend"] == "trt-timing-cache"
