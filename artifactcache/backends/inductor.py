@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from ..code_factors import codegen_factors
-from ..devices import is_cuda
 from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
