@@ -23,6 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .devices import is_cuda
 from .dtypes import DTYPES
 from .errors import ShapeError
 
@@ -120,10 +121,7 @@ def available_memory(device: str) -> int | None:
     None when it cannot be read (a platform without /proc/meminfo or sysconf):
     the fit is then not checked.
     """
-    from .backends.base import parse_device
-
-    kind, _index = parse_device(device)
-    if kind == "cuda":
+    if is_cuda(device):
         import torch
 
         free, _total = torch.cuda.mem_get_info(torch.device(device))
