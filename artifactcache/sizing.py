@@ -90,11 +90,11 @@ def weight_bytes(recipe: Recipe, dtype: str) -> tuple[int, int]:
     """
     import torch
 
-    from .models import _architecture
+    from .models import architecture
 
     elt = DTYPE_BYTES[dtype]
     with torch.device("meta"):
-        model = _architecture(recipe)
+        model = architecture(recipe)
     rest = embed = 0
     for name, p in model.named_parameters():
         if name.endswith("embed_tokens.weight"):
