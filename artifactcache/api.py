@@ -500,12 +500,12 @@ def compile(
     """Any nn.Module through a backend: built on a miss, loaded from the cache on a hit.
 
     Returns a callable with the outputs of ``model(*example_inputs)`` (within the
-    backend's tolerance, docs/backends.md). ``device``/``dtype`` move and cast the
+    backend's tolerance, docs/modules.md). ``device``/``dtype`` move and cast the
     module in place, as ``Module.to`` does; float example inputs follow. Give
     ``dynamic_shapes`` as one entry per input, None or ``{dim: (min, max)}`` (or a
     ``torch.export.Dim``). ``options`` holds ``mode`` and the backend's extra options.
     ``name``/``version`` are key factors of your own: change ``version`` when
-    something the fingerprint cannot see changes (docs/backends.md lists what).
+    something the fingerprint cannot see changes (docs/modules.md lists what).
     """
     from .module_spec import make_spec
 

@@ -19,7 +19,7 @@ from artifactcache.module_spec import parse_input, spec_from_cli
 ROOT = Path(__file__).resolve().parents[1]
 CONVNET = str(ROOT / "examples" / "vision.py") + ":tiny_convnet"
 CHILD = Path(__file__).with_name("_module_child.py")
-# Stated in docs/backends.md: relative to the largest |eager output|, fp32.
+# Stated in docs/modules.md: relative to the largest |eager output|, fp32.
 TOLERANCE = {"eager": 0.0, "inductor": 1e-4, "aoti": 1e-4, "ort": 1e-4}
 
 

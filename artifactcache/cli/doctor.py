@@ -1,7 +1,7 @@
 """`acache doctor [--json]`: what works on this machine, and why not.
 
-The --json document is a stable schema (``DOCTOR_SCHEMA``; docs/backends.md,
-"doctor"): keys are only ever added, and a change of meaning bumps the schema.
+The --json document is a stable schema (``DOCTOR_SCHEMA``; docs/doctor.md): keys
+are only ever added, and a change of meaning bumps the schema.
 Doctor never creates the cache dir and writes nothing but the C++ compiler probe
 memo into an existing cache (backends/cxx.py: a repeat doctor runs no probe).
 """

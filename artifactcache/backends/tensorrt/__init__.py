@@ -4,7 +4,7 @@ UNVERIFIED on real TensorRT: this backend is written to NVIDIA's documented Pyth
 APIs (TensorRT 10.x/11.x, the TensorRT-LLM LLM API), but TensorRT cannot be
 installed on any machine this project has, so no engine has been built or run by
 this code. What is tested here is everything around the TensorRT calls, and the
-names of the TensorRT API the code touches (see docs/backends.md).
+names of the TensorRT API the code touches (see docs/tensorrt.md).
 
 Modules, Polygraphy-style; ``tensorrt`` is imported only inside functions:
   backend.py  the Backend (registered as ``trt``): availability, options, key factors,
