@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .devices import is_cuda
-from .dtypes import DTYPES
+from .dtypes import DTYPES, check_dtype
 from .errors import ShapeError
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def weight_bytes(recipe: Recipe, dtype: str) -> tuple[int, int]:
 
     from .models import architecture
 
-    elt = DTYPE_BYTES[dtype]
+    elt = check_dtype(dtype).bytes  # an unknown name is a one-line error, not a KeyError
     with torch.device("meta"):
         model = architecture(recipe)
     rest = embed = 0
@@ -118,13 +118,17 @@ def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 def available_memory(device: str) -> int | None:
     """Free bytes on the device: CUDA's free memory, or the host's available RAM.
 
-    None when it cannot be read (a platform without /proc/meminfo or sysconf):
-    the fit is then not checked.
+    None when it cannot be read (a platform without /proc/meminfo or sysconf, a
+    torch that cannot query the GPU): the fit is then not checked, and the build
+    reports the device's own error.
     """
     if is_cuda(device):
         import torch
 
-        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        try:
+            free, _total = torch.cuda.mem_get_info(torch.device(device))
+        except (RuntimeError, AssertionError):  # no CUDA in this torch, or no driver
+            return None
         return int(free)
     avail = _meminfo_available()
     if avail is not None:
