@@ -10,7 +10,7 @@ from _backend_util import private_dir, runner_cache
 from _generate_util import naive_greedy
 
 from artifactcache.errors import GenerationError
-from artifactcache.generate import Sampling, cut_at_eos
+from artifactcache.generate import Sampling, cut_at_eos, resolve_eos_ids
 from artifactcache.recipes import load_recipe
 
 RECIPE = "tiny-llama"
@@ -144,3 +144,12 @@ def test_the_trt_llm_runner_cuts_at_eos_refuses_sampling_and_long_prompts(monkey
         runner.generate([1, 2], 4, temperature=0.5)
     with pytest.raises(ShapeError, match="max input 8"):
         runner.generate(list(range(1, 10)), 4)
+
+
+def test_a_checkpoint_eos_id_the_model_cannot_emit_is_dropped_not_refused():
+    # transformers' Phi3Config keeps eos_token_id=32000 even with a 300-token vocabulary.
+    assert resolve_eos_ids(None, (32000, 7, 7), vocab_size=300) == (7,)
+    assert resolve_eos_ids(None, (32000,), vocab_size=300) == ()
+    with pytest.raises(GenerationError, match="outside the vocabulary"):
+        resolve_eos_ids((32000,), (7,), vocab_size=300)  # the caller's ids are checked
+    assert resolve_eos_ids((), (7,), vocab_size=300) == ()  # () never stops early

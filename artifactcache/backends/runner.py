@@ -29,7 +29,7 @@ import torch
 from ..devices import parse_device
 from ..dtypes import check_dtype
 from ..errors import BackendError, ShapeError
-from ..generate import Checkpoint, Sampling, check_eos_ids, cut_at_eos, plan_chunks
+from ..generate import Checkpoint, Sampling, cut_at_eos, plan_chunks, resolve_eos_ids
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
@@ -260,8 +260,7 @@ class StepRunner:
         return self._prefill(token_ids, all_rows=True).cpu()
 
     def _eos(self, eos_token_ids: Sequence[int] | None) -> tuple[int, ...]:
-        ids = self.eos_token_ids if eos_token_ids is None else eos_token_ids
-        return check_eos_ids(ids, self.recipe.model.vocab_size)
+        return resolve_eos_ids(eos_token_ids, self.eos_token_ids, self.recipe.model.vocab_size)
 
     def _tokens(
         self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .checkpoint import Checkpoint, TextStream, checkpoint_folder, eos_ids_from_folder
 from .prefill import Chunk, plan_chunks
-from .sampling import Sampling, check_eos_ids, cut_at_eos
+from .sampling import Sampling, check_eos_ids, cut_at_eos, resolve_eos_ids
 
 __all__ = [
     "Checkpoint",
@@ -27,4 +27,5 @@ __all__ = [
     "cut_at_eos",
     "eos_ids_from_folder",
     "plan_chunks",
+    "resolve_eos_ids",
 ]

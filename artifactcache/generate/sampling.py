@@ -126,3 +126,16 @@ def cut_at_eos(ids: list[int], eos: Sequence[int]) -> list[int]:
         if t in stop:
             return ids[: i + 1]
     return ids
+
+
+def resolve_eos_ids(
+    explicit: Sequence[int] | None, checkpoint_ids: Sequence[int], vocab_size: int
+) -> tuple[int, ...]:
+    """The EOS ids a request stops at: the caller's, checked (one-line error), else the
+    checkpoint's. A checkpoint id the model cannot emit (a config default left at another
+    tokenizer's value, as transformers' own small configs have) can never stop a
+    generation, so it is dropped rather than refused."""
+    if explicit is not None:
+        return check_eos_ids(explicit, vocab_size)
+    ids = (t for t in checkpoint_ids if not isinstance(t, bool) and isinstance(t, int))
+    return tuple(dict.fromkeys(t for t in ids if 0 <= t < vocab_size))

@@ -234,14 +234,13 @@ class TrtLlmRunner:
         top_p: float | None = None,
         seed: int | None = None,
     ) -> list[int]:
-        from ...generate import Sampling, check_eos_ids, cut_at_eos
+        from ...generate import Sampling, cut_at_eos, resolve_eos_ids
 
         ids = [int(t) for t in prompt_ids]
         if not Sampling(temperature, top_k, top_p, seed).greedy:
             # Not wired to TensorRT-LLM's SamplingParams yet, and never silently ignored.
             raise BackendError("the trt-llm runner generates greedily only: use temperature 0")
-        eos = self.eos_token_ids if eos_token_ids is None else eos_token_ids
-        eos = check_eos_ids(eos, self.recipe.model.vocab_size)
+        eos = resolve_eos_ids(eos_token_ids, self.eos_token_ids, self.recipe.model.vocab_size)
         self.recipe.check_fits(len(ids), max_new_tokens)
         if max_new_tokens == 0:
             return []
