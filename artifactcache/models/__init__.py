@@ -61,7 +61,7 @@ def build_model(
     if recipe.model.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     if weights.path is not None:
-        load_checkpoint(model, Path(weights.path), dev, tdtype, recipe.model.tie_embeddings)
+        load_checkpoint(model, Path(weights.path), dev)
     else:
         init_random(model, weights.seed, dev, tdtype)
     model.setup_caches(recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len)

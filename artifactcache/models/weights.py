@@ -3,17 +3,18 @@
 Which files of a folder are read is sources/checkpoint.py's rule, shared with the
 weights digest, so the key covers exactly what is loaded.
 
-Checkpoints are read with safetensors' ``safe_open``, which memory-maps the
-file and materializes each tensor straight on the target device; the model is
-built on the ``meta`` device first, so no host copy of the weights is ever made.
-Any mismatch with the recipe (missing tensor, unknown tensor, wrong shape,
-non-float dtype) is a one-line :class:`WeightsError` naming the tensor.
+A checkpoint is checked from its headers alone (missing tensor, unknown tensor,
+wrong shape, non-float dtype: a one-line :class:`WeightsError` naming the tensor),
+before any memory is allocated. Then the meta-device model gets its storage on the
+target device and safetensors_io.py reads the bytes into it on several threads,
+converting the dtype where the checkpoint's differs: no whole-model host copy is made.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -21,55 +22,93 @@ from torch import nn
 
 from ..errors import WeightsError
 from ..sources.checkpoint import checkpoint_files
+from .safetensors_io import (
+    StoredTensor,
+    read_header,
+    read_into,
+    resolve_chunk_bytes,
+    resolve_threads,
+)
 
 # Tensors some transformers versions save that carry nothing we need.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
 def load_checkpoint(
-    model: nn.Module, path: Path, device: torch.device, dtype: torch.dtype, tied: bool
+    model: nn.Module,
+    path: Path,
+    device: torch.device,
+    *,
+    threads: int | None = None,
+    chunk_bytes: int | None = None,
 ) -> None:
-    """Fill a meta-device model from safetensors files, checking every tensor."""
-    from safetensors import safe_open
+    """Fill a meta-device model from safetensors files, checking every tensor first.
 
-    expected = {k: v for k, v in model.state_dict().items()}
-    state: dict[str, torch.Tensor] = {}
+    ``threads`` and ``chunk_bytes`` (default: $ACACHE_LOAD_THREADS, else min(8, CPUs);
+    $ACACHE_LOAD_CHUNK_MB, else 16 MiB) tune the reader; they never change the result.
+    Tied parameters (one Parameter under two names) are filled once: a tied LM head
+    saved beside its embedding is checked but not read, so the two stay one tensor.
+    """
+    threads = resolve_threads(threads)
+    chunk_bytes = resolve_chunk_bytes(chunk_bytes)
+    expected = _tensors(model, persistent=model.state_dict().keys())  # on meta: names, shapes
+    found: dict[str, StoredTensor] = {}
     for f in checkpoint_files(path).shards:
-        try:
-            handle = safe_open(str(f), framework="pt", device=str(device))
-        except Exception as e:  # safetensors raises its own error types for corrupt headers
-            raise WeightsError(f"{f}: not a readable safetensors file ({e})") from None
-        with handle:
-            for name in handle.keys():
-                if name.endswith(_IGNORED_SUFFIXES):
-                    continue
-                if name not in expected:
-                    raise WeightsError(
-                        f"{f}: unexpected tensor '{name}': "
-                        "the checkpoint does not match this recipe"
-                    )
-                t = handle.get_tensor(name)
-                want = expected[name]
-                if tuple(t.shape) != tuple(want.shape):
-                    raise WeightsError(
-                        f"{f}: tensor '{name}' has shape {tuple(t.shape)}, "
-                        f"the recipe needs {tuple(want.shape)}"
-                    )
-                if not t.is_floating_point():
-                    raise WeightsError(
-                        f"{f}: tensor '{name}' has dtype {t.dtype}, expected a float dtype"
-                    )
-                state[name] = t.to(dtype)
-    if tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
-        state["lm_head.weight"] = state["model.embed_tokens.weight"]
-    missing = [k for k in expected if k not in state]
+        for t in read_header(f):
+            if t.name.endswith(_IGNORED_SUFFIXES):
+                continue
+            _check(t, expected, found)
+            found[t.name] = t
+    # Names that share one tensor (tied embeddings) are filled by the first one present.
+    groups: dict[int, list[str]] = {}
+    for name, t in expected.items():
+        groups.setdefault(id(t), []).append(name)
+    missing = [k for k in expected if not any(n in found for n in groups[id(expected[k])])]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise WeightsError(
             f"{path}: tensor '{missing[0]}' is missing{more}: "
             "the checkpoint does not match this recipe"
         )
-    model.load_state_dict(state, assign=True, strict=True)
+    materialize(model, device)
+    dests = _tensors(model, persistent=expected.keys())
+    pairs = []
+    for names in groups.values():
+        source = next(found[n] for n in names if n in found)
+        pairs.append((source, dests[names[0]]))
+    with torch.no_grad():
+        read_into(pairs, threads=threads, chunk_bytes=chunk_bytes)
+
+
+def _tensors(model: nn.Module, persistent: Iterable[str]) -> dict[str, torch.Tensor]:
+    """The model's parameters and persistent buffers by name; tied ones are one object."""
+    every = dict(model.named_parameters(remove_duplicate=False))
+    every.update(model.named_buffers(remove_duplicate=False))
+    return {name: every[name] for name in persistent}
+
+
+def _check(
+    t: StoredTensor, expected: dict[str, torch.Tensor], found: dict[str, StoredTensor]
+) -> None:
+    """The refusals, in the order a user fixes them: wrong model, then wrong tensor."""
+    if t.name not in expected:
+        raise WeightsError(
+            f"{t.path}: unexpected tensor '{t.name}': the checkpoint does not match this recipe"
+        )
+    if t.name in found:
+        raise WeightsError(
+            f"{t.path}: tensor '{t.name}' is also in {found[t.name].path}: a checkpoint holds "
+            "each tensor once"
+        )
+    want = tuple(expected[t.name].shape)
+    if t.shape != want:
+        raise WeightsError(
+            f"{t.path}: tensor '{t.name}' has shape {t.shape}, the recipe needs {want}"
+        )
+    if not t.is_float:
+        raise WeightsError(
+            f"{t.path}: tensor '{t.name}' has dtype {t.describe_dtype()}, expected a float dtype"
+        )
 
 
 def materialize(model: nn.Module, device: torch.device) -> None:
