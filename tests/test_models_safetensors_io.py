@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -80,6 +81,16 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
+@pytest.fixture(params=["map", "read"])
+def load_path(request, monkeypatch) -> str:
+    """Both CPU loads: the file map, and the GPU reader run on CPU destinations."""
+    if request.param == "read":
+        from artifactcache.models import weights
+
+        monkeypatch.setattr(weights, "maps_files", lambda device: False)
+    return request.param
+
+
 @pytest.mark.parametrize(
     ("stored", "model_dtype", "tied", "shards"),
     [
@@ -91,7 +102,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     ],
 )
 def test_loaded_tensors_are_bit_identical_to_safetensors_reader(
-    stored, model_dtype, tied, shards, tmp_path: Path
+    stored, model_dtype, tied, shards, load_path: str, tmp_path: Path
 ):
     folder = _save_sharded(_state(stored, tied), tmp_path / "ckpt", shards)
     want = _reference(folder)
@@ -105,15 +116,10 @@ def test_loaded_tensors_are_bit_identical_to_safetensors_reader(
         assert model.lm_head.weight is model.model.embed_tokens.weight
 
 
-@pytest.mark.parametrize(
-    ("threads", "chunk_bytes", "staged"),
-    [(1, 4096, False), (3, 4096, True), (8, 1 << 20, True), (2, 8192, False)],
-)
-def test_thread_count_chunk_size_and_staging_never_change_the_result(
-    threads, chunk_bytes, staged, tmp_path: Path
-):
-    """4 KiB chunks split every large tensor into many pieces; the staged path packs the
-    small ones into shared buffers (the GPU path's bookkeeping, run on CPU)."""
+@pytest.mark.parametrize(("threads", "chunk_bytes"), [(1, 4096), (3, 4096), (8, 1 << 20)])
+def test_thread_count_and_chunk_size_never_change_the_result(threads, chunk_bytes, tmp_path: Path):
+    """The GPU reader's bookkeeping, run on CPU destinations: 4 KiB chunks split every
+    large tensor into many pieces; 1 MiB ones pack the small tensors into shared buffers."""
     folder = _save_sharded(_state(torch.float32), tmp_path / "ckpt", 3)
     want = _reference(folder)
     for dtype in (torch.float32, torch.bfloat16):
@@ -121,7 +127,7 @@ def test_thread_count_chunk_size_and_staging_never_change_the_result(
         for f in sorted(folder.glob("*.safetensors")):
             for t in read_header(f):
                 pairs.append((t, torch.full(t.shape, float("nan"), dtype=dtype)))
-        read_into(pairs, threads=threads, chunk_bytes=chunk_bytes, staged=staged)
+        read_into(pairs, threads=threads, chunk_bytes=chunk_bytes)
         for t, dest in pairs:
             assert torch.equal(_bits(dest), _bits(want[t.name].to(dtype))), t.name
 
@@ -143,22 +149,21 @@ def _write_raw(path: Path, tensors: list[tuple[str, str, list[int], bytes]]) -> 
 
 def test_unaligned_tensors_are_converted_correctly(tmp_path: Path):
     """A 3-element F16 tensor puts the F32 one after it at an offset that is no multiple
-    of 4: the staged path must still view it as float32 correctly."""
+    of 4: the reader must still view it as float32 correctly."""
     half = torch.tensor([1.5, -2.0, 3.25], dtype=torch.float16)
     full = torch.arange(5000, dtype=torch.float32) / 7
     f = _write_raw(
         tmp_path / "odd.safetensors",
         [("a", "F16", [3], half.numpy().tobytes()), ("b", "F32", [5000], full.numpy().tobytes())],
     )
-    for staged in (False, True):
-        pairs = [(t, torch.empty(t.shape, dtype=torch.bfloat16)) for t in read_header(f)]
-        read_into(pairs, threads=2, chunk_bytes=8192, staged=staged)
-        got = {t.name: d for t, d in pairs}
-        assert torch.equal(got["a"], half.to(torch.bfloat16))
-        assert torch.equal(got["b"], full.to(torch.bfloat16))
+    pairs = [(t, torch.empty(t.shape, dtype=torch.bfloat16)) for t in read_header(f)]
+    read_into(pairs, threads=2, chunk_bytes=8192)
+    got = {t.name: d for t, d in pairs}
+    assert torch.equal(got["a"], half.to(torch.bfloat16))
+    assert torch.equal(got["b"], full.to(torch.bfloat16))
 
 
-def test_a_tied_head_saved_beside_its_embedding_keeps_the_tie(tmp_path: Path):
+def test_a_tied_head_saved_beside_its_embedding_keeps_the_tie(load_path: str, tmp_path: Path):
     state = _state(torch.float32, tied=True)
     state["lm_head.weight"] = state["model.embed_tokens.weight"].clone()
     folder = _save_sharded(state, tmp_path / "ckpt", 2)
@@ -243,10 +248,9 @@ def test_a_file_truncated_after_its_header_was_read_is_one_line(tmp_path: Path):
     p = _single(tmp_path)
     pairs = [(t, torch.empty(t.shape)) for t in read_header(p)]
     p.write_bytes(p.read_bytes()[:-100])  # shorter than the header just read says
-    for staged in (False, True):
-        with pytest.raises(WeightsError, match="the file ends at byte") as ei:
-            read_into(pairs, threads=4, chunk_bytes=1 << 16, staged=staged)
-        assert "\n" not in str(ei.value)
+    with pytest.raises(WeightsError, match="the file ends at byte") as ei:
+        read_into(pairs, threads=4, chunk_bytes=1 << 16)
+    assert "\n" not in str(ei.value)
 
 
 def test_a_tensor_in_two_shards_is_refused(tmp_path: Path):
@@ -262,8 +266,8 @@ def test_a_tensor_in_two_shards_is_refused(tmp_path: Path):
     assert LAYER in str(ei.value)
 
 
-def test_checks_run_before_any_memory_is_allocated(tmp_path: Path, monkeypatch):
-    """A missing tensor is found from the headers: the model is never materialized."""
+def test_checks_run_before_any_memory_is_allocated(load_path: str, tmp_path: Path, monkeypatch):
+    """A missing tensor is found from the headers: nothing is materialized or mapped."""
     from artifactcache.models import weights
 
     state = _state(torch.float32)
@@ -272,9 +276,22 @@ def test_checks_run_before_any_memory_is_allocated(tmp_path: Path, monkeypatch):
     save_file(state, str(p))
     calls = []
     monkeypatch.setattr(weights, "materialize", lambda *a: calls.append(a))
+    monkeypatch.setattr(weights, "_map_on_cpu", lambda *a: calls.append(a))
     with pytest.raises(WeightsError, match=f"'{LAYER}' is missing"):
         build_model(_recipe(), weights=WeightsSpec(p))
     assert calls == []
+
+
+def test_a_load_stamps_its_steps(load_path: str, tmp_path: Path):
+    """The probe's subphases split the weights phase: checked, then (GPU reader) allocated."""
+    import time
+
+    stamps: dict[str, float] = {}
+    t0 = time.perf_counter()
+    build_model(_recipe(), weights=WeightsSpec(_single(tmp_path)), stamps=stamps)
+    want = ["weights_checked"] + (["weights_allocated"] if load_path == "read" else [])
+    assert sorted(stamps) == sorted(want)
+    assert t0 <= stamps["weights_checked"] <= stamps.get("weights_allocated", math.inf)
 
 
 # ------------------------------------------------------------------ options --
@@ -315,7 +332,7 @@ def test_bad_loader_arguments_are_refused(kw, tmp_path: Path):
         load_checkpoint(model, p, torch.device("cpu"), **kw)
 
 
-def test_the_loader_gives_the_old_logits(tmp_path: Path, cache_dir: Path):
+def test_the_loader_gives_the_old_logits(load_path: str, tmp_path: Path, cache_dir: Path):
     """End to end through api.load: a sharded bf16 checkpoint, eager, equals the model
     built from safetensors' own tensors with load_state_dict."""
     folder = _save_sharded(_state(torch.bfloat16), tmp_path / "ckpt", 3)

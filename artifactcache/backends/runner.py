@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 Step = Callable[[torch.Tensor, torch.Tensor], Any]
 
+
 def check_device_dtype(opts: BuildOptions) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
     check_dtype(opts.dtype)
@@ -86,7 +87,9 @@ def build_model_for(ctx: BuildContext, dev: torch.device) -> torch.nn.Module:
     sync(dev)
     ctx.phases["device_ready"] = time.perf_counter()  # the last one: load follows build
 
-    model = build_model(ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights)
+    model = build_model(
+        ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights, stamps=ctx.phases
+    )
     sync(dev)
     ctx.phases["weights_ready"] = time.perf_counter()
     return model

@@ -52,7 +52,9 @@ def build_model(
     dtype: str = "fp32",
     weights: WeightsSpec | None = None,
     max_seq_len: int | None = None,
+    stamps: dict[str, float] | None = None,
 ) -> nn.Module:
+    """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps."""
     weights = weights or WeightsSpec()
     dev = torch.device(device)
     tdtype = torch_dtype(dtype)
@@ -61,7 +63,7 @@ def build_model(
     if recipe.model.tie_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     if weights.path is not None:
-        load_checkpoint(model, Path(weights.path), dev)
+        load_checkpoint(model, Path(weights.path), dev, stamps=stamps)
     else:
         init_random(model, weights.seed, dev, tdtype)
     model.setup_caches(recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len)

@@ -1,24 +1,22 @@
-"""Reading safetensors files at memory speed: our own header parse, then byte ranges
-read by several threads straight into (or, on a GPU, through pinned staging into) the
-destination tensors.
+"""Reading safetensors files onto a GPU at memory speed: our own header parse, then
+byte ranges read by several threads through pinned staging buffers.
 
-Why not ``safe_open``: it materializes one tensor at a time, each through a pageable
-host copy, which ran at 4.4 GB/s on an H200 host from the page cache. safetensors
-(0.8) exposes no data offsets, so the header is parsed here; the format is stable
-and documented: an 8-byte little-endian header length N, N bytes of JSON mapping
-each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}`` (offsets
-relative to the byte after the header), plus an optional ``__metadata__``.
+Why not ``safe_open(device="cuda")``: it materializes one tensor at a time, each
+through a pageable host copy, which ran at 4.4 GB/s on an H200 host from the page
+cache. safetensors (0.8) exposes no data offsets, so the header is parsed here; the
+format is stable and documented: an 8-byte little-endian header length N, N bytes of
+JSON mapping each tensor name to ``{"dtype", "shape", "data_offsets": [begin, end]}``
+(offsets relative to the byte after the header), plus an optional ``__metadata__``.
 
-Reads are plain ``readinto`` calls on unbuffered files; CPython releases the GIL
-around them, so threads copy out of the page cache in parallel.
-
-- CPU destination: each thread reads its pieces straight into the destination's
-  memory (a dtype conversion goes through a per-thread scratch buffer).
-- CUDA destination: each thread owns two pinned staging buffers and a stream. It
-  reads a batch (up to ``chunk_bytes`` of consecutive file bytes, so the many small
-  norm weights travel together) into one buffer, queues the host-to-device copies
-  with ``non_blocking=True`` on its stream, records an event, and reads the next batch
-  into its other buffer; a buffer is refilled only after its event has completed.
+Each thread owns two staging buffers (pinned on CUDA) and a stream. It reads a batch
+(up to ``chunk_bytes`` of consecutive file bytes, so the many small norm weights
+travel together) into one buffer with ``readinto`` on an unbuffered file (CPython
+releases the GIL around it, so threads copy out of the page cache in parallel),
+queues the host-to-device copies with ``non_blocking=True`` on its stream, records an
+event, and reads the next batch into its other buffer; a buffer is refilled only
+after its event has completed. The same bookkeeping runs on CPU destinations (no
+streams), which is how it is tested without a GPU; a CPU *load* maps the files
+instead (weights.py says why).
 """
 
 from __future__ import annotations
@@ -303,26 +301,6 @@ def _drain(work: queue.SimpleQueue[list[Piece]], failed: threading.Event) -> Ite
             return
 
 
-def _direct_worker(
-    work: queue.SimpleQueue[list[Piece]], failed: threading.Event, chunk_bytes: int
-) -> None:
-    """CPU destination: read into the destination itself; a conversion via a scratch buffer."""
-    files = _Files()
-    scratch: torch.Tensor | None = None
-    try:
-        for batch in _drain(work, failed):
-            for p in batch:
-                if not p.converts:
-                    files.read_exact(p.src.path, p.file_offset, _writable(p.dest_bytes()))
-                    continue
-                if scratch is None:
-                    scratch = torch.empty(chunk_bytes, dtype=torch.uint8)
-                files.read_exact(p.src.path, p.file_offset, _writable(scratch)[: p.nbytes])
-                _deliver(scratch[: p.nbytes], p, cuda=False)
-    finally:
-        files.close()
-
-
 def _staged_worker(
     work: queue.SimpleQueue[list[Piece]],
     failed: threading.Event,
@@ -358,7 +336,9 @@ def _staged_worker(
                     at = p.file_offset - first
                     _deliver(bufs[b][at : at + p.nbytes], p, cuda)
                 if stream is not None:
-                    done[b] = ev = torch.cuda.Event()
+                    # blocking: a thread waiting for its buffer sleeps instead of spinning
+                    # on a core that another thread's read needs.
+                    done[b] = ev = torch.cuda.Event(blocking=True)
                     ev.record(stream)
     finally:
         files.close()
@@ -368,18 +348,13 @@ def _staged_worker(
 
 
 def read_into(
-    pairs: Sequence[tuple[StoredTensor, torch.Tensor]],
-    *,
-    threads: int,
-    chunk_bytes: int,
-    staged: bool | None = None,
+    pairs: Sequence[tuple[StoredTensor, torch.Tensor]], *, threads: int, chunk_bytes: int
 ) -> None:
     """Fill each destination with its stored tensor's bytes (converted to its dtype).
 
-    Destinations must be contiguous and on one device. ``staged`` (default: on CUDA)
-    goes through staging buffers; forcing it on CPU runs the same batching there,
-    which is how the GPU path's bookkeeping is tested on a machine without one.
-    On any error the other threads stop at their next batch, then it is raised.
+    Destinations must be contiguous and on one device. Returns when every byte is
+    there (on CUDA: the copies have completed). On any error the other threads stop
+    at their next batch, then it is raised.
     """
     if not pairs:
         return
@@ -387,12 +362,8 @@ def read_into(
     if len(devices) != 1:
         raise ValueError(f"destinations on several devices: {sorted(map(str, devices))}")
     device = devices.pop()
-    staged = device.type == "cuda" if staged is None else staged
-    if device.type == "cuda" and not staged:
-        raise ValueError("a CUDA destination is reached through staging buffers only")
     work: queue.SimpleQueue[list[Piece]] = queue.SimpleQueue()
-    pieces = split(pairs, chunk_bytes)
-    todo = batches(pieces, chunk_bytes) if staged else [[p] for p in pieces]
+    todo = batches(split(pairs, chunk_bytes), chunk_bytes)
     for batch in todo:
         work.put(batch)
     after = None
@@ -406,10 +377,7 @@ def read_into(
 
     def run() -> None:
         try:
-            if staged:
-                _staged_worker(work, failed, chunk_bytes, device, after)
-            else:
-                _direct_worker(work, failed, chunk_bytes)
+            _staged_worker(work, failed, chunk_bytes, device, after)
         except BaseException as e:  # handed to the caller below, after every thread stopped
             errors.append(e)
             failed.set()

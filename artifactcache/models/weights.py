@@ -5,14 +5,24 @@ weights digest, so the key covers exactly what is loaded.
 
 A checkpoint is checked from its headers alone (missing tensor, unknown tensor,
 wrong shape, non-float dtype: a one-line :class:`WeightsError` naming the tensor),
-before any memory is allocated. Then the meta-device model gets its storage on the
-target device and safetensors_io.py reads the bytes into it on several threads,
-converting the dtype where the checkpoint's differs: no whole-model host copy is made.
+before any memory is allocated. Then:
+
+- on CUDA, the meta-device model gets its storage on the GPU and safetensors_io.py
+  reads the bytes into it on several threads through pinned staging buffers;
+- on CPU, each tensor is safetensors' memory map of the file (``safe_open``), so
+  loading copies nothing and the weights share the page cache. Reading them into
+  fresh memory instead ran at 0.4 GB/s on a 2-core VM, where every destination page
+  is faulted in and zeroed first, against 4-10 GB/s for the map including the first
+  touch of every page.
+
+A checkpoint stored in another float dtype than the model's is converted tensor by
+tensor; no whole-model host copy is made.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -41,14 +51,18 @@ def load_checkpoint(
     *,
     threads: int | None = None,
     chunk_bytes: int | None = None,
+    stamps: dict[str, float] | None = None,
 ) -> None:
     """Fill a meta-device model from safetensors files, checking every tensor first.
 
     ``threads`` and ``chunk_bytes`` (default: $ACACHE_LOAD_THREADS, else min(8, CPUs);
-    $ACACHE_LOAD_CHUNK_MB, else 16 MiB) tune the reader; they never change the result.
-    Tied parameters (one Parameter under two names) are filled once: a tied LM head
-    saved beside its embedding is checked but not read, so the two stay one tensor.
+    $ACACHE_LOAD_CHUNK_MB, else 16 MiB) tune the GPU reader; they never change the
+    result. Tied parameters (one Parameter under two names) are filled once and stay
+    one Parameter: a tied LM head saved beside its embedding is checked, not read.
+    ``stamps`` gets ``weights_checked`` (headers read and checked) and, on the GPU,
+    ``weights_allocated`` (storage made; the read follows), on the perf_counter clock.
     """
+    stamps = {} if stamps is None else stamps
     threads = resolve_threads(threads)
     chunk_bytes = resolve_chunk_bytes(chunk_bytes)
     expected = _tensors(model, persistent=model.state_dict().keys())  # on meta: names, shapes
@@ -59,7 +73,7 @@ def load_checkpoint(
                 continue
             _check(t, expected, found)
             found[t.name] = t
-    # Names that share one tensor (tied embeddings) are filled by the first one present.
+    # Names that share one tensor (tied embeddings), each group filled from one source.
     groups: dict[int, list[str]] = {}
     for name, t in expected.items():
         groups.setdefault(id(t), []).append(name)
@@ -70,14 +84,56 @@ def load_checkpoint(
             f"{path}: tensor '{missing[0]}' is missing{more}: "
             "the checkpoint does not match this recipe"
         )
-    materialize(model, device)
-    dests = _tensors(model, persistent=expected.keys())
-    pairs = []
+    sources = {names[0]: next(found[n] for n in names if n in found) for names in groups.values()}
+    stamps["weights_checked"] = time.perf_counter()
+    if maps_files(device):
+        _map_on_cpu(model, sources, expected)
+    else:
+        materialize(model, device)
+        stamps["weights_allocated"] = time.perf_counter()
+        dests = _tensors(model, persistent=sources)
+        with torch.no_grad():
+            read_into(
+                [(src, dests[name]) for name, src in sources.items()],
+                threads=threads,
+                chunk_bytes=chunk_bytes,
+            )
     for names in groups.values():
-        source = next(found[n] for n in names if n in found)
-        pairs.append((source, dests[names[0]]))
-    with torch.no_grad():
-        read_into(pairs, threads=threads, chunk_bytes=chunk_bytes)
+        _tie(model, names)
+
+
+def maps_files(device: torch.device) -> bool:
+    """Whether a load on ``device`` maps the files (CPU) or reads them (the GPU reader)."""
+    return device.type == "cpu"
+
+
+def _map_on_cpu(
+    model: nn.Module, sources: dict[str, StoredTensor], expected: dict[str, torch.Tensor]
+) -> None:
+    """Assign each parameter safetensors' memory-mapped tensor (converted if need be)."""
+    from safetensors import safe_open
+
+    by_file: dict[Path, list[str]] = {}
+    for name, src in sources.items():
+        by_file.setdefault(src.path, []).append(name)
+    state: dict[str, torch.Tensor] = {}
+    for f, names in by_file.items():
+        try:
+            handle = safe_open(str(f), framework="pt", device="cpu")
+        except Exception as e:  # safetensors raises its own error types for corrupt files
+            raise WeightsError(f"{f}: not a readable safetensors file ({e})") from None
+        with handle:
+            for name in names:
+                state[name] = handle.get_tensor(sources[name].name).to(expected[name].dtype)
+    model.load_state_dict(state, assign=True, strict=False)
+
+
+def _tie(model: nn.Module, names: list[str]) -> None:
+    """Make every name of a tied group the first name's Parameter again."""
+    first = model.get_parameter(names[0]) if len(names) > 1 else None
+    for name in names[1:]:
+        owner, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(owner), attr, first)
 
 
 def _tensors(model: nn.Module, persistent: Iterable[str]) -> dict[str, torch.Tensor]:
