@@ -41,8 +41,15 @@ WHOLE_PACKAGE_TESTS = {"test_layout.py", "test_packaging.py"}
 
 
 def _mirrored(test_name: str) -> str | None:
-    """The module or package a tests/test_<package>_<module>[_topic].py file names, or None."""
-    parts = test_name.removeprefix("test_").removesuffix(".py").split("_")
+    """The module or package a tests/test_<package>_<module>[_topic].py file names, or None.
+
+    tests/test_benchmarks_<script>.py names benchmarks/<script>.py.
+    """
+    stem = test_name.removeprefix("test_").removesuffix(".py")
+    if stem.startswith("benchmarks_"):
+        script = PACKAGE.parent / "benchmarks" / f"{stem.removeprefix('benchmarks_')}.py"
+        return f"../benchmarks/{script.name}" if script.is_file() else None
+    parts = stem.split("_")
     found = None
     path = PACKAGE
     # Greedy, longest first: module names hold underscores too (torch_private, onnx_export).
@@ -76,3 +83,5 @@ def test_the_mapping() -> None:
     assert _mirrored("test_store_local_failures.py") == "store/local.py"
     assert _mirrored("test_api.py") == "api.py"
     assert _mirrored("test_bundle.py") is None
+    assert _mirrored("test_benchmarks_checkpoint_folder.py") == "../benchmarks/checkpoint_folder.py"
+    assert _mirrored("test_benchmarks_nothing_here.py") is None
