@@ -46,6 +46,7 @@ class CompareSpec:
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
+    quant: str | None = None  # recipes only: --quant, for every backend (eager too)
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
     inputs: list[str] = field(default_factory=list)  # module specs: SHAPE[:DTYPE[:HIGH]]
     batch: int | None = None  # module specs: dimension 0 of every input
@@ -113,6 +114,8 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         raise MeasureError("--input is for a model spec (pkg.mod:factory), not for a recipe")
     if spec.max_seq_len is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
+    if spec.quant is not None and any(rec is None for rec in recipes.values()):
+        raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
     for r, rec in recipes.items():
         if rec is None:
             check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
@@ -136,6 +139,7 @@ def build_options(spec: CompareSpec, backend: str) -> Any:
         dtype=spec.dtype,
         mode=spec.modes.get(backend),
         extra=dict(spec.extras.get(backend, {})),
+        quant=spec.quant,
     )
 
 
@@ -171,6 +175,7 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         warmup=spec.warmup,
         copy_bandwidth=True,
         extra=dict(spec.extras.get(backend, {})),
+        quant=spec.quant,
         inputs=list(spec.inputs),
         batch=spec.batch,
     )
@@ -243,7 +248,7 @@ def pair_result(
         "status": "ok",
         "runs": runs,
         "coldstart": summary,
-        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from)
+        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from, quant=spec.quant)
         if recipe_obj is not None
         else module_probe.summarize(steady_from),
     }
@@ -362,6 +367,7 @@ def run_compare(
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
             "extras": spec.extras,
+            "quant": spec.quant,
         },
         "environment": _environment(pairs, spec.device),
         "pairs": pairs,
