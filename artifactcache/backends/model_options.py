@@ -38,9 +38,9 @@ FUSED_FAMILIES = ("phi-3",)  # fused in the checkpoint itself
 QUANT_MODES = ("int8wo",)
 # Why each backend that builds from the ONNX export refuses --quant.
 QUANT_REFUSALS = {
-    "ort": "ort runs the ONNX export that ort and trt share, which is unquantized, and "
-    "ONNX Runtime's constant folding would turn an int8 weight's cast back into a float "
-    "weight; use eager, inductor or aoti",
+    "ort": "ort runs the unquantized ONNX export it shares with trt, and ONNX Runtime's "
+    "constant folding would turn an int8 weight's cast back into a float weight; "
+    "use eager, inductor or aoti",
     "trt": "TensorRT takes int8 weights only as explicit Q/DQ nodes, which acache's ONNX "
     "export does not emit; use eager, inductor or aoti",
 }
