@@ -87,6 +87,7 @@ def check_out_dir(out: Path) -> None:
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
     from ..backends.base import BACKEND_NAMES, get_backend
+    from ..backends.model_options import check_recipe_options
     from ..recipes import load_recipe
 
     if spec.runs < 1:
@@ -121,6 +122,8 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
             check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
         else:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+            for name in dict.fromkeys(["eager", *spec.backends]):
+                check_recipe_options(name, rec, build_options(spec, name))  # phi-2 fused, ...
             if parse_device(spec.device)[0] == "cpu":
                 # On a GPU the probe checks, before it builds: asking CUDA here would
                 # hold a context in this process for the whole measurement.
