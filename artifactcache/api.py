@@ -26,6 +26,7 @@ from .backends.base import (
     get_backend,
     require_available,
 )
+from .backends.model_options import check_recipe_options
 from .devices import parse_device
 from .errors import BackendError, BackendUnavailable, ShapeError, StaleArtifact, WeightsError
 from .keys import (
@@ -100,6 +101,7 @@ def make_context(
     seed: int = 0,
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
+    quant: str | None = None,
     check_memory: bool = True,
 ) -> tuple[Backend, BuildContext]:
     """Validate everything the user chose, before anything is written.
@@ -108,8 +110,9 @@ def make_context(
     argument leaves the cache as it was. ``recipe`` may be a checkpoint folder; its
     weights are then the default. Weights whose config.json disagrees with the recipe
     are refused (sources/hf.py). ``max_seq_len`` replaces the recipe's context length
-    (a key factor, as every shape is). With ``check_memory``, weights plus the KV
-    cache must fit the device's free memory (sizing.py); computing a key skips that.
+    (a key factor, as every shape is); so is ``quant``, weight-only quantization
+    (backends/model_options.py). With ``check_memory``, weights plus the KV cache must
+    fit the device's free memory (sizing.py); computing a key skips that.
     """
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
     rec = rec.with_shapes(max_seq_len=max_seq_len)
@@ -122,9 +125,11 @@ def make_context(
         from .sources.hf import check_weights_agree
 
         check_weights_agree(rec, Path(weights))
-    opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}))
+    opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}),
+                        quant=quant)  # fmt: skip
     check_device(device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
+    check_recipe_options(b.name, rec, opts)
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
     check_device(device)
     if check_memory:
@@ -302,6 +307,7 @@ def build(
     seed: int = 0,
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
+    quant: str | None = None,
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -310,11 +316,12 @@ def build(
     """Build the artifact unless the cache has it; return where it is.
 
     ``max_seq_len``: the context length to build for (default: the recipe's).
+    ``quant="int8wo"``: int8 weights (eager, inductor, aoti; docs/backends.md).
     """
     _, _, result, _ = _lookup(
         recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
-        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
+        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len, quant=quant,
     )  # fmt: skip
     return result
 
@@ -330,6 +337,7 @@ def load_with_result(
     seed: int = 0,
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
+    quant: str | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -341,6 +349,7 @@ def load_with_result(
         _lookup, recipe, backend, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
+        quant=quant,
     )  # fmt: skip
     with contextlib.ExitStack() as guard:
         b, ctx, result, st = lookup(build_on_miss=build_on_miss, guard=guard)
@@ -381,6 +390,7 @@ def load(
     seed: int = 0,
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
+    quant: str | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -390,11 +400,13 @@ def load(
     """A Runner from the cache, building on a miss (unless build_on_miss=False).
 
     ``max_seq_len``: the context length it was built for (default: the recipe's).
-    Pass ``context`` to receive phase timestamps in ``context.phases``.
+    ``quant``: as for build(). Pass ``context`` to receive phase timestamps in
+    ``context.phases``.
     """
     return load_with_result(
         recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, max_seq_len=max_seq_len, build_on_miss=build_on_miss, cache_dir=cache_dir,
+        extra=extra, max_seq_len=max_seq_len, quant=quant, build_on_miss=build_on_miss,
+        cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, store=store, context=context,
     )[1]  # fmt: skip
 

@@ -31,6 +31,7 @@ SHARED_SOURCES = (
     "artifactcache.dtypes",  # which torch dtype a --dtype name builds in
     "artifactcache.backends.base",
     "artifactcache.backends.runner",
+    "artifactcache.backends.model_options",  # which fusion/quantization a build applies
 )
 # The any-module path (artifactcache.compile) shares each backend's name, so its own
 # modules are listed beside the LLM path's: a change to either misses both, which is

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .devices import is_cuda
-from .dtypes import DTYPES, check_dtype
+from .dtypes import DTYPES, check_dtype, torch_dtype
 from .errors import ShapeError
 
 if TYPE_CHECKING:
@@ -82,25 +82,32 @@ def kv_allocated_bytes(recipe: Recipe, dtype: str) -> int:
     return kv_bytes_per_position(recipe, dtype, s.max_batch) * s.max_seq_len
 
 
-def weight_bytes(recipe: Recipe, dtype: str) -> tuple[int, int]:
+def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[int, int]:
     """(every weight but the input embedding table, that table) in bytes.
 
     A tied LM head shares the table's storage: it is counted once, as the head
-    (``lm_head.weight``), and the table then adds nothing.
+    (``lm_head.weight``), and the table then adds nothing. With ``quant``, the layers
+    are counted as quantized (models/quant.py, run on the meta device: its int8
+    weights and scales, in the dtypes a real build stores them).
     """
     import torch
 
     from .models import architecture
 
-    elt = check_dtype(dtype).bytes  # an unknown name is a one-line error, not a KeyError
+    check_dtype(dtype)  # an unknown name is a one-line error, not a KeyError
     with torch.device("meta"):
-        model = architecture(recipe)
+        model = architecture(recipe).to(torch_dtype(dtype))
+    if quant is not None:
+        from .models.quant import quantize
+
+        quantize(model, quant)
     rest = embed = 0
-    for name, p in model.named_parameters():
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        n = t.numel() * t.element_size()
         if name.endswith("embed_tokens.weight"):
-            embed += 0 if recipe.model.tie_embeddings else p.numel() * elt
+            embed += 0 if recipe.model.tie_embeddings else n
         else:
-            rest += p.numel() * elt
+            rest += n
     return rest, embed
 
 

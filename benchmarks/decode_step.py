@@ -1,7 +1,9 @@
 """Decode speed of build variants side by side, and where one decode step's time goes.
 
 Part 1, ``--variants``: each variant is ``backend[:mode][+key=value,...]`` (the ``+`` part
-becomes ``--extra key=value``). Every variant runs ``acache bench --json`` in a fresh
+becomes ``--extra key=value``, but ``quant=NAME`` becomes ``--quant NAME``), e.g.
+``aoti+fuse_projections=0`` (aoti as before fused projections became its CUDA default) or
+``aoti+quant=int8wo``. Every variant runs ``acache bench --json`` in a fresh
 process against one shared cache dir (building on a miss, the build outside the timed
 loop), so all variants are measured back to back on one machine, each with its own copy
 bandwidth and % of roofline from the same process.
@@ -14,8 +16,8 @@ attention, elementwise/fused Triton, copies, other), with the matmuls' achieved 
 computed from the weight bytes each step must read.
 
     python benchmarks/decode_step.py llama-7b --out OUT \
-        --variants aoti inductor:reduce-overhead inductor:default \
-        --profile aoti
+        --variants aoti aoti+fuse_projections=0 aoti+quant=int8wo inductor:reduce-overhead \
+        --profile aoti aoti+quant=int8wo
 
 Writes ``OUT/decode_step.json`` and prints a markdown table last.
 """
@@ -43,11 +45,12 @@ import artifactcache
 from artifactcache.recipes import load_recipe
 from artifactcache.measure.bench import bytes_per_token
 
-recipe, backend, mode, extra, cache_dir, n = sys.argv[1:7]
+recipe, backend, mode, extra, quant, cache_dir, n = sys.argv[1:8]
 n = int(n)
 extra = json.loads(extra)
 runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16",
-                            mode=mode or None, extra=extra, cache_dir=cache_dir)
+                            mode=mode or None, extra=extra, quant=quant or None,
+                            cache_dir=cache_dir)
 rec = load_recipe(recipe)
 prompt = list(rec.bench.prompt_ids)
 for _ in range(2):
@@ -73,7 +76,8 @@ for name, (count, us) in many.items():
     c0, us0 = one.get(name, [0, 0.0])
     if count - c0 > 0:
         per_step[name] = [(count - c0) / n, (us - us0) / n]
-print(json.dumps({"per_step": per_step, "bytes": bytes_per_token(rec, "bf16")}))
+print(json.dumps({"per_step": per_step,
+                  "bytes": bytes_per_token(rec, "bf16", quant=quant or None)}))
 """
 
 
@@ -94,7 +98,9 @@ def parse_variant(text: str) -> dict[str, Any]:
     head, _, extras = text.partition("+")
     backend, _, mode = head.partition(":")
     extra = dict(kv.split("=", 1) for kv in extras.split(",") if kv)
-    return {"variant": text, "backend": backend, "mode": mode or None, "extra": extra}
+    quant = extra.pop("quant", None)  # an option of its own, not an --extra
+    return {"variant": text, "backend": backend, "mode": mode or None, "extra": extra,
+            "quant": quant}  # fmt: skip
 
 
 def env(out: Path) -> dict[str, str]:
@@ -111,6 +117,8 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
         cmd += ["--mode", v["mode"]]
     for k, val in v["extra"].items():
         cmd += ["--extra", f"{k}={val}"]
+    if v["quant"]:
+        cmd += ["--quant", v["quant"]]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip
@@ -127,7 +135,8 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
 def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     e = {**env(args.out), "ACACHE_CUDA_GRAPHS": "0"}
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
-           json.dumps(v["extra"]), str(cache), str(args.profile_tokens)]  # fmt: skip
+           json.dumps(v["extra"]), v["quant"] or "", str(cache),
+           str(args.profile_tokens)]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=args.timeout_s)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}

@@ -143,8 +143,8 @@ def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatc
     refs: list[weakref.ref] = []
     real = aoti.build_model_for
 
-    def tracked(ctx, dev):
-        model = real(ctx, dev)
+    def tracked(ctx, dev, backend):
+        model = real(ctx, dev, backend)
         refs.extend(weakref.ref(p) for p in model.parameters())
         return model
 

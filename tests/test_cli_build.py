@@ -87,6 +87,12 @@ def test_run_prints_ids(cache_dir: Path):
         (["build", "tiny-llama", "--dtype", "fp8"], "unknown dtype"),
         (["build", "tiny-llama", "-b", "inductor", "--mode", "reduce-overhead"], "cuda"),
         (["build", "tiny-llama", "--weights", "/nonexistent/ckpt"], "weights not found"),
+        (["build", "tiny-llama", "--quant", "int4"], "unknown --quant 'int4'"),
+        (["build", "tiny-llama", "-b", "trt", "--quant", "int8wo"], "Q/DQ"),
+        (["build", "tiny-phi-3", "--extra", "fuse_projections=0"], "cannot split them"),
+        (["build", "tiny-llama", "--extra", "fuse_projections=2"], "expected 0 or 1"),
+        (["run", "tiny-llama", "--tokens", "1", "--quant", "int8"], "unknown --quant"),
+        (["key", "tiny-llama", "-b", "ort", "--quant", "int8wo"], "constant folding"),
     ],
 )
 def test_bad_inputs_exit_1_with_one_line(args, contains, cache_dir: Path, monkeypatch):
@@ -189,3 +195,15 @@ def test_help_and_cache_commands_do_not_import_torch(argv, cache_dir: Path):
         [sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120
     )
     assert r.stdout.strip().splitlines()[-1] == "[]", (r.stdout, r.stderr)
+
+
+def test_quant_builds_its_own_entry_and_key_explains_it(cache_dir: Path):
+    plain = json.loads(run("build", "tiny-llama", "--json").stdout)
+    quant = json.loads(run("build", "tiny-llama", "--quant", "int8wo", "--json").stdout)
+    assert quant["status"] == "built" and quant["key"] != plain["key"]
+    keyed = run("key", "tiny-llama", "-b", "eager", "--quant", "int8wo", "--json")
+    keyed = json.loads(keyed.stdout)
+    assert keyed["key"] == quant["key"]
+    assert keyed["factors"]["backend"]["options"]["quant"] == "int8wo"
+    assert json.loads(run("build", "tiny-llama", "--quant", "int8wo", "--json").stdout)[
+        "status"] == "hit"  # fmt: skip

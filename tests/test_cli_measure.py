@@ -60,6 +60,14 @@ def one_line_error(*args: str) -> str:
             ],
             "--runs",
         ),
+        (["bench", "tiny-llama", "--quant", "int4"], "unknown --quant"),
+        (["coldstart", "tiny-llama", "-b", "ort", "--quant", "int8wo"], "constant folding"),
+        (["bench", "tiny-phi-2", "--extra", "fuse_projections=1"], "projections apart"),
+        (
+            ["compare", "--recipes", "tiny-llama", "--backends", "aoti", "--quant", "int4",
+             "--out", "X"],
+            "unknown --quant",
+        ),  # fmt: skip
     ],
 )
 def test_bad_arguments_exit_1_one_line(args, needle, no_spawn, tmp_path):
@@ -217,3 +225,46 @@ def test_coldstart_and_compare_pass_extra_to_the_backend_probes(args, monkeypatc
     assert spec.extras == {"ort": {"opset": 19, "exporter": "dynamo"}}
     assert compare._probe_spec(spec, "ort").extra == {"opset": 19, "exporter": "dynamo"}
     assert compare._probe_spec(spec, "eager").extra == {}  # the baseline runs plain eager
+
+
+def test_probe_spec_and_child_carry_quant():
+    from artifactcache.measure import probe
+
+    argv = coldstart.ProbeSpec(recipe="tiny-llama", backend="aoti", quant="int8wo").argv(None)
+    assert probe._parse(argv[argv.index("--recipe") :]).quant == "int8wo"
+    assert probe._parse(["--recipe", "r", "--backend", "eager"]).quant is None
+    # The child refuses a bad name: it reached its api.load().
+    spec = coldstart.ProbeSpec(recipe="tiny-llama", backend="eager", quant="int4", iters=1)
+    with pytest.raises(coldstart.MeasureError, match="unknown --quant"):
+        coldstart.spawn_probe(spec, None)
+
+
+def test_bench_counts_the_int8_bytes_in_its_roofline(tmp_path):
+    from artifactcache import sizing
+    from artifactcache.recipes import load_recipe
+
+    args = ["bench", "tiny-llama", "--iters", "1", "--warmup", "1", "--new-tokens", "4"]
+    r = runner.invoke(app, [*args, "--quant", "int8wo", "--json", "--cache-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.stderr
+    res = json.loads(r.stdout)
+    int8, _ = sizing.weight_bytes(load_recipe("tiny-llama"), "fp32", "int8wo")
+    assert res["quant"] == "int8wo" and res["bytes_per_token"]["weights"] == int8
+    assert int8 < sizing.weight_bytes(load_recipe("tiny-llama"), "fp32")[0]
+
+
+def test_compare_gives_quant_to_every_backend_eager_too(monkeypatch, tmp_path):
+    from artifactcache.measure import compare
+
+    seen = []
+
+    def capture(spec, *a, **k):
+        seen.append(spec)
+        raise coldstart.MeasureError("captured")
+
+    monkeypatch.setattr(compare, "run_compare", capture)
+    one_line_error("compare", "--recipes", "tiny-llama", "--backends", "aoti",
+                   "--quant", "int8wo", "--out", str(tmp_path / "out"))  # fmt: skip
+    (spec,) = seen
+    assert compare._probe_spec(spec, "aoti").quant == "int8wo"
+    assert compare._probe_spec(spec, "eager").quant == "int8wo"
+    assert compare.build_options(spec, "eager").quant == "int8wo"

@@ -317,6 +317,17 @@ def test_decode_steps_attend_to_the_filled_positions():
     assert bench.mean_attended_positions(6, 13, 16) == (115 + 2 * 16) / 12
 
 
+def test_int8wo_weights_are_a_byte_each_plus_a_scale_per_output_row():
+    rec = load_recipe("tiny-llama")
+    linear = 64 * 64 + 2 * (64 * 32) + 64 * 64 + 3 * 64 * 172  # q, k+v, o, MLP of a layer
+    rows = 64 + 2 * 32 + 64 + 2 * 172 + 64  # their output channels: one bf16 scale each
+    per_layer = linear + 2 * rows + 2 * 64 * 2  # + 2 norms in bf16
+    want = 2 * per_layer + 64 * 2 + EMBED * 2  # + the final norm and the bf16 LM head
+    assert sizing.weight_bytes(rec, "bf16", "int8wo") == (want, EMBED * 2)
+    assert bench.bytes_per_token(rec, "bf16", quant="int8wo")["weights"] == want
+    assert sizing.weight_bytes(rec, "bf16") == ((PARAMS - EMBED) * 2, EMBED * 2)
+
+
 def test_bytes_per_token_counts_the_kv_that_is_filled_not_allocated():
     rec = load_recipe("tiny-llama")
     b = bench.bytes_per_token(rec, "fp32", prompt_len=6, new_tokens=10)

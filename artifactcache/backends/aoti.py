@@ -39,6 +39,7 @@ from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
 from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
+from .model_options import check_model_options, model_factors
 from .runner import (
     StepRunner,
     build_model_for,
@@ -158,6 +159,7 @@ class AotiBackend:
         if mode not in MODES:
             raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
         check_extra(self.name, opts)
+        check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
         return {
@@ -165,6 +167,7 @@ class AotiBackend:
             "dtype": opts.dtype,
             "device": device_type(opts.device),
             "mode": _mode(opts),
+            **model_factors(self.name, recipe, opts),
             "constants": "user-managed",
             # The compiler is not here: the C++ runtime in toolchain stands for it (below).
             "codegen": codegen_factors(_codegen_configs(opts)),
@@ -181,7 +184,7 @@ class AotiBackend:
         import torch
 
         dev = device_of(ctx.opts)
-        model = build_model_for(ctx, dev)
+        model = build_model_for(ctx, dev, self.name)
         steps: dict[str, str] = {}
         timings: dict[str, float] = {}
         scratch = workdir / ".pt2"
@@ -233,7 +236,7 @@ class AotiBackend:
                 raise BackendError(f"entry {entry_dir} has no {s} library: rebuild it with --force")
         dev = device_of(ctx.opts)  # CUDA context first: see the module docstring
         check_runtime(meta)  # before any dlopen: a C++ runtime mismatch segfaults
-        model = build_model_for(ctx, dev)
+        model = build_model_for(ctx, dev, self.name)
         state = dict(model.named_parameters(remove_duplicate=False))
         state.update(dict(model.named_buffers(remove_duplicate=False)))
         runners: dict[str, Any] = {}

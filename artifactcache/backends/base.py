@@ -49,6 +49,7 @@ class BuildOptions:
     dtype: str = "fp32"  # a name in dtypes.DTYPES
     mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
+    quant: str | None = None  # weight-only quantization (model_options.QUANT_MODES) or none
 
 
 @dataclass

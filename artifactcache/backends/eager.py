@@ -17,6 +17,7 @@ from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
+from .model_options import backend_extra, check_model_options, model_factors
 from .runner import StepRunner, build_model_for, check_device_dtype, device_of
 
 RECORD = "eager.json"
@@ -40,19 +41,29 @@ class EagerBackend:
         check_device_dtype(opts)
         if opts.mode not in (None, "default"):
             raise BackendError(f"backend 'eager' has no modes (got --mode {opts.mode}): drop it")
-        if opts.extra:
-            raise BackendError(f"backend 'eager' takes no extra options (got {sorted(opts.extra)})")
+        if own := backend_extra(opts):
+            raise BackendError(
+                f"backend 'eager' takes no extra options but fuse_projections (got {sorted(own)})"
+            )
+        check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
-        return {"format": FORMAT, "dtype": opts.dtype, "device": device_type(opts.device)}
+        return {
+            "format": FORMAT,
+            "dtype": opts.dtype,
+            "device": device_type(opts.device),
+            **model_factors(self.name, recipe, opts),
+        }
 
     def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
         return toolchain_fingerprint(("torch",))
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         dev = device_of(ctx.opts)
-        model = build_model_for(ctx, dev)  # raises WeightsError before anything is cached
+        model = build_model_for(ctx, dev, self.name)  # a WeightsError before anything is cached
         n_params = sum(p.numel() for p in model.parameters())
+        # int8 weights (--quant) are buffers; the other buffers are the caches and scales.
+        n_params += sum(b.numel() for n, b in model.named_buffers() if n.endswith(".weight"))
         record = {
             "backend": self.name,
             "format": FORMAT,
@@ -66,7 +77,7 @@ class EagerBackend:
         if not (entry_dir / RECORD).is_file():
             raise BackendError(f"entry {entry_dir} has no {RECORD}: rebuild it with --force")
         dev = device_of(ctx.opts)
-        model = build_model_for(ctx, dev)
+        model = build_model_for(ctx, dev, self.name)
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(ctx.recipe, model, model, dev, keepalive=model)
 

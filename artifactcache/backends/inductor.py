@@ -48,6 +48,7 @@ from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions
 from .cxx import identity, inductor_default_cxx, missing_compiler
+from .model_options import check_model_options, model_factors
 from .runner import (
     StepRunner,
     build_model_for,
@@ -168,6 +169,7 @@ class InductorBackend:
                 "use --mode default on cpu"
             )
         check_extra(self.name, opts)
+        check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.
@@ -181,6 +183,7 @@ class InductorBackend:
             "dtype": opts.dtype,
             "device": device_type(opts.device),
             "mode": _mode(opts),
+            **model_factors(self.name, recipe, opts),
             "fullgraph": True,
             "dynamic": False,
             "codegen": codegen,
@@ -196,7 +199,7 @@ class InductorBackend:
         import torch
 
         dev = device_of(ctx.opts)
-        model = build_model_for(ctx, dev)
+        model = build_model_for(ctx, dev, self.name)
         path = warm_path(ctx.opts.device)
         t0 = time.perf_counter()
         record: dict[str, Any] = {}
@@ -250,7 +253,7 @@ class InductorBackend:
                 if not (entry_dir / f).is_file():
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
         dev = device_of(ctx.opts)
-        model = build_model_for(ctx, dev)
+        model = build_model_for(ctx, dev, self.name)
         install_kernels(entry_dir / KERNELS)
         if mega.is_file():
             torch.compiler.load_cache_artifacts(mega.read_bytes())

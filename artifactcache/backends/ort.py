@@ -41,6 +41,7 @@ from ..errors import BackendError
 from ..extras import TRT_HINT, install_hint
 from ..keys import toolchain_fingerprint
 from .base import BuildContext, BuildOptions, Dependency
+from .model_options import check_quant
 from .onnx_export import (
     EXPORT_DEP,
     INPUT_NAMES,
@@ -239,6 +240,7 @@ class OrtBackend:
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:
+        check_quant(self.name, opts)
         ep = resolve_ep(opts)
         unknown = sorted(set(opts.extra) - set(EXTRA_KEYS))
         if unknown:

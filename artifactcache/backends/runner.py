@@ -75,21 +75,26 @@ def example_inputs(
     return idx, pos
 
 
-def build_model_for(ctx: BuildContext, dev: torch.device) -> torch.nn.Module:
+def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch.nn.Module:
     """The recipe's model on ``dev`` with ctx's weights, and ``weights_ready`` stamped.
+
+    Fused projections and quantization, as ``backend`` builds with ctx's options
+    (model_options.py), are applied before the stamp: they are part of the weights.
 
     ``device_ready`` (a probe subphase) is stamped first: device_of() has created the
     CUDA context by now, so it splits the "weights" segment into context creation
     and weight materialization, which the warm-start analysis needs.
     """
     from ..models import build_model
+    from .model_options import model_build_args
 
     sync(dev)
     ctx.phases["device_ready"] = time.perf_counter()  # the last one: load follows build
 
     model = build_model(
-        ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights, stamps=ctx.phases
-    )
+        ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights, stamps=ctx.phases,
+        **model_build_args(backend, ctx.recipe, ctx.opts),
+    )  # fmt: skip
     sync(dev)
     ctx.phases["weights_ready"] = time.perf_counter()
     return model

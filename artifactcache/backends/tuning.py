@@ -10,35 +10,21 @@ here is passed to the compile and is part of the key through the codegen factor.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..devices import is_cuda
 from ..errors import BackendError
 from .base import BuildOptions
+from .model_options import MODEL_EXTRA_KEYS, parse_flag
 
 EXTRA_KEYS = ("coordinate_descent_tuning",)
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-
-
-def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    text = str(value).strip().lower()
-    if text in _TRUE | _FALSE:
-        return text in _TRUE
-    raise BackendError(f"--extra {name}={value!r}: expected 0 or 1")
 
 
 def check_extra(backend: str, opts: BuildOptions) -> None:
     """Unknown --extra keys, and flags that do not apply to the device, are one line."""
-    unknown = sorted(set(opts.extra) - set(EXTRA_KEYS))
+    unknown = sorted(set(opts.extra) - set(EXTRA_KEYS) - set(MODEL_EXTRA_KEYS))
     if unknown:
         raise BackendError(
             f"backend {backend!r} takes no extra option {', '.join(unknown)} "
-            f"(it takes: {', '.join(EXTRA_KEYS)})"
+            f"(it takes: {', '.join(EXTRA_KEYS + MODEL_EXTRA_KEYS)})"
         )
     inductor_tuning(opts)
 
@@ -47,7 +33,7 @@ def inductor_tuning(opts: BuildOptions) -> dict[str, bool]:
     """The Inductor config flags this build sets (empty on CPU)."""
     on_cuda = is_cuda(opts.device)
     name = "coordinate_descent_tuning"
-    on = _flag(name, opts.extra.get(name, on_cuda))
+    on = parse_flag(name, opts.extra.get(name, on_cuda))
     if on and not on_cuda:
         raise BackendError(
             f"--extra {name}=1 tunes Triton kernels, which only CUDA builds have; "

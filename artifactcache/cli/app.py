@@ -161,6 +161,15 @@ ExtraOpt = Annotated[
         show_default=False,
     ),
 ]
+QuantOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--quant",
+        help="Weight-only quantization: int8wo (int8 weights, a scale per output channel; "
+        "eager, inductor, aoti). A key factor.",
+        show_default=False,
+    ),
+]
 # compare runs several backends (and always eager): each extra option names its backend.
 BackendExtraOpt = Annotated[
     list[str] | None,
@@ -176,6 +185,12 @@ def refuse_max_seq_len(max_seq_len: int | None) -> None:
     """A model spec has no context length: --max-seq-len with one is a mistake, not a no-op."""
     if max_seq_len is not None:
         raise ArgumentError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
+
+
+def refuse_quant(quant: str | None) -> None:
+    """A model spec is the user's own module: acache does not rewrite its layers."""
+    if quant is not None:
+        raise ArgumentError("--quant is for a recipe (acache's LLM), not a model spec")
 
 
 def _typed(raw: str) -> object:

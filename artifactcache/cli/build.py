@@ -27,6 +27,7 @@ from .app import (
     JsonOut,
     MaxSeqLenOpt,
     ModeOpt,
+    QuantOpt,
     RecipeArg,
     Remote,
     RemoteReadOnly,
@@ -42,6 +43,7 @@ from .app import (
     open_store,
     parse_extra,
     refuse_max_seq_len,
+    refuse_quant,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 
@@ -195,6 +197,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
+        quant: QuantOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -221,6 +224,7 @@ def register(app: typer.Typer) -> None:
             from .module import compile_spec
 
             refuse_max_seq_len(max_seq_len)
+            refuse_quant(quant)
             store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
             with _spinner(f"building {recipe} with {backend}"):
                 res = compile_spec(
@@ -232,7 +236,7 @@ def register(app: typer.Typer) -> None:
         refuse_inputs(inputs)
         choices = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), max_seq_len=max_seq_len,
+            extra=parse_extra(extra), max_seq_len=max_seq_len, quant=quant,
         )  # fmt: skip
         _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
@@ -289,6 +293,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
+        quant: QuantOpt = None,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -310,6 +315,7 @@ def register(app: typer.Typer) -> None:
 
         if is_spec(recipe):
             refuse_max_seq_len(max_seq_len)
+            refuse_quant(quant)
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
@@ -335,7 +341,7 @@ def register(app: typer.Typer) -> None:
             )
         common = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra),
+            extra=parse_extra(extra), quant=quant,
         )  # fmt: skip
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
         api.check_generation(rec, ids, max_new_tokens)

@@ -31,6 +31,7 @@ from .app import (
     JsonOut,
     MaxSeqLenOpt,
     ModeOpt,
+    QuantOpt,
     RecipeArg,
     SeedOpt,
     WeightsOpt,
@@ -41,6 +42,7 @@ from .app import (
     parse_backend_extras,
     parse_extra,
     refuse_max_seq_len,
+    refuse_quant,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 
@@ -152,6 +154,7 @@ def coldstart_cmd(
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
     extra: ExtraOpt = None,
+    quant: QuantOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
@@ -181,6 +184,7 @@ def coldstart_cmd(
         iters=iters,
         modes={backend: mode} if mode else {},
         extras={backend: extras} if extras else {},
+        quant=quant,
     )
     compare.validate(spec)
     if out is not None:
@@ -216,6 +220,7 @@ def bench_cmd(
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
     extra: ExtraOpt = None,
+    quant: QuantOpt = None,
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
@@ -243,6 +248,7 @@ def bench_cmd(
         from .module import bench_module
 
         refuse_max_seq_len(max_seq_len)
+        refuse_quant(quant)
         bench_module(
             recipe, backend, inputs=inputs, batches=batches, device=device, dtype=dtype,
             mode=mode, iters=iters, warmup=warmup, seed=seed, cache_dir=cache_dir,
@@ -265,6 +271,7 @@ def bench_cmd(
         warmup=warmup,
         modes={backend: mode} if mode else {},
         extras={backend: extras} if extras else {},
+        quant=quant,
     )
     recipes = compare.validate(spec)
     bench.check_batch(recipes[recipe], batch)
@@ -283,6 +290,7 @@ def bench_cmd(
         warmup=warmup,
         copy_bandwidth=True,
         extra=extras,
+        quant=quant,
         extra_flags=["--allow-shared-root"] if allow_shared_root else [],
     )
     log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
@@ -290,13 +298,14 @@ def bench_cmd(
         say(f"bench {recipe}/{backend}: load (builds on a miss), {iters} timed requests", 0, 1)
         probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
     log.unlink(missing_ok=True)
-    res = bench.summarize(recipes[recipe], dtype, [probe])
+    res = bench.summarize(recipes[recipe], dtype, [probe], quant=quant)
     res.update(
         recipe=recipe,
         backend=backend,
         device=device,
         dtype=dtype,
         mode=mode,
+        quant=quant,
         phases=probe["phases"],
         memory=probe["memory"],
         environment=probe["environment"],
@@ -305,8 +314,9 @@ def bench_cmd(
     if json_out:
         emit_json(res)
         return
+    precision = f"{dtype}, {quant}" if quant else dtype
     t = Table(
-        title=f"bench {recipe} / {backend} ({device}, {dtype}, batch 1, "
+        title=f"bench {recipe} / {backend} ({device}, {precision}, batch 1, "
         f"{res['new_tokens']} new tokens, {res['iterations']} timed)"
     )
     t.add_column("metric")
@@ -353,6 +363,7 @@ def compare_cmd(
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
     extra: BackendExtraOpt = None,
+    quant: QuantOpt = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,
@@ -380,6 +391,7 @@ def compare_cmd(
         iters=iters,
         modes=compare.parse_modes(modes or []),
         extras=parse_backend_extras(extra),
+        quant=quant,
     )
     compare.validate(spec)
     compare.check_out_dir(out)

@@ -219,9 +219,11 @@ def bytes_per_token(
     *,
     prompt_len: int | None = None,
     new_tokens: int | None = None,
+    quant: str | None = None,
 ) -> dict[str, Any]:
     """Bytes a decode step needs to read: weights without the embedding table, plus the
     KV of the positions it attends to (the mean over the request's decode steps).
+    With ``quant``, the weights as quantized (int8: a byte per weight, plus the scales).
 
     ``kv_allocated_bytes`` is the whole static cache, reported apart: an attention
     that reads all of it every step does more than the roofline counts, and shows as
@@ -232,7 +234,7 @@ def bytes_per_token(
         prompt_len = len(recipe.bench.prompt_ids)
     if new_tokens is None:
         new_tokens = resolve_new_tokens(recipe, None, batch)
-    weights, embed = sizing.weight_bytes(recipe, dtype)
+    weights, embed = sizing.weight_bytes(recipe, dtype, quant)
     per_position = sizing.kv_bytes_per_position(recipe, dtype, batch)
     attended = mean_attended_positions(prompt_len, new_tokens, recipe.model.sliding_window)
     kv_read = round(per_position * attended)
@@ -266,6 +268,8 @@ def summarize(
     dtype: str,
     probes: Sequence[dict[str, Any]],
     batch: int = 1,
+    *,
+    quant: str | None = None,
 ) -> dict[str, Any]:
     """Pool the steady-state timings of one or more probes into one bench result."""
     prefill = [x for p in probes for x in p["steady"]["prefill_s"]]
@@ -275,7 +279,7 @@ def summarize(
     bw = [p["copy_bandwidth"]["gbps"] for p in probes if p.get("copy_bandwidth")]
     copy_gbps = statistics.median(bw) if bw else None
     bpt = bytes_per_token(
-        recipe, dtype, batch, prompt_len=probes[0].get("prompt_len"), new_tokens=n
+        recipe, dtype, batch, prompt_len=probes[0].get("prompt_len"), new_tokens=n, quant=quant
     )
     return {
         "iterations": len(request),

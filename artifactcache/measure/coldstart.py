@@ -71,6 +71,7 @@ class ProbeSpec:
     warmup: int = 1
     copy_bandwidth: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # the backend's --extra options
+    quant: str | None = None  # --quant
     extra_flags: list[str] = field(default_factory=list)
     # A module spec's inputs (SHAPE[:DTYPE[:HIGH]]) and batch size (dimension 0).
     inputs: list[str] = field(default_factory=list)
@@ -91,6 +92,8 @@ class ProbeSpec:
             cmd += ["--new-tokens", str(self.new_tokens)]
         if self.max_seq_len is not None:
             cmd += ["--max-seq-len", str(self.max_seq_len)]
+        if self.quant is not None:
+            cmd += ["--quant", self.quant]
         if self.extra:  # as JSON, so each value reaches the child with its type
             cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:

@@ -46,6 +46,7 @@ class CompareSpec:
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
+    quant: str | None = None  # recipes only: --quant, for every backend (eager too)
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
     inputs: list[str] = field(default_factory=list)  # module specs: SHAPE[:DTYPE[:HIGH]]
     batch: int | None = None  # module specs: dimension 0 of every input
@@ -86,6 +87,7 @@ def check_out_dir(out: Path) -> None:
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
     from ..backends.base import BACKEND_NAMES, get_backend
+    from ..backends.model_options import check_recipe_options
     from ..recipes import load_recipe
 
     if spec.runs < 1:
@@ -113,11 +115,15 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         raise MeasureError("--input is for a model spec (pkg.mod:factory), not for a recipe")
     if spec.max_seq_len is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
+    if spec.quant is not None and any(rec is None for rec in recipes.values()):
+        raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
     for r, rec in recipes.items():
         if rec is None:
             check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
         else:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+            for name in dict.fromkeys(["eager", *spec.backends]):
+                check_recipe_options(name, rec, build_options(spec, name))  # phi-2 fused, ...
             if parse_device(spec.device)[0] == "cpu":
                 # On a GPU the probe checks, before it builds: asking CUDA here would
                 # hold a context in this process for the whole measurement.
@@ -136,6 +142,7 @@ def build_options(spec: CompareSpec, backend: str) -> Any:
         dtype=spec.dtype,
         mode=spec.modes.get(backend),
         extra=dict(spec.extras.get(backend, {})),
+        quant=spec.quant,
     )
 
 
@@ -171,6 +178,7 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         warmup=spec.warmup,
         copy_bandwidth=True,
         extra=dict(spec.extras.get(backend, {})),
+        quant=spec.quant,
         inputs=list(spec.inputs),
         batch=spec.batch,
     )
@@ -243,7 +251,7 @@ def pair_result(
         "status": "ok",
         "runs": runs,
         "coldstart": summary,
-        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from)
+        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from, quant=spec.quant)
         if recipe_obj is not None
         else module_probe.summarize(steady_from),
     }
@@ -362,6 +370,7 @@ def run_compare(
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
             "extras": spec.extras,
+            "quant": spec.quant,
         },
         "environment": _environment(pairs, spec.device),
         "pairs": pairs,

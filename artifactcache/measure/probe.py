@@ -117,6 +117,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--extra-json", type=json.loads, default={}, help="backend options (JSON)")
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--max-seq-len", type=int, default=None, help="context length to build for")
+    p.add_argument("--quant", default=None, help="weight-only quantization (int8wo)")
     p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
     p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
     p.add_argument("--no-build", action="store_true", help="fail instead of building on a miss")
@@ -271,7 +272,7 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     dev = torch.device(args.device)
     common = dict(
         device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
-        extra=args.extra_json, max_seq_len=args.max_seq_len,
+        extra=args.extra_json, max_seq_len=args.max_seq_len, quant=args.quant,
     )  # fmt: skip
     store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps

@@ -242,7 +242,7 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"- date: {report['created']}",
         f"- command: `{report['command']}`",
         f"- device: {st['device']} ({env.get('gpu') or env.get('cpu') or 'cpu'}), "
-        f"dtype {st['dtype']}, weights {weights}",
+        f"dtype {st['dtype']}{', ' + st['quant'] if st.get('quant') else ''}, weights {weights}",
         f"- versions: python {env.get('python')}, torch {env.get('torch')}, "
         f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
         f"- setup: batch 1, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "

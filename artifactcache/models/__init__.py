@@ -7,7 +7,9 @@ eval mode with its static KV cache set up for the recipe's shapes:
 
 Families: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (models/llama.py, the
 last two through the recipe's ``qkv_bias`` / ``qk_norm`` flags), ``phi-3``
-(llama.py with fused qkv and gate/up), ``phi-2`` (models/phi2.py).
+(llama.py with fused qkv and gate/up), ``phi-2`` (models/phi2.py). After the weights are
+in, ``fuse_projections`` (models/fuse.py) and ``quant`` (models/quant.py) rework the model
+in place.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def build_model(
     weights: WeightsSpec | None = None,
     max_seq_len: int | None = None,
     stamps: dict[str, float] | None = None,
+    fuse_projections: bool = False,
+    quant: str | None = None,
 ) -> nn.Module:
     """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps."""
     weights = weights or WeightsSpec()
@@ -66,5 +70,13 @@ def build_model(
         load_checkpoint(model, Path(weights.path), dev, stamps=stamps)
     else:
         init_random(model, weights.seed, dev, tdtype)
+    if fuse_projections:
+        from .fuse import fuse_projections as fuse
+
+        fuse(model)
+    if quant is not None:
+        from .quant import quantize
+
+        quantize(model, quant)
     model.setup_caches(recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len)
     return model.eval().requires_grad_(False)

@@ -20,6 +20,7 @@ from ...errors import BackendError
 from ...extras import TRT_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
 from ..base import BuildContext, BuildOptions, Dependency
+from ..model_options import check_quant
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
 
@@ -53,6 +54,7 @@ class TrtBackend:
         return True, ""
 
     def check_options(self, opts: BuildOptions) -> None:
+        check_quant(self.name, opts)
         mode = resolve_mode(opts)
         eo = engine_options(opts)
         if mode == "llm":

@@ -1,0 +1,135 @@
+"""What is done to a recipe's model once its weights are in: fused projections, int8 weights.
+
+Both belong to the backends that run acache's own torch model (eager, inductor, aoti),
+all three through ``runner.build_model_for``; the surgery itself is models/fuse.py and
+models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
+
+- ``--extra fuse_projections=0|1``: q/k/v become one ``qkv_proj`` and gate/up one
+  ``gate_up_proj`` (llama, mistral, qwen2, qwen3). On by default for CUDA builds of
+  inductor and aoti, where one wide GEMV reads the weights faster than three narrow
+  ones (docs/perf-notes.md); off elsewhere, so the eager baseline keeps the
+  checkpoint's layout. Phi-3 checkpoints are fused already; phi-2 is not fused.
+- ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
+  layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
+
+The key records the model as built (``model_factors``): whether its projections are
+fused, and its quantization.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..devices import is_cuda
+from ..errors import BackendError
+
+if TYPE_CHECKING:
+    from ..recipes import Recipe
+    from .base import BuildOptions
+
+MODEL_BACKENDS = ("eager", "inductor", "aoti")
+FUSE_EXTRA = "fuse_projections"
+MODEL_EXTRA_KEYS = (FUSE_EXTRA,)
+# Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
+# layout, the reference the compiled ones are held to.
+FUSE_BY_DEFAULT = ("inductor", "aoti")
+FUSABLE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FUSED_FAMILIES = ("phi-3",)  # fused in the checkpoint itself
+QUANT_MODES = ("int8wo",)
+# Why each backend that builds from the ONNX export refuses --quant.
+QUANT_REFUSALS = {
+    "ort": "ort runs the unquantized ONNX export it shares with trt, and ONNX Runtime's "
+    "constant folding would turn an int8 weight's cast back into a float weight; "
+    "use eager, inductor or aoti",
+    "trt": "TensorRT takes int8 weights only as explicit Q/DQ nodes, which acache's ONNX "
+    "export does not emit; use eager, inductor or aoti",
+}
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_flag(name: str, value: Any) -> bool:
+    """An --extra flag's 0/1 (true/false, yes/no, on/off); anything else is one line."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in _TRUE | _FALSE:
+        return text in _TRUE
+    raise BackendError(f"--extra {name}={value!r}: expected 0 or 1")
+
+
+def backend_extra(opts: BuildOptions) -> dict[str, Any]:
+    """The --extra options that are the backend's own (not a model option)."""
+    return {k: v for k, v in opts.extra.items() if k not in MODEL_EXTRA_KEYS}
+
+
+def check_quant(backend: str, opts: BuildOptions) -> None:
+    """An unknown --quant, or one the backend cannot run, is one line."""
+    if opts.quant is None:
+        return
+    if opts.quant not in QUANT_MODES:
+        raise BackendError(
+            f"unknown --quant {opts.quant!r}: choose {', '.join(QUANT_MODES)} "
+            "(or leave it out for none)"
+        )
+    if backend not in MODEL_BACKENDS:
+        why = QUANT_REFUSALS.get(backend, f"use {', '.join(MODEL_BACKENDS)}")
+        raise BackendError(f"backend {backend!r} does not take --quant {opts.quant}: {why}")
+
+
+def check_model_options(backend: str, opts: BuildOptions) -> None:
+    """What the options alone can tell (the recipe's part is ``fuse_projections``)."""
+    check_quant(backend, opts)
+    if FUSE_EXTRA in opts.extra:
+        parse_flag(FUSE_EXTRA, opts.extra[FUSE_EXTRA])
+
+
+def fuse_projections(backend: str, recipe: Recipe, opts: BuildOptions) -> bool:
+    """Whether the model as built has fused projections; an impossible request is one line."""
+    raw = opts.extra.get(FUSE_EXTRA)
+    asked = None if raw is None else parse_flag(FUSE_EXTRA, raw)
+    family = recipe.family
+    if family in FUSED_FAMILIES:
+        if asked is False:
+            raise BackendError(
+                f"{recipe.name}: {family} checkpoints store q/k/v and gate/up fused "
+                f"(qkv_proj, gate_up_proj); --extra {FUSE_EXTRA}=0 cannot split them"
+            )
+        return True
+    if family not in FUSABLE_FAMILIES:
+        if asked:
+            raise BackendError(
+                f"{recipe.name}: --extra {FUSE_EXTRA}=1 is for "
+                f"{', '.join(FUSABLE_FAMILIES)}; {family} keeps its projections apart"
+            )
+        return False
+    if asked is None:
+        return backend in FUSE_BY_DEFAULT and is_cuda(opts.device)
+    return asked
+
+
+def check_recipe_options(backend: str, recipe: Recipe, opts: BuildOptions) -> None:
+    """The checks that need the recipe, run before anything is built or keyed."""
+    if backend in MODEL_BACKENDS:
+        fuse_projections(backend, recipe, opts)
+
+
+def model_factors(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+    """The key factors of the model as built (under backend.options)."""
+    return {
+        "fused_projections": fuse_projections(backend, recipe, opts),
+        "quant": opts.quant or "none",
+    }
+
+
+def model_build_args(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+    """build_model()'s keyword arguments for these options."""
+    return {
+        "fuse_projections": fuse_projections(backend, recipe, opts)
+        and recipe.family not in FUSED_FAMILIES,
+        "quant": opts.quant,
+    }

@@ -1,0 +1,112 @@
+"""backends/model_options.py: which builds fuse and quantize, the one-line refusals, and
+the key factors that say so."""
+
+from __future__ import annotations
+
+import pytest
+
+from artifactcache import api
+from artifactcache.backends.base import BuildOptions, get_backend
+from artifactcache.backends.model_options import (
+    check_quant,
+    fuse_projections,
+    model_factors,
+    parse_flag,
+)
+from artifactcache.errors import BackendError
+from artifactcache.recipes import load_recipe
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "recipe", "fused"),
+    [
+        ("aoti", "cuda", "tiny-llama", True),  # the default of the CUDA compiled builds
+        ("inductor", "cuda:1", "tiny-qwen3", True),
+        ("eager", "cuda", "tiny-llama", False),  # eager keeps the checkpoint's layout
+        ("inductor", "cpu", "tiny-mistral", False),
+        ("aoti", "cuda", "tiny-phi-2", False),  # not fused, whatever the default
+        ("eager", "cpu", "tiny-phi-3", True),  # fused in the checkpoint
+    ],
+)
+def test_fused_by_default(backend: str, device: str, recipe: str, fused: bool):
+    opts = BuildOptions(device=device)
+    assert fuse_projections(backend, load_recipe(recipe), opts) is fused
+
+
+def test_the_flag_overrides_the_default():
+    llama = load_recipe("tiny-llama")
+    on = BuildOptions(extra={"fuse_projections": 1})
+    off = BuildOptions(device="cuda", extra={"fuse_projections": "0"})
+    assert fuse_projections("eager", llama, on) is True
+    assert fuse_projections("aoti", llama, off) is False
+    assert fuse_projections("eager", load_recipe("tiny-phi-3"), on) is True
+
+
+@pytest.mark.parametrize(
+    ("recipe", "value", "says"),
+    [
+        ("tiny-phi-2", 1, "keeps its projections apart"),
+        ("tiny-phi-3", 0, "cannot split them"),
+        ("tiny-llama", "maybe", "expected 0 or 1"),
+    ],
+)
+def test_impossible_fusion_is_one_line(recipe: str, value: object, says: str):
+    opts = BuildOptions(extra={"fuse_projections": value})
+    with pytest.raises(BackendError, match=says):
+        fuse_projections("eager", load_recipe(recipe), opts)
+
+
+def test_parse_flag():
+    assert [parse_flag("x", v) for v in (True, 0, "on", " YES ", "false")] == [
+        True, False, True, True, False]  # fmt: skip
+    with pytest.raises(BackendError, match="expected 0 or 1"):
+        parse_flag("x", 2)
+
+
+@pytest.mark.parametrize(
+    ("backend", "quant", "says"),
+    [
+        ("eager", "int4", "unknown --quant 'int4'"),
+        ("ort", "int8wo", "constant folding"),
+        ("trt", "int8wo", "Q/DQ"),
+    ],
+)
+def test_quant_refusals_are_one_line(backend: str, quant: str, says: str):
+    with pytest.raises(BackendError, match=says):
+        check_quant(backend, BuildOptions(quant=quant))
+    # The backend's own option check refuses it too (compare validates through it).
+    with pytest.raises(BackendError, match=says):
+        get_backend(backend).check_options(BuildOptions(quant=quant))
+
+
+def test_ort_refuses_the_fusion_flag():
+    with pytest.raises(BackendError, match="fuse_projections"):
+        get_backend("ort").check_options(BuildOptions(extra={"fuse_projections": 1}))
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor", "aoti"])
+def test_the_factors_name_the_model_as_built(backend: str):
+    b, rec = get_backend(backend), load_recipe("tiny-llama")
+    plain = b.factors(rec, BuildOptions())
+    assert (plain["fused_projections"], plain["quant"]) == (False, "none")
+    opts = BuildOptions(quant="int8wo", extra={"fuse_projections": 1})
+    assert b.factors(rec, opts) == {**plain, "fused_projections": True, "quant": "int8wo"}
+    assert model_factors(backend, rec, opts) == {"fused_projections": True, "quant": "int8wo"}
+
+
+def _key(backend: str, **kw: object) -> api.KeyInfo:
+    b, ctx = api.make_context("tiny-llama", backend, check_memory=False, **kw)
+    return api.key_for(b, ctx)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aoti"])
+def test_quant_and_fusion_change_the_key_but_not_the_weights_factor(backend: str):
+    pytest.importorskip("torch._inductor")
+    plain = _key(backend)
+    quant = _key(backend, quant="int8wo")
+    fused = _key(backend, extra={"fuse_projections": 1})
+    assert len({plain.key, quant.key, fused.key}) == 3
+    assert len({plain.full_key, quant.full_key, fused.full_key}) == 3
+    assert plain.factors["weights"] == quant.factors["weights"] == fused.factors["weights"]
+    if backend == "aoti":  # weight-stripped: an architecture key, which the options split too
+        assert len({plain.arch_key, quant.arch_key, fused.arch_key}) == 3
