@@ -35,7 +35,7 @@ copy bandwidth measured in the same call. The whole call stops starting parts on
     python benchmarks/gpt_fast_peer.py --out OUT              # on the GPU machine
     python benchmarks/gpt_fast_peer.py --tiny --out OUT       # CPU: the plumbing only
 
-``--tiny``: tiny-llama's shapes as gpt-fast ModelArgs, fp32 on CPU, no compile, 8 new
+``--tiny``: tiny-llama's shapes as gpt-fast ModelArgs, fp32 on CPU, no compile, 32 new
 tokens, acache's eager backend; its numbers mean nothing. Writes
 ``OUT/gpt_fast_peer.json`` and ``OUT/gpt_fast_peer.md`` and prints the markdown.
 """
@@ -376,7 +376,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if a.gpt_fast_child is None and a.out is None:
         ap.error("--out is required")
     if a.tiny:
-        a.recipe, a.backends, a.new_tokens, a.samples, a.iters = "tiny-llama", "eager", 8, 2, 2
+        a.recipe, a.backends, a.new_tokens, a.samples, a.iters = "tiny-llama", "eager", 32, 2, 2
         a.device, a.dtype, a.compile = "cpu", "fp32", False
     else:
         a.device, a.dtype, a.compile = "cuda", "bf16", True

@@ -65,8 +65,8 @@ def test_tiny_run_times_both_loops_and_reports_the_ratios(tmp_path: Path) -> Non
     assert len(g["tokens_per_sec"]) == 2 and g["compiled"] is False and g["compile_s"] is None
     assert g["average_tokens_per_sec"] == pytest.approx(sum(g["tokens_per_sec"]) / 2)
     # gpt-fast's figure: new tokens over each generate() call's wall time
-    assert g["tokens_per_sec"] == pytest.approx([8 / t for t in g["request_s"]])
-    assert len(g["first_tokens"]) == 8 and g["kv_slots"] == 16  # 6 + 8 rounded up to 8s
+    assert g["tokens_per_sec"] == pytest.approx([32 / t for t in g["request_s"]])
+    assert len(g["first_tokens"]) == 8 and g["kv_slots"] == 40  # 6 + 32 rounded up to 8s
     # importing its generate.py applied its own Inductor settings
     assert g["inductor_settings"]["coordinate_descent_tuning"] is True
     (row,) = report["acache"]
@@ -75,7 +75,11 @@ def test_tiny_run_times_both_loops_and_reports_the_ratios(tmp_path: Path) -> Non
     assert row["ratio_incl_prefill"] == pytest.approx(
         row["request_tok_s"] / g["average_tokens_per_sec"]
     )
-    assert row["ratio_decode"] == pytest.approx(row["decode_tok_s"] / g["decode_tok_s"])
+    # A decode rate is None when timing noise leaves no time after the prefill.
+    if row["decode_tok_s"] and g["decode_tok_s"]:
+        assert row["ratio_decode"] == pytest.approx(row["decode_tok_s"] / g["decode_tok_s"])
+    else:
+        assert row["ratio_decode"] is None
     md = (out / "gpt_fast_peer.md").read_text()
     assert "| gpt-fast generate.py (eager) |" in md and "| acache eager |" in md
     assert p.stdout == md
