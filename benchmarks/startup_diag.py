@@ -20,11 +20,21 @@ build, and names what refers to one.
 fresh-process probes (the coldstart probe, empty framework caches) of a warm aoti
 start, each followed by an eager start, so the two share the machine's state.
 
+``imports``: what a warm start imports beyond ``import torch``. Each scenario runs
+``--runs`` times as a fresh ``python -X importtime`` process, interleaved: ``torch``
+(``import torch`` alone, the floor), ``load`` (``artifactcache.load`` of the built entry
++ one generated token), ``cli`` (``acache run`` on a hit, one new token) and
+``eager_load``. Per scenario: the summed import time, the part beyond the modules
+``import torch`` itself loads (grouped by top package, ``torch.X`` for torch's own
+subpackages), and which of the heavy modules (``HEAVY``) were imported. The entry is
+built first (``acache build``; a hit returns at once). Runs on CPU too.
+
     python benchmarks/startup_diag.py weights llama-7b
     python benchmarks/startup_diag.py memory llama-7b --cache-dir C
     python benchmarks/startup_diag.py warm llama-7b --cache-dir C --runs 3
+    python benchmarks/startup_diag.py imports llama-7b --device cuda --dtype bf16 --cache-dir C
 
-Prints one JSON object on stdout. Needs a CUDA GPU.
+Prints one JSON object on stdout. Needs a CUDA GPU, except ``imports``.
 """
 
 from __future__ import annotations
@@ -32,13 +42,17 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 
 def _timed(fn: Any, sync: Any) -> float:
@@ -160,18 +174,121 @@ def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
     return out
 
 
+# What a warm load must not pay for: the compiler stack, and the optional extras a
+# load of a built-in recipe with random weights never uses.
+HEAVY = (
+    "torch._dynamo", "torch._inductor", "torch.onnx", "sympy", "triton", "onnx", "onnxruntime",
+    "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
+    "matplotlib",
+)  # fmt: skip
+# Each scenario's child writes sys.modules at exit to argv[1]: `-X importtime` does not
+# log a module imported with importlib.import_module (the backends are), so the heavy
+# check reads sys.modules, and such a module's own body time is missing from the sums.
+MODULES_AT_EXIT = (
+    "import atexit, json, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
+)
+LOAD_CHILD = MODULES_AT_EXIT + (
+    "import artifactcache\n"
+    "from artifactcache.recipes import load_recipe\n"
+    "recipe, backend, device, dtype, cache = sys.argv[1:6]\n"
+    "r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype,\n"
+    "                       cache_dir=cache, build_on_miss=False)\n"
+    "r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)\n"
+)
+CLI_CHILD = MODULES_AT_EXIT + (
+    "import runpy\n"
+    "sys.argv[0] = 'acache'\n"
+    "runpy.run_module('artifactcache.cli', run_name='__main__')\n"
+)
+
+
+def import_times(stderr: str) -> dict[str, int]:
+    """``-X importtime`` output -> {module: self microseconds}."""
+    out: dict[str, int] = {}
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and "self [us]" not in line:
+            self_us, _, name = line.removeprefix("import time:").split("|")
+            out[name.strip()] = int(self_us)
+    return out
+
+
+def _group(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "torch" else parts[0]
+
+
+def _importtime(code: str, args: list[str], env: dict[str, str]) -> tuple[dict[str, int], set[str]]:
+    """(self microseconds per logged module, sys.modules at exit) of one fresh process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "modules.json"
+        p = subprocess.run([sys.executable, "-X", "importtime", "-c", code, str(out), *args],
+                           capture_output=True, text=True, env=env)  # fmt: skip
+        if p.returncode != 0:
+            raise SystemExit(f"error: {' '.join(args)[:200]} failed: {p.stderr.strip()[-500:]}")
+        return import_times(p.stderr), set(json.loads(out.read_text()))
+
+
+def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    common = ["--device", device, "--dtype", dtype, "--cache-dir", str(cache)]
+    cli = [sys.executable, "-m", "artifactcache.cli"]
+    for backend in ("aoti", "eager"):
+        subprocess.run([*cli, "build", recipe_name, "--backend", backend, *common], check=True,
+                       env=env, stdout=subprocess.DEVNULL)  # fmt: skip
+    scenarios = {
+        "torch": (MODULES_AT_EXIT + "import torch\n", []),
+        "load": (LOAD_CHILD, [recipe_name, "aoti", device, dtype, str(cache)]),
+        "cli": (CLI_CHILD, ["run", recipe_name, "--backend", "aoti", *common,
+                            "--max-new-tokens", "1"]),
+        "eager_load": (LOAD_CHILD, [recipe_name, "eager", device, dtype, str(cache)]),
+    }  # fmt: skip
+    seen: dict[str, list[dict[str, int]]] = {k: [] for k in scenarios}
+    loaded: dict[str, set[str]] = {}
+    for _ in range(runs):
+        for name, (code, args) in scenarios.items():
+            times, modules = _importtime(code, args, env)
+            seen[name].append(times)
+            loaded[name] = modules
+    floor = set().union(*seen["torch"], loaded["torch"])
+    out: dict[str, Any] = {"device": device, "dtype": dtype, "runs": runs, "heavy_checked": HEAVY}
+    for name, per_run in seen.items():
+        beyond = [{m: us for m, us in r.items() if m not in floor} for r in per_run]
+        groups: dict[str, list[int]] = {}
+        for r in beyond:
+            summed: dict[str, int] = {}
+            for m, us in r.items():
+                summed[_group(m)] = summed.get(_group(m), 0) + us
+            for g, us in summed.items():
+                groups.setdefault(g, []).append(us)
+        top = sorted(groups.items(), key=lambda kv: -statistics.median(kv[1]))[:15]
+        out[name] = {
+            "import_s": [round(sum(r.values()) / 1e6, 3) for r in per_run],
+            "beyond_torch_s": [round(sum(r.values()) / 1e6, 3) for r in beyond],
+            "beyond_torch_modules": len(beyond[0]),
+            "beyond_torch_top_ms": {g: round(statistics.median(v) / 1e3, 1) for g, v in top},
+            "heavy_imported": sorted(m for m in HEAVY if m in loaded[name]),
+        }
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("weights", "memory", "warm"))
+    p.add_argument("what", choices=("weights", "memory", "warm", "imports"))
     p.add_argument("recipe")
     p.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh temp dir")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--device", default="cuda", help="imports only (the others use cuda)")
+    p.add_argument("--dtype", default="bf16", help="imports only")
     a = p.parse_args()
     cache = (a.cache_dir or Path(tempfile.mkdtemp(prefix="acache-diag-"))).resolve()
     if a.what == "weights":
         result = weights(a.recipe)
     elif a.what == "memory":
         result = memory(a.recipe, cache)
+    elif a.what == "imports":
+        result = imports(a.recipe, cache, a.runs, a.device, a.dtype)
     else:
         result = warm(a.recipe, cache, a.runs)
     print(json.dumps({"what": a.what, "recipe": a.recipe, **result}, indent=1))

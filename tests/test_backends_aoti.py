@@ -159,3 +159,59 @@ def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatc
     # changed the cache keys of every later torch.compile in this process.
     changed = {k for k, v in config.get_config_copy().items() if before.get(k) != v}
     assert not changed, f"the build left Inductor config changed: {sorted(changed)}"
+
+
+# A warm aoti load (and `acache run` on a hit) uses none of these: the compiler stack,
+# and the optional extras a built-in recipe with random weights never touches.
+NOT_ON_A_WARM_LOAD = (
+    "torch._dynamo", "torch._inductor", "torch.onnx", "sympy", "triton", "onnx", "onnxruntime",
+    "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
+    "matplotlib",
+)  # fmt: skip
+# sys.modules at exit, written to argv[1]: `-X importtime` cannot be used to tell,
+# since it does not see modules imported with importlib.import_module (the backends).
+MODULES_AT_EXIT = (
+    "import atexit, json, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
+)
+WARM_LOAD_CHILD = MODULES_AT_EXIT + (
+    "import artifactcache\n"
+    "r = artifactcache.load('tiny-llama', backend='aoti', cache_dir=sys.argv[1],\n"
+    "                       build_on_miss=False)\n"
+    "r.generate([1, 15043, 29892], 2)\n"
+)
+CLI_CHILD = MODULES_AT_EXIT + (
+    "import runpy\n"
+    "sys.argv[0] = 'acache'\n"
+    "runpy.run_module('artifactcache.cli', run_name='__main__')\n"
+)
+
+
+def _imported_by(code: str, args: list[str], root: Path, tmp_path: Path) -> set[str]:
+    """Every module in sys.modules when a fresh ``python -c CODE ARGS`` process exits."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "modules.json"
+    env = {**os.environ, "ACACHE_DIR": str(root), "PYTHONPATH": str(Path(__file__).parents[1])}
+    p = subprocess.run([sys.executable, "-c", code, str(out), *args], capture_output=True,
+                       text=True, env=env, timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    return set(json.loads(out.read_text()))
+
+
+@pytest.mark.parametrize("how", ["load", "cli"])
+def test_a_warm_load_imports_no_compiler_stack(how: str, root: Path, tmp_path: Path):
+    """A warm start pays for ``import torch`` and acache's own modules, nothing heavier
+    (docs/perf-notes.md, "acache's share of a warm start's imports")."""
+    api.build("tiny-llama", "aoti", cache_dir=root)  # the entry the children load (or a hit)
+    if how == "load":
+        seen = _imported_by(WARM_LOAD_CHILD, [str(root)], root, tmp_path)
+    else:
+        args = ["run", "tiny-llama", "--backend", "aoti", "--cache-dir", str(root),
+                "--max-new-tokens", "2"]  # fmt: skip
+        seen = _imported_by(CLI_CHILD, args, root, tmp_path)
+    assert "artifactcache.backends.aoti" in seen  # the child really loaded through aoti
+    assert sorted(m for m in NOT_ON_A_WARM_LOAD if m in seen) == []
