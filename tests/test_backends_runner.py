@@ -11,7 +11,7 @@ from artifactcache.recipes import load_recipe
 
 
 def _steps(model):
-    return (lambda i, p: model(i, p)), (lambda i, p: model(i, p))
+    return (lambda *inputs: model(*inputs)), (lambda *inputs: model(*inputs))
 
 
 def test_generate_returns_python_ints_and_stops_at_n():
@@ -47,11 +47,13 @@ def test_cuda_graph_decode_generates_the_plain_tokens(graphs: str, monkeypatch):
     assert graphed == plain
 
 
-def test_decode_examples_differ_in_token_and_position():
-    recipe = load_recipe("tiny-llama")
-    (i1, p1), (i2, p2) = decode_examples(recipe, torch.device("cpu"))
-    assert i1.shape == i2.shape == (1, 1) and p1.shape == p2.shape == (1,)
-    assert int(i2) != int(i1) and int(p2) == int(p1) + 1 < recipe.shapes.max_seq_len
+def test_decode_examples_differ_in_token_position_and_row_start():
+    recipe = load_recipe("tiny-llama").with_shapes(max_batch=3)
+    (i1, p1, r1), (i2, p2, r2) = decode_examples(recipe, torch.device("cpu"))
+    assert i1.shape == i2.shape == (3, 1) and p1.shape == p2.shape == (1,)
+    assert r1.shape == r2.shape == (3,)
+    assert (i2 != i1).all() and int(p2) == int(p1) + 1 < recipe.shapes.max_seq_len
+    assert (r2 != r1).all() and (r2 <= p2).all()  # still real rows at the later position
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -62,12 +64,12 @@ def test_a_graph_that_ignores_its_inputs_is_refused(monkeypatch):
     model = build_model(recipe, device=dev)
     frozen = {}
 
-    def ignores_inputs(idx, pos):
+    def ignores_inputs(*inputs):
         """Right when run plainly; its graph reads buffers fixed before capture."""
-        frozen.setdefault("args", (idx.clone(), pos.clone()))
+        frozen.setdefault("args", tuple(t.clone() for t in inputs))
         if torch.cuda.is_current_stream_capturing():
             return model(*frozen["args"])
-        return model(idx, pos)
+        return model(*inputs)
 
     plain = _steps(model)[1]
     decode, info = cuda_graph_step(
