@@ -28,6 +28,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxBatchOpt,
     MaxSeqLenOpt,
     ModeOpt,
     RecipeArg,
@@ -40,6 +41,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    refuse_max_batch,
     refuse_max_seq_len,
 )
 from .module import InputOpt, is_spec, refuse_inputs
@@ -376,6 +378,7 @@ def register(app: typer.Typer) -> None:
         seed: SeedOpt = 0,
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
+        max_batch: MaxBatchOpt = None,
         explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -392,6 +395,7 @@ def register(app: typer.Typer) -> None:
             from .module import key_info
 
             refuse_max_seq_len(max_seq_len)
+            refuse_max_batch(max_batch)
             info = key_info(
                 recipe, inputs, backend, device=device, dtype=dtype, mode=mode, seed=seed,
                 extra=parse_extra(extra),
@@ -404,7 +408,8 @@ def register(app: typer.Typer) -> None:
             # question, so memory is not checked.
             b, ctx = make_context(
                 recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights,
-                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, check_memory=False,
+                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
+                check_memory=False,
             )  # fmt: skip
             # Only a real checkpoint needs the store (its digest memo lives there).
             memo = (
