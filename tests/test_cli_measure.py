@@ -36,7 +36,7 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "no-such-recipe", "--backend", "eager"], "unknown recipe"),
         (["coldstart", "tiny-llama", "--backend", "nope"], "unknown backend"),
         (["coldstart", "tiny-llama", "--backend", "eager", "--runs", "0"], "--runs"),
-        (["bench", "tiny-llama", "--backend", "eager", "--batch", "2"], "max_batch"),
+        (["bench", "tiny-llama", "-b", "eager", "--batch", "2", "--max-batch", "1"], "max_batch"),
         (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
         (
             ["compare", "--recipes", "tiny-llama,nope", "--backends", "eager", "--out", "X"],

@@ -286,7 +286,8 @@ def bench_cmd(
     # Every size is checked (shapes, memory) before any probe runs or anything is built.
     runs = []
     for b in sizes:
-        spec = _spec([recipe], [backend], max_batch=max_batch or b, **common)
+        rows = b if max_batch is None else max_batch
+        spec = _spec([recipe], [backend], max_batch=rows, **common)
         rec = compare.validate(spec)[recipe]
         bench.check_batch(rec, b)  # a batch past --max-batch: one line, nothing built
         bench.resolve_new_tokens(rec, new_tokens, b)
