@@ -128,8 +128,10 @@ def attention_mask(
     sees key s iff s <= p (and p - s < window) and s >= row_start[b], or s == p.
 
     The ``s == p`` term only matters for a left-padding query (p < row_start[b]):
-    it keeps that softmax row from being fully masked, which would make it NaN, and
-    a NaN written into the KV cache would poison P @ V even where P is 0.
+    it keeps that softmax row from being fully masked. Kernels disagree on a fully
+    masked row (torch's SDPA returns zeros, a plain softmax NaN), and a NaN written
+    into the KV cache would poison P @ V even where P is 0, so no backend may be
+    left to decide.
     """
     s = torch.arange(max_seq_len, device=input_pos.device)
     p = input_pos[:, None]
