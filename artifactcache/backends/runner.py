@@ -140,9 +140,8 @@ def cuda_graph_step(
     buffer before a replay. The graph is captured at ``examples[0]``; then, at
     every example, the replay must match the plain step's output (a graph that
     ignored its inputs would not). Use two examples that differ in every input
-    (``decode_examples``). Running a decode
-    step writes KV-cache slot ``pos``, which is harmless: every request writes a
-    slot before any query can read it.
+    (``decode_examples``). Running a decode step writes KV-cache slot ``pos``,
+    which is harmless: every request writes a slot before any query can read it.
 
     On any failure the plain step is returned: ``fresh_step()`` if given, for
     steps whose object a failed capture leaves unusable (an AOTI container keeps
