@@ -102,6 +102,7 @@ def make_context(
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
     quant: str | None = None,
+    max_batch: int | None = None,
     check_memory: bool = True,
 ) -> tuple[Backend, BuildContext]:
     """Validate everything the user chose, before anything is written.
@@ -109,13 +110,14 @@ def make_context(
     Touches no store: a caller that opens one (the CLI) calls this first, so a bad
     argument leaves the cache as it was. ``recipe`` may be a checkpoint folder; its
     weights are then the default. Weights whose config.json disagrees with the recipe
-    are refused (sources/hf.py). ``max_seq_len`` replaces the recipe's context length
-    (a key factor, as every shape is); so is ``quant``, weight-only quantization
-    (backends/model_options.py). With ``check_memory``, weights plus the KV cache must
-    fit the device's free memory (sizing.py); computing a key skips that.
+    are refused (sources/hf.py). ``max_seq_len`` and ``max_batch`` replace the recipe's
+    context length and batch rows (key factors, as every shape is); so is ``quant``,
+    weight-only quantization (backends/model_options.py). With ``check_memory``, weights
+    plus the KV cache must fit the device's free memory (sizing.py); computing a key
+    skips that.
     """
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
-    rec = rec.with_shapes(max_seq_len=max_seq_len)
+    rec = rec.with_shapes(max_seq_len=max_seq_len, max_batch=max_batch)
     if weights is None:
         weights = rec.weights
     b = get_backend(backend)
@@ -308,6 +310,7 @@ def build(
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
     quant: str | None = None,
+    max_batch: int | None = None,
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -315,13 +318,15 @@ def build(
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is.
 
-    ``max_seq_len``: the context length to build for (default: the recipe's).
+    ``max_seq_len``/``max_batch``: the context length and the rows every step runs
+    (``generate_batch`` takes up to that many prompts); default: the recipe's.
     ``quant="int8wo"``: int8 weights (eager, inductor, aoti; docs/backends.md).
     """
     _, _, result, _ = _lookup(
         recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
-        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len, quant=quant,
+        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len, max_batch=max_batch,
+        quant=quant,
     )  # fmt: skip
     return result
 
@@ -338,6 +343,7 @@ def load_with_result(
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
     quant: str | None = None,
+    max_batch: int | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -349,7 +355,7 @@ def load_with_result(
         _lookup, recipe, backend, store=store, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
         mode=mode, weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
-        quant=quant,
+        quant=quant, max_batch=max_batch,
     )  # fmt: skip
     with contextlib.ExitStack() as guard:
         b, ctx, result, st = lookup(build_on_miss=build_on_miss, guard=guard)
@@ -391,6 +397,7 @@ def load(
     extra: dict[str, Any] | None = None,
     max_seq_len: int | None = None,
     quant: str | None = None,
+    max_batch: int | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
@@ -399,14 +406,15 @@ def load(
 ) -> Runner:
     """A Runner from the cache, building on a miss (unless build_on_miss=False).
 
-    ``max_seq_len``: the context length it was built for (default: the recipe's).
-    ``quant``: as for build(). Pass ``context`` to receive phase timestamps in
+    ``max_seq_len``/``max_batch``: the context length and batch rows it was built for
+    (default: the recipe's). ``quant``: as for build(). Pass ``context`` to receive
+    phase timestamps in
     ``context.phases``.
     """
     return load_with_result(
         recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, max_seq_len=max_seq_len, quant=quant, build_on_miss=build_on_miss,
-        cache_dir=cache_dir,
+        extra=extra, max_seq_len=max_seq_len, max_batch=max_batch, quant=quant,
+        build_on_miss=build_on_miss, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, store=store, context=context,
     )[1]  # fmt: skip
 

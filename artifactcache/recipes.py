@@ -30,7 +30,7 @@ Example (``llama-7b.toml``)::
 
     [shapes]                         # what compiled artifacts are specialised to
     max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
-    max_batch = 1
+    max_batch = 1                    # rows of the static KV cache: every step runs this many
     prefill_len = 16                 # tokens per prefill call (longer prompts run in chunks)
 
     [bench]                          # the seed's benchmark input
@@ -159,8 +159,8 @@ class Recipe:
             raise ShapeError("the prompt is empty: give at least one token id")
         if batch > self.shapes.max_batch:
             raise ShapeError(
-                f"batch {batch} exceeds the recipe's max_batch {self.shapes.max_batch}: "
-                "batching is not supported yet"
+                f"a batch of {batch} exceeds the artifact's max_batch {self.shapes.max_batch}; "
+                f"build with --max-batch {batch} (max_batch=) or raise [shapes].max_batch in {src}"
             )
         total = n_prompt + max_new_tokens
         if total > self.shapes.max_seq_len:
@@ -170,8 +170,11 @@ class Recipe:
                 f"or raise [shapes].max_seq_len in {src}"
             )
 
-    def with_shapes(self, *, max_seq_len: int | None = None) -> Recipe:
-        """This recipe with the context length chosen at build (``--max-seq-len``).
+    def with_shapes(
+        self, *, max_seq_len: int | None = None, max_batch: int | None = None
+    ) -> Recipe:
+        """This recipe with the context length and batch chosen at build
+        (``--max-seq-len``, ``--max-batch``).
 
         None keeps the recipe's own. The result is checked by the same rule as a
         recipe file's [shapes] (``shape_problem``); ``prefill_len`` is only the chunk
@@ -179,15 +182,20 @@ class Recipe:
         """
         from .errors import ShapeError
 
-        if max_seq_len is None or max_seq_len == self.shapes.max_seq_len:
+        for name, value in (("max_seq_len", max_seq_len), ("max_batch", max_batch)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ShapeError(f"{name} must be an integer, got {value!r}")
+        shapes = self.shapes
+        if max_batch is not None:
+            shapes = replace(shapes, max_batch=max_batch)
+        if max_seq_len is not None:
+            shapes = replace(
+                shapes,
+                max_seq_len=max_seq_len,
+                prefill_len=max(1, min(shapes.prefill_len, max_seq_len)),
+            )
+        if shapes == self.shapes:
             return self
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int):
-            raise ShapeError(f"max_seq_len must be an integer, got {max_seq_len!r}")
-        shapes = replace(
-            self.shapes,
-            max_seq_len=max_seq_len,
-            prefill_len=max(1, min(self.shapes.prefill_len, max_seq_len)),
-        )
         problem = shape_problem(self.model, shapes)
         if problem is not None:
             raise ShapeError(f"{problem[0]} {problem[1]} (recipe {self.name})")

@@ -37,14 +37,12 @@ FIT_FRACTION = 0.9
 def shape_problem(model: ModelConfig, shapes: Shapes) -> tuple[str, str] | None:
     """(field, what is wrong) for shapes the model cannot be built for, else None.
 
-    One rule for a recipe file and for a ``max_seq_len`` override, so a context that
-    a TOML may not ask for cannot be reached from the command line either.
+    One rule for a recipe file and for a ``max_seq_len``/``max_batch`` override, so
+    shapes that a TOML may not ask for cannot be reached from the command line either.
     """
     for k, v in asdict(shapes).items():
         if v <= 0:
             return k, f"must be positive, got {v}"
-    if shapes.max_batch != 1:  # the runners decode one sequence; a wider KV cache crashes them
-        return "max_batch", f"must be 1, got {shapes.max_batch}: batching is not supported yet"
     if shapes.prefill_len > shapes.max_seq_len:
         return "prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len"
     max_pos = model.max_position_embeddings
@@ -171,8 +169,9 @@ def check_fits_memory(
         return
     gib = 1 << 30
     raise ShapeError(
-        f"recipe {recipe.name} at max_seq_len {recipe.shapes.max_seq_len} needs "
+        f"recipe {recipe.name} at max_seq_len {recipe.shapes.max_seq_len}, max_batch "
+        f"{recipe.shapes.max_batch} needs "
         f"{need['weights'] / gib:.2f} GiB of {dtype} weights + {need['kv_cache'] / gib:.2f} GiB "
         f"of KV cache, more than {FIT_FRACTION:.0%} of the {free / gib:.2f} GiB free on "
-        f"{device}; pass a smaller --max-seq-len or a smaller dtype"
+        f"{device}; pass a smaller --max-seq-len, --max-batch or dtype"
     )

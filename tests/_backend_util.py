@@ -88,3 +88,25 @@ def fake_cxx(tmp_path: Path, name: str, body: str) -> str:
     )
     script.chmod(0o755)
     return str(script)
+
+
+# Prompts of different lengths for the batch tests: one past tiny recipes' prefill_len (8),
+# so its rows run in chunks, and one of a single token.
+BATCH_PROMPTS = (
+    [1, 15043, 29892, 590, 1024, 338],
+    [1, 2],
+    [(7 * i + 11) % 1000 for i in range(19)],
+    [5],
+)
+
+
+def assert_rows_match_alone(batched: Any, alone: Any, prompts: Any, new_tokens: int) -> None:
+    """Every row of a batch equals its prompt run alone on ``alone`` (a batch-1 runner):
+    logits <= 1e-4 relative (fp32) and identical greedy tokens."""
+    prompts = [list(p) for p in prompts]
+    for p, got in zip(prompts, batched.logits_batch(prompts), strict=True):
+        want = alone.logits(p)
+        assert got.shape == want.shape
+        assert rel_err(got, want) <= 1e-4, (len(p), rel_err(got, want))
+    want_tokens = [alone.generate(p, new_tokens, eos_token_ids=()) for p in prompts]
+    assert batched.generate_batch(prompts, new_tokens, eos_token_ids=()) == want_tokens

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from _backend_util import (
+    BATCH_PROMPTS,
     TINY,
+    assert_rows_match_alone,
     kernel_compiles,
     load_in_child,
     private_dir,
@@ -50,6 +52,13 @@ def test_matches_eager(name: str, runners):
         assert rel_err(aoti.logits(ids), eager.logits(ids)) <= 1e-4
     # Decode reads the KV cache prefill wrote: only true if both runners share it.
     assert aoti.generate(prompt, 32) == eager.generate(prompt, 32)
+
+
+def test_batch_rows_equal_each_prompt_run_alone(root: Path, runners):
+    """Steps built for max_batch 3 (row_start an input): each row is eager's batch 1."""
+    batched = api.load("tiny-mistral", "aoti", cache_dir=root, max_batch=3)
+    # 24 new tokens after the 19-token prompt cross tiny-mistral's 16-token window.
+    assert_rows_match_alone(batched, runners("tiny-mistral", "eager"), BATCH_PROMPTS[1:], 24)
 
 
 def test_entry_is_unpacked_and_weight_free(root: Path):

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 from _backend_util import (
+    BATCH_PROMPTS,
     TINY,
+    assert_rows_match_alone,
     kernel_compiles,
     load_in_child,
     private_dir,
@@ -53,6 +55,13 @@ def test_matches_eager(name: str, runners):
     for ids in (prompt, full):
         assert rel_err(compiled.logits(ids), eager.logits(ids)) <= 1e-4
     assert compiled.generate(prompt, 32) == eager.generate(prompt, 32)
+
+
+def test_batch_rows_equal_each_prompt_run_alone(root: Path, runners):
+    """Steps built for max_batch 3 (row_start an input): each row is eager's batch 1."""
+    batched = api.load("tiny-mistral", "inductor", cache_dir=root, max_batch=3)
+    # 24 new tokens after the 19-token prompt cross tiny-mistral's 16-token window.
+    assert_rows_match_alone(batched, runners("tiny-mistral", "eager"), BATCH_PROMPTS[1:], 24)
 
 
 def test_this_torch_warms_from_saved_compiled_functions():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _backend_util import BATCH_PROMPTS, assert_rows_match_alone
 from typer.testing import CliRunner
 
 from artifactcache import api
@@ -45,6 +46,19 @@ def test_parity_with_eager(recipe, store):
     assert rel <= 1e-4, f"{recipe}: max relative error {rel:.2e}"
     n = 24  # crosses tiny-mistral's 16-token sliding window
     assert ort_runner.generate(ids, n) == eager.generate(ids, n)
+
+
+def test_batch_rows_equal_each_prompt_run_alone(store):
+    """A max_batch 4 graph (static batch axis, row_start input) against eager batch 1."""
+    # tiny-mistral: 24 new tokens after the 19-token prompt cross its 16-token window.
+    batched = api.load("tiny-mistral", "ort", store=store, max_batch=4)
+    assert ox.cache_shape(batched.recipe)[1] == 4
+    alone = api.load("tiny-mistral", "eager", store=store)
+    assert_rows_match_alone(batched, alone, BATCH_PROMPTS, 24)
+    assert_rows_match_alone(batched, alone, BATCH_PROMPTS[1:3], 6)  # two rows pad to four
+    assert batched.generate(BATCH_PROMPTS[0], 10) == alone.generate(BATCH_PROMPTS[0], 10)
+    with pytest.raises(ShapeError, match="a batch of 5 exceeds the artifact's max_batch 4"):
+        batched.generate_batch([[1]] * 5, 2)
 
 
 def test_warm_session_skips_optimization(store, monkeypatch, capfd):

@@ -47,13 +47,17 @@ def populated(tmp_path_factory) -> tuple[Path, str]:
     return root, json.loads(r.stdout)["key"]
 
 
-@pytest.fixture
-def batch2_recipe(tmp_path) -> Path:
+def _with_max_batch(tmp_path: Path, rows: int) -> Path:
     text = (BUILTIN_DIR / "tiny-llama.toml").read_text()
     assert "max_batch = 1" in text
-    path = tmp_path / "batch2.toml"
-    path.write_text(text.replace("max_batch = 1", "max_batch = 2"))
+    path = tmp_path / f"batch{rows}.toml"
+    path.write_text(text.replace("max_batch = 1", f"max_batch = {rows}"))
     return path
+
+
+@pytest.fixture
+def batch0_recipe(tmp_path) -> Path:
+    return _with_max_batch(tmp_path, 0)
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +98,7 @@ CASES = [
     (["build", "tiny-llama", "-b", "inductor", "--mode", "reduce-overhead"], "--device cuda"),
     (["build", "tiny-llama", "-b", "ort", "--dtype", "bf16"], "supports dtype"),
     (["build", "tiny-llama", "--weights", "/nonexistent/ckpt"], "weights not found"),
-    (["build", "BATCH2", "-b", "eager"], "batching is not supported yet"),
+    (["build", "BATCH0", "-b", "eager"], "'shapes.max_batch' must be positive"),
     # key
     (["key", "tiny-llama", "-b", "nope"], "unknown backend"),
     (["key", "tiny-llama", "-b", "eager", "--extra", "foo=1"], "takes no extra options"),
@@ -104,7 +108,14 @@ CASES = [
     (["bench", "tiny-llama", "--iters", "0"], "--iters"),
     (["bench", "tiny-llama", "--warmup", "0"], "--warmup"),
     (["bench", "tiny-llama", "--batch", "0"], "--batch"),
-    (["bench", "tiny-llama", "--batch", "2"], "max_batch"),
+    (["bench", "tiny-llama", "--batch", "2", "--max-batch", "1"], "exceeds the artifact's max_"),
+    (["bench", "tiny-llama", "--batch", "1,8", "--max-batch", "4"], "a batch of 8 exceeds"),
+    (["bench", "tiny-llama", "--batch", "1,x"], "--batch takes batch sizes"),
+    (["bench", "tiny-llama", "--batch", "2,2"], "names a size twice"),
+    (["bench", "tiny-llama", "--batch", ","], "at least one batch size"),
+    (["bench", "tiny-llama", "--batch", "1,-2"], "at least 1, got -2"),
+    (["bench", "tiny-llama", "--batch", "1,2", "--new-tokens", "59"], "max_seq_len"),
+    (["bench", "examples/vision.py:net", "--batch", "2"], "takes --batches"),
     (["bench", "tiny-llama", "--new-tokens", "0"], "--new-tokens"),
     (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
     (["bench", "tiny-llama", "--mode", "fast"], "has no modes"),
@@ -143,6 +154,16 @@ CASES = [
     (["coldstart", "tiny-llama", "-b", "eager", "--max-seq-len", "0"], "must be positive"),
     ([*COMPARE, "--max-seq-len", "1000"], "max_position_embeddings"),
     (["prewarm", "tiny-llama", "-b", "eager", "--max-seq-len", "999", *S3], "max_position"),
+    # --max-batch: the same rule as a recipe's [shapes].max_batch, checked before anything
+    (["build", "tiny-llama", "--max-batch", "0"], "max_batch must be positive"),
+    ([*RUN, "--tokens", "1", "--max-batch", "-3"], "max_batch must be positive"),
+    (["key", "tiny-llama", "-b", "eager", "--max-batch", "0"], "must be positive"),
+    (["bench", "tiny-llama", "--max-batch", "0"], "must be positive"),
+    (["coldstart", "tiny-llama", "-b", "eager", "--max-batch", "0"], "must be positive"),
+    ([*COMPARE, "--max-batch", "0"], "must be positive"),
+    (["prewarm", "tiny-llama", "-b", "eager", "--max-batch", "0", *S3], "must be positive"),
+    (["build", "examples/vision.py:net", "--max-batch", "2"], "--max-batch is for a recipe"),
+    (["run", "examples/vision.py:net", "--max-batch", "2"], "--max-batch is for a recipe"),
     # cache
     (["gc"], "--max-size and/or --older-than"),
     (["gc", "--max-size", "10X"], "not a size"),
@@ -160,7 +181,7 @@ CASES = [
 
 
 def _invoke(args: list[str], key: str, tmp_path: Path, recipe: Path):
-    subst = {"KEY": key, OUT: str(tmp_path / "out"), "TMPDIR": str(tmp_path), "BATCH2": recipe}
+    subst = {"KEY": key, OUT: str(tmp_path / "out"), "TMPDIR": str(tmp_path), "BATCH0": recipe}
     return runner.invoke(app, [str(subst.get(a, a)) for a in args])
 
 
@@ -174,28 +195,29 @@ def _assert_one_line_error(result, needle: str) -> None:
 
 @pytest.mark.parametrize(("args", "needle"), CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_bad_argument_leaves_the_cache_as_it_was(
-    args, needle, populated, batch2_recipe, tmp_path, monkeypatch
+    args, needle, populated, batch0_recipe, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     root, key = populated
     monkeypatch.setenv("ACACHE_DIR", str(root))
     before = snapshot(root)
-    _assert_one_line_error(_invoke(args, key, tmp_path, batch2_recipe), needle)
+    _assert_one_line_error(_invoke(args, key, tmp_path, batch0_recipe), needle)
     assert snapshot(root) == before
     assert not (tmp_path / "out").exists()
 
     absent = tmp_path / "never-created"
     monkeypatch.setenv("ACACHE_DIR", str(absent))
-    _assert_one_line_error(_invoke(args, key, tmp_path, batch2_recipe), needle)
+    _assert_one_line_error(_invoke(args, key, tmp_path, batch0_recipe), needle)
     assert not absent.exists()
 
 
-def test_max_batch_other_than_1_is_refused_when_the_recipe_is_parsed(batch2_recipe):
-    from artifactcache.errors import RecipeError
+def test_a_recipe_may_ask_for_batch_rows(tmp_path):
     from artifactcache.recipes import load_recipe
 
-    with pytest.raises(RecipeError, match=r"'shapes.max_batch' must be 1, got 2: batching"):
-        load_recipe(batch2_recipe)
+    rec = load_recipe(_with_max_batch(tmp_path, 8))
+    assert rec.shapes.max_batch == 8
+    assert rec.with_shapes(max_batch=2).shapes.max_batch == 2
+    assert rec.with_shapes(max_batch=8) is rec  # nothing to change
 
 
 def test_library_checks_a_generation_request_before_anything_is_built():

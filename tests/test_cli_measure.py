@@ -36,7 +36,7 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "no-such-recipe", "--backend", "eager"], "unknown recipe"),
         (["coldstart", "tiny-llama", "--backend", "nope"], "unknown backend"),
         (["coldstart", "tiny-llama", "--backend", "eager", "--runs", "0"], "--runs"),
-        (["bench", "tiny-llama", "--backend", "eager", "--batch", "2"], "max_batch"),
+        (["bench", "tiny-llama", "-b", "eager", "--batch", "2", "--max-batch", "1"], "max_batch"),
         (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
         (
             ["compare", "--recipes", "tiny-llama,nope", "--backends", "eager", "--out", "X"],
@@ -145,6 +145,27 @@ def test_compare_cold_compiles_warm_does_not(compared):
         # Same artifact semantics: compiled greedy tokens match eager's.
         eager_tokens = rep["baselines"][recipe]["runs"]["eager"][0]["steady"]["tokens"]
         assert pair["runs"]["warm"][0]["steady"]["tokens"] == eager_tokens
+
+
+def test_bench_measures_each_batch_size_and_says_how_the_artifact_was_found(tmp_path):
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    args = ["bench", "tiny-llama", "--batch", "1,2", "--max-batch", "2", "--new-tokens", "4",
+            "--iters", "1", "--warmup", "1", *cache]  # fmt: skip
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.stderr
+    one, two = json.loads(r.stdout)["batches"]
+    assert [(x["batch"], x["max_batch"], x["entry"]) for x in (one, two)] == [
+        (1, 2, "built"),  # both sizes on the --max-batch 2 artifact: built once
+        (2, 2, "hit"),
+    ]
+    for x in (one, two):
+        assert x["aggregate_request_tok_s"] == pytest.approx(x["batch"] * x["request_tok_s"])
+        assert x["step"]["p50"] > 0 and x["matmul_tflops"] > 0 and x["copy_gbps"] > 0
+        assert x["flops_per_step"]["total"] > 0 and x["roofline_bound"] in ("bandwidth", "compute")
+    assert two["bytes_per_token"]["kv_read"] == 2 * one["bytes_per_token"]["kv_read"]
+    r = runner.invoke(app, args)  # a table now
+    assert r.exit_code == 0, r.stderr
+    assert "batch 1" in r.stdout and "batch 2" in r.stdout and "% of FLOP roofline" in r.stdout
 
 
 def test_probe_spec_carries_extra_options_with_their_types():

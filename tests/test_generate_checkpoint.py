@@ -79,7 +79,7 @@ def test_the_runner_has_the_folders_tokenizer_and_stops_at_its_eos(tmp_path: Pat
     assert with_eos.generate(ids, 20) == free[: k + 1]  # the EOS id is kept, as transformers does
     assert with_eos.generate(ids, 20, eos_token_ids=()) == free
     # The seed benchmark never stops early, whatever the checkpoint's EOS.
-    stats = measure_requests(with_eos, ids, 20, iters=1, warmup=1, device=torch.device("cpu"))
+    stats = measure_requests(with_eos, [ids], 20, iters=1, warmup=1, device=torch.device("cpu"))
     assert stats["new_tokens"] == 20
     assert api.load(str(recipe), "eager", cache_dir=cache).tokenizer is None  # no folder
 

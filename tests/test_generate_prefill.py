@@ -11,7 +11,7 @@ from _generate_util import full_forward, naive_greedy, write_recipe
 from typer.testing import CliRunner
 
 from artifactcache.errors import ShapeError
-from artifactcache.generate import plan_chunks
+from artifactcache.generate import PAD_ID, left_pad, plan_chunks
 from artifactcache.recipes import load_recipe
 
 PROMPT = [(7 * i + 11) % 32000 for i in range(300)]
@@ -108,3 +108,16 @@ def test_cli_refuses_a_prompt_past_the_context_before_building(long_recipe, tmp_
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: 300 prompt + 21 new tokens")
     assert list(cache.rglob("manifest.json")) == []  # nothing built
+
+
+def test_left_pad_aligns_every_prompt_to_the_longest_and_fills_the_rows():
+    rows, starts = left_pad([[5, 6, 7], [8], [9, 10]], 5)
+    assert rows == [
+        [5, 6, 7],
+        [PAD_ID, PAD_ID, 8],
+        [PAD_ID, 9, 10],
+        [PAD_ID] * 3,  # filler rows up to the steps' static batch
+        [PAD_ID] * 3,
+    ]
+    assert starts == [0, 2, 1, 0, 0]
+    assert left_pad([[1, 2]], 1) == ([[1, 2]], [0])

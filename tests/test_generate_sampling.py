@@ -84,6 +84,20 @@ def test_the_sampler_follows_the_distribution_and_its_filters():
     assert nucleus[2:].sum() == 0 and torch.allclose(nucleus[:2], top2[:2], atol=0.03)
 
 
+def test_the_sampler_draws_each_row_of_a_batch_on_its_own():
+    # Row r puts almost all its mass on token r, and a little on token 3.
+    logits = torch.full((3, 4), -30.0)
+    logits[torch.arange(3), torch.arange(3)] = 10.0
+    logits[:, 3] = 0.0
+    want = torch.tensor([[0], [1], [2]])
+    assert torch.equal(Sampling().sampler(torch.device("cpu"))(logits), want)
+    for kw in ({}, {"top_k": 2}, {"top_p": 0.9}):
+        pick = Sampling(temperature=1.0, seed=0, **kw).sampler(torch.device("cpu"))
+        assert torch.equal(pick(logits), want), kw
+    one = Sampling(temperature=1.0, seed=0).sampler(torch.device("cpu"))(logits[1])
+    assert one.shape == (1, 1)  # a single row of logits keeps the [1, 1] shape
+
+
 def test_eager_greedy_is_the_full_forward_argmax(runners):
     prompt = _prompt()
     assert runners(RECIPE, "eager").generate(prompt, 12) == naive_greedy(
@@ -134,9 +148,13 @@ def test_the_trt_llm_runner_cuts_at_eos_refuses_sampling_and_long_prompts(monkey
         def generate(self, prompts, params, use_tqdm):
             assert params["ignore_eos"] and params["temperature"] == 0.0
             out = types.SimpleNamespace(token_ids=[5, 6, 7, 8][: params["max_tokens"]])
-            return [types.SimpleNamespace(outputs=[out])]
+            return [types.SimpleNamespace(outputs=[out]) for _ in prompts]
 
     runner = TrtLlmRunner(LLM(), load_recipe(RECIPE))
+    wide = TrtLlmRunner(LLM(), load_recipe(RECIPE).with_shapes(max_batch=2))
+    assert wide.generate_batch([[1, 2], [3]], 4, eos_token_ids=[7]) == [[5, 6, 7]] * 2
+    with pytest.raises(ShapeError, match="a batch of 2 exceeds the artifact's max_batch 1"):
+        runner.generate_batch([[1, 2], [3]], 4)
     assert runner.generate([1, 2], 4) == [5, 6, 7, 8]
     assert runner.generate([1, 2], 4, eos_token_ids=[6]) == [5, 6]
     assert list(runner.stream([1, 2], 4, eos_token_ids=[7])) == [5, 6, 7]

@@ -1,4 +1,5 @@
-"""Context length chosen at build, sizes that do not fit, and what a decode step reads.
+"""Context length and batch rows chosen at build, sizes that do not fit, and what a
+decode step reads.
 
 Every byte count here is worked out by hand from tiny-llama's TOML (vocab 32000, dim 64,
 2 layers, 4 heads of 16 dims, 2 kv heads, MLP 172, untied) so a change in the counting
@@ -87,6 +88,84 @@ def test_a_folder_recipe_defaults_to_its_positions_capped_at_4096(tmp_path: Path
         data = {**config, "max_position_embeddings": positions}
         rec = recipe_from_config(data, "config.json", tmp_path)
         assert rec.shapes.max_seq_len == want
+
+
+# ------------------------------------------------------------ batch rows --
+
+
+def test_max_batch_is_a_key_factor_of_every_entry_and_the_export():
+    assert load_recipe("tiny-llama").shapes.max_batch == 1
+    assert key("tiny-llama", max_batch=1) == key("tiny-llama")
+    k2 = key("tiny-llama", max_batch=2)
+    assert k2 != key("tiny-llama") and k2 != key("tiny-llama", max_batch=8)
+    b, ctx = api.make_context("tiny-llama", "eager", max_batch=2)
+    assert ctx.recipe.shapes.max_batch == 2
+    assert api.key_for(b, ctx).factors["recipe"]["shapes"]["max_batch"] == 2
+    pytest.importorskip("onnxruntime")
+    from artifactcache.backends import onnx_export as ox
+    from artifactcache.keys import compute_key
+
+    exports = {
+        compute_key(ox.export_factors(c.recipe, "random:0", ox.ExportSpec()))
+        for c in (api.make_context("tiny-llama", "ort", max_batch=m)[1] for m in (1, 2))
+    }
+    assert len(exports) == 2  # the graph's batch axis is static: another export
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [(0, "max_batch must be positive, got 0"), (True, "max_batch must be an integer")],
+)
+def test_bad_max_batch_is_a_one_line_shape_error(rows, message):
+    with pytest.raises(ShapeError, match=message) as e:
+        load_recipe("tiny-llama").with_shapes(max_batch=rows)
+    assert "\n" not in str(e.value)
+
+
+def test_the_kv_cache_and_the_bytes_a_step_reads_follow_the_rows():
+    rec = load_recipe("tiny-llama").with_shapes(max_batch=4)
+    assert sizing.memory_needed(rec, "fp32")["kv_cache"] == 4 * KV_PER_POSITION * 64
+    one, four = (bench.bytes_per_token(rec, "fp32", b, prompt_len=6, new_tokens=10) for b in (1, 4))
+    assert four["weights"] == one["weights"] == (PARAMS - EMBED) * 4  # read once per step
+    assert four["kv_read"] == 4 * one["kv_read"] == 4 * KV_PER_POSITION * 11
+    assert four["kv_allocated_bytes"] == one["kv_allocated_bytes"] == 4 * KV_PER_POSITION * 64
+    need = PARAMS * 4 + 4 * KV_PER_POSITION * 64
+    with pytest.raises(ShapeError) as e:
+        sizing.check_fits_memory(rec, "fp32", "cpu", free_bytes=lambda _d: need)
+    assert "max_batch 4" in str(e.value) and "--max-batch" in str(e.value)
+
+
+def test_the_cli_key_and_the_probe_child_build_for_the_rows_asked(tmp_path: Path):
+    r = runner.invoke(app, ["key", "tiny-llama", "-b", "eager", "--max-batch", "3"])
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == key("tiny-llama", max_batch=3)
+    spec = coldstart.ProbeSpec(
+        recipe="tiny-llama", backend="eager", max_batch=3, extra_flags=["--build-only"]
+    )
+    res = coldstart.spawn_probe(spec, tmp_path / "cache")
+    assert (res["max_batch"], res["key"]) == (3, key("tiny-llama", max_batch=3))
+
+
+@pytest.mark.parametrize(
+    ("args", "want"),
+    [
+        (["bench", "tiny-llama", "--batch", "4,1"], ("4", "4")),  # its own artifact per size
+        (["bench", "tiny-llama", "--batch", "1,2", "--max-batch", "8"], ("8", "1")),
+        (["bench", "tiny-llama", "--max-batch", "2"], ("2", "1")),
+        (["coldstart", "tiny-llama", "-b", "eager", "--max-batch", "2"], ("2", None)),
+        (["compare", "--recipes", "tiny-llama", "--backends", "eager", "--max-batch", "2",
+          "--out", "OUT"], ("2", None)),
+    ],  # fmt: skip
+    ids=lambda a: " ".join(a) if isinstance(a, list) else None,
+)
+def test_max_batch_and_batch_reach_the_probe_children(args, want, monkeypatch, tmp_path):
+    seen = _capture_probes(monkeypatch)
+    monkeypatch.setenv("ACACHE_DIR", str(tmp_path / "cache"))
+    runner.invoke(app, [str(tmp_path / "out") if a == "OUT" else a for a in args])
+    assert seen, "no probe was asked for"
+    argv = seen[0]
+    got_batch = argv[argv.index("--batch") + 1] if "--batch" in argv else None
+    assert (argv[argv.index("--max-batch") + 1], got_batch) == want
 
 
 # ------------------------------------------------------------ memory fit --

@@ -245,7 +245,7 @@ class AotiBackend:
             """A runner on the entry's .so, bound to our tensors; its step callable."""
             runners[s] = runner = aoti_container_runner(paths[s], dev)
             share_constants(runner, state, s)
-            return lambda idx, pos: runner.run([idx, pos])
+            return lambda *inputs: runner.run(list(inputs))
 
         prefill, decode = open_step("prefill"), open_step("decode")
         t0 = time.perf_counter()

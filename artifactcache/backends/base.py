@@ -126,6 +126,21 @@ class Runner(Protocol):
         """
         ...
 
+    def generate_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: list[int] | tuple[int, ...] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """generate() for up to the artifact's max_batch prompts of any lengths at once:
+        one list of new ids per prompt, each row stopping at its own EOS."""
+        ...
+
 
 class Backend(Protocol):
     name: str

@@ -3,7 +3,7 @@
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
 ``aot_compile`` (on CPU, where ``torch.compiler.load_compiled_function`` exists): each step
-is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, idx, pos), {}))``
+is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, *inputs), {}))``
 and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
 inputs: the saved function holds no weights and writes the caller's buffers. A
@@ -118,10 +118,10 @@ def warm_path(device: str) -> str:
     return "megacache" if aot_compile_missing() else "aot_compile"
 
 
-def run_model(model: Any, idx: Any, pos: Any) -> Any:
+def run_model(model: Any, *inputs: Any) -> Any:
     """The step aot_compile traces: the model is an input, so its weights are not
     baked in and its KV-cache buffers are the caller's."""
-    return model(idx, pos)
+    return model(*inputs)
 
 
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
@@ -136,9 +136,9 @@ def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     runs = 3 if options.get("triton.cudagraphs") else 1
     with torch.no_grad():
         for decode in (False, True):
-            idx, pos = example_inputs(recipe, dev, decode)
+            inputs = example_inputs(recipe, dev, decode)
             for _ in range(runs):
-                compiled(idx, pos)
+                compiled(*inputs)
     sync(dev)
     return compiled
 
@@ -301,8 +301,8 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
     for step in STEPS:
         compiled = load_compiled_step(entry_dir / STEP_FILES[step])
 
-        def call(idx: Any, pos: Any, compiled: Any = compiled) -> Any:
-            return compiled(model, idx, pos)
+        def call(*inputs: Any, compiled: Any = compiled) -> Any:
+            return compiled(model, *inputs)
 
         with torch.no_grad():
             call(*example_inputs(recipe, dev, decode=step == "decode"))

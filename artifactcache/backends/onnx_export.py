@@ -1,12 +1,16 @@
 """ONNX export of a recipe's prefill and decode step, as a cache entry of its own.
 
 One graph serves both steps. Its token axis ``T`` is dynamic (1..prefill_len),
-so prefill runs it with T = prefill_len and decode with T = 1::
+so prefill runs it with T = prefill_len and decode with T = 1; its batch axis B
+is static at the recipe's max_batch (a smaller request pads rows)::
 
-    inputs:  input_ids [1, T] int64, input_pos [T] int64,
-             past_keys / past_values [n_layers, 1, n_kv_heads, max_seq_len, head_dim]
-    outputs: logits [1, T, vocab] fp32,
+    inputs:  input_ids [B, T] int64, input_pos [T] int64, row_start [B] int64,
+             past_keys / past_values [n_layers, B, n_kv_heads, max_seq_len, head_dim]
+    outputs: logits [B, T, vocab] fp32,
              present_keys / present_values (same shape as past_*)
+
+``row_start[b]`` is row b's first real slot (prompts are left-padded to the
+longest, backends/runner.py).
 
 The KV cache is an explicit input and output, not a buffer: the models'
 in-place ``KVCache`` is swapped for :class:`_FunctionalKV`, which writes with an
@@ -52,12 +56,15 @@ EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 # Bumped when the graph's I/O contract (names, layout) changes.
-GRAPH_FORMAT = "llm-step-v1"
+GRAPH_FORMAT = "llm-step-v2"
 DEFAULT_OPSET = 18
 MIN_OPSET = 18  # the dynamo exporter's floor
 EXPORTERS = ("dynamo", "torchscript")
 EXPORT_DTYPES = ("fp32", "fp16", "bf16")
-INPUT_NAMES = ("input_ids", "input_pos", "past_keys", "past_values")
+# The runner's step inputs, in the order a step takes them; then the cache.
+STEP_INPUT_NAMES = ("input_ids", "input_pos", "row_start")
+CACHE_INPUT_NAMES = ("past_keys", "past_values")
+INPUT_NAMES = STEP_INPUT_NAMES + CACHE_INPUT_NAMES
 OUTPUT_NAMES = ("logits", "present_keys", "present_values")
 # Above this many parameter bytes, weights go to an external data file (protobuf's 2 GiB cap).
 EXTERNAL_DATA_BYTES = 1 << 30
@@ -155,7 +162,8 @@ def exported(ctx: BuildContext) -> tuple[Path, Any]:
 
 
 def _step_module(model: torch.nn.Module) -> torch.nn.Module:
-    """The model with a functional KV cache: (ids, pos, keys, values) -> (logits, keys, values)."""
+    """The model with a functional KV cache:
+    (ids, pos, row_start, keys, values) -> (logits, keys, values)."""
     import torch
     from torch import nn
 
@@ -182,9 +190,9 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
             for i, layer in enumerate(inner.model.layers):
                 layer.self_attn.kv_cache = _FunctionalKV(self.slot, i)
 
-        def forward(self, input_ids, input_pos, past_keys, past_values):
+        def forward(self, input_ids, input_pos, row_start, past_keys, past_values):
             self.slot["k"], self.slot["v"] = past_keys.unbind(0), past_values.unbind(0)
-            logits = self.inner(input_ids, input_pos)
+            logits = self.inner(input_ids, input_pos, row_start)
             out = [self.slot["out"][i] for i in range(self.n_layers)]
             keys = torch.stack([kv[0] for kv in out])
             values = torch.stack([kv[1] for kv in out])
@@ -201,11 +209,12 @@ def cache_shape(recipe: Recipe) -> tuple[int, ...]:
 def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     import torch
 
-    p = recipe.shapes.prefill_len
-    ids = torch.zeros(1, p, dtype=torch.int64)
+    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
+    ids = torch.zeros(b, p, dtype=torch.int64)
     pos = torch.arange(p, dtype=torch.int64)
+    row_start = torch.zeros(b, dtype=torch.int64)
     keys = torch.zeros(cache_shape(recipe), dtype=dtype)
-    return ids, pos, keys, keys.clone()
+    return ids, pos, row_start, keys, keys.clone()
 
 
 def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, external: bool):
@@ -217,7 +226,10 @@ def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, ext
     import torch
 
     t = torch.export.Dim("T", min=1, max=recipe.shapes.prefill_len)
-    shapes = {"input_ids": {1: t}, "input_pos": {0: t}, "past_keys": None, "past_values": None}
+    shapes = {
+        "input_ids": {1: t}, "input_pos": {0: t}, "row_start": None,
+        "past_keys": None, "past_values": None,
+    }  # fmt: skip
     # The exporter prints progress to stdout and warns about things we do on
     # purpose; keep stdout clean for `--json` callers.
     quiet = contextlib.ExitStack()

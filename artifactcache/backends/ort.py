@@ -44,8 +44,8 @@ from .base import BuildContext, BuildOptions, Dependency
 from .model_options import check_quant
 from .onnx_export import (
     EXPORT_DEP,
-    INPUT_NAMES,
     OUTPUT_NAMES,
+    STEP_INPUT_NAMES,
     cache_shape,
     export_dependency,
     export_spec,
@@ -143,8 +143,9 @@ def session_options(
 
 
 def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str, str]:
-    """TensorRT EP options: engine and timing caches in cache_dir, one token-axis profile."""
-    p = recipe.shapes.prefill_len
+    """TensorRT EP options: engine and timing caches in cache_dir, one token-axis profile
+    (the batch axis is static at max_batch)."""
+    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
     return {
         "device_id": str(device_id),
         "trt_engine_cache_enable": "True",
@@ -153,9 +154,9 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
         "trt_timing_cache_path": str(cache_dir),
         # Explicit profiles make the EP build its engine at session creation, for
         # every token count the runner uses (1 for decode, prefill_len for prefill).
-        "trt_profile_min_shapes": "input_ids:1x1,input_pos:1",
-        "trt_profile_opt_shapes": f"input_ids:1x{p},input_pos:{p}",
-        "trt_profile_max_shapes": f"input_ids:1x{p},input_pos:{p}",
+        "trt_profile_min_shapes": f"input_ids:{b}x1,input_pos:1",
+        "trt_profile_opt_shapes": f"input_ids:{b}x{p},input_pos:{p}",
+        "trt_profile_max_shapes": f"input_ids:{b}x{p},input_pos:{p}",
     }
 
 
@@ -189,25 +190,24 @@ class _OrtSteps:
     def _value(self, arr: Any) -> Any:
         return self.ort.OrtValue.ortvalue_from_numpy(arr, *self.dev)
 
-    def _run(self, idx: Any, pos: Any, keys: Any, values: Any) -> Any:
+    def _run(self, inputs: tuple[Any, ...], keys: Any, values: Any) -> Any:
+        """One step: the runner's inputs (STEP_INPUT_NAMES, in order), then the cache."""
         import torch
 
-        ids, p = idx.cpu().numpy(), pos.cpu().numpy()
         feeds = {
-            INPUT_NAMES[0]: self.ort.OrtValue.ortvalue_from_numpy(ids),
-            INPUT_NAMES[1]: self.ort.OrtValue.ortvalue_from_numpy(p),
-            INPUT_NAMES[2]: keys,
-            INPUT_NAMES[3]: values,
+            name: self.ort.OrtValue.ortvalue_from_numpy(t.cpu().numpy())
+            for name, t in zip(STEP_INPUT_NAMES, inputs, strict=True)
         }
+        feeds["past_keys"], feeds["past_values"] = keys, values
         logits, self.keys, self.values = self.sess.run_with_ort_values(list(OUTPUT_NAMES), feeds)
         return torch.from_numpy(logits.numpy())
 
-    def prefill(self, idx: Any, pos: Any) -> Any:
+    def prefill(self, *inputs: Any) -> Any:
         # A request starts from an empty cache; stale slots would be masked anyway.
-        return self._run(idx, pos, self.zero_k, self.zero_v)
+        return self._run(inputs, self.zero_k, self.zero_v)
 
-    def decode(self, idx: Any, pos: Any) -> Any:
-        return self._run(idx, pos, self.keys, self.values)
+    def decode(self, *inputs: Any) -> Any:
+        return self._run(inputs, self.keys, self.values)
 
 
 class OrtBackend:
@@ -377,9 +377,11 @@ def _device_id(opts: BuildOptions) -> int:
 def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
     import torch
 
-    p = recipe.shapes.prefill_len
-    steps.prefill(torch.zeros(1, p, dtype=torch.int64), torch.arange(p))
-    steps.decode(torch.zeros(1, 1, dtype=torch.int64), torch.tensor([p]))
+    from .runner import example_inputs
+
+    cpu = torch.device("cpu")
+    steps.prefill(*example_inputs(recipe, cpu, decode=False))
+    steps.decode(*example_inputs(recipe, cpu, decode=True))
 
 
 BACKEND = OrtBackend()

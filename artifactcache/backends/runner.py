@@ -1,16 +1,19 @@
-"""The Runner every LLM backend shares: chunked prefill, then decoding.
+"""The Runner every LLM backend shares: chunked prefill, then decoding, in batches.
 
 A backend only has to supply step functions over the model's static KV cache:
 
-    prefill(idx [1, P] int64, input_pos [P] int64) -> logits [1, P, vocab]
-    decode(idx [1, 1] int64, input_pos [1] int64)  -> logits [1, 1, vocab]
+    prefill(idx [B, P] int64, input_pos [P] int64, row_start [B] int64) -> logits [B, P, vocab]
+    decode(idx [B, 1] int64, input_pos [1] int64, row_start [B] int64)  -> logits [B, 1, vocab]
 
-where P is ``recipe.shapes.prefill_len``, a tuning knob rather than a limit: a
-longer prompt runs as several prefill calls (artifactcache/generate/prefill.py
-says why padding the last one is safe). ``prefill`` starts a request and may reset
-the cache; a backend whose prefill does (ort, trt keep the cache outside the model)
-also passes ``extend``, a P-token step that continues it.
-Sampling and EOS are artifactcache/generate's; the loop is here.
+where B is ``recipe.shapes.max_batch`` and P is ``recipe.shapes.prefill_len``, a
+tuning knob rather than a limit: a longer prompt runs as several prefill calls
+(artifactcache/generate/prefill.py says why padding the last one is safe). The rows
+of a batch share positions: shorter prompts are left-padded and ``row_start[b]`` is
+row b's first real slot (models/common.py masks what lies before it). Every step
+runs all B rows, so a request of fewer prompts fills the rest with padding rows.
+``prefill`` starts a request and may reset the cache; a backend whose prefill does
+(ort, trt keep the cache outside the model) also passes ``extend``, a P-token step
+that continues it. Sampling and EOS are artifactcache/generate's; the loop is here.
 
 Helpers here are also what backends use to prepare tensors and the model on the
 target device, so eager/inductor/aoti/ort/trt agree on dtype, device and the
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -29,13 +32,23 @@ import torch
 from ..devices import parse_device
 from ..dtypes import check_dtype
 from ..errors import BackendError, ShapeError
-from ..generate import Checkpoint, Sampling, cut_at_eos, plan_chunks, resolve_eos_ids
+from ..generate import (
+    PAD_ID,
+    Checkpoint,
+    Sampling,
+    cut_at_eos,
+    left_pad,
+    plan_chunks,
+    resolve_eos_ids,
+)
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
     from .base import BuildContext, BuildOptions
 
-Step = Callable[[torch.Tensor, torch.Tensor], Any]
+# (idx, input_pos, row_start) -> logits; a step takes its inputs positionally.
+Step = Callable[..., Any]
+
 
 
 def check_device_dtype(opts: BuildOptions) -> None:
@@ -64,15 +77,15 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def example_inputs(
-    recipe: Recipe, dev: torch.device, decode: bool
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(idx, input_pos) with the exact shapes and dtypes the steps are built for."""
+def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> tuple[torch.Tensor, ...]:
+    """(idx, input_pos, row_start) with the exact shapes and dtypes the steps are built for."""
     n = 1 if decode else recipe.shapes.prefill_len
     start = recipe.shapes.prefill_len if decode else 0
-    idx = torch.zeros(1, n, dtype=torch.int64, device=dev)
+    rows = recipe.shapes.max_batch
+    idx = torch.zeros(rows, n, dtype=torch.int64, device=dev)
     pos = torch.arange(start, start + n, dtype=torch.int64, device=dev)
-    return idx, pos
+    row_start = torch.zeros(rows, dtype=torch.int64, device=dev)
+    return idx, pos, row_start
 
 
 def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch.nn.Module:
@@ -110,9 +123,14 @@ def _as_tensor(out: Any) -> torch.Tensor:
 CUDA_GRAPHS_ENV = "ACACHE_CUDA_GRAPHS"
 
 
+def _copy_into(static: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> None:
+    for buf, t in zip(static, inputs, strict=True):
+        buf.copy_(t)
+
+
 def cuda_graph_step(
     step: Step,
-    examples: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    examples: Sequence[tuple[torch.Tensor, ...]],
     *,
     fresh_step: Callable[[], Step] | None = None,
 ) -> tuple[Step, dict[str, Any]]:
@@ -123,11 +141,12 @@ def cuda_graph_step(
     step must write only to fixed addresses: AOTI's user-managed constants, the
     KV cache included, are the model's own tensors, so they are.
 
-    The graph is captured at ``examples[0]``; then, at every example, the replay
-    must match the plain step's output (a graph that ignored its inputs would
-    not). Use two examples at different tokens and positions. Running a decode
-    step writes KV-cache slot ``pos``, which is harmless: every request writes a
-    slot before any query can read it.
+    The step may take any number of tensor inputs, each copied into a static
+    buffer before a replay. The graph is captured at ``examples[0]``; then, at
+    every example, the replay must match the plain step's output (a graph that
+    ignored its inputs would not). Use two examples that differ in every input
+    (``decode_examples``). Running a decode step writes KV-cache slot ``pos``,
+    which is harmless: every request writes a slot before any query can read it.
 
     On any failure the plain step is returned: ``fresh_step()`` if given, for
     steps whose object a failed capture leaves unusable (an AOTI container keeps
@@ -165,8 +184,7 @@ def cuda_graph_step(
             with torch.cuda.graph(graph, capture_error_mode="relaxed"):
                 out = _as_tensor(step(*static))
             for ex, w in zip(examples, want, strict=True):
-                static[0].copy_(ex[0])
-                static[1].copy_(ex[1])
+                _copy_into(static, ex)
                 graph.replay()
                 # Tolerant: cuBLAS may pick other kernels under capture; a graph
                 # that ignored its inputs would be off by far more.
@@ -175,21 +193,24 @@ def cuda_graph_step(
         except Exception as e:  # any capture failure: keep a plain step, say why
             return fallback(f"{type(e).__name__}: {e}")
 
-    def replay(idx: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        static[0].copy_(idx)
-        static[1].copy_(pos)
+    def replay(*inputs: torch.Tensor) -> torch.Tensor:
+        _copy_into(static, inputs)
         graph.replay()
         return out
 
     return replay, {"cuda_graph": True}  # the closure keeps graph and buffers alive
 
 
-def decode_examples(recipe: Recipe, dev: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Two decode inputs at different tokens and positions, for cuda_graph_step."""
-    idx, pos = example_inputs(recipe, dev, decode=True)
+def decode_examples(recipe: Recipe, dev: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Two decode inputs that differ in every input, for cuda_graph_step.
+
+    The second is the first plus one everywhere: another token, the next position,
+    and row_start 1 (still at or before the position, so a real row).
+    """
+    first = example_inputs(recipe, dev, decode=True)
     if recipe.shapes.prefill_len + 1 >= recipe.shapes.max_seq_len:
-        return [(idx, pos)]
-    return [(idx, pos), (idx + 1, pos + 1)]
+        return [first]
+    return [first, tuple(t + 1 for t in first)]
 
 
 # The EOS check reads one device flag back every this many tokens: a host sync
@@ -227,6 +248,11 @@ class StepRunner:
         self.checkpoint: Checkpoint | None = None
 
     @property
+    def max_batch(self) -> int:
+        """Rows every step runs: the most prompts one generate_batch() takes."""
+        return self.recipe.shapes.max_batch
+
+    @property
     def tokenizer(self) -> Any:
         """The checkpoint's ``tokenizers.Tokenizer``, or None when it has none."""
         return self.checkpoint.tokenizer if self.checkpoint is not None else None
@@ -236,60 +262,124 @@ class StepRunner:
         """The checkpoint's EOS ids: what generate() stops at by default."""
         return self.checkpoint.eos_token_ids if self.checkpoint is not None else ()
 
-    def _prefill(self, token_ids: Sequence[int], *, all_rows: bool) -> torch.Tensor:
-        """Logits on device for the prompt (every row, or only the last), cache filled."""
-        ids = [int(t) for t in token_ids]
+    def _prompts(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
+        """The prompts as lists of ints, each id in the vocabulary (one-line ShapeError)."""
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+            raise ShapeError(f"expected a list of prompts, got {type(prompts).__name__}")
+        prompts = list(prompts)
+        if not prompts:
+            raise ShapeError("the batch is empty: give at least one prompt")
+        out = []
         vocab = self.recipe.model.vocab_size
-        for t in ids:
-            if not 0 <= t < vocab:
-                raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+        for p in prompts:
+            if isinstance(p, (str, bytes)) or not isinstance(p, Iterable):
+                raise ShapeError(
+                    f"each prompt must be a list of token ids, got {type(p).__name__} {p!r}"
+                )
+            ids = [int(t) for t in p]
+            for t in ids:
+                if not 0 <= t < vocab:
+                    raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+            out.append(ids)
+        return out
+
+    def _fits(self, prompts: list[list[int]], max_new_tokens: int) -> None:
+        for p in prompts:
+            if not p:
+                raise ShapeError("the prompt is empty: give at least one token id")
+        longest = max(len(p) for p in prompts)  # the left-padded rows all have its length
+        self.recipe.check_fits(longest, max_new_tokens, len(prompts))
+
+    def _prefill(
+        self, prompts: list[list[int]], *, all_rows: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits, row_start) on device, the cache filled for every row.
+
+        Logits [max_batch, longest, vocab] for every position of the left-padded rows
+        (all_rows), else [max_batch, vocab] for the last one.
+        """
         shapes = self.recipe.shapes
-        chunks = plan_chunks(ids, shapes.prefill_len, shapes.max_seq_len)
-        rows = []
+        rows, starts = left_pad(prompts, shapes.max_batch)
+        row_start = torch.tensor(starts, dtype=torch.int64, device=self.device)
+        plans = [plan_chunks(r, shapes.prefill_len, shapes.max_seq_len) for r in rows]
+        outs = []
         with torch.no_grad():
-            for i, chunk in enumerate(chunks):
+            for i, chunk in enumerate(plans[0]):  # every row has the same chunks
                 step = self.prefill_step if i == 0 else self.extend_step
-                idx = torch.tensor([chunk.ids], dtype=torch.int64, device=self.device)
+                idx = torch.tensor([p[i].ids for p in plans], dtype=torch.int64, device=self.device)
                 pos = torch.arange(
                     chunk.start, chunk.start + len(chunk.ids), dtype=torch.int64,
                     device=self.device,
                 )  # fmt: skip
                 lo, hi = chunk.keep
-                out = _as_tensor(step(idx, pos))[0]
+                out = _as_tensor(step(idx, pos, row_start))
                 if all_rows:
                     # clone: a CUDA-graph step returns a view of its static output buffer.
-                    rows.append(out[lo:hi].float().clone())
-                elif i == len(chunks) - 1:
-                    rows.append(out[hi - 1 : hi])
-        return torch.cat(rows) if len(rows) > 1 else rows[0]
+                    outs.append(out[:, lo:hi].float().clone())
+                elif i == len(plans[0]) - 1:
+                    outs.append(out[:, hi - 1])
+        return (torch.cat(outs, dim=1) if len(outs) > 1 else outs[0]), row_start
 
     def logits(self, token_ids: Sequence[int]) -> torch.Tensor:
-        self.recipe.check_fits(len(token_ids), 0)
-        return self._prefill(token_ids, all_rows=True).cpu()
+        return self.logits_batch([token_ids])[0]
+
+    def logits_batch(self, prompts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+        """Each prompt's logits [len(prompt), vocab] fp32 on CPU, the prompts run as one batch."""
+        rows = self._prompts(prompts)
+        self._fits(rows, 0)
+        out, row_start = self._prefill(rows, all_rows=True)
+        starts = row_start.tolist()
+        return [out[b, starts[b] :].cpu() for b in range(len(rows))]
 
     def _eos(self, eos_token_ids: Sequence[int] | None) -> tuple[int, ...]:
         return resolve_eos_ids(eos_token_ids, self.eos_token_ids, self.recipe.model.vocab_size)
 
-    def _tokens(
-        self, prompt_ids: Sequence[int], max_new_tokens: int, sampling: Sampling
+    def decode_tokens(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        sampling: Sampling | None = None,
     ) -> Iterator[torch.Tensor]:
-        """Each new token as a [1, 1] device tensor; the next step runs when asked for."""
+        """Each step's new tokens as a [len(prompts), 1] device tensor, no EOS stop.
+
+        The next step runs only when asked for, so a caller can time one step at a
+        time (bench's step latency). The first yield is prefill plus the first pick.
+        """
+        rows = self._prompts(prompts)
+        self._fits(rows, max_new_tokens)
+        return self._tokens(rows, max_new_tokens, sampling or Sampling())
+
+    def _tokens(
+        self, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling
+    ) -> Iterator[torch.Tensor]:
+        """Each step's new tokens as [len(prompts), 1]; the next step runs when asked for."""
         pick = sampling.sampler(self.device)
+        n = len(prompts)
+        # Filler rows (a request smaller than max_batch) decode padding.
+        filler = None
+        if n < self.max_batch:
+            filler = torch.full(
+                (self.max_batch - n, 1), PAD_ID, dtype=torch.int64, device=self.device
+            )
         # no_grad per step, never around a yield: grad mode is thread state, and a
         # suspended generator would leave it switched off in the caller.
         with torch.no_grad():
-            nxt = pick(self._prefill(prompt_ids, all_rows=False)[-1])
+            last, row_start = self._prefill(prompts, all_rows=False)
+            nxt = pick(last[:n])
         yield nxt
-        ipos = torch.tensor([len(prompt_ids)], dtype=torch.int64, device=self.device)
+        ipos = torch.tensor([max(len(p) for p in prompts)], dtype=torch.int64, device=self.device)
         for _ in range(max_new_tokens - 1):
             with torch.no_grad():
-                step = _as_tensor(self.decode_step(nxt.to(self.device), ipos))
-                nxt = pick(step[0, -1])
+                idx = nxt.to(self.device)
+                if filler is not None:
+                    idx = torch.cat([idx, filler])
+                step = _as_tensor(self.decode_step(idx, ipos, row_start))
+                nxt = pick(step[:n, -1])
             yield nxt
             ipos = ipos + 1
 
     def _check(
-        self, prompt_ids: Sequence[int], max_new_tokens: int, **choices: Any
+        self, prompts: list[list[int]], max_new_tokens: int, **choices: Any
     ) -> tuple[Sampling, tuple[int, ...]]:
         """Validate a request before any step runs."""
         eos = choices.pop("eos_token_ids")
@@ -298,7 +388,7 @@ class StepRunner:
             raise ShapeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ShapeError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        self.recipe.check_fits(len(prompt_ids), max_new_tokens)
+        self._fits(prompts, max_new_tokens)
         return sampling, self._eos(eos)
 
     def generate(
@@ -316,29 +406,53 @@ class StepRunner:
 
         ``eos_token_ids=None`` stops at the checkpoint's EOS ids (none without a
         checkpoint folder); ``()`` never stops early. Greedy unless temperature > 0.
+        A batch of one: on an artifact built for max_batch > 1 the other rows pad.
         """
+        return self.generate_batch(
+            [prompt_ids], max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed,
+        )[0]  # fmt: skip
+
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """generate() for up to max_batch prompts at once: one list of new ids per prompt.
+
+        The prompts may differ in length. Each row stops at its own first EOS id (kept);
+        a finished row keeps decoding until every row is done, and its surplus is cut.
+        With sampling, each row draws its own tokens from one seeded generator.
+        """
+        rows = self._prompts(prompts)
         sampling, eos = self._check(
-            prompt_ids, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            rows, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
             top_k=top_k, top_p=top_p, seed=seed,
         )  # fmt: skip
         if max_new_tokens == 0:
-            return []
+            return [[] for _ in rows]
         # Tokens stay on the device until the end: reading each one back (int(...))
         # would sync the host every step. The final .tolist() is the one sync, so a
         # timed request still ends when its last token exists; with EOS ids, a device
-        # flag is read every EOS_CHECK_EVERY tokens and the surplus is cut off.
+        # flag (every row done) is read every EOS_CHECK_EVERY tokens and the surplus cut.
         eos_t = torch.tensor(eos, dtype=torch.int64, device=self.device) if eos else None
         done: torch.Tensor | None = None
         out: list[torch.Tensor] = []
-        for i, nxt in enumerate(self._tokens(prompt_ids, max_new_tokens, sampling)):
+        for i, nxt in enumerate(self._tokens(rows, max_new_tokens, sampling)):
             out.append(nxt)
             if eos_t is not None:
-                hit = torch.isin(nxt.to(self.device), eos_t).any()
+                hit = torch.isin(nxt.to(self.device), eos_t).view(-1)
                 done = hit if done is None else done | hit
-                if (i + 1) % EOS_CHECK_EVERY == 0 and bool(done):
+                if (i + 1) % EOS_CHECK_EVERY == 0 and bool(done.all()):
                     break
-        ids = torch.cat([t.to(out[0].device) for t in out]).view(-1).tolist()
-        return cut_at_eos(ids, eos)
+        ids = torch.cat([t.to(out[0].device) for t in out], dim=1).tolist()
+        return [cut_at_eos(row, eos) for row in ids]
 
     def stream(
         self,
@@ -356,18 +470,19 @@ class StepRunner:
         The same tokens as generate() with the same arguments; for a person
         watching, not for measuring.
         """
+        rows = self._prompts([prompt_ids])
         sampling, eos = self._check(
-            prompt_ids, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            rows, max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
             top_k=top_k, top_p=top_p, seed=seed,
         )  # fmt: skip
-        return self._stream(prompt_ids, max_new_tokens, sampling, set(eos))
+        return self._stream(rows, max_new_tokens, sampling, set(eos))
 
     def _stream(
-        self, prompt_ids: Sequence[int], n: int, sampling: Sampling, eos: set[int]
+        self, rows: list[list[int]], n: int, sampling: Sampling, eos: set[int]
     ) -> Iterator[int]:
         if n == 0:
             return
-        for nxt in self._tokens(prompt_ids, n, sampling):
+        for nxt in self._tokens(rows, n, sampling):
             token = int(nxt)
             yield token
             if token in eos:

@@ -152,6 +152,15 @@ MaxSeqLenOpt = Annotated[
         show_default=False,
     ),
 ]
+MaxBatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--max-batch",
+        help="Rows the artifact's steps run: the most prompts one batch takes; a smaller "
+        "batch pads rows (default: the recipe's [shapes].max_batch). A key factor.",
+        show_default=False,
+    ),
+]
 ExtraOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -191,6 +200,15 @@ def refuse_quant(quant: str | None) -> None:
     """A model spec is the user's own module: acache does not rewrite its layers."""
     if quant is not None:
         raise ArgumentError("--quant is for a recipe (acache's LLM), not a model spec")
+
+
+def refuse_max_batch(max_batch: int | None) -> None:
+    """A model spec's batch is dimension 0 of its inputs (--batch/--batches), not --max-batch."""
+    if max_batch is not None:
+        raise ArgumentError(
+            "--max-batch is for a recipe (an LLM's batch rows); a model spec's batch is "
+            "dimension 0 of its --input shapes"
+        )
 
 
 def _typed(raw: str) -> object:

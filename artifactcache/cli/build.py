@@ -25,6 +25,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxBatchOpt,
     MaxSeqLenOpt,
     ModeOpt,
     QuantOpt,
@@ -42,6 +43,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
 )
@@ -198,6 +200,7 @@ def register(app: typer.Typer) -> None:
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
         quant: QuantOpt = None,
+        max_batch: MaxBatchOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -225,6 +228,7 @@ def register(app: typer.Typer) -> None:
 
             refuse_max_seq_len(max_seq_len)
             refuse_quant(quant)
+            refuse_max_batch(max_batch)
             store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
             with _spinner(f"building {recipe} with {backend}"):
                 res = compile_spec(
@@ -236,7 +240,8 @@ def register(app: typer.Typer) -> None:
         refuse_inputs(inputs)
         choices = dict(
             device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), max_seq_len=max_seq_len, quant=quant,
+            extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
+            quant=quant,
         )  # fmt: skip
         _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
@@ -294,6 +299,7 @@ def register(app: typer.Typer) -> None:
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
         quant: QuantOpt = None,
+        max_batch: MaxBatchOpt = None,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -316,6 +322,7 @@ def register(app: typer.Typer) -> None:
         if is_spec(recipe):
             refuse_max_seq_len(max_seq_len)
             refuse_quant(quant)
+            refuse_max_batch(max_batch)
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
@@ -324,7 +331,8 @@ def register(app: typer.Typer) -> None:
             return
         refuse_inputs(inputs)
 
-        rec = load_recipe(recipe).with_shapes(max_seq_len=max_seq_len)
+        # --max-batch picks the artifact; the prompt runs as a batch of one on it.
+        rec = load_recipe(recipe).with_shapes(max_seq_len=max_seq_len, max_batch=max_batch)
         folder = checkpoint_folder(weights if weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
         tok = ckpt.tokenizer if ckpt is not None else None

@@ -28,6 +28,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxBatchOpt,
     MaxSeqLenOpt,
     ModeOpt,
     QuantOpt,
@@ -41,6 +42,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
 )
@@ -379,6 +381,7 @@ def register(app: typer.Typer) -> None:
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
         quant: QuantOpt = None,
+        max_batch: MaxBatchOpt = None,
         explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -396,6 +399,7 @@ def register(app: typer.Typer) -> None:
 
             refuse_max_seq_len(max_seq_len)
             refuse_quant(quant)
+            refuse_max_batch(max_batch)
             info = key_info(
                 recipe, inputs, backend, device=device, dtype=dtype, mode=mode, seed=seed,
                 extra=parse_extra(extra),
@@ -408,7 +412,8 @@ def register(app: typer.Typer) -> None:
             # question, so memory is not checked.
             b, ctx = make_context(
                 recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights,
-                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, quant=quant,
+                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
+                quant=quant,
                 check_memory=False,
             )  # fmt: skip
             # Only a real checkpoint needs the store (its digest memo lives there).

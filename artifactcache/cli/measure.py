@@ -29,6 +29,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxBatchOpt,
     MaxSeqLenOpt,
     ModeOpt,
     QuantOpt,
@@ -41,6 +42,7 @@ from .app import (
     human_bytes,
     parse_backend_extras,
     parse_extra,
+    refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
 )
@@ -103,6 +105,13 @@ def _s(x: float | None, fmt: str = "{:.2f} s") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+def _rate(x: float | None) -> str:
+    """A rate with the digits that matter: 3521 GB/s on a GPU, 0.0214 TFLOP/s on a CPU."""
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.3g}"
+
+
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
     from ..measure.report import break_even_verdict
 
@@ -150,6 +159,7 @@ def coldstart_cmd(
     mode: ModeOpt = None,
     new_tokens: NewTokens = None,
     max_seq_len: MaxSeqLenOpt = None,
+    max_batch: MaxBatchOpt = None,
     iters: Iters = 3,
     weights: WeightsOpt = None,
     seed: SeedOpt = 0,
@@ -163,7 +173,8 @@ def coldstart_cmd(
 ) -> None:
     """Cold vs warm vs eager start in fresh processes, and break-even against eager.
 
-    RECIPE may be a model spec (pkg.module:factory); a request is then one call.
+    RECIPE may be a model spec (pkg.module:factory); a request is then one call. A
+    recipe's request is the seed's batch 1, also on a --max-batch artifact.
     """
     from ..measure import compare
 
@@ -181,6 +192,7 @@ def coldstart_cmd(
         runs=runs,
         new_tokens=new_tokens,
         max_seq_len=max_seq_len,
+        max_batch=max_batch,
         iters=iters,
         modes={backend: mode} if mode else {},
         extras={backend: extras} if extras else {},
@@ -212,7 +224,16 @@ def bench_cmd(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = "fp32",
     mode: ModeOpt = None,
-    batch: Annotated[int, typer.Option("--batch", help="Batch size (must fit the recipe).")] = 1,
+    batch: Annotated[
+        str | None,
+        typer.Option(
+            "--batch",
+            help="Batch sizes, e.g. 1,8,32 (default 1): each is measured on an artifact built "
+            "for max_batch = that size (built on a miss), or on the --max-batch one.",
+            show_default=False,
+        ),
+    ] = None,
+    max_batch: MaxBatchOpt = None,
     new_tokens: NewTokens = None,
     max_seq_len: MaxSeqLenOpt = None,
     iters: Iters = 10,
@@ -235,13 +256,14 @@ def bench_cmd(
         ),
     ] = None,
 ) -> None:
-    """Steady-state latency p50/p90/p99, decode tokens/s and % of roofline.
+    """Steady-state latency, tokens/s per request and in aggregate, % of both rooflines.
 
     Uses your cache (building the entry first if it is missing); the build and
-    the warm-up are outside the timed loop. For a model spec (pkg.module:factory):
-    call latency percentiles and items/s per batch size.
+    the warm-up are outside the timed loop. A request of batch B is B copies of the
+    recipe's bench prompt. For a model spec (pkg.module:factory): call latency
+    percentiles and items/s per batch size.
     """
-    from ..measure import bench, coldstart, compare
+    from ..measure import bench, compare
 
     extras = parse_extra(extra)
     if is_spec(recipe):
@@ -249,6 +271,9 @@ def bench_cmd(
 
         refuse_max_seq_len(max_seq_len)
         refuse_quant(quant)
+        refuse_max_batch(max_batch)
+        if batch is not None:
+            raise MeasureError("--batch is for a recipe; a model spec takes --batches")
         bench_module(
             recipe, backend, inputs=inputs, batches=batches, device=device, dtype=dtype,
             mode=mode, iters=iters, warmup=warmup, seed=seed, cache_dir=cache_dir,
@@ -258,91 +283,131 @@ def bench_cmd(
     refuse_inputs(inputs)
     if batches is not None:
         raise MeasureError("--batches is for a model spec; a recipe takes --batch")
-    spec = _spec(
-        [recipe],
-        [backend],
-        device=device,
-        dtype=dtype,
-        weights=weights,
-        seed=seed,
-        new_tokens=new_tokens,
-        max_seq_len=max_seq_len,
-        iters=iters,
-        warmup=warmup,
-        modes={backend: mode} if mode else {},
-        extras={backend: extras} if extras else {},
+    sizes = bench.parse_batches(batch) if batch is not None else [1]
+    common = dict(
+        device=device, dtype=dtype, weights=weights, seed=seed, new_tokens=new_tokens,
+        max_seq_len=max_seq_len, iters=iters, warmup=warmup,
+        modes={backend: mode} if mode else {}, extras={backend: extras} if extras else {},
         quant=quant,
-    )
-    recipes = compare.validate(spec)
-    bench.check_batch(recipes[recipe], batch)
-    _require_available(spec, backend)
+    )  # fmt: skip
+    # Every size is checked (shapes, memory) before any probe runs or anything is built.
+    runs = []
+    for b in sizes:
+        rows = b if max_batch is None else max_batch
+        spec = _spec([recipe], [backend], max_batch=rows, **common)
+        rec = compare.validate(spec)[recipe]
+        bench.check_batch(rec, b)  # a batch past --max-batch: one line, nothing built
+        bench.resolve_new_tokens(rec, new_tokens, b)
+        runs.append((b, spec, rec))
+    _require_available(runs[0][1], backend)
+    results = [
+        _bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root)
+        for b, spec, rec in runs
+    ]
+    if json_out:
+        emit_json(results[0] if len(results) == 1 else {"batches": results})
+        return
+    _render_bench(recipe, backend, device, dtype, results)
+
+
+def _bench_one(
+    recipe: str, backend: str, spec: Any, rec: Any, batch: int, cache_dir: Path | None,
+    allow_shared_root: bool,
+) -> dict[str, Any]:  # fmt: skip
+    """One probe at one batch size on the artifact of ``spec.max_batch`` rows."""
+    from ..measure import bench, coldstart
+
     ps = coldstart.ProbeSpec(
         recipe=recipe,
         backend=backend,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        weights=str(weights) if weights else None,
-        seed=seed,
-        new_tokens=new_tokens,
-        max_seq_len=max_seq_len,
-        iters=iters,
-        warmup=warmup,
+        device=spec.device,
+        dtype=spec.dtype,
+        mode=spec.modes.get(backend),
+        weights=spec.weights,
+        seed=spec.seed,
+        new_tokens=spec.new_tokens,
+        max_seq_len=spec.max_seq_len,
+        max_batch=spec.max_batch,
+        iters=spec.iters,
+        warmup=spec.warmup,
         copy_bandwidth=True,
-        extra=extras,
-        quant=quant,
+        matmul_flops=True,
+        step_latency=True,
+        extra=dict(spec.extras.get(backend, {})),
+        quant=spec.quant,
         extra_flags=["--allow-shared-root"] if allow_shared_root else [],
+        batch=batch,
     )
     log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
     with _progress("bench") as say:
-        say(f"bench {recipe}/{backend}: load (builds on a miss), {iters} timed requests", 0, 1)
+        say(
+            f"bench {recipe}/{backend} batch {batch} (max_batch {spec.max_batch}): load (builds "
+            f"on a miss), {spec.iters} timed requests", 0, 1,
+        )  # fmt: skip
         probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
     log.unlink(missing_ok=True)
-    res = bench.summarize(recipes[recipe], dtype, [probe], quant=quant)
+    res = bench.summarize(rec, spec.dtype, [probe], batch, quant=spec.quant)
     res.update(
         recipe=recipe,
         backend=backend,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        quant=quant,
+        device=spec.device,
+        dtype=spec.dtype,
+        mode=spec.modes.get(backend),
+        quant=spec.quant,
+        entry={"built": "built", "pulled": "pulled"}.get(probe.get("entry_source"), "hit"),
         phases=probe["phases"],
         memory=probe["memory"],
         environment=probe["environment"],
         runner_info=probe.get("runner_info", {}),
     )
-    if json_out:
-        emit_json(res)
-        return
-    precision = f"{dtype}, {quant}" if quant else dtype
+    return res
+
+
+def _render_bench(
+    recipe: str, backend: str, device: str, dtype: str, results: list[dict[str, Any]]
+) -> None:
+    """One column per batch size."""
+    first = results[0]
+    precision = f"{dtype}, {first['quant']}" if first.get("quant") else dtype
     t = Table(
-        title=f"bench {recipe} / {backend} ({device}, {precision}, batch 1, "
-        f"{res['new_tokens']} new tokens, {res['iterations']} timed)"
+        title=f"bench {recipe} / {backend} ({device}, {precision}, {first['new_tokens']} new "
+        f"tokens, {first['iterations']} timed)"
     )
     t.add_column("metric")
-    t.add_column("value", justify="right")
-    req, pre = res["request"], res["prefill"]
-    t.add_row(
-        "request p50 / p90 / p99", f"{req['p50']:.4f} / {req['p90']:.4f} / {req['p99']:.4f} s"
+    for r in results:
+        t.add_column(f"batch {r['batch']}", justify="right")
+
+    def row(label: str, cell: Callable[[dict[str, Any]], str]) -> None:
+        t.add_row(label, *(cell(r) for r in results))
+
+    def ms(stats: dict[str, float] | None, key: str) -> str:
+        return "–" if not stats else f"{stats[key] * 1e3:.2f}"
+
+    row("artifact max_batch (entry)", lambda r: f"{r['max_batch']} ({r['entry']})")
+    row("request p50 / p99 s", lambda r: f"{r['request']['p50']:.4f} / {r['request']['p99']:.4f}")
+    row("prefill p50 ms", lambda r: ms(r["prefill"], "p50"))
+    row("decode step p50 / p99 ms", lambda r: f"{ms(r['step'], 'p50')} / {ms(r['step'], 'p99')}")
+    row("decode tok/s per request", lambda r: _rate(r["decode_tok_s"]))
+    row("decode tok/s aggregate", lambda r: _rate(r["aggregate_decode_tok_s"]))
+    row("request tok/s (incl. prefill)", lambda r: _rate(r["request_tok_s"]))
+    row("bytes read per step (KV filled)", lambda r: human_bytes(r["bytes_per_token"]["total"]))
+    row(
+        f"KV cache allocated (max_seq_len {first['max_seq_len']} x max_batch)",
+        lambda r: human_bytes(r["bytes_per_token"]["kv_allocated_bytes"]),
     )
-    t.add_row(
-        "prefill p50 / p90 / p99",
-        f"{pre['p50'] * 1e3:.2f} / {pre['p90'] * 1e3:.2f} / {pre['p99'] * 1e3:.2f} ms",
-    )
-    t.add_row("decode tokens/s", _s(res["decode_tok_s"], "{:.1f}"))
-    t.add_row("request tokens/s (incl. prefill)", f"{res['request_tok_s']:.1f}")
-    bpt = res["bytes_per_token"]
-    t.add_row("bytes read per token (KV filled)", human_bytes(bpt["total"]))
-    t.add_row(
-        f"KV cache allocated (max_seq_len {recipes[recipe].shapes.max_seq_len})",
-        human_bytes(bpt["kv_allocated_bytes"]),
-    )
-    t.add_row("achieved GB/s", _s(res["achieved_gbps"], "{:.1f}"))
-    t.add_row("device copy GB/s (same run)", _s(res["copy_gbps"], "{:.1f}"))
-    t.add_row("% of roofline", _s(res["roofline_pct"], "{:.1f}%"))
-    t.add_row("peak host RSS", human_bytes(res["memory"]["peak_rss_bytes"]))
-    if "peak_device_allocated_bytes" in res["memory"]:
-        t.add_row("peak device memory", human_bytes(res["memory"]["peak_device_allocated_bytes"]))
+    row("achieved GB/s", lambda r: _rate(r["achieved_gbps"]))
+    row("device copy GB/s (same run)", lambda r: _rate(r["copy_gbps"]))
+    row("% of bandwidth roofline", lambda r: _s(r["roofline_pct"], "{:.1f}%"))
+    row("achieved TFLOP/s", lambda r: _rate(r["achieved_tflops"]))
+    row("device matmul TFLOP/s (same run)", lambda r: _rate(r["matmul_tflops"]))
+    row("% of FLOP roofline", lambda r: _s(r["flop_roofline_pct"], "{:.1f}%"))
+    row("bound by", lambda r: r["roofline_bound"] or "–")
+    row("peak host RSS", lambda r: human_bytes(r["memory"]["peak_rss_bytes"]))
+    if any("peak_device_allocated_bytes" in r["memory"] for r in results):
+        row(
+            "peak device memory",
+            lambda r: human_bytes(r["memory"].get("peak_device_allocated_bytes", 0)),
+        )
     console.print(t)
 
 
@@ -355,6 +420,7 @@ def compare_cmd(
     runs: Runs = 1,
     new_tokens: NewTokens = None,
     max_seq_len: MaxSeqLenOpt = None,
+    max_batch: MaxBatchOpt = None,
     iters: Iters = 3,
     modes: Annotated[
         list[str] | None,
@@ -388,6 +454,7 @@ def compare_cmd(
         runs=runs,
         new_tokens=new_tokens,
         max_seq_len=max_seq_len,
+        max_batch=max_batch,
         iters=iters,
         modes=compare.parse_modes(modes or []),
         extras=parse_backend_extras(extra),

@@ -23,6 +23,7 @@ from .app import (
     DtypeOpt,
     ExtraOpt,
     JsonOut,
+    MaxBatchOpt,
     MaxSeqLenOpt,
     ModeOpt,
     QuantOpt,
@@ -176,6 +177,7 @@ def register(app: typer.Typer) -> None:
         extra: ExtraOpt = None,
         max_seq_len: MaxSeqLenOpt = None,
         quant: QuantOpt = None,
+        max_batch: MaxBatchOpt = None,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
@@ -190,7 +192,8 @@ def register(app: typer.Typer) -> None:
 
         b, ctx = make_context(
             recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), max_seq_len=max_seq_len, quant=quant,
+            extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
+            quant=quant,
         )  # fmt: skip
         key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)

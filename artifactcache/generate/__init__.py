@@ -1,7 +1,8 @@
 """Generation on top of a Runner's compiled steps: what a user expects of ``generate``.
 
 - ``prefill``: a prompt of any length runs through the fixed-shape prefill step in
-  chunks of ``prefill_len`` tokens (``plan_chunks``);
+  chunks of ``prefill_len`` tokens (``plan_chunks``); a batch of prompts is left-padded
+  to the longest (``left_pad``);
 - ``sampling``: greedy, or temperature / top-k / top-p sampling on the device with no
   host sync per token (``Sampling`` validates, ``Sampler`` draws);
 - ``checkpoint``: what a checkpoint folder says about generation: its EOS ids
@@ -14,10 +15,11 @@ before anything heavy is imported.
 from __future__ import annotations
 
 from .checkpoint import Checkpoint, TextStream, checkpoint_folder, eos_ids_from_folder
-from .prefill import Chunk, plan_chunks
+from .prefill import PAD_ID, Chunk, left_pad, plan_chunks
 from .sampling import Sampling, check_eos_ids, cut_at_eos, resolve_eos_ids
 
 __all__ = [
+    "PAD_ID",
     "Checkpoint",
     "Chunk",
     "Sampling",
@@ -26,6 +28,7 @@ __all__ = [
     "checkpoint_folder",
     "cut_at_eos",
     "eos_ids_from_folder",
+    "left_pad",
     "plan_chunks",
     "resolve_eos_ids",
 ]

@@ -12,10 +12,15 @@ anyone reads it. Only when the padded chunk would run past the cache's end
 (max_seq_len not a multiple of P) does the last chunk instead end exactly at n,
 overlapping the previous one: the overlap recomputes tokens already in the cache,
 writing the same keys and values again, and its rows of logits are not kept.
+
+A batch shares the positions: ``left_pad`` pads every prompt on the left to the
+longest, and each row's ``row_start`` (its first real slot) lets the attention mask
+hide the padding (models/common.py), so all rows run through the same chunks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 PAD_ID = 0  # any id in the vocabulary: padded rows are never read
@@ -47,3 +52,17 @@ def plan_chunks(ids: list[int], prefill_len: int, max_seq_len: int) -> list[Chun
             shifted = n - p
             chunks.append(Chunk(shifted, tuple(ids[shifted:]), (start - shifted, p)))
     return chunks
+
+
+def left_pad(prompts: Sequence[Sequence[int]], rows: int) -> tuple[list[list[int]], list[int]]:
+    """(rows padded rows, row_start of each): the prompts left-padded to the longest, then
+    filler rows up to ``rows`` (the steps' static batch; 1 <= len(prompts) <= rows).
+
+    A filler row is all PAD_ID and starts at slot 0: its logits are never read, and a
+    row that attends to its own padding keeps every score finite.
+    """
+    longest = max(len(p) for p in prompts)
+    padded = [[PAD_ID] * (longest - len(p)) + list(p) for p in prompts]
+    starts = [longest - len(p) for p in prompts]
+    fillers = rows - len(prompts)
+    return padded + [[PAD_ID] * longest for _ in range(fillers)], starts + [0] * fillers

@@ -2,7 +2,8 @@
 
 ``Sampling`` holds and validates the user's choice (no torch needed, so the CLI
 checks it before building anything). ``Sampling.sampler(device)`` returns the
-per-step function, logits [vocab] -> token [1, 1] int64, which stays on the device:
+per-step function, logits [vocab] -> token [1, 1] int64 (or [rows, vocab] -> [rows, 1],
+each row drawn on its own), which stays on the device:
 
 - temperature 0 (the default) is greedy, ``argmax``, bit-identical to a plain argmax;
 - otherwise logits / temperature, then top-k and top-p (nucleus) filtering, then a
@@ -63,9 +64,10 @@ class Sampling:
         return self.temperature == 0
 
     def sampler(self, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
-        """logits [vocab] (any float dtype) -> next token [1, 1] int64, on ``device``."""
+        """logits [vocab] or [rows, vocab] (any float dtype) -> next token [1, 1] or
+        [rows, 1] int64, on ``device``."""
         if self.greedy:
-            return lambda logits: logits.argmax().view(1, 1)
+            return lambda logits: logits.argmax(-1).view(-1, 1)
         import torch
 
         gen = torch.Generator(device=device)
@@ -77,10 +79,10 @@ class Sampling:
 
         def sample(logits: torch.Tensor) -> torch.Tensor:
             scores = logits.float() / temperature
-            if top_k is not None and top_k < scores.numel():
+            if top_k is not None and top_k < scores.shape[-1]:
                 vals, idx = torch.topk(scores, top_k)
                 # Exactly top_k survivors, ties or not.
-                scores = torch.full_like(scores, -math.inf).scatter_(0, idx, vals)
+                scores = torch.full_like(scores, -math.inf).scatter_(-1, idx, vals)
             probs = torch.softmax(scores, dim=-1)
             if top_p is not None and top_p < 1:
                 probs = _nucleus(probs, top_p)
@@ -88,13 +90,14 @@ class Sampling:
             # exponential_ may return 0; a zero-probability token would then give 0/0,
             # a NaN that argmax would pick.
             q.clamp_min_(torch.finfo(q.dtype).tiny)
-            return (probs / q).argmax().view(1, 1)
+            return (probs / q).argmax(-1).view(-1, 1)
 
         return sample
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """probs with only the smallest set of top tokens whose mass reaches top_p kept.
+    """probs with only the smallest set of top tokens whose mass reaches top_p kept
+    (per row of the last dimension).
 
     The same rule as transformers' TopPLogitsWarper: sort ascending, drop the tokens
     whose cumulative mass stays <= 1 - top_p; the most likely token always stays.
@@ -103,10 +106,10 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
     sorted_p, order = torch.sort(probs, descending=False)
     drop_sorted = torch.cumsum(sorted_p, dim=-1) <= 1 - top_p
-    drop_sorted[-1] = False
-    drop = torch.zeros_like(drop_sorted).scatter_(0, order, drop_sorted)
+    drop_sorted[..., -1] = False
+    drop = torch.zeros_like(drop_sorted).scatter_(-1, order, drop_sorted)
     kept = probs.masked_fill(drop, 0.0)
-    return kept / kept.sum()
+    return kept / kept.sum(-1, keepdim=True)
 
 
 def check_eos_ids(ids: Sequence[int], vocab_size: int) -> tuple[int, ...]:

@@ -5,26 +5,38 @@ The timed loop is kept apart from everything that may compile or warm up
 ``warmup`` whole requests that are excluded, then times ``iters`` requests.
 Every timer is bracketed by a device synchronize.
 
-One "request" is the seed's setup: batch 1, ``recipe.bench.prompt_ids``, N new
-tokens, greedy, no early stop (``eos_token_ids=()``: a checkpoint's EOS ids would
-otherwise end a request early). Per iteration we time
+One "request" is the seed's setup: ``recipe.bench.prompt_ids``, N new tokens,
+greedy, no early stop (``eos_token_ids=()``: a checkpoint's EOS ids would
+otherwise end a request early), as a batch of B copies of that prompt
+(``generate_batch``; B = 1 is the seed's batch 1). Per iteration we time
 
-* ``prefill_s``: ``generate(prompt, 1)``, i.e. prefill plus the first greedy pick;
-* ``request_s``: ``generate(prompt, N)``, the whole request.
+* ``prefill_s``: a request of 1 new token, i.e. prefill plus the first greedy pick;
+* ``request_s``: a request of N new tokens.
 
 ``decode_s = median(request_s) - median(prefill_s)`` covers the N - 1 decode
-steps, so decode tokens/s = (N - 1) / decode_s. ``request_tok_s = N /
-median(request_s)`` is the gpt-fast-style figure that includes prefill.
+steps, so decode tokens/s per request (per row) = (N - 1) / decode_s, and B times
+that in aggregate. ``request_tok_s = N / median(request_s)`` is the gpt-fast-style
+figure that includes prefill. Step latency (``step_s``, p50/p99) comes from one
+more request whose decode steps are each bracketed by a device synchronize.
 
-Roofline: bytes read per decoded token = every weight except the input
+Bandwidth roofline: bytes read per decode step = every weight except the input
 embedding table (a decode step reads one row of it; when the LM head is tied to
-it, the table is read as the head and counted once) + the KV of the positions
-the step attends to (prompt + tokens so far, at most the sliding window: the
-mean over the request's decode steps). The allocated static KV cache is reported
-apart (``kv_allocated_bytes``): it is not what a step needs, so an attention that
-reads all of it shows up as a low % of roofline. Achieved GB/s = bytes/token x
-decode tok/s; % of roofline = that / the device's copy bandwidth (bytes read +
-written per second of a large copy) measured in the same process.
+it, the table is read as the head and counted once) + B times the KV of the
+positions a row attends to (prompt + tokens so far, at most the sliding window:
+the mean over the request's decode steps). The key ``bytes_per_token`` keeps its
+name: it is the bytes of one step, which makes one token per row. The allocated
+static KV cache is reported apart (``kv_allocated_bytes``): it is not what a step
+needs, so an attention that reads all of it shows up as a low % of roofline.
+Achieved GB/s = bytes/step x steps/s; % of roofline = that / the device's copy
+bandwidth (bytes read + written per second of a large copy) measured in the same
+process.
+
+FLOP roofline: FLOPs per decode step = B x (2 x the weights' parameters, the
+embedding table excepted, + 4 x layers x heads x head_dim x the positions a row
+attends to, for QK^T and PV). % of the FLOP roofline = achieved FLOP/s / the
+device's dense matmul FLOP/s in the run's dtype, measured in the same process.
+Decode is bandwidth-bound while its bytes take longer than its FLOPs
+(``roofline_bound``).
 """
 
 from __future__ import annotations
@@ -47,6 +59,9 @@ NO_EOS: tuple[int, ...] = ()  # the seed benchmark never stops early
 # CPU copy buffer: far beyond any last-level cache, so the copy streams DRAM.
 CPU_COPY_BYTES = 512 << 20
 CUDA_COPY_BYTES = 2 << 30
+# Square matmul sides for the FLOP peak: large enough to reach the device's dense rate.
+CPU_MATMUL_N = 1024
+CUDA_MATMUL_N = 8192
 
 
 def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) -> int:
@@ -99,52 +114,80 @@ def latency_stats(values: Sequence[float]) -> dict[str, float]:
 
 def measure_requests(
     runner: Any,
-    prompt: Sequence[int],
+    prompts: Sequence[Sequence[int]],
     new_tokens: int,
     *,
     iters: int,
     warmup: int,
     device: torch.device,
 ) -> dict[str, Any]:
-    """Warm-up requests (excluded), then ``iters`` timed (prefill, request) pairs."""
+    """Warm-up requests (excluded), then ``iters`` timed (prefill, request) pairs.
+
+    A request is ``generate_batch(prompts, ...)``; ``tokens`` is its first row.
+    """
     if iters < 1:
         raise MeasureError(f"iterations must be at least 1, got {iters}")
     if warmup < 1:
         # The first full request is also how first_request is stamped; a backend
         # that compiles its decode step lazily would otherwise pollute the timings.
         raise MeasureError(f"warm-up must be at least 1 request, got {warmup}")
-    prompt = list(prompt)
+    rows = [list(p) for p in prompts]
     first_end = None
     for _ in range(warmup):
-        runner.generate(prompt, new_tokens, eos_token_ids=NO_EOS)
+        runner.generate_batch(rows, new_tokens, eos_token_ids=NO_EOS)
         sync(device)
         if first_end is None:
             first_end = time.perf_counter()
     prefill: list[float] = []
     request: list[float] = []
-    tokens: list[int] = []
+    out: list[list[int]] = []
     for _ in range(iters):
         sync(device)
         t = time.perf_counter()
-        runner.generate(prompt, 1, eos_token_ids=NO_EOS)
+        runner.generate_batch(rows, 1, eos_token_ids=NO_EOS)
         sync(device)
         prefill.append(time.perf_counter() - t)
         t = time.perf_counter()
-        tokens = runner.generate(prompt, new_tokens, eos_token_ids=NO_EOS)
+        out = runner.generate_batch(rows, new_tokens, eos_token_ids=NO_EOS)
         sync(device)
         request.append(time.perf_counter() - t)
-    if len(tokens) != new_tokens:
-        raise MeasureError(f"the runner returned {len(tokens)} tokens for {new_tokens} asked")
+    counts = sorted({len(r) for r in out})
+    if len(out) != len(rows) or counts != [new_tokens]:
+        raise MeasureError(
+            f"the runner returned {len(out)} rows of {counts} tokens for {len(rows)} rows "
+            f"of {new_tokens} asked"
+        )
     return {
         "first_request_end": first_end,
         "iters": iters,
         "warmup": warmup,
         "new_tokens": new_tokens,
+        "batch": len(rows),
         "prefill_s": prefill,
         "request_s": request,
-        "tokens": tokens,
+        "tokens": out[0],
         **derived_rates(prefill, request, new_tokens),
     }
+
+
+def measure_step_latency(
+    runner: Any, prompts: Sequence[Sequence[int]], new_tokens: int, device: torch.device
+) -> list[float] | None:
+    """Seconds of each decode step of one request (pick included), each step between
+    device synchronizes; None for a runner that cannot run one step at a time."""
+    steps = getattr(runner, "decode_tokens", None)
+    if steps is None or new_tokens < 2:
+        return None
+    tokens = steps(prompts, new_tokens)
+    next(tokens)  # prefill and the first pick: not a decode step
+    times = []
+    for _ in range(new_tokens - 1):
+        sync(device)
+        t = time.perf_counter()
+        next(tokens)
+        sync(device)
+        times.append(time.perf_counter() - t)
+    return times
 
 
 def derived_rates(
@@ -197,6 +240,33 @@ def copy_bandwidth(dev: torch.device, nbytes: int | None = None, rounds: int = 5
     return {"bytes": n * 4, "seconds": best, "gbps": moved / best / 1e9, "rounds": rounds}
 
 
+def matmul_flops(dev: torch.device, dtype: str, n: int | None = None, rounds: int = 5) -> dict:
+    """Best-of-``rounds`` dense matmul rate (n x n @ n x n in ``dtype``): the FLOP peak."""
+    import torch
+
+    from ..dtypes import torch_dtype
+
+    if n is None:
+        n = CUDA_MATMUL_N if dev.type == "cuda" else CPU_MATMUL_N
+    a = torch.randn(n, n, device=dev).to(torch_dtype(dtype))
+    b = torch.randn(n, n, device=dev).to(torch_dtype(dtype))
+    per_round = 10 if dev.type == "cuda" else 2
+    a @ b  # lazy init (cuBLAS handles, thread pools) outside the timer
+    best = math.inf
+    for _ in range(rounds):
+        sync(dev)
+        t = time.perf_counter()
+        for _ in range(per_round):
+            a @ b
+        sync(dev)
+        best = min(best, (time.perf_counter() - t) / per_round)
+    del a, b
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"n": n, "dtype": dtype, "seconds": best, "tflops": 2 * n**3 / best / 1e12,
+            "rounds": rounds}  # fmt: skip
+
+
 def mean_attended_positions(
     prompt_len: int, new_tokens: int, sliding_window: int | None = None
 ) -> float:
@@ -222,13 +292,14 @@ def bytes_per_token(
     quant: str | None = None,
 ) -> dict[str, Any]:
     """Bytes a decode step needs to read: weights without the embedding table, plus the
-    KV of the positions it attends to (the mean over the request's decode steps).
-    With ``quant``, the weights as quantized (int8: a byte per weight, plus the scales).
+    KV of the positions each of the ``batch`` rows attends to (the mean over the
+    request's decode steps). One step makes one token per row. With ``quant``, the
+    weights as quantized (int8: a byte per weight, plus the scales).
 
-    ``kv_allocated_bytes`` is the whole static cache, reported apart: an attention
-    that reads all of it every step does more than the roofline counts, and shows as
-    a low % of roofline instead of hiding behind a larger byte count. Default
-    request: the recipe's bench prompt and N (resolve_new_tokens).
+    ``kv_allocated_bytes`` is the whole static cache (max_batch x max_seq_len), reported
+    apart: an attention that reads all of it every step does more than the roofline
+    counts, and shows as a low % of roofline instead of hiding behind a larger byte
+    count. Default request: the recipe's bench prompt and N (resolve_new_tokens).
     """
     if prompt_len is None:
         prompt_len = len(recipe.bench.prompt_ids)
@@ -243,14 +314,34 @@ def bytes_per_token(
         "embedding_excluded": embed,
         "kv_read": kv_read,
         "kv_mean_positions": attended,
-        "kv_allocated_bytes": per_position * recipe.shapes.max_seq_len,
+        "kv_allocated_bytes": sizing.kv_allocated_bytes(recipe, dtype),
         "total": weights + kv_read,
+    }
+
+
+def flops_per_step(
+    recipe: Recipe, dtype: str, batch: int = 1, *, prompt_len: int, new_tokens: int
+) -> dict[str, Any]:
+    """FLOPs of one decode step of ``batch`` rows: the weights' matmuls (2 per parameter,
+    the embedding table, a lookup, excepted) and attention's QK^T and PV over the
+    positions a row attends to (the mean over the request's decode steps)."""
+    m = recipe.model
+    weights, _ = sizing.weight_bytes(recipe, dtype)
+    params = weights // sizing.DTYPE_BYTES[dtype]
+    attended = mean_attended_positions(prompt_len, new_tokens, m.sliding_window)
+    attention = 4 * m.n_layers * m.n_heads * m.head_dim * attended
+    per_row = 2 * params + attention
+    return {
+        "parameters": params,
+        "attention_per_row": round(attention),
+        "total": round(batch * per_row),
     }
 
 
 def roofline(
     bytes_token: int, decode_tok_s: float | None, copy_gbps: float | None
 ) -> dict[str, float | None]:
+    """The bandwidth roofline of steps of ``bytes_token`` bytes at ``decode_tok_s`` steps/s."""
     if decode_tok_s is None:
         return {"achieved_gbps": None, "roofline_pct": None, "roofline_tok_s": None}
     achieved = bytes_token * decode_tok_s / 1e9
@@ -263,6 +354,32 @@ def roofline(
     }
 
 
+def flop_roofline(
+    step_flops: int, steps_per_s: float | None, peak_tflops: float | None
+) -> dict[str, float | None]:
+    """The FLOP roofline of steps of ``step_flops`` FLOPs at ``steps_per_s``."""
+    if steps_per_s is None:
+        return {"achieved_tflops": None, "flop_roofline_pct": None}
+    achieved = step_flops * steps_per_s / 1e12
+    pct = 100.0 * achieved / peak_tflops if peak_tflops else None
+    return {"achieved_tflops": achieved, "flop_roofline_pct": pct}
+
+
+def roofline_bound(
+    step_bytes: int, step_flops: int, copy_gbps: float | None, peak_tflops: float | None
+) -> str | None:
+    """Which roofline binds a step: the one its bytes or its FLOPs take longer on."""
+    if not copy_gbps or not peak_tflops:
+        return None
+    bytes_s, flops_s = step_bytes / (copy_gbps * 1e9), step_flops / (peak_tflops * 1e12)
+    return "bandwidth" if bytes_s >= flops_s else "compute"
+
+
+def _median_of(probes: Sequence[dict[str, Any]], key: str, field: str) -> float | None:
+    vals = [p[key][field] for p in probes if p.get(key)]
+    return statistics.median(vals) if vals else None
+
+
 def summarize(
     recipe: Recipe,
     dtype: str,
@@ -271,37 +388,68 @@ def summarize(
     *,
     quant: str | None = None,
 ) -> dict[str, Any]:
-    """Pool the steady-state timings of one or more probes into one bench result."""
+    """Pool the steady-state timings of one or more probes into one bench result.
+
+    ``batch`` is the rows of each request (the probes' ``steady.batch`` when they say).
+    """
+    batch = probes[0]["steady"].get("batch", batch)
     prefill = [x for p in probes for x in p["steady"]["prefill_s"]]
     request = [x for p in probes for x in p["steady"]["request_s"]]
+    steps = [x for p in probes for x in (p["steady"].get("step_s") or [])]
     n = probes[0]["steady"]["new_tokens"]
     rates = derived_rates(prefill, request, n)
-    bw = [p["copy_bandwidth"]["gbps"] for p in probes if p.get("copy_bandwidth")]
-    copy_gbps = statistics.median(bw) if bw else None
+    copy_gbps = _median_of(probes, "copy_bandwidth", "gbps")
+    peak_tflops = _median_of(probes, "matmul_flops", "tflops")
+    prompt_len = probes[0].get("prompt_len") or len(recipe.bench.prompt_ids)
     bpt = bytes_per_token(
-        recipe, dtype, batch, prompt_len=probes[0].get("prompt_len"), new_tokens=n, quant=quant
+        recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant
     )
+    fps = flops_per_step(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n)
+    per_row = rates["decode_tok_s"]
     return {
         "iterations": len(request),
         "processes": len(probes),
         "new_tokens": n,
         "batch": batch,
+        "max_batch": recipe.shapes.max_batch,
+        "max_seq_len": recipe.shapes.max_seq_len,
         "prefill": latency_stats(prefill),
         "request": latency_stats(request),
+        "step": latency_stats(steps) if steps else None,
         **rates,
+        "aggregate_decode_tok_s": None if per_row is None else batch * per_row,
+        "aggregate_request_tok_s": batch * rates["request_tok_s"],
         "bytes_per_token": bpt,
+        "flops_per_step": fps,
         "copy_gbps": copy_gbps,
-        **roofline(bpt["total"], rates["decode_tok_s"], copy_gbps),
+        "matmul_tflops": peak_tflops,
+        **roofline(bpt["total"], per_row, copy_gbps),
+        **flop_roofline(fps["total"], per_row, peak_tflops),
+        "roofline_bound": roofline_bound(bpt["total"], fps["total"], copy_gbps, peak_tflops),
     }
 
 
+def parse_batches(text: str) -> list[int]:
+    """``--batch 1,8,32`` -> [1, 8, 32]: positive, distinct (one-line MeasureError else)."""
+    parts = [x.strip() for x in text.split(",") if x.strip()]
+    try:
+        sizes = [int(x) for x in parts]
+    except ValueError:
+        raise MeasureError(
+            f"--batch takes batch sizes separated by commas, e.g. 1,8,32; got {text!r}"
+        ) from None
+    if not sizes:
+        raise MeasureError("--batch needs at least one batch size, e.g. 1,8,32")
+    for b in sizes:
+        if b < 1:
+            raise MeasureError(f"--batch sizes must be at least 1, got {b}")
+    if len(set(sizes)) != len(sizes):
+        raise MeasureError(f"--batch names a size twice: {text}")
+    return sizes
+
+
 def check_batch(recipe: Recipe, batch: int) -> None:
-    """Batch must fit the recipe; the Runner interface decodes one sequence."""
+    """A batch of ``batch`` bench prompts must fit the recipe's shapes (its max_batch)."""
     if batch < 1:
         raise MeasureError(f"--batch must be at least 1, got {batch}")
     recipe.check_fits(len(recipe.bench.prompt_ids) or 1, 0, batch)  # ShapeError past max_batch
-    if batch != 1:
-        raise MeasureError(
-            f"batch {batch} fits the recipe, but the Runner interface (generate) decodes one "
-            "sequence at a time; only --batch 1 can be measured"
-        )

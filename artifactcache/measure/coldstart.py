@@ -67,13 +67,17 @@ class ProbeSpec:
     seed: int = 0
     new_tokens: int | None = None
     max_seq_len: int | None = None  # the context to build for; None: the recipe's
+    max_batch: int | None = None  # the batch rows to build for; None: the recipe's
     iters: int = 3
     warmup: int = 1
     copy_bandwidth: bool = False
+    matmul_flops: bool = False
+    step_latency: bool = False
     extra: dict[str, Any] = field(default_factory=dict)  # the backend's --extra options
     quant: str | None = None  # --quant
     extra_flags: list[str] = field(default_factory=list)
-    # A module spec's inputs (SHAPE[:DTYPE[:HIGH]]) and batch size (dimension 0).
+    # A module spec's inputs (SHAPE[:DTYPE[:HIGH]]) and batch size (dimension 0); for a
+    # recipe, batch is the prompts of each timed request.
     inputs: list[str] = field(default_factory=list)
     batch: int | None = None
 
@@ -94,10 +98,16 @@ class ProbeSpec:
             cmd += ["--max-seq-len", str(self.max_seq_len)]
         if self.quant is not None:
             cmd += ["--quant", self.quant]
+        if self.max_batch is not None:
+            cmd += ["--max-batch", str(self.max_batch)]
         if self.extra:  # as JSON, so each value reaches the child with its type
             cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:
             cmd.append("--copy-bandwidth")
+        if self.matmul_flops:
+            cmd.append("--matmul-flops")
+        if self.step_latency:
+            cmd.append("--step-latency")
         for text in self.inputs:
             cmd += ["--input", text]
         if self.batch is not None:

@@ -42,6 +42,7 @@ class CompareSpec:
     runs: int = 1
     new_tokens: int | None = None
     max_seq_len: int | None = None  # recipes only: the context to build for
+    max_batch: int | None = None  # recipes only: the batch rows to build for (requests: 1)
     iters: int = 3
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
@@ -108,7 +109,9 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
 
     # A module spec maps to None: it has no recipe, and its probe builds the module.
     recipes = {
-        r: None if is_module_spec(r) else load_recipe(r).with_shapes(max_seq_len=spec.max_seq_len)
+        r: None
+        if is_module_spec(r)
+        else load_recipe(r).with_shapes(max_seq_len=spec.max_seq_len, max_batch=spec.max_batch)
         for r in spec.recipes
     }
     if spec.inputs and all(rec is not None for rec in recipes.values()):
@@ -117,6 +120,8 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
     if spec.quant is not None and any(rec is None for rec in recipes.values()):
         raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
+    if spec.max_batch is not None and all(rec is None for rec in recipes.values()):
+        raise MeasureError("--max-batch is for a recipe (an LLM's batch rows), not a model spec")
     for r, rec in recipes.items():
         if rec is None:
             check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
@@ -174,6 +179,7 @@ def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
         seed=spec.seed,
         new_tokens=spec.new_tokens,
         max_seq_len=spec.max_seq_len,
+        max_batch=spec.max_batch,
         iters=spec.iters,
         warmup=spec.warmup,
         copy_bandwidth=True,
@@ -210,7 +216,9 @@ def run_unit(
     ps = _probe_spec(spec, backend)
     ps.recipe = recipe
     if is_module_spec(recipe):
-        ps.max_seq_len = None
+        ps.max_seq_len = ps.max_batch = None
+    else:
+        ps.batch = None  # a recipe's requests are the seed's batch 1
     scenarios = ("eager",) if backend == "eager" else ("cold", "warm")
     work = (work_root / name) if work_root else None
     try:
@@ -367,6 +375,7 @@ def run_compare(
             "warmup": spec.warmup,
             "new_tokens": spec.new_tokens,
             "max_seq_len": spec.max_seq_len,
+            "max_batch": spec.max_batch,
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
             "extras": spec.extras,

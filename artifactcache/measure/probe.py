@@ -118,15 +118,24 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--new-tokens", type=int, default=None)
     p.add_argument("--max-seq-len", type=int, default=None, help="context length to build for")
     p.add_argument("--quant", default=None, help="weight-only quantization (int8wo)")
+    p.add_argument("--max-batch", type=int, default=None, help="batch rows to build for")
     p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
     p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
     p.add_argument("--no-build", action="store_true", help="fail instead of building on a miss")
     p.add_argument("--build-only", action="store_true", help="build the entry and exit")
     p.add_argument("--copy-bandwidth", action="store_true", help="also measure device copy GB/s")
+    p.add_argument("--matmul-flops", action="store_true", help="also measure matmul FLOP/s")
+    p.add_argument(
+        "--step-latency", action="store_true", help="also time each decode step of one request"
+    )
     p.add_argument("--allow-shared-root", action="store_true")
     # A module spec (--recipe pkg.mod:factory) takes its inputs' shapes and a batch size.
     p.add_argument("--input", action="append", default=None, help="SHAPE[:DTYPE[:HIGH]]")
-    p.add_argument("--batch", type=int, default=None, help="dimension 0 of every input")
+    p.add_argument(
+        "--batch", type=int, default=None,
+        help="a recipe: prompts per timed request (default 1); a model spec: dimension 0 "
+        "of every input",
+    )  # fmt: skip
     return p.parse_args(argv)
 
 
@@ -266,13 +275,18 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     get_backend(args.backend)  # imports the backend module: part of "imports done"
     stamps["imports_done"] = time.perf_counter()
 
-    recipe = load_recipe(args.recipe).with_shapes(max_seq_len=args.max_seq_len)
+    recipe = load_recipe(args.recipe).with_shapes(
+        max_seq_len=args.max_seq_len, max_batch=args.max_batch
+    )
     prompt = list(recipe.bench.prompt_ids)
-    new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens)
+    batch = args.batch or 1
+    bench.check_batch(recipe, batch)
+    new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens, batch)
     dev = torch.device(args.device)
     common = dict(
         device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
-        extra=args.extra_json, max_seq_len=args.max_seq_len, quant=args.quant,
+        extra=args.extra_json, max_seq_len=args.max_seq_len, max_batch=args.max_batch,
+        quant=args.quant,
     )  # fmt: skip
     store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
@@ -285,6 +299,8 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         **common,
         "prompt_len": len(prompt),
         "max_seq_len": recipe.shapes.max_seq_len,
+        "max_batch": recipe.shapes.max_batch,
+        "batch": batch,
         "new_tokens": new_tokens,
         "pid": os.getpid(),
         "t0_source": t0_source,
@@ -309,9 +325,12 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         first = runner.generate(prompt, 1)
         bench.sync(dev)
         stamps["first_result"] = time.perf_counter()
+        prompts = [prompt] * batch
         steady = bench.measure_requests(
-            runner, prompt, new_tokens, iters=args.iters, warmup=args.warmup, device=dev
+            runner, prompts, new_tokens, iters=args.iters, warmup=args.warmup, device=dev
         )
+        if args.step_latency:
+            steady["step_s"] = bench.measure_step_latency(runner, prompts, new_tokens, dev)
         stamps["first_request"] = steady.pop("first_request_end")
         stamps["done"] = time.perf_counter()
         for k in ("entry_ready", "weights_ready", "artifact_ready"):
@@ -354,6 +373,8 @@ def _finish(
     result["environment"] = _environment(dev)
     if args.copy_bandwidth:
         result["copy_bandwidth"] = bench.copy_bandwidth(dev)
+    if args.matmul_flops:
+        result["matmul_flops"] = bench.matmul_flops(dev, args.dtype)
     main_phases = {k: stamps.pop(k) - t0 for k in PHASE_ORDER if k in stamps}
     result["phases"] = main_phases
     result["subphases"] = dict(

@@ -236,6 +236,8 @@ def findings(report: dict[str, Any]) -> list[str]:
 def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
     env, st = report["environment"], report["settings"]
     weights = st.get("weights") or f"random (seed {st['seed']})"
+    # Every step runs the artifact's max_batch rows: a batch of 1 on a wider one pads.
+    rows = f" on artifacts built for max_batch {st['max_batch']}" if st.get("max_batch") else ""
     lines = [
         "# acache comparison report",
         "",
@@ -245,7 +247,7 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"dtype {st['dtype']}{', ' + st['quant'] if st.get('quant') else ''}, weights {weights}",
         f"- versions: python {env.get('python')}, torch {env.get('torch')}, "
         f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
-        f"- setup: batch 1, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
+        f"- setup: batch 1{rows}, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
         f"greedy, no early stop; {st['runs']} fresh process(es) per scenario; "
         f"{st['iters']} timed requests per process after {st['warmup']} excluded",
         f"- modes: {st.get('modes') or {}}",

@@ -3,7 +3,10 @@
 ``build_model(recipe, device=..., dtype=..., weights=...)`` returns a model in
 eval mode with its static KV cache set up for the recipe's shapes:
 
-    logits = model(idx [B, T] int64, input_pos [T] int64)  # -> [B, T, vocab] fp32
+    logits = model(idx [B, T] int64, input_pos [T] int64, row_start [B] int64)  # [B, T, vocab] fp32
+
+B is the recipe's ``max_batch`` (the KV cache's rows); ``row_start`` (optional, default
+all 0) is each row's first real slot when prompts of different lengths are left-padded.
 
 Families: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (models/llama.py, the
 last two through the recipe's ``qkv_bias`` / ``qk_norm`` flags), ``phi-3``

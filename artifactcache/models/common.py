@@ -1,10 +1,16 @@
 """Pieces every family shares: RoPE, the static KV cache, the attention mask.
 
-The KV cache is static (gpt-fast style): fixed [B, n_kv_heads, max_seq_len,
-head_dim] buffers written in place at ``input_pos``, so a compiled prefill or
-decode step sees the same shapes on every call. Positions beyond the current
-one may hold stale values from an earlier request; the causal mask hides them,
-so the cache never needs clearing between requests.
+The KV cache is static (gpt-fast style): fixed [max_batch, n_kv_heads,
+max_seq_len, head_dim] buffers written in place at ``input_pos``, so a compiled
+prefill or decode step sees the same shapes on every call. Positions beyond the
+current one may hold stale values from an earlier request; the causal mask hides
+them, so the cache never needs clearing between requests.
+
+A batch shares ``input_pos``: prompts of different lengths are left-padded to the
+longest, and ``row_start[b]`` is the first real slot of row b. The mask hides the
+slots before it, so a row sees only its own tokens, shifted to later positions;
+RoPE scores depend only on the distance between positions, so the row's logits
+are those of the prompt run alone (up to rounding).
 """
 
 from __future__ import annotations
@@ -113,23 +119,37 @@ class KVCache(nn.Module):
 
 
 def attention_mask(
-    input_pos: torch.Tensor, max_seq_len: int, sliding_window: int | None
+    input_pos: torch.Tensor,
+    max_seq_len: int,
+    sliding_window: int | None,
+    row_start: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[T, S] bool: query at position p sees key s iff s <= p (and p - s < window)."""
+    """[B, 1, T, S] bool (B = 1 without ``row_start``): query at position p of row b
+    sees key s iff s <= p (and p - s < window) and s >= row_start[b], or s == p.
+
+    The ``s == p`` term only matters for a left-padding query (p < row_start[b]):
+    it keeps that softmax row from being fully masked. Kernels disagree on a fully
+    masked row (torch's SDPA returns zeros, a plain softmax NaN), and a NaN written
+    into the KV cache would poison P @ V even where P is 0, so no backend may be
+    left to decide.
+    """
     s = torch.arange(max_seq_len, device=input_pos.device)
     p = input_pos[:, None]
     mask = s[None, :] <= p
     if sliding_window is not None:
         mask = mask & (s[None, :] > p - sliding_window)
-    return mask
+    if row_start is None:
+        return mask[None, None]
+    own = s[None, None, :] >= row_start[:, None, None]
+    return ((mask[None] & own) | (s[None, :] == p)[None])[:, None]
 
 
 def sdpa(q, k, v, mask, n_rep: int) -> torch.Tensor:
-    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; repeats kv heads for GQA."""
+    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S]; GQA repeats kv heads."""
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[None, None])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
 class RMSNorm(nn.Module):
@@ -168,9 +188,12 @@ class CausalLM(nn.Module):
         self.register_buffer("rope", rope, persistent=False)
         self.max_seq_len = max_seq_len
 
-    def forward(self, idx: torch.Tensor, input_pos: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, input_pos: torch.Tensor, row_start: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """idx [B, T], input_pos [T], row_start [B] (None: every row starts at slot 0)."""
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
-        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window)
+        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window, row_start)
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, input_pos)

@@ -101,7 +101,7 @@ class Backbone(nn.Module):
 
 
 class LlamaModel(CausalLM):
-    """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
+    """forward(idx [B, T], input_pos [T], row_start [B] | None) -> logits [B, T, vocab] (fp32)."""
 
     def __init__(self, cfg: ModelConfig, fused: bool = False):
         super().__init__()

@@ -69,7 +69,7 @@ class PhiBackbone(nn.Module):
 
 
 class Phi2Model(CausalLM):
-    """forward(idx [B, T], input_pos [T]) -> logits [B, T, vocab] (fp32)."""
+    """forward(idx [B, T], input_pos [T], row_start [B] | None) -> logits [B, T, vocab] (fp32)."""
 
     FINAL_NORM = "final_layernorm"
 

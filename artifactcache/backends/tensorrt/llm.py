@@ -200,20 +200,24 @@ class TrtLlmRunner:
         return self.checkpoint.eos_token_ids if self.checkpoint is not None else ()
 
     def _generate(self, ids: list[int], n: int, context_logits: bool) -> Any:
+        return self._generate_all([ids], n, context_logits)[0]
+
+    def _generate_all(self, prompts: list[list[int]], n: int, context_logits: bool) -> Any:
         from tensorrt_llm import SamplingParams
 
         vocab = self.recipe.model.vocab_size
-        for t in ids:
-            if not 0 <= t < vocab:
-                raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
-        # The engine is built with max_input_len = prefill_len (build_llm_engine).
-        if len(ids) > self.recipe.shapes.prefill_len:
-            raise ShapeError(
-                f"prompt of {len(ids)} tokens exceeds the TensorRT-LLM engine's max input "
-                f"{self.recipe.shapes.prefill_len} ([shapes].prefill_len)"
-            )
+        for ids in prompts:
+            for t in ids:
+                if not 0 <= t < vocab:
+                    raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
+            # The engine is built with max_input_len = prefill_len (build_llm_engine).
+            if len(ids) > self.recipe.shapes.prefill_len:
+                raise ShapeError(
+                    f"prompt of {len(ids)} tokens exceeds the TensorRT-LLM engine's max input "
+                    f"{self.recipe.shapes.prefill_len} ([shapes].prefill_len)"
+                )
         params = SamplingParams(**sampling_kwargs(n, context_logits))
-        return self.llm.generate([ids], params, use_tqdm=False)[0]
+        return self.llm.generate(prompts, params, use_tqdm=False)
 
     def logits(self, token_ids: list[int]) -> Any:
         ids = [int(t) for t in token_ids]
@@ -234,19 +238,39 @@ class TrtLlmRunner:
         top_p: float | None = None,
         seed: int | None = None,
     ) -> list[int]:
+        return self.generate_batch(
+            [prompt_ids], max_new_tokens, eos_token_ids=eos_token_ids, temperature=temperature,
+            top_k=top_k, top_p=top_p, seed=seed,
+        )[0]  # fmt: skip
+
+    def generate_batch(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        temperature: float = 0.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[list[int]]:
+        """The prompts as one request list; the engine batches them (max_batch_size)."""
         from ...generate import Sampling, cut_at_eos, resolve_eos_ids
 
-        ids = [int(t) for t in prompt_ids]
+        rows = [[int(t) for t in p] for p in prompts]
+        if not rows:
+            raise ShapeError("the batch is empty: give at least one prompt")
         if not Sampling(temperature, top_k, top_p, seed).greedy:
             # Not wired to TensorRT-LLM's SamplingParams yet, and never silently ignored.
             raise BackendError("the trt-llm runner generates greedily only: use temperature 0")
         eos = resolve_eos_ids(eos_token_ids, self.eos_token_ids, self.recipe.model.vocab_size)
-        self.recipe.check_fits(len(ids), max_new_tokens)
+        for ids in rows:
+            self.recipe.check_fits(len(ids), max_new_tokens, len(rows))
         if max_new_tokens == 0:
-            return []
+            return [[] for _ in rows]
         # The engine runs with ignore_eos (sampling_kwargs); the EOS cut happens here.
-        out = list(self._generate(ids, max_new_tokens, False).outputs[0].token_ids)
-        return cut_at_eos(out, eos)
+        outs = self._generate_all(rows, max_new_tokens, False)
+        return [cut_at_eos(list(o.outputs[0].token_ids), eos) for o in outs]
 
     def stream(self, prompt_ids: list[int], max_new_tokens: int, **choices: Any) -> Any:
         """generate()'s ids, all at once: the LLM API returns a whole request."""

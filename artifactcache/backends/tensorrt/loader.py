@@ -30,15 +30,16 @@ def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]
 
     Profile 0 serves prefill (1..prefill_len tokens, tuned for prefill_len, which is
     what the runner always sends); profile 1 serves decode (exactly one token). The
-    KV-cache inputs are static [n_layers, max_batch, n_kv_heads, max_seq_len, head_dim]
-    and need no profile entry.
+    batch axis is static at max_batch (the runner pads rows), and so are row_start
+    [max_batch] and the KV-cache inputs [n_layers, max_batch, n_kv_heads, max_seq_len,
+    head_dim]: they need no profile entry.
     """
     p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
     prefill = {
-        "input_ids": ((1, 1), (b, p), (b, p)),
+        "input_ids": ((b, 1), (b, p), (b, p)),
         "input_pos": ((1,), (p,), (p,)),
     }
-    decode = {"input_ids": ((1, 1), (1, 1), (1, 1)), "input_pos": ((1,), (1,), (1,))}
+    decode = {"input_ids": ((b, 1), (b, 1), (b, 1)), "input_pos": ((1,), (1,), (1,))}
     return [prefill, decode]
 
 

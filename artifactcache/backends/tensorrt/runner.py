@@ -53,6 +53,7 @@ class _EngineSteps:
         import torch
 
         from ..onnx_export import cache_shape
+        from .loader import profiles_for
 
         self.engine, self.recipe, self.device = engine, recipe, device
         stream = torch.cuda.current_stream(device)
@@ -65,18 +66,22 @@ class _EngineSteps:
         ]
         self.cur = 0  # which buffer pair holds the live cache
         self.vocab = recipe.model.vocab_size
+        self.dynamic_inputs = tuple(profiles_for(recipe)[0])  # the rest are static
 
-    def _run(self, idx: Any, pos: Any, k_in: Any, v_in: Any, k_out: Any, v_out: Any) -> Any:
+    def _run(self, inputs: tuple[Any, ...], k_in: Any, v_in: Any, k_out: Any, v_out: Any) -> Any:
+        """One step: the runner's inputs (STEP_INPUT_NAMES, in order), then the cache."""
         import torch
 
-        n = int(idx.shape[1])
+        from ..onnx_export import STEP_INPUT_NAMES
+
+        step = dict(zip(STEP_INPUT_NAMES, (t.contiguous() for t in inputs), strict=True))
+        rows, n = (int(d) for d in step["input_ids"].shape)
         context = self.contexts[profile_for_tokens(self.recipe, n)]
-        logits = torch.empty(1, n, self.vocab, dtype=torch.float32, device=self.device)
-        context.set_input_shape("input_ids", tuple(idx.shape))
-        context.set_input_shape("input_pos", tuple(pos.shape))
+        logits = torch.empty(rows, n, self.vocab, dtype=torch.float32, device=self.device)
+        for name in self.dynamic_inputs:
+            context.set_input_shape(name, tuple(step[name].shape))
         tensors = {
-            "input_ids": idx.contiguous(),
-            "input_pos": pos.contiguous(),
+            **step,
             "past_keys": k_in,
             "past_values": v_in,
             "logits": logits,
@@ -89,15 +94,15 @@ class _EngineSteps:
             raise BackendError("TensorRT execute_async_v3 failed (see the TensorRT log)")
         return logits
 
-    def prefill(self, idx: Any, pos: Any) -> Any:
+    def prefill(self, *inputs: Any) -> Any:
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        return self._run(idx, pos, self.zero, self.zero, k_out, v_out)
+        return self._run(inputs, self.zero, self.zero, k_out, v_out)
 
-    def decode(self, idx: Any, pos: Any) -> Any:
+    def decode(self, *inputs: Any) -> Any:
         (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
         self.cur = 1 - self.cur
-        return self._run(idx, pos, k_in, v_in, k_out, v_out)
+        return self._run(inputs, k_in, v_in, k_out, v_out)
 
 
 def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:

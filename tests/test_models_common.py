@@ -1,0 +1,50 @@
+"""models/common.py: the attention mask of a left-padded batch."""
+
+from __future__ import annotations
+
+import torch
+
+from artifactcache.models import build_model
+from artifactcache.models.common import attention_mask
+from artifactcache.recipes import load_recipe
+
+
+def test_the_mask_hides_each_rows_padding_but_a_padding_query_sees_itself():
+    pos = torch.arange(4)
+    mask = attention_mask(pos, 6, None, torch.tensor([0, 2]))
+    assert mask.shape == (2, 1, 4, 6)
+    causal = torch.tril(torch.ones(4, 6, dtype=torch.bool))
+    assert torch.equal(mask[0, 0], causal)  # row_start 0: plain causal
+    want = causal.clone()
+    want[2:, :2] = False  # real queries never see the two padding slots
+    want[1, 0] = False  # a padding query sees itself only
+    assert torch.equal(mask[1, 0], want)
+    assert torch.equal(attention_mask(pos, 6, None), causal[None, None])
+
+
+def test_a_left_padded_row_is_finite_and_equals_its_prompt_alone():
+    recipe = load_recipe("tiny-llama")
+    batched = build_model(recipe.with_shapes(max_batch=2))
+    alone = build_model(recipe)
+    prompt = torch.tensor([[1, 15043, 29892]])
+    pad = 5  # row 0 is left-padded by 5; row 1 is 8 real tokens
+    row0 = torch.cat([torch.zeros(1, pad, dtype=torch.int64), prompt], dim=1)
+    row1 = torch.arange(100, 108)[None]
+    with torch.no_grad():
+        out = batched(torch.cat([row0, row1]), torch.arange(8), torch.tensor([pad, 0]))
+        # A NaN key or value in the cache would poison P @ V of the real queries even
+        # where P is 0.
+        assert torch.isfinite(out).all()
+        for layer in batched.model.layers:
+            assert torch.isfinite(layer.self_attn.kv_cache.k_cache).all()
+        want = alone(prompt, torch.arange(3))
+        assert torch.allclose(out[0, pad:], want[0], rtol=1e-4, atol=1e-4)
+        assert torch.allclose(out[1:], alone(row1, torch.arange(8)), rtol=1e-4, atol=1e-4)
+
+
+def test_row_start_zero_is_the_plain_causal_forward():
+    model = build_model(load_recipe("tiny-phi-2"))
+    idx, pos = torch.tensor([[1, 2, 3, 4]]), torch.arange(4)
+    with torch.no_grad():
+        plain = model(idx, pos)
+        assert torch.equal(model(idx, pos, torch.zeros(1, dtype=torch.int64)), plain)
