@@ -27,8 +27,8 @@ from .backends.base import (
     require_available,
 )
 from .backends.model_options import check_recipe_options
-from .devices import parse_device
-from .errors import BackendError, BackendUnavailable, ShapeError, StaleArtifact, WeightsError
+from .devices import check_device
+from .errors import ShapeError, StaleArtifact, WeightsError
 from .keys import (
     architecture_factors,
     compute_key,
@@ -75,19 +75,6 @@ def _resolve_store(
     from .store.local import LocalStore
 
     return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
-
-
-def check_device(device: str, *, present: bool = True) -> None:
-    """cpu, cuda or cuda:N (and, with present=True, N a GPU torch can see)."""
-    kind, index = parse_device(device)
-    if present and kind == "cuda":
-        import torch
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise BackendUnavailable(f"device {device!r}: torch sees no CUDA GPU; use --device cpu")
-        if index is not None and index >= n:
-            raise BackendError(f"device {device!r}: only {n} GPU(s) visible (cuda:0..cuda:{n - 1})")
 
 
 def make_context(
@@ -440,15 +427,16 @@ def module_key_for(backend: str, spec: Any, opts: BuildOptions) -> tuple[Any, Ke
     b = get_backend(backend)
     check_device(opts.device, present=False)
     mb.check_options(opts)
-    require_available(b, opts)
+    sibling = mb.sibling_options(opts) if hasattr(mb, "sibling_options") else opts
+    require_available(b, sibling)
     check_device(opts.device)
     factors = make_factors(
         recipe=spec.fingerprint(),
         weights=state_digest(spec.module) if mb.weights_in_artifact else "external",
         backend=backend,
         options={"source": "module", **mb.factors(spec, opts)},
-        toolchain=b.toolchain(opts),
-        hardware=hardware_fingerprint(opts.device),
+        toolchain=b.toolchain(sibling),
+        hardware=hardware_fingerprint(opts.device, with_driver=backend == "trt"),
     )
     key = compute_key(factors)
     return mb, KeyInfo(key, factors, key, None if mb.weights_in_artifact else key)
@@ -474,29 +462,40 @@ def compile_with_result(
     opts = module_options(backend, spec, options)
     mb, info = module_key_for(backend, spec, opts)
     st = _resolve_store(store, cache_dir, allow_shared_root)
-    if build_on_miss:
-        label = {
-            "recipe": spec.label(),
-            "backend": backend,
-            "device": opts.device,
-            "dtype": opts.dtype,
-            "mode": opts.mode,
-            "weights": "inside" if mb.weights_in_artifact else "external",
-            "inputs": [s.describe() for s in spec.inputs],
-        }
-        entry, source = st.get_or_build(
+    label = {
+        "recipe": spec.label(),
+        "backend": backend,
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "mode": opts.mode,
+        "weights": "inside" if mb.weights_in_artifact else "external",
+        "inputs": [s.describe() for s in spec.inputs],
+    }
+
+    def get_or_build(force: bool) -> tuple[Entry, str]:
+        return st.get_or_build(
             info.key, info.factors, lambda workdir: mb.build(spec, opts, workdir),
             force=force, label=label,
         )  # fmt: skip
-    else:
-        entry, source = st.open(info.key), "local"
-    result = BuildResult(
-        key=info.key, built=source == "built", seconds=time.perf_counter() - t0,
-        bytes=entry.size, entry=entry, source=source,
-    )  # fmt: skip
-    phases["entry_ready"] = time.perf_counter()
-    fn = mb.load(spec, opts, entry.path, entry.meta, phases)
-    compiled = CompiledModule(fn, spec, backend=backend, key=info.key, source=source)
+
+    def found(entry: Entry, source: str) -> BuildResult:
+        phases["entry_ready"] = time.perf_counter()
+        return BuildResult(
+            key=info.key, built=source == "built", seconds=time.perf_counter() - t0,
+            bytes=entry.size, entry=entry, source=source,
+        )  # fmt: skip
+
+    result = found(*(get_or_build(force) if build_on_miss else (st.open(info.key), "local")))
+    try:
+        fn = mb.load(spec, opts, result.entry.path, result.entry.meta, phases)
+    except StaleArtifact:
+        if not build_on_miss:
+            raise
+        # The entry is intact but cannot run here (an engine from another TensorRT): a
+        # miss, rebuilt once in place, as load() does for recipes.
+        result = found(*get_or_build(True))
+        fn = mb.load(spec, opts, result.entry.path, result.entry.meta, phases)
+    compiled = CompiledModule(fn, spec, backend=backend, key=info.key, source=result.source)
     return result, compiled
 
 

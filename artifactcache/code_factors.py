@@ -63,10 +63,17 @@ BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
     "ort": (
         "artifactcache.backends.ort",
         "artifactcache.backends.module_ort",
+        "artifactcache.backends.module_onnx",
         "artifactcache.backends.onnx_export",
         *_MODULE_PATH,
     ),
-    "trt": ("artifactcache.backends.tensorrt", "artifactcache.backends.onnx_export"),
+    "trt": (
+        "artifactcache.backends.tensorrt",
+        "artifactcache.backends.onnx_export",
+        "artifactcache.backends.module_trt",
+        "artifactcache.backends.module_onnx",
+        *_MODULE_PATH,
+    ),
     # TensorRT's timing cache holds per-layer timings: no acache code shapes them.
     "trt-timing-cache": None,
 }

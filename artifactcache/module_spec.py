@@ -332,9 +332,9 @@ def make_spec(
         raise ModelSpecError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
     if device == "cuda":
         device = "cuda:0"
-    from .devices import parse_device
+    from .devices import check_device
 
-    parse_device(device)
+    check_device(device)  # before the move: a GPU torch cannot see is one line, not a traceback
     model.to(device=device, dtype=torch_dtype(dtype))
     moved = tuple(
         a.to(device=device, dtype=torch_dtype(dtype)) if a.is_floating_point() else a.to(device)

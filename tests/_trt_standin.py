@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import ast
 import importlib.machinery
+import os
 import re
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,9 @@ class Recording:
     # by name (e.g. {"num_errors": 2}). Anything else is another stand-in.
     returns: dict[str, Any] = field(default_factory=dict)
     values: dict[str, Any] = field(default_factory=dict)
+    # Call results computed from the call's arguments, by method name (e.g. an engine's
+    # get_tensor_name(i)); a name here wins over ``returns``.
+    computed: dict[str, Callable[..., Any]] = field(default_factory=dict)
     paths: set[tuple[str, ...]] = field(default_factory=set)
     calls: list[tuple[tuple[str, ...], tuple, dict]] = field(default_factory=list)
     sets: list[tuple[tuple[str, ...], Any]] = field(default_factory=list)
@@ -73,6 +78,8 @@ class Fake:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self._rec.calls.append((self._path, args, kwargs))
+        if self._path[-1] in self._rec.computed:
+            return self._rec.computed[self._path[-1]](*args, **kwargs)
         if self._path[-1] in self._rec.returns:
             return self._rec.returns[self._path[-1]]
         return Fake(self._rec, self._path + (CALL,))
@@ -122,6 +129,24 @@ class BindingsNames:
         if name in self.strings or name in self.python:
             return True
         return any(s.endswith(name) for s in self.strings)
+
+
+WHEEL_VAR = "ACACHE_TRT_BINDINGS_WHEEL"
+
+
+def bindings_wheel() -> Path:
+    """The bindings wheel $ACACHE_TRT_BINDINGS_WHEEL names; a skip without it, a failure in CI."""
+    import pytest
+
+    raw = os.environ.get(WHEEL_VAR)
+    if raw and Path(raw).is_file():
+        return Path(raw)
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must provide the TensorRT bindings wheel: ${WHEEL_VAR} is {raw!r}")
+    pytest.skip(
+        f"${WHEEL_VAR} names no file (pip download --no-deps tensorrt-cu13-bindings, "
+        "then point it at the .whl)"
+    )
 
 
 def bindings_names(wheel: Path) -> BindingsNames:

@@ -127,13 +127,9 @@ def test_bad_arguments_are_one_line_errors(kwargs, match):
         api.compile(_model(), (torch.randn(3, 8),), backend="eager", **kwargs)
 
 
-def test_not_a_module_and_trt_are_refused():
+def test_not_a_module_is_refused():
     with pytest.raises(ModelSpecError, match="expected a torch.nn.Module"):
         api.compile(lambda x: x, (torch.randn(1),), backend="eager")
-    from artifactcache.errors import BackendError
-
-    with pytest.raises(BackendError, match="recipes only"):
-        api.compile(_model(), (torch.randn(3, 8),), backend="trt")
 
 
 @pytest.mark.parametrize(
@@ -201,6 +197,15 @@ def test_cli_spec_errors_are_one_line_and_write_nothing(cache_dir, spec, extra, 
     assert out.returncode == 1, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and match in lines[0], lines
+    assert not list(cache_dir.rglob("manifest.json"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")
+def test_cli_spec_on_a_gpu_torch_cannot_see_is_one_line(cache_dir):
+    out = _acache("build", CONVNET, "--backend", "eager", "--device", "cuda")
+    assert out.returncode == 1, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines == ["error: device 'cuda:0': torch sees no CUDA GPU; use --device cpu"], lines
     assert not list(cache_dir.rglob("manifest.json"))
 
 

@@ -10,14 +10,13 @@ behaviour. It stays unverified on real TensorRT.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from _trt_standin import Recording, StandinModule, bindings_names
+from _trt_standin import Recording, StandinModule, bindings_names, bindings_wheel
 
 from artifactcache import api
 from artifactcache.backends import onnx_export as ox
@@ -31,7 +30,6 @@ from artifactcache.models import WeightsSpec
 from artifactcache.recipes import load_recipe
 from artifactcache.store.local import LocalStore
 
-WHEEL_VAR = "ACACHE_TRT_BINDINGS_WHEEL"
 STANDIN_VERSION = "11.4.0.106"  # the served bindings' version; the wheel's own when given
 # torchscript: the fast exporter (the stand-in never reads the graph).
 EXTRA = {"exporter": "torchscript", "allow_host_code": True, "workspace_mb": 64}
@@ -157,21 +155,8 @@ def test_trt_and_ort_share_one_export(monkeypatch, tmp_path):
     assert TRT.dependencies(ctx, "random:0", for_load=True) == []  # an engine stands alone
 
 
-def _wheel() -> Path | None:
-    raw = os.environ.get(WHEEL_VAR)
-    if raw and Path(raw).is_file():
-        return Path(raw)
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI must provide the TensorRT bindings wheel: ${WHEEL_VAR} is {raw!r}")
-    pytest.skip(
-        f"${WHEEL_VAR} names no file (pip download --no-deps tensorrt-cu13-bindings, "
-        "then point it at the .whl)"
-    )
-    return None
-
-
 def test_every_tensorrt_name_the_code_touches_is_in_the_real_bindings(monkeypatch, tmp_path):
-    wheel = _wheel()
+    wheel = bindings_wheel()
     names = bindings_names(wheel)
     rec = Recording(names.version)
     _exercise(monkeypatch, tmp_path, rec)
@@ -186,7 +171,7 @@ def test_every_tensorrt_name_the_code_touches_is_in_the_real_bindings(monkeypatc
 
 def test_the_names_check_can_fail(tmp_path):
     """A misspelt name is not in the bindings (the check is not vacuous)."""
-    names = bindings_names(_wheel())
+    names = bindings_names(bindings_wheel())
     assert names.has("set_memory_pool_limit") and names.has("Builder")
     assert not names.has("set_memory_pool_limt")
     if int(names.version.split(".")[0]) >= 11:

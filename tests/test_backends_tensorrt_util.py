@@ -44,3 +44,25 @@ def test_the_plan_header_is_advisory():
     assert util.header_note(meta, b"\0" * 32) is None  # cannot be parsed: no verdict
     note = util.header_note(meta, _header(10, 2, 0))
     assert "reads TensorRT 10.2.0, the manifest says 10.3.0" in note and "advisory" in note
+
+
+def test_a_tensorrt_that_is_found_but_does_not_import_is_one_line(monkeypatch, tmp_path):
+    """The bare bindings wheel: the package is there, its libnvinfer is not."""
+    import sys
+
+    import pytest
+
+    from artifactcache.errors import BackendUnavailable
+
+    pkg = tmp_path / "tensorrt"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("libnvinfer.so.11: cannot open shared object file")\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+    with pytest.raises(BackendUnavailable) as e:
+        util.import_tensorrt()
+    message = str(e.value)
+    assert message.startswith("tensorrt does not import (libnvinfer.so.11: cannot open")
+    assert "pip install 'artifactcache[trt]'" in message and "\n" not in message

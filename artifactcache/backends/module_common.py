@@ -12,6 +12,9 @@ eager      module_common.py        a record; the module runs as it is
 inductor   module_inductor.py      Mega-Cache + C++ kernel objects (no weights)
 aoti       module_aoti.py          one weight-stripped AOTInductor .so (no weights)
 ort        module_ort.py           the ORT-optimized ONNX graph (weights inside)
+trt        module_trt.py           a TensorRT engine from the same export
+                                   (module_onnx.py; weights inside; unverified
+                                   on real TensorRT)
 =========  ======================  =============================================
 
 api.compile() joins them with the store and the keys. Every build first runs the
@@ -41,6 +44,7 @@ MODULE_BACKENDS = {
     "inductor": "module_inductor",
     "aoti": "module_aoti",
     "ort": "module_ort",
+    "trt": "module_trt",
 }
 RECORD = "module.json"
 FORMAT = 1
@@ -67,17 +71,20 @@ class ModuleBackend(Protocol):
         self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
-        """A callable with the module's outputs, from a verified entry; stamps phases."""
+        """A callable with the module's outputs, from a verified entry; stamps phases.
+
+        May raise StaleArtifact (an intact entry that cannot run here): api.compile
+        then rebuilds it once.
+        """
         ...
+
+    # Optional: sibling_options(opts) -> BuildOptions, the options the LLM sibling's
+    # available() and toolchain() are asked with when they differ from the module's
+    # (trt: its onnx mode, whatever mode the module path was given).
 
 
 def get_module_backend(name: str) -> ModuleBackend:
     if name not in MODULE_BACKENDS:
-        if name in ("trt",):
-            raise BackendError(
-                "backend 'trt' compiles acache's recipes only; for a module use aoti or ort "
-                "(ort --mode tensorrt runs its graph through TensorRT)"
-            )
         get_backend(name)  # the one-line "unknown backend" error
     module = importlib.import_module(f"{__package__}.{MODULE_BACKENDS[name]}")
     return module.MODULE_BACKEND

@@ -1,13 +1,11 @@
 """ort for any module: the ONNX export, optimized by ONNX Runtime once, weights inside.
 
-Build: ``torch.onnx.export`` of ``module(*example_inputs)`` (the dynamo exporter;
-``exporter=torchscript`` for the older one), inputs ``input_0..``, outputs
-``output_0..`` in the order of the flattened output structure, the dynamic
-dimensions as export dims. A session with graph optimizations on writes the
-optimized graph (``model.opt.onnx``); that file is the artifact and the raw export
-is dropped. Load: a session over it with optimizations off: nothing is traced,
-exported or optimized in a warm process. The graph holds the weights, so the
-key covers a digest of the module's tensors (module_spec.state_digest).
+Build: the module's ONNX export (module_onnx.py: inputs ``input_0..``, outputs
+``output_0..`` in the order of the flattened output structure). A session with graph
+optimizations on writes the optimized graph (``model.opt.onnx``); that file is the
+artifact and the raw export is dropped. Load: a session over it with optimizations
+off: nothing is traced, exported or optimized in a warm process. The graph holds the
+weights, so the key covers a digest of the module's tensors (module_spec.state_digest).
 
 Execution providers: cpu (the default on a cpu device) and cuda (onnxruntime-gpu).
 Feeds and results go through numpy on the host: on cuda each call copies the
@@ -16,71 +14,23 @@ inputs in and the outputs out, which the benchmark labels.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..devices import device_index
 from ..errors import BackendError
 from .base import BuildOptions
-from .module_common import (
-    FORMAT,
-    export_dynamic_shapes,
-    no_extra,
-    reference_run,
-    require_files,
-    write_record,
-)
+from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
+from .module_onnx import EXPORT_FILE, export_module, input_name
 from .onnx_export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchain
 from .ort import EP_DTYPES, OPT_MODEL, graph_level, onnxruntime_module, resolve_ep, session_options
 
 if TYPE_CHECKING:
     from ..module_spec import ModuleSpec
 
-EXPORT_FILE = "export.onnx"
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """The exporter prints progress to stdout and warns about what we do on purpose."""
-    onnx_log = logging.getLogger("torch.onnx")
-    old = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        onnx_log.setLevel(old)
-
-
-def _export(spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, external: bool) -> None:
-    import torch
-
-    es = export_spec(opts)
-    names = [f"input_{i}" for i in range(len(spec.inputs))]
-    outs = [f"output_{i}" for i in range(n_out)]
-    with torch.no_grad(), _quiet():
-        if es.exporter == "dynamo":
-
-            prog = torch.onnx.export(
-                spec.module, spec.example_inputs, dynamo=True, input_names=names,
-                output_names=outs, dynamic_shapes=export_dynamic_shapes(spec),
-                opset_version=es.opset, optimize=True, verbose=False,
-            )  # fmt: skip
-            prog.save(str(path), external_data=external)
-            return
-        axes = {names[i]: {d: f"in{i}_d{d}" for d in dims} for i, dims in enumerate(spec.dynamic)}
-        torch.onnx.export(
-            spec.module, spec.example_inputs, str(path), dynamo=False, input_names=names,
-            output_names=outs, dynamic_axes=axes or None, opset_version=es.opset,
-        )  # fmt: skip
 
 
 def _providers(ep: str, opts: BuildOptions) -> list[Any]:
@@ -128,14 +78,7 @@ class OrtModuleBackend:
         n_bytes = sum(t.numel() * t.element_size() for t in spec.module.state_dict().values())
         external = n_bytes > EXTERNAL_DATA_BYTES
         t0 = time.perf_counter()
-        try:
-            _export(spec, opts, raw / EXPORT_FILE, len(flat), external)
-        except Exception as e:
-            first = (str(e).strip().splitlines() or [""])[0][:300]
-            raise BackendError(
-                f"ONNX export of the module failed ({type(e).__name__}: {first}); try "
-                "--extra exporter=torchscript, or another backend"
-            ) from None
+        export_module(spec, opts, raw / EXPORT_FILE, len(flat), external)
         t_export = time.perf_counter() - t0
         nodes_before = len(onnx.load(str(raw / EXPORT_FILE), load_external_data=False).graph.node)
         level = graph_level(opts)
@@ -190,9 +133,9 @@ class OrtModuleBackend:
 
         def run(*args: Any) -> Any:
             feeds = {
-                f"input_{i}": a.detach().cpu().numpy()
+                input_name(i): a.detach().cpu().numpy()
                 for i, a in enumerate(args)
-                if f"input_{i}" in wanted
+                if input_name(i) in wanted
             }
             outs = sess.run(None, feeds)
             return rebuild_output([torch.from_numpy(o).to(dev) for o in outs], tree)

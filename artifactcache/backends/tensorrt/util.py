@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...devices import device_index
-from ...errors import StaleArtifact
+from ...errors import BackendUnavailable, StaleArtifact
+from ...extras import TRT_HINT
 
 
 class EngineIncompatible(StaleArtifact):
@@ -13,9 +14,17 @@ class EngineIncompatible(StaleArtifact):
 
 
 def import_tensorrt() -> Any:
-    """The tensorrt module, imported only when an engine is built or loaded."""
-    import tensorrt
+    """The tensorrt module, imported only when an engine is built or loaded.
 
+    A package that is found but does not import (its libnvinfer missing, as with the
+    bare ``tensorrt-cu*-bindings`` wheel) is a one-line BackendUnavailable, not a
+    traceback.
+    """
+    try:
+        import tensorrt
+    except (ImportError, OSError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise BackendUnavailable(f"tensorrt does not import ({first}): {TRT_HINT}") from None
     return tensorrt
 
 

@@ -1,0 +1,91 @@
+"""The ONNX export of any module, shared by the ort and trt module backends.
+
+``torch.onnx.export`` of ``module(*example_inputs)`` (the dynamo exporter;
+``exporter=torchscript`` for the older one), inputs ``input_0..``, outputs
+``output_0..`` in the order of the flattened output structure, the dynamic dimensions
+as export dims. The exporter may drop an input the graph never reads (the
+torchscript one does), so a runtime binds by name what the graph kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..errors import BackendError
+from .base import BuildOptions
+from .module_common import export_dynamic_shapes
+from .onnx_export import export_spec
+
+if TYPE_CHECKING:
+    from ..module_spec import ModuleSpec
+
+EXPORT_FILE = "export.onnx"
+
+
+def input_name(i: int) -> str:
+    """The graph's name for the module's i-th positional input."""
+    return f"input_{i}"
+
+
+def output_name(i: int) -> str:
+    """The graph's name for the i-th tensor of the module's flattened outputs."""
+    return f"output_{i}"
+
+
+def export_module(
+    spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, external: bool
+) -> None:
+    """Export the module to ``path`` (weights in ``path``.data when ``external``).
+
+    A failing export is a one-line BackendError.
+    """
+    try:
+        _export(spec, opts, path, n_out, external)
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise BackendError(
+            f"ONNX export of the module failed ({type(e).__name__}: {first}); try "
+            "--extra exporter=torchscript, or another backend"
+        ) from None
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporter prints progress to stdout and warns about what we do on purpose."""
+    onnx_log = logging.getLogger("torch.onnx")
+    old = onnx_log.level
+    onnx_log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        onnx_log.setLevel(old)
+
+
+def _export(spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, external: bool) -> None:
+    import torch
+
+    es = export_spec(opts)
+    names = [input_name(i) for i in range(len(spec.inputs))]
+    outs = [output_name(i) for i in range(n_out)]
+    with torch.no_grad(), _quiet():
+        if es.exporter == "dynamo":
+            prog = torch.onnx.export(
+                spec.module, spec.example_inputs, dynamo=True, input_names=names,
+                output_names=outs, dynamic_shapes=export_dynamic_shapes(spec),
+                opset_version=es.opset, optimize=True, verbose=False,
+            )  # fmt: skip
+            prog.save(str(path), external_data=external)
+            return
+        axes = {names[i]: {d: f"in{i}_d{d}" for d in dims} for i, dims in enumerate(spec.dynamic)}
+        torch.onnx.export(
+            spec.module, spec.example_inputs, str(path), dynamo=False, input_names=names,
+            output_names=outs, dynamic_axes=axes or None, opset_version=es.opset,
+        )  # fmt: skip
