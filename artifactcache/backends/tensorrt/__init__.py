@@ -15,6 +15,9 @@ Modules, Polygraphy-style; ``tensorrt`` is imported only inside functions:
   runner.py   ``--mode onnx`` load: runtime -> engine -> execution contexts -> StepRunner
   util.py     versions, the plan header, the compatibility check before deserializing
   llm.py      ``--mode llm`` (the default): TensorRT-LLM's LLM API, build and run
+
+Any nn.Module reaches TensorRT through backends/module_trt.py, which reuses
+``loader.build_engine`` and util's compatibility check.
 """
 
 from .backend import BACKEND, TrtBackend
