@@ -14,7 +14,7 @@ from artifactcache.backends import ort as ortb
 from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.models import WeightsSpec
-from artifactcache.recipes import list_recipes
+from artifactcache.recipes import list_recipes, load_recipe
 from artifactcache.store.local import LocalStore
 
 TINY = [r.name for r in list_recipes() if r.name.startswith("tiny-")]
@@ -147,3 +147,13 @@ def test_cli_bad_inputs_exit_1(cache_dir):
     r = cli.invoke(app, ["run", "tiny-llama", "--backend", "ort", "--tokens", tokens])
     assert r.exit_code == 1, r.output
     assert r.output.strip().splitlines()[-1].startswith("error: 65 prompt + 1 new tokens")
+
+
+def test_ort_tensorrt_ep_takes_the_same_prefill_profile(tmp_path):
+    """The EP's one profile is the trt backend's prefill profile (onnx_export.step_profiles)."""
+    recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)  # prefill_len 8
+    o = ortb.trt_ep_options(recipe, tmp_path, 0)
+    assert o["trt_profile_min_shapes"] == "input_ids:2x1,input_pos:1"
+    assert (
+        o["trt_profile_opt_shapes"] == o["trt_profile_max_shapes"] == ("input_ids:2x8,input_pos:8")
+    )

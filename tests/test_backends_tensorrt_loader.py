@@ -63,3 +63,40 @@ def test_timing_cache_entry_is_merged_after_each_build(tmp_path):
     entry = store.get(compute_key(factors))
     assert (entry.path / TIMING_CACHE_FILE).read_bytes() == b"tactic-a\ntactic-b"
     assert entry.meta["merged_builds"] == 2 and entry.label["backend"] == "trt-timing-cache"
+
+
+@pytest.mark.parametrize(
+    ("exporter", "max_batch"), [("torchscript", 1), ("torchscript", 3), ("dynamo", 3)]
+)
+def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
+    """Each profile's ranges sit exactly on the graph's dynamic dimensions, and its
+    fixed sizes are the graph's, for a context and batch chosen at build."""
+    import onnx
+
+    from artifactcache.backends import onnx_export as ox
+    from artifactcache.backends.base import BuildContext, BuildOptions
+    from artifactcache.models import WeightsSpec
+
+    recipe = load_recipe("tiny-llama").with_shapes(max_seq_len=40, max_batch=max_batch)
+    ctx = BuildContext(recipe, BuildOptions(extra={"exporter": exporter}), WeightsSpec(None, 0))
+    ox.export_to(tmp_path, ctx, ox.export_spec(ctx.opts))
+    graph = onnx.load(str(tmp_path / ox.MODEL_FILE), load_external_data=False).graph
+    dims = {
+        i.name: [
+            d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim
+        ]
+        for i in graph.input
+    }
+    assert dims["past_keys"] == list(ox.cache_shape(recipe)) == [2, max_batch, 2, 40, 16]
+    prefill, decode = loader.profiles_for(recipe)
+    for profile in (prefill, decode):
+        for name, (lo, opt, hi) in profile.items():
+            for d, size in enumerate(dims[name]):
+                if size is None:
+                    assert lo[d] <= opt[d] <= hi[d], (name, d)
+                else:
+                    assert lo[d] == opt[d] == hi[d] == size, (name, d)
+    assert {n for n, ds in dims.items() if None in ds} == set(prefill)
+    assert prefill["input_ids"] == ((max_batch, 1), (max_batch, 8), (max_batch, 8))
+    assert decode["input_ids"] == ((max_batch, 1),) * 3
+    assert dims["row_start"] == [max_batch]

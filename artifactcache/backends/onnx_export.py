@@ -2,7 +2,8 @@
 
 One graph serves both steps. Its token axis ``T`` is dynamic (1..prefill_len),
 so prefill runs it with T = prefill_len and decode with T = 1; its batch axis B
-is static at the recipe's max_batch (a smaller request pads rows)::
+is static at the recipe's max_batch (a smaller request pads rows). ``step_dims``
+holds these shapes, for the export and for TensorRT's profiles alike::
 
     inputs:  input_ids [B, T] int64, input_pos [T] int64, row_start [B] int64,
              past_keys / past_values [n_layers, B, n_kv_heads, max_seq_len, head_dim]
@@ -38,6 +39,7 @@ with :func:`export_dependency`; artifactcache/api.py opens or builds it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -206,15 +208,90 @@ def cache_shape(recipe: Recipe) -> tuple[int, ...]:
     return (m.n_layers, s.max_batch, m.n_kv_heads, s.max_seq_len, m.head_dim)
 
 
+@dataclass(frozen=True)
+class Axis:
+    """A dynamic dimension of the step graph: its export name and its range."""
+
+    name: str
+    lo: int
+    hi: int
+
+
+StepDims = dict[str, tuple["int | Axis", ...]]
+
+
+def step_dims(recipe: Recipe) -> StepDims:
+    """Every input's and output's dimensions, static sizes or Axis ranges, from the shapes.
+
+    The one place the export's dynamic axes (both exporters), its example inputs and
+    TensorRT's optimization profiles (tensorrt/loader.py) read, so they cannot
+    disagree: the token axis T spans 1..prefill_len; the batch axis is static at
+    max_batch (the runner pads a smaller batch), and so are row_start and the cache,
+    whose sequence axis is max_seq_len.
+    """
+    s = recipe.shapes
+    t, b = Axis("T", 1, s.prefill_len), s.max_batch
+    cache = cache_shape(recipe)
+    return {
+        "input_ids": (b, t),
+        "input_pos": (t,),
+        "row_start": (b,),
+        "past_keys": cache,
+        "past_values": cache,
+        "logits": (b, t, recipe.model.vocab_size),
+        "present_keys": cache,
+        "present_values": cache,
+    }
+
+
 def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """The inputs the export traces: every axis at its largest (T = prefill_len)."""
     import torch
 
-    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
-    ids = torch.zeros(b, p, dtype=torch.int64)
-    pos = torch.arange(p, dtype=torch.int64)
-    row_start = torch.zeros(b, dtype=torch.int64)
-    keys = torch.zeros(cache_shape(recipe), dtype=dtype)
-    return ids, pos, row_start, keys, keys.clone()
+    dims = step_dims(recipe)
+    shape = {n: tuple(d.hi if isinstance(d, Axis) else d for d in dims[n]) for n in INPUT_NAMES}
+    ids = torch.zeros(shape["input_ids"], dtype=torch.int64)
+    pos = torch.arange(shape["input_pos"][0], dtype=torch.int64)
+    row_start = torch.zeros(shape["row_start"], dtype=torch.int64)
+    keys = torch.zeros(shape["past_keys"], dtype=dtype)
+    return ids, pos, row_start, keys, torch.zeros(shape["past_values"], dtype=dtype)
+
+
+Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+
+def step_profiles(recipe: Recipe) -> list[Profile]:
+    """TensorRT's (min, opt, max) shapes of the inputs with a dynamic axis: [prefill, decode].
+
+    Prefill takes each axis over its range, tuned for its largest (T = prefill_len);
+    decode takes T = 1. Read by the trt backend's engine and ort's TensorRT EP.
+    """
+    dims = step_dims(recipe)
+
+    def profile(pick: Callable[[Axis], tuple[int, int, int]]) -> Profile:
+        out: Profile = {}
+        for name in INPUT_NAMES:
+            if any(isinstance(d, Axis) for d in dims[name]):
+                lo, opt, hi = (
+                    tuple(pick(d)[i] if isinstance(d, Axis) else d for d in dims[name])
+                    for i in range(3)
+                )
+                out[name] = (lo, opt, hi)
+        return out
+
+    prefill = profile(lambda a: (a.lo, a.hi, a.hi))
+    decode = profile(lambda a: (1, 1, 1) if a.name == "T" else (a.lo, a.hi, a.hi))
+    return [prefill, decode]
+
+
+def _dynamic_axes(recipe: Recipe, names: tuple[str, ...]) -> dict[str, dict[int, Axis]]:
+    """{name: {dim: Axis}} of the tensors among ``names`` that have a dynamic dimension."""
+    out = {}
+    for name in names:
+        axes = {d: a for d, a in enumerate(step_dims(recipe)[name]) if isinstance(a, Axis)}
+        if axes:
+            out[name] = axes
+    return out
 
 
 def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, external: bool):
@@ -225,11 +302,14 @@ def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, ext
 
     import torch
 
-    t = torch.export.Dim("T", min=1, max=recipe.shapes.prefill_len)
+    axes = _dynamic_axes(recipe, INPUT_NAMES)
+    dims = {a.name: a for per_input in axes.values() for a in per_input.values()}
+    # One Dim per axis name: inputs that share an axis (T) share its export symbol.
+    export_dims = {n: torch.export.Dim(n, min=a.lo, max=a.hi) for n, a in dims.items()}
     shapes = {
-        "input_ids": {1: t}, "input_pos": {0: t}, "row_start": None,
-        "past_keys": None, "past_values": None,
-    }  # fmt: skip
+        name: {d: export_dims[a.name] for d, a in axes[name].items()} if name in axes else None
+        for name in INPUT_NAMES
+    }
     # The exporter prints progress to stdout and warns about things we do on
     # purpose; keep stdout clean for `--json` callers.
     quiet = contextlib.ExitStack()
@@ -261,7 +341,7 @@ def _dynamo_call(step, args, shapes, spec: ExportSpec):
     )
 
 
-def _export_torchscript(step, args, path: Path, spec: ExportSpec) -> None:
+def _export_torchscript(step, args, path: Path, recipe: Recipe, spec: ExportSpec) -> None:
     import warnings
 
     import torch
@@ -275,7 +355,10 @@ def _export_torchscript(step, args, path: Path, spec: ExportSpec) -> None:
             dynamo=False,
             input_names=list(INPUT_NAMES),
             output_names=list(OUTPUT_NAMES),
-            dynamic_axes={"input_ids": {1: "T"}, "input_pos": {0: "T"}, "logits": {1: "T"}},
+            dynamic_axes={
+                name: {d: a.name for d, a in axes.items()}
+                for name, axes in _dynamic_axes(recipe, INPUT_NAMES + OUTPUT_NAMES).items()
+            },
             opset_version=spec.opset,
         )
 
@@ -325,7 +408,7 @@ def export_to(workdir: Path, ctx: BuildContext, spec: ExportSpec) -> dict[str, A
                     p.unlink()
                 used = "torchscript"
         if used == "torchscript":
-            _export_torchscript(step, args, path, spec)
+            _export_torchscript(step, args, path, ctx.recipe, spec)
     if external:
         _resave_external(path)
     onnx.checker.check_model(str(path), full_check=True)

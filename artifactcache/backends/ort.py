@@ -50,6 +50,7 @@ from .onnx_export import (
     export_dependency,
     export_spec,
     exported,
+    step_profiles,
 )
 
 if TYPE_CHECKING:
@@ -143,9 +144,16 @@ def session_options(
 
 
 def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str, str]:
-    """TensorRT EP options: engine and timing caches in cache_dir, one token-axis profile
-    (the batch axis is static at max_batch)."""
-    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
+    """TensorRT EP options: engine and timing caches in cache_dir, and the prefill profile
+    of the step graph (onnx_export.step_profiles: T over 1..prefill_len, the batch static
+    at max_batch), the same ranges the trt backend's engines take."""
+    prefill = step_profiles(recipe)[0]
+
+    def shapes(which: int) -> str:
+        return ",".join(
+            f"{name}:{'x'.join(map(str, ranges[which]))}" for name, ranges in prefill.items()
+        )
+
     return {
         "device_id": str(device_id),
         "trt_engine_cache_enable": "True",
@@ -154,9 +162,9 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
         "trt_timing_cache_path": str(cache_dir),
         # Explicit profiles make the EP build its engine at session creation, for
         # every token count the runner uses (1 for decode, prefill_len for prefill).
-        "trt_profile_min_shapes": f"input_ids:{b}x1,input_pos:1",
-        "trt_profile_opt_shapes": f"input_ids:{b}x{p},input_pos:{p}",
-        "trt_profile_max_shapes": f"input_ids:{b}x{p},input_pos:{p}",
+        "trt_profile_min_shapes": shapes(0),
+        "trt_profile_opt_shapes": shapes(1),
+        "trt_profile_max_shapes": shapes(2),
     }
 
 

@@ -28,19 +28,15 @@ TIMING_CACHE_DEP = "timing_cache"  # its name in ctx.deps
 def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
     """Optimization profiles over the step graph's dynamic inputs: (min, opt, max) shapes.
 
-    Profile 0 serves prefill (1..prefill_len tokens, tuned for prefill_len, which is
-    what the runner always sends); profile 1 serves decode (exactly one token). The
-    batch axis is static at max_batch (the runner pads rows), and so are row_start
-    [max_batch] and the KV-cache inputs [n_layers, max_batch, n_kv_heads, max_seq_len,
-    head_dim]: they need no profile entry.
+    From the export's own dimensions (onnx_export.step_profiles), so an engine
+    profile never asks for a range the graph fixed. Profile 0 serves prefill (T over
+    1..prefill_len, tuned for prefill_len, what the runner sends); profile 1 serves
+    decode (T = 1). The batch axis is static at max_batch (the runner pads rows), and
+    so are row_start and the KV cache: inputs without a dynamic axis need no entry.
     """
-    p, b = recipe.shapes.prefill_len, recipe.shapes.max_batch
-    prefill = {
-        "input_ids": ((b, 1), (b, p), (b, p)),
-        "input_pos": ((1,), (p,), (p,)),
-    }
-    decode = {"input_ids": ((b, 1), (b, 1), (b, 1)), "input_pos": ((1,), (1,), (1,))}
-    return [prefill, decode]
+    from ..onnx_export import step_profiles
+
+    return step_profiles(recipe)
 
 
 def timing_cache_factors(
