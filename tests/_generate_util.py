@@ -20,7 +20,7 @@ n_layers = 2
 n_heads = 4
 n_kv_heads = 2
 intermediate_size = 172
-max_position_embeddings = 512
+max_position_embeddings = {max_positions}
 
 [shapes]
 max_seq_len = {max_seq_len}
@@ -40,6 +40,7 @@ WORDS = (
 def write_recipe(
     tmp: Path, *, name: str = "long", vocab: int = 32000, max_seq_len: int = 320,
     prefill_len: int = 16, bench_ids: str = "[1, 15043, 29892, 590, 1024, 338]",
+    max_positions: int = 512,
 ) -> Path:  # fmt: skip
     path = tmp / f"{name}.toml"
     path.write_text(
@@ -49,6 +50,7 @@ def write_recipe(
             max_seq_len=max_seq_len,
             prefill_len=prefill_len,
             bench_ids=bench_ids,
+            max_positions=max_positions,
         )  # fmt: skip
     )
     return path

@@ -14,6 +14,7 @@ from artifactcache.backends.runner import (
 )
 from artifactcache.errors import ShapeError
 from artifactcache.models import build_model
+from artifactcache.models.common import kv_bucket
 from artifactcache.recipes import load_recipe
 
 
@@ -47,20 +48,22 @@ def test_cuda_graph_decode_generates_the_plain_tokens(graphs: str, monkeypatch):
     dev = torch.device("cuda")
     model = build_model(recipe, device=dev)
     prompt = list(recipe.bench.prompt_ids)
-    plain = StepRunner(recipe, *_steps(model), dev).generate(prompt, 32)
+    plain = StepRunner(recipe, *_steps(model), dev, kv_len_hint=True).generate(prompt, 32)
     decode, info = cuda_graph_step(_steps(model)[1], decode_examples(recipe, dev))
     assert info["cuda_graph"] is (graphs == "1"), info
-    graphed = StepRunner(recipe, _steps(model)[0], decode, dev).generate(prompt, 32)
-    assert graphed == plain
+    graphed = StepRunner(recipe, _steps(model)[0], decode, dev, kv_len_hint=True)
+    assert graphed.generate(prompt, 32) == plain
 
 
 def test_decode_examples_differ_in_token_position_and_row_start():
     recipe = load_recipe("tiny-llama").with_shapes(max_batch=3)
-    (i1, p1, r1), (i2, p2, r2) = decode_examples(recipe, torch.device("cpu"))
+    (i1, p1, r1, k1), (i2, p2, r2, k2) = decode_examples(recipe, torch.device("cpu"))
     assert i1.shape == i2.shape == (3, 1) and p1.shape == p2.shape == (1,)
     assert r1.shape == r2.shape == (3,)
     assert (i2 != i1).all() and int(p2) == int(p1) + 1 < recipe.shapes.max_seq_len
     assert (r2 != r1).all() and (r2 <= p2).all()  # still real rows at the later position
+    # kv_pos: the key positions of the one bucket of a 64-position cache, in both.
+    assert k1 is k2 and torch.equal(k1, torch.arange(recipe.shapes.max_seq_len))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -179,3 +182,65 @@ def test_padded_rows_never_leak_into_a_later_request():
     runner.generate_batch([list(BATCH_PROMPTS[2]), [7]], 20, eos_token_ids=())
     ids = list(BATCH_PROMPTS[1])
     assert torch.allclose(runner.logits(ids), alone.logits(ids), rtol=1e-5, atol=1e-5)
+
+
+def _long_recipe(tmp_path):
+    from _generate_util import write_recipe
+
+    return load_recipe(write_recipe(tmp_path, max_seq_len=1024, max_positions=1024))
+
+
+def _recording(step, seen):
+    def record(*inputs):
+        seen.append(inputs)
+        return step(*inputs)
+
+    return record
+
+
+def test_decode_gets_its_bucket_as_a_view_of_one_buffer(tmp_path):
+    recipe = _long_recipe(tmp_path)
+    model = build_model(recipe)
+    seen: list = []
+    prefill, decode = _steps(model)
+    runner = StepRunner(
+        recipe, prefill, _recording(decode, seen), torch.device("cpu"), kv_len_hint=True
+    )
+    prompt = [(3 * i + 1) % 32000 for i in range(250)]
+    runner.generate(prompt, 12, eos_token_ids=())
+    assert len(seen) == 11 and all(len(inputs) == 4 for inputs in seen)
+    lengths = [inputs[3].shape[0] for inputs in seen]
+    assert lengths == [kv_bucket(250 + k + 1, 1024) for k in range(11)]
+    assert lengths[:6] == [256] * 6 and lengths[6:] == [512] * 5
+    for inputs in seen:
+        assert torch.equal(inputs[3], torch.arange(inputs[3].shape[0]))
+    # No allocation per step: every kv_pos is a view of one buffer, one view per bucket.
+    assert len({inputs[3].untyped_storage().data_ptr() for inputs in seen}) == 1
+    assert len({id(inputs[3]) for inputs in seen}) == 2
+
+
+def test_without_the_hint_decode_gets_no_kv_pos():
+    """ort and trt: their graphs take no kv_pos and read the whole cache."""
+    recipe = load_recipe("tiny-llama")
+    model = build_model(recipe)
+    seen: list = []
+    prefill, decode = _steps(model)
+    StepRunner(recipe, prefill, _recording(decode, seen), torch.device("cpu")).generate([1, 2], 4)
+    assert [len(inputs) for inputs in seen] == [3, 3, 3]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_graph_per_bucket_captured_on_first_use(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACACHE_CUDA_GRAPHS", "1")
+    recipe = _long_recipe(tmp_path)
+    dev = torch.device("cuda")
+    model = build_model(recipe, device=dev)
+    prompt = [(3 * i + 1) % 32000 for i in range(250)]
+    plain = StepRunner(recipe, *_steps(model), dev, kv_len_hint=True)
+    want = plain.generate(prompt, 300, eos_token_ids=())
+    decode, info = cuda_graph_step(_steps(model)[1], decode_examples(recipe, dev))
+    assert info == {"cuda_graph": True, "cuda_graphs": 1}
+    graphed = StepRunner(recipe, _steps(model)[0], decode, dev, info=info, kv_len_hint=True)
+    assert graphed.generate(prompt, 300, eos_token_ids=()) == want
+    # Positions 250..548 span buckets 256, 512 and 768; 256 was captured at load.
+    assert graphed.info == {"cuda_graph": True, "cuda_graphs": 3}

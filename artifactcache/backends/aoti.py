@@ -2,7 +2,9 @@
 
 The artifact (see docs/backends.md): the prefill and decode steps, each exported
 with ``torch.export`` and compiled with ``aoti_compile_and_package`` using
-``aot_inductor.package_constants_in_so=False``. Each .pt2 is unpacked into the
+``aot_inductor.package_constants_in_so=False``. Decode's KV-read length (the size
+of its ``kv_pos`` input, models/common.py) is a dynamic dimension of the export, so
+one package serves every length bucket. Each .pt2 is unpacked into the
 entry at build time (``prefill/``, ``decode/``) and the archive dropped, so a
 load never extracts anything: it dlopens the ``.so`` straight from the entry.
 
@@ -37,6 +39,7 @@ from ..code_factors import codegen_factors
 from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
+from ..models.common import kv_len_range
 from .base import BuildContext, BuildOptions
 from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from .model_options import check_model_options, model_factors
@@ -87,6 +90,17 @@ def inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[s
         # Build with the compiler whose libstdc++ the loading process uses (cxx.py says why).
         cfg["cpp.cxx"] = cxx
     return cfg
+
+
+def export_dynamic_shapes(recipe: Any, step: str) -> tuple[Any, ...] | None:
+    """torch.export's dynamic_shapes for a step's inputs: decode's kv_pos length, or None."""
+    span = kv_len_range(recipe.shapes.max_seq_len)
+    if step != "decode" or span is None:
+        return None
+    import torch
+
+    kv_len = torch.export.Dim("kv_len", min=span[0], max=span[1])
+    return (None, None, None, {0: kv_len})  # idx, input_pos, row_start static; kv_pos
 
 
 def safe_extract(archive: Path, dest: Path) -> list[str]:
@@ -197,7 +211,10 @@ class AotiBackend:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
             with torch.no_grad(), inductor_config_kept():
-                ep = torch.export.export(model, args, strict=False)
+                ep = torch.export.export(
+                    model, args, dynamic_shapes=export_dynamic_shapes(ctx.recipe, step),
+                    strict=False,
+                )  # fmt: skip
                 timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
                 pkg = torch._inductor.aoti_compile_and_package(
                     ep,
@@ -265,6 +282,7 @@ class AotiBackend:
             dev,
             keepalive=(model, runners),
             info=info,
+            kv_len_hint=True,
         )
 
 

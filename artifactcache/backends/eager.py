@@ -79,7 +79,7 @@ class EagerBackend:
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev, self.name)
         ctx.phases["artifact_ready"] = time.perf_counter()
-        return StepRunner(ctx.recipe, model, model, dev, keepalive=model)
+        return StepRunner(ctx.recipe, model, model, dev, keepalive=model, kv_len_hint=True)
 
 
 BACKEND = EagerBackend()

@@ -2,6 +2,10 @@
 
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
+Shapes are static but for decode's KV-read length (the size of its ``kv_pos`` input,
+models/common.py), marked dynamic when the cache has more than one length bucket,
+so one compiled decode serves them all.
+
 ``aot_compile`` (on CPU, where ``torch.compiler.load_compiled_function`` exists): each step
 is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, *inputs), {}))``
 and saved with ``save_compiled_function``. The model is an *argument*, so its
@@ -46,6 +50,7 @@ from ..code_factors import codegen_factors
 from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
+from ..models.common import kv_len_range
 from .base import BuildContext, BuildOptions
 from .cxx import identity, inductor_default_cxx, missing_compiler
 from .model_options import check_model_options, model_factors
@@ -68,6 +73,7 @@ from .torch_private import (
     inductor_cache_dir,
     inductor_mode_options,
     load_compiled_step,
+    mark_dynamic_dim,
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
@@ -124,6 +130,19 @@ def run_model(model: Any, *inputs: Any) -> Any:
     return model(*inputs)
 
 
+def step_inputs(recipe: Any, dev: Any, decode: bool) -> tuple[Any, ...]:
+    """example_inputs, with decode's kv_pos length marked dynamic where it varies.
+
+    Only the example a step is compiled at is marked: Dynamo's guards on a dynamic
+    size are its range, so the runner's unmarked views of other lengths hit it.
+    """
+    inputs = example_inputs(recipe, dev, decode)
+    span = kv_len_range(recipe.shapes.max_seq_len)
+    if decode and span is not None:
+        mark_dynamic_dim(inputs[-1], 0, *span)
+    return inputs
+
+
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     """torch.compile the model and run prefill + decode once each (twice more
     for reduce-overhead, whose CUDA graphs are recorded on the second call)."""
@@ -136,7 +155,7 @@ def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     runs = 3 if options.get("triton.cudagraphs") else 1
     with torch.no_grad():
         for decode in (False, True):
-            inputs = example_inputs(recipe, dev, decode)
+            inputs = step_inputs(recipe, dev, decode)
             for _ in range(runs):
                 compiled(*inputs)
     sync(dev)
@@ -185,7 +204,7 @@ class InductorBackend:
             "mode": _mode(opts),
             **model_factors(self.name, recipe, opts),
             "fullgraph": True,
-            "dynamic": False,
+            "dynamic": "kv_len" if kv_len_range(recipe.shapes.max_seq_len) else False,
             "codegen": codegen,
             "warm_path": warm_path(opts.device),
         }
@@ -261,7 +280,9 @@ class InductorBackend:
         if path == "megacache":
             compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
             ctx.phases["artifact_ready"] = time.perf_counter()
-            return StepRunner(ctx.recipe, compiled, compiled, dev, keepalive=model)
+            return StepRunner(
+                ctx.recipe, compiled, compiled, dev, keepalive=model, kv_len_hint=True
+            )
         prefill, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
@@ -269,7 +290,9 @@ class InductorBackend:
             # The modes' CUDA graphs, which the saved functions were compiled without.
             decode, info = cuda_graph_step(decode, decode_examples(ctx.recipe, dev))
         ctx.phases["artifact_ready"] = time.perf_counter()
-        return StepRunner(ctx.recipe, prefill, decode, dev, keepalive=model, info=info)
+        return StepRunner(
+            ctx.recipe, prefill, decode, dev, keepalive=model, info=info, kv_len_hint=True
+        )
 
 
 def save_aot_steps(
@@ -282,7 +305,7 @@ def save_aot_steps(
     options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
     sizes = {}
     for step in STEPS:
-        args = (model, *example_inputs(recipe, dev, decode=step == "decode"))
+        args = (model, *step_inputs(recipe, dev, decode=step == "decode"))
         with torch.no_grad():
             compiled = aot_compile_step(run_model, args, options)
             compiled(*args)  # fails here, at build, rather than in a warm process

@@ -176,10 +176,12 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
             super().__init__()
             self.slot, self.layer = slot, layer
 
-        def update(self, input_pos, k, v):
+        def update(self, input_pos, k, v, length):
             kn = self.slot["k"][self.layer].index_copy(2, input_pos, k)
             vn = self.slot["v"][self.layer].index_copy(2, input_pos, v)
             self.slot["out"][self.layer] = (kn, vn)
+            # The graph never passes kv_pos, so length is always the whole cache.
+            assert length == kn.shape[2], "the ONNX step reads the whole cache"
             return kn, vn
 
     class ExportStep(nn.Module):

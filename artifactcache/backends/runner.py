@@ -3,7 +3,8 @@
 A backend only has to supply step functions over the model's static KV cache:
 
     prefill(idx [B, P] int64, input_pos [P] int64, row_start [B] int64) -> logits [B, P, vocab]
-    decode(idx [B, 1] int64, input_pos [1] int64, row_start [B] int64)  -> logits [B, 1, vocab]
+    decode(idx [B, 1] int64, input_pos [1] int64, row_start [B] int64[, kv_pos [L] int64])
+        -> logits [B, 1, vocab]
 
 where B is ``recipe.shapes.max_batch`` and P is ``recipe.shapes.prefill_len``, a
 tuning knob rather than a limit: a longer prompt runs as several prefill calls
@@ -13,7 +14,11 @@ row b's first real slot (models/common.py masks what lies before it). Every step
 runs all B rows, so a request of fewer prompts fills the rest with padding rows.
 ``prefill`` starts a request and may reset the cache; a backend whose prefill does
 (ort, trt keep the cache outside the model) also passes ``extend``, a P-token step
-that continues it. Sampling and EOS are artifactcache/generate's; the loop is here.
+that continues it. A backend whose decode reads only part of the cache (the torch
+backends: ``kv_len_hint=True``) also gets ``kv_pos``, the key positions of the filled
+length's bucket (models/common.py), as a view of one buffer made at load, so choosing
+the read length allocates nothing. Sampling and EOS are artifactcache/generate's; the
+loop is here.
 
 Helpers here are also what backends use to prepare tensors and the model on the
 target device, so eager/inductor/aoti/ort/trt agree on dtype, device and the
@@ -41,15 +46,15 @@ from ..generate import (
     plan_chunks,
     resolve_eos_ids,
 )
+from ..models.common import key_positions, kv_bucket
 
 if TYPE_CHECKING:
     from ..recipes import Recipe
     from .base import BuildContext, BuildOptions
 
-# (idx, input_pos, row_start) -> logits; a step takes its inputs positionally.
+# (idx, input_pos, row_start[, kv_pos]) -> logits; a step takes its inputs positionally.
 Step = Callable[..., Any]
-
-
+Inputs = tuple[torch.Tensor, ...]
 
 def check_device_dtype(opts: BuildOptions) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
@@ -77,15 +82,23 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> tuple[torch.Tensor, ...]:
-    """(idx, input_pos, row_start) with the exact shapes and dtypes the steps are built for."""
+def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> Inputs:
+    """The inputs, with the exact shapes and dtypes, the steps are built for.
+
+    prefill: (idx [B, P], input_pos [P], row_start [B]); decode: (idx [B, 1],
+    input_pos [1], row_start [B], kv_pos [L]), L the bucket of the first decode step,
+    kv_pos a view of the whole arange as the runner passes it.
+    """
     n = 1 if decode else recipe.shapes.prefill_len
     start = recipe.shapes.prefill_len if decode else 0
     rows = recipe.shapes.max_batch
     idx = torch.zeros(rows, n, dtype=torch.int64, device=dev)
     pos = torch.arange(start, start + n, dtype=torch.int64, device=dev)
     row_start = torch.zeros(rows, dtype=torch.int64, device=dev)
-    return idx, pos, row_start
+    if not decode:
+        return idx, pos, row_start
+    s = recipe.shapes.max_seq_len
+    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s)]
 
 
 def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch.nn.Module:
@@ -130,87 +143,134 @@ def _copy_into(static: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -
 
 def cuda_graph_step(
     step: Step,
-    examples: Sequence[tuple[torch.Tensor, ...]],
+    examples: Sequence[Inputs],
     *,
     fresh_step: Callable[[], Step] | None = None,
 ) -> tuple[Step, dict[str, Any]]:
-    """``step`` replayed from a CUDA graph, or a plain step where that fails.
+    """``step`` replayed from CUDA graphs, or a plain step where that fails.
 
     For steps with no graphs of their own (an AOTInductor runner launches each
     kernel from C++ on every call; a 7B decode step is some 400 launches). The
     step must write only to fixed addresses: AOTI's user-managed constants, the
-    KV cache included, are the model's own tensors, so they are.
+    KV cache included, are the model's own tensors, so they are. It may take any
+    number of tensor inputs, each copied into a static buffer before a replay.
 
-    The step may take any number of tensor inputs, each copied into a static
-    buffer before a replay. The graph is captured at ``examples[0]``; then, at
-    every example, the replay must match the plain step's output (a graph that
-    ignored its inputs would not). Use two examples that differ in every input
-    (``decode_examples``). Running a decode step writes KV-cache slot ``pos``,
-    which is harmless: every request writes a slot before any query can read it.
+    One graph per distinct input shapes (decode's KV-length bucket): the first is
+    captured here at ``examples[0]``, and must match the plain step's output at every
+    example (a graph that ignored its inputs would not; use two examples that differ
+    in every input but kv_pos, ``decode_examples``); the others are captured on the
+    first call with their shapes and checked at that call. Running a decode step
+    writes KV-cache slot ``pos``, which is harmless: every request writes a slot
+    before any query can read it, and the call being served writes the same values
+    again.
 
-    On any failure the plain step is returned: ``fresh_step()`` if given, for
-    steps whose object a failed capture leaves unusable (an AOTI container keeps
+    On any failure the plain step is used from then on: ``fresh_step()`` if given,
+    for steps whose object a failed capture leaves unusable (an AOTI container keeps
     an event recorded during the capture and queries it on its next run), else
     ``step``. ``ACACHE_CUDA_GRAPHS=0`` turns capture off. Returns (step, info),
-    info saying what happened, for the probe's report.
+    info saying what happened, for the probe's report; a later capture updates it.
     """
     dev = examples[0][0].device
     if dev.type != "cuda":
         return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
     if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
         return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
-    static = [t.clone() for t in examples[0]]
+    graphed = GraphedStep(step, dev, fresh_step)
+    reason = graphed.capture(examples)
+    if reason is not None:
+        graphed.give_up(reason)
+        assert graphed.plain is not None
+        return graphed.plain, graphed.info
+    return graphed, graphed.info
 
-    def fallback(reason: str) -> tuple[Step, dict[str, Any]]:
-        try:
-            torch.cuda.synchronize(dev)
-        except Exception:  # a sticky CUDA error: the plain step will report it
-            pass
-        plain = fresh_step() if fresh_step is not None else step
-        return plain, {"cuda_graph": False, "cuda_graph_reason": reason[:300]}
 
-    with torch.cuda.device(dev), torch.no_grad():
-        try:
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
-                    step(*static)
-                want = [_as_tensor(step(*ex)).clone() for ex in examples]
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            # "relaxed": AOTI's container queries its own CUDA events between runs,
-            # which the default "global" capture mode rejects.
-            with torch.cuda.graph(graph, capture_error_mode="relaxed"):
-                out = _as_tensor(step(*static))
-            for ex, w in zip(examples, want, strict=True):
-                _copy_into(static, ex)
-                graph.replay()
-                # Tolerant: cuBLAS may pick other kernels under capture; a graph
-                # that ignored its inputs would be off by far more.
-                if not torch.allclose(out.float(), w.float(), rtol=2e-2, atol=2e-2):
-                    return fallback("the graph's replay differs from the plain step")
-        except Exception as e:  # any capture failure: keep a plain step, say why
-            return fallback(f"{type(e).__name__}: {e}")
+def _shapes(inputs: Inputs) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(t.shape) for t in inputs)
 
-    def replay(*inputs: torch.Tensor) -> torch.Tensor:
+
+class GraphedStep:
+    """A step replayed from one CUDA graph per input shapes (see cuda_graph_step)."""
+
+    def __init__(self, step: Step, dev: torch.device, fresh_step: Callable[[], Step] | None):
+        self.step, self.dev, self.fresh_step = step, dev, fresh_step
+        # shapes -> (graph, static input buffers, static output)
+        self.graphs: dict[tuple, tuple[Any, list[torch.Tensor], torch.Tensor]] = {}
+        self.plain: Step | None = None  # set once a capture failed: every call runs it
+        self.info: dict[str, Any] = {"cuda_graph": True, "cuda_graphs": 0}
+
+    def __call__(self, *inputs: torch.Tensor) -> Any:
+        if self.plain is not None:
+            return self.plain(*inputs)
+        entry = self.graphs.get(_shapes(inputs))
+        if entry is None:
+            reason = self.capture([inputs])
+            if reason is not None:
+                self.give_up(reason)
+                assert self.plain is not None
+                return self.plain(*inputs)
+            entry = self.graphs[_shapes(inputs)]
+        graph, static, out = entry
         _copy_into(static, inputs)
         graph.replay()
         return out
 
-    return replay, {"cuda_graph": True}  # the closure keeps graph and buffers alive
+    def capture(self, examples: Sequence[Inputs]) -> str | None:
+        """Capture a graph at examples[0]'s shapes, check it at each; why not, or None."""
+        dev = self.dev
+        static = [t.clone() for t in examples[0]]
+        with torch.cuda.device(dev), torch.no_grad():
+            try:
+                side = torch.cuda.Stream(dev)
+                side.wait_stream(torch.cuda.current_stream(dev))
+                with torch.cuda.stream(side):
+                    for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
+                        self.step(*static)
+                    want = [_as_tensor(self.step(*ex)).clone() for ex in examples]
+                torch.cuda.current_stream(dev).wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                # "relaxed": AOTI's container queries its own CUDA events between runs,
+                # which the default "global" capture mode rejects.
+                with torch.cuda.graph(graph, capture_error_mode="relaxed"):
+                    out = _as_tensor(self.step(*static))
+                # examples[0] last: a capture on first use leaves what its call writes.
+                for ex, w in reversed(list(zip(examples, want, strict=True))):
+                    _copy_into(static, ex)
+                    graph.replay()
+                    # Tolerant: cuBLAS may pick other kernels under capture; a graph
+                    # that ignored its inputs would be off by far more.
+                    if not torch.allclose(out.float(), w.float(), rtol=2e-2, atol=2e-2):
+                        return "the graph's replay differs from the plain step"
+            except Exception as e:  # any capture failure: keep a plain step, say why
+                return f"{type(e).__name__}: {e}"
+        # The entry keeps graph and buffers alive.
+        self.graphs[_shapes(examples[0])] = (graph, static, out)
+        self.info["cuda_graphs"] = len(self.graphs)
+        return None
+
+    def give_up(self, reason: str) -> None:
+        """Run the plain step from now on (a fresh one where given), and say why."""
+        try:
+            torch.cuda.synchronize(self.dev)
+        except Exception:  # a sticky CUDA error: the plain step will report it
+            pass
+        self.graphs.clear()
+        self.plain = self.fresh_step() if self.fresh_step is not None else self.step
+        self.info.clear()
+        self.info.update(cuda_graph=False, cuda_graph_reason=reason[:300])
 
 
-def decode_examples(recipe: Recipe, dev: torch.device) -> list[tuple[torch.Tensor, ...]]:
-    """Two decode inputs that differ in every input, for cuda_graph_step.
+def decode_examples(recipe: Recipe, dev: torch.device) -> list[Inputs]:
+    """Two decode inputs that differ in every input but kv_pos, for cuda_graph_step.
 
-    The second is the first plus one everywhere: another token, the next position,
-    and row_start 1 (still at or before the position, so a real row).
+    The second is another token, the next position, and row_start 1 (still at or
+    before the position, so a real row); kv_pos stays the key positions of the
+    first's bucket, so the second position must be in it (else only the first).
     """
     first = example_inputs(recipe, dev, decode=True)
-    if recipe.shapes.prefill_len + 1 >= recipe.shapes.max_seq_len:
+    idx, pos, row_start, kv_pos = first
+    if int(pos[-1]) + 1 >= kv_pos.shape[0]:
         return [first]
-    return [first, tuple(t + 1 for t in first)]
+    return [first, (idx + 1, pos + 1, row_start + 1, kv_pos)]
 
 
 # The EOS check reads one device flag back every this many tokens: a host sync
@@ -231,6 +291,7 @@ class StepRunner:
         extend: Step | None = None,
         keepalive: Any = None,
         info: dict[str, Any] | None = None,
+        kv_len_hint: bool = False,
     ) -> None:
         self.recipe = recipe
         self.prefill_step = prefill
@@ -242,8 +303,14 @@ class StepRunner:
         # Objects the steps borrow storage from (the model's weights and KV cache
         # for AOTI's user-managed constants) must live as long as the runner.
         self.keepalive = keepalive
-        # Facts about how the steps run (e.g. CUDA graphs on/off), for reports.
-        self.info = dict(info or {})
+        # Facts about how the steps run (e.g. CUDA graphs on/off), for reports; the
+        # backend's own dict, which a CUDA graph captured later updates.
+        self.info = info if info is not None else {}
+        # decode's kv_pos inputs: views of one arange, one view per bucket.
+        self._key_positions = (
+            key_positions(recipe.shapes.max_seq_len, device) if kv_len_hint else None
+        )
+        self._kv_views: dict[int, torch.Tensor] = {}
         # The checkpoint folder (api.load sets it): EOS ids and tokenizer.
         self.checkpoint: Checkpoint | None = None
 
@@ -367,16 +434,30 @@ class StepRunner:
             last, row_start = self._prefill(prompts, all_rows=False)
             nxt = pick(last[:n])
         yield nxt
-        ipos = torch.tensor([max(len(p) for p in prompts)], dtype=torch.int64, device=self.device)
+        pos = max(len(p) for p in prompts)
+        ipos = torch.tensor([pos], dtype=torch.int64, device=self.device)
         for _ in range(max_new_tokens - 1):
             with torch.no_grad():
                 idx = nxt.to(self.device)
                 if filler is not None:
                     idx = torch.cat([idx, filler])
-                step = _as_tensor(self.decode_step(idx, ipos, row_start))
+                step = _as_tensor(self.decode_step(*self.decode_inputs(idx, ipos, row_start, pos)))
                 nxt = pick(step[:n, -1])
             yield nxt
             ipos = ipos + 1
+            pos += 1
+
+    def decode_inputs(
+        self, idx: torch.Tensor, ipos: torch.Tensor, row_start: torch.Tensor, pos: int
+    ) -> Inputs:
+        """The decode step's inputs for tokens ``idx`` at position ``pos`` (ipos on device)."""
+        if self._key_positions is None:
+            return idx, ipos, row_start
+        n = kv_bucket(pos + 1, self.recipe.shapes.max_seq_len)
+        view = self._kv_views.get(n)
+        if view is None:
+            view = self._kv_views[n] = self._key_positions[:n]
+        return idx, ipos, row_start, view
 
     def _check(
         self, prompts: list[list[int]], max_new_tokens: int, **choices: Any

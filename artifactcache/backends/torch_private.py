@@ -96,6 +96,15 @@ def fresh_cache_artifact_manager() -> Any:
     return fresh()
 
 
+def mark_dynamic_dim(t: Any, dim: int, lo: int, hi: int) -> None:
+    """Tell Dynamo that ``t.shape[dim]`` takes any value in [lo, hi] (one graph for all)."""
+    try:
+        from torch._dynamo import mark_dynamic
+    except ImportError:
+        raise TorchPrivateAPIMissing("torch._dynamo.mark_dynamic") from None
+    mark_dynamic(t, dim, min=lo, max=hi)
+
+
 def raise_dynamo_recompile_limit(limit: int) -> None:
     """At least ``limit`` compiled variants per code object before Dynamo falls back."""
     import torch._dynamo.config as dc

@@ -7,6 +7,10 @@ eval mode with its static KV cache set up for the recipe's shapes:
 
 B is the recipe's ``max_batch`` (the KV cache's rows); ``row_start`` (optional, default
 all 0) is each row's first real slot when prompts of different lengths are left-padded.
+``kv_pos`` [L] int64 (optional, default the whole cache) makes attention read only the
+first L cache positions (its length buckets: models/common.py):
+
+    logits = model(idx, input_pos, row_start, kv_pos)
 
 Families: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (models/llama.py, the
 last two through the recipe's ``qkv_bias`` / ``qk_norm`` flags), ``phi-3``

@@ -1,16 +1,23 @@
 """Pieces every family shares: RoPE, the static KV cache, the attention mask.
 
-The KV cache is static (gpt-fast style): fixed [max_batch, n_kv_heads,
-max_seq_len, head_dim] buffers written in place at ``input_pos``, so a compiled
-prefill or decode step sees the same shapes on every call. Positions beyond the
-current one may hold stale values from an earlier request; the causal mask hides
-them, so the cache never needs clearing between requests.
+The KV cache is static (gpt-fast style): fixed [max_batch, n_kv_heads, slots,
+head_dim] buffers written in place at ``input_pos``, so a compiled step never
+reallocates. Positions beyond the current one may hold stale values from an earlier
+request; the causal mask hides them, so the cache never needs clearing between
+requests.
 
 A batch shares ``input_pos``: prompts of different lengths are left-padded to the
 longest, and ``row_start[b]`` is the first real slot of row b. The mask hides the
 slots before it, so a row sees only its own tokens, shifted to later positions;
 RoPE scores depend only on the distance between positions, so the row's logits
 are those of the prompt run alone (up to rounding).
+
+A step reads the cache up to a length it is told by the *shape* of one input,
+``kv_pos`` (the key positions 0 .. L-1, a view of one arange): decode passes the
+filled length rounded up to a bucket (:func:`kv_bucket`), so its cost follows
+the used length, not the allocated one, while one compiled step (L a dynamic
+dimension) serves every bucket. Without ``kv_pos`` (prefill, the ONNX graph) a step
+reads all ``max_seq_len`` positions.
 """
 
 from __future__ import annotations
@@ -98,12 +105,61 @@ def apply_rope(
     return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
 
 
+# The smallest bucket, and how many buckets each doubling of the length is split into
+# past 8 x KV_BUCKET_MIN. Fixed steps of 256 would read at most 255 extra positions
+# but need a CUDA graph per 256 positions (128 of them at 32k); powers of two would
+# need few graphs but read up to twice the filled KV. Eight per doubling bounds
+# both: steps of 256 up to 4096, then 512 up to 8192, and so on, so a step reads at
+# most 1/8 more positions than are filled past 2048, and a 32k context has 40
+# buckets (inductor's CUDA-graph trees warn past 50 distinct shapes).
+KV_BUCKET_MIN = 256
+KV_BUCKETS_PER_DOUBLING = 8
+
+
+def kv_bucket(filled: int, max_seq_len: int) -> int:
+    """How many cache positions a step attending to ``filled`` positions reads."""
+    below = 1 << max((filled - 1).bit_length() - 1, 0)  # the power of two under filled
+    granule = max(KV_BUCKET_MIN, below // KV_BUCKETS_PER_DOUBLING)
+    return min(-(-filled // granule) * granule, max_seq_len)
+
+
+def kv_buckets(max_seq_len: int) -> list[int]:
+    """Every length :func:`kv_bucket` returns for a cache of ``max_seq_len``, ascending."""
+    out = [kv_bucket(1, max_seq_len)]
+    while out[-1] < max_seq_len:
+        out.append(kv_bucket(out[-1] + 1, max_seq_len))
+    return out
+
+
+def kv_len_range(max_seq_len: int) -> tuple[int, int] | None:
+    """(shortest, longest) read of decode's dynamic length; None with one bucket only
+    (max_seq_len <= KV_BUCKET_MIN), where decode reads the whole cache, statically."""
+    lo = kv_bucket(1, max_seq_len)
+    return (lo, max_seq_len) if lo < max_seq_len else None
+
+
+def cache_slots(max_seq_len: int) -> int:
+    """Positions the KV buffers hold: one spare past max_seq_len when the read varies.
+
+    With the spare slot the view ``k_cache[:, :, :L]`` is non-contiguous for every L
+    the steps pass (L <= max_seq_len). Without it, L == max_seq_len would make the
+    view contiguous, and torch.export and Dynamo guard on that (SDPA's meta checks
+    contiguity), so a dynamic L could not reach the last bucket. It is never written.
+    """
+    return max_seq_len + 1 if kv_len_range(max_seq_len) else max_seq_len
+
+
+def key_positions(max_seq_len: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The buffer decode's ``kv_pos`` inputs are views of: arange(max_seq_len), int64."""
+    return torch.arange(max_seq_len, dtype=torch.int64, device=device)
+
+
 class KVCache(nn.Module):
     def __init__(
         self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device
     ):
         super().__init__()
-        shape = (max_batch, n_kv_heads, max_seq_len, head_dim)
+        shape = (max_batch, n_kv_heads, cache_slots(max_seq_len), head_dim)
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
@@ -111,21 +167,23 @@ class KVCache(nn.Module):
             "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
 
-    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
+        """Write k/v at input_pos; the first ``length`` positions of the cache, as views."""
         # index_copy_ keeps the write in place and traceable (export sees a buffer mutation).
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
-        return self.k_cache, self.v_cache
+        return self.k_cache[:, :, :length], self.v_cache[:, :, :length]
 
 
 def attention_mask(
     input_pos: torch.Tensor,
-    max_seq_len: int,
+    kv_pos: torch.Tensor,
     sliding_window: int | None,
     row_start: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """[B, 1, T, S] bool (B = 1 without ``row_start``): query at position p of row b
-    sees key s iff s <= p (and p - s < window) and s >= row_start[b], or s == p.
+    """[B, 1, T, L] bool (B = 1 without ``row_start``; L = len(kv_pos)): query at
+    position p of row b sees key s iff s <= p (and p - s < window) and s >= row_start[b],
+    or s == p.
 
     The ``s == p`` term only matters for a left-padding query (p < row_start[b]):
     it keeps that softmax row from being fully masked. Kernels disagree on a fully
@@ -133,7 +191,7 @@ def attention_mask(
     into the KV cache would poison P @ V even where P is 0, so no backend may be
     left to decide.
     """
-    s = torch.arange(max_seq_len, device=input_pos.device)
+    s = kv_pos
     p = input_pos[:, None]
     mask = s[None, :] <= p
     if sliding_window is not None:
@@ -189,11 +247,22 @@ class CausalLM(nn.Module):
         self.max_seq_len = max_seq_len
 
     def forward(
-        self, idx: torch.Tensor, input_pos: torch.Tensor, row_start: torch.Tensor | None = None
+        self,
+        idx: torch.Tensor,
+        input_pos: torch.Tensor,
+        row_start: torch.Tensor | None = None,
+        kv_pos: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """idx [B, T], input_pos [T], row_start [B] (None: every row starts at slot 0)."""
+        """idx [B, T], input_pos [T], row_start [B] (None: every row starts at slot 0).
+
+        Attention reads ``len(kv_pos)`` cache positions: ``kv_pos`` must be 0 .. L-1
+        with L > every input position; None reads the whole cache. Layers take the
+        read length from the mask's last dimension.
+        """
+        if kv_pos is None:
+            kv_pos = key_positions(self.max_seq_len, input_pos.device)
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
-        mask = attention_mask(input_pos, self.max_seq_len, self.cfg.sliding_window, row_start)
+        mask = attention_mask(input_pos, kv_pos, self.cfg.sliding_window, row_start)
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask, input_pos)

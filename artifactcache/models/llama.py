@@ -54,7 +54,7 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
         assert self.kv_cache is not None, "call setup_caches() first"
-        k, v = self.kv_cache.update(input_pos, k, v)
+        k, v = self.kv_cache.update(input_pos, k, v, mask.shape[-1])
         y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.q_size))
 
@@ -101,7 +101,8 @@ class Backbone(nn.Module):
 
 
 class LlamaModel(CausalLM):
-    """forward(idx [B, T], input_pos [T], row_start [B] | None) -> logits [B, T, vocab] (fp32)."""
+    """forward(idx [B, T], input_pos [T], row_start [B] | None, kv_pos [L] | None)
+    -> logits [B, T, vocab] (fp32)."""
 
     def __init__(self, cfg: ModelConfig, fused: bool = False):
         super().__init__()

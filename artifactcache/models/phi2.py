@@ -33,7 +33,7 @@ class PhiAttention(nn.Module):
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
         assert self.kv_cache is not None, "call setup_caches() first"
-        k, v = self.kv_cache.update(input_pos, k, v)
+        k, v = self.kv_cache.update(input_pos, k, v, mask.shape[-1])
         y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
         return self.dense(y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim))
 
@@ -69,7 +69,8 @@ class PhiBackbone(nn.Module):
 
 
 class Phi2Model(CausalLM):
-    """forward(idx [B, T], input_pos [T], row_start [B] | None) -> logits [B, T, vocab] (fp32)."""
+    """forward(idx [B, T], input_pos [T], row_start [B] | None, kv_pos [L] | None)
+    -> logits [B, T, vocab] (fp32)."""
 
     FINAL_NORM = "final_layernorm"
 
