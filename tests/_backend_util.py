@@ -14,6 +14,9 @@ import torch
 
 TINY = ["tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-phi-3"]
 CHILD = Path(__file__).with_name("_load_child.py")
+# Set for a _load_child.py process: its torch then lacks torch.compiler.load_compiled_function,
+# as a torch without the API would (inductor takes the Mega-Cache path).
+NO_AOT_COMPILE_ENV = "ACACHE_TEST_WITHOUT_AOT_COMPILE"
 
 
 def private_dir(tmp_path_factory: Any, name: str) -> Path:

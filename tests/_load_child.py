@@ -3,19 +3,25 @@
 argv: cache_root recipe backend prompt_json n_new [device [dtype [mode]]]. Prints
 one JSON line: every C++ compiler invocation Inductor made, Dynamo/Inductor
 counters, generated ids, and the load phases in seconds since the child started.
-Also usable by hand on a GPU machine (see docs/backends.md).
+Also usable by hand on a GPU machine (see docs/backends.md). With
+ACACHE_TEST_WITHOUT_AOT_COMPILE=1 its torch lacks torch.compiler.load_compiled_function.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
 T0 = time.perf_counter()
 
-import torch._inductor.cpp_builder as cpp_builder  # noqa: E402 (timed from T0)
+import torch  # noqa: E402 (timed from T0)
+import torch._inductor.cpp_builder as cpp_builder  # noqa: E402
 from torch._dynamo.utils import counters  # noqa: E402
+
+if os.environ.get("ACACHE_TEST_WITHOUT_AOT_COMPILE") == "1":  # _backend_util.NO_AOT_COMPILE_ENV
+    del torch.compiler.load_compiled_function
 
 compiles: list[str] = []
 _orig_build = cpp_builder.CppBuilder.build
