@@ -16,9 +16,9 @@ longest, backends/runner.py).
 The KV cache is an explicit input and output, not a buffer: the models'
 in-place ``KVCache`` is swapped for :class:`_FunctionalKV`, which writes with an
 out-of-place ``index_copy`` and hands the new cache back. The cache's sequence
-axis stays static at ``max_seq_len``: the models' attention mask and RoPE table
-span the whole static cache (gpt-fast style), and a fixed-size cache is what
-TensorRT profiles and ORT buffers want anyway. Caches are stacked over layers
+axis stays static at ``max_seq_len``, and the graph takes no ``kv_pos``, so every
+step reads the whole cache: a fixed-size cache is what TensorRT profiles and ORT
+buffers want. Caches are stacked over layers
 (one tensor each for keys and values) because ``torch.export`` cannot take a
 variable number of inputs, and four I/O tensors keep TensorRT bindings simple.
 
