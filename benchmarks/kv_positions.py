@@ -62,21 +62,25 @@ out = {"load_s": round(load_s, 3), "copy_gbps": gbps, "windows": []}
 
 seed = list(recipe.bench.prompt_ids)
 n = resolve_new_tokens(recipe, None)
-r = measure_requests(runner, seed, n, iters=iters, warmup=1, device=dev)
+r = measure_requests(runner, [seed], n, iters=iters, warmup=1, device=dev)
 bpt = bytes_per_token(recipe, dtype, prompt_len=len(seed), new_tokens=n)
 out["seed"] = {"start": len(seed), "tokens": n - 1, "tok_s": r["decode_tok_s"],
                "bytes_per_token": bpt["total"], **roofline(bpt["total"], r["decode_tok_s"], gbps)}
 
+rows = recipe.shapes.max_batch  # every step runs them all; row 0 is the request
+row_start = torch.zeros(rows, dtype=torch.int64, device=dev)
+
 def decode_pass(start, tokens):
-    tok = torch.ones(1, 1, dtype=torch.int64, device=dev)
+    tok = torch.ones(rows, 1, dtype=torch.int64, device=dev)
     ipos = torch.tensor([start], dtype=torch.int64, device=dev)
     sync(dev)
     t = time.perf_counter()
     with torch.no_grad():
         for k in range(tokens):
-            logits = runner.decode_step(*runner.decode_inputs(tok, ipos, start + k))
+            inputs = runner.decode_inputs(tok, ipos, row_start, start + k)
+            logits = runner.decode_step(*inputs)
             logits = logits[0] if isinstance(logits, (list, tuple)) else logits
-            tok = logits[0, -1].argmax().view(1, 1)
+            tok = logits[:, -1].argmax(-1, keepdim=True)
             ipos = ipos + 1
     sync(dev)
     return time.perf_counter() - t

@@ -84,7 +84,7 @@ def _observed(runner: Any, hinted: bool, seen: list) -> Any:
     caches = _caches(runner) if hinted else []
 
     def observed(*inputs: torch.Tensor) -> Any:
-        n = inputs[2].shape[0] if hinted else None
+        n = inputs[3].shape[0] if hinted else None  # (idx, pos, row_start, kv_pos)
         for c in caches:
             c.k_cache[:, :, n:] = float("nan")
             c.v_cache[:, :, n:] = float("nan")
@@ -176,3 +176,36 @@ def test_the_megacache_path_warms_one_dynamic_decode(
     assert ind.get("fxgraph_cache_miss", 0) == 0 and ind.get("fxgraph_cache_hit", 0) >= 2
     # Prefill and one decode: the second bucket traced no third graph.
     assert report["counters"]["stats"]["unique_graphs"] == 2
+
+
+def test_a_padded_batch_reads_only_its_bucket(long_recipe: Path):
+    """Two left-padded rows (row_start 0 and 10) decode across 256 -> 512 with NaN past
+    the bucket: each row's logits are its own sequence's full forward."""
+    from artifactcache.backends.runner import StepRunner
+    from artifactcache.models import build_model
+
+    recipe = load_recipe(long_recipe).with_shapes(max_batch=2)
+    model = build_model(recipe)
+    caches = [layer.self_attn.kv_cache for layer in model.model.layers]
+    seen: list = []
+
+    def decode(*inputs: torch.Tensor) -> torch.Tensor:
+        n = inputs[3].shape[0]
+        for c in caches:
+            c.k_cache[:, :, n:] = float("nan")
+            c.v_cache[:, :, n:] = float("nan")
+        out = model(*inputs)
+        seen.append((n, out[:, -1].clone()))
+        for c in caches:  # the next bucket reads these slots: leave them finite
+            c.k_cache[:, :, n:] = 0
+            c.v_cache[:, :, n:] = 0
+        return out
+
+    runner = StepRunner(recipe, model, decode, torch.device("cpu"), kv_len_hint=True)
+    prompts = [prompt_of(250), prompt_of(240)]
+    new = runner.generate_batch(prompts, N_NEW, eos_token_ids=())
+    assert [n for n, _ in seen] == [256] * 6 + [512] * 5
+    for b, (prompt, tokens) in enumerate(zip(prompts, new, strict=True)):
+        want = full_forward(load_recipe(long_recipe), prompt + tokens)
+        got = torch.stack([logits[b] for _, logits in seen])
+        assert rel_err(got, want[len(prompt) : len(prompt) + N_NEW - 1]) <= 1e-4

@@ -72,7 +72,8 @@ def test_decode_reads_only_its_bucket(long_recipe: Path):
         for c in caches:
             c.k_cache[:, :, bucket:] = float("nan")
             c.v_cache[:, :, bucket:] = float("nan")
-        got = model(torch.tensor([[ids[-1]]]), torch.tensor([299]), torch.arange(1024)[:bucket])
+        kv_pos = torch.arange(1024)[:bucket]
+        got = model(torch.tensor([[ids[-1]]]), torch.tensor([299]), kv_pos=kv_pos)
     got = got[0, -1]
     assert torch.isfinite(got).all()
     assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5

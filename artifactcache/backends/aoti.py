@@ -41,13 +41,13 @@ from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from ..models.common import kv_len_range
 from .base import BuildContext, BuildOptions
+from .cuda_graph import cuda_graph_step
 from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from .model_options import check_model_options, model_factors
 from .runner import (
     StepRunner,
     build_model_for,
     check_device_dtype,
-    cuda_graph_step,
     decode_examples,
     device_of,
     example_inputs,

@@ -14,7 +14,7 @@ inputs: the saved function holds no weights and writes the caller's buffers. A
 warm process deserializes both functions: no Dynamo tracing, no guard building
 from bytecode, no Inductor compile. On CUDA, modes whose options turn on
 ``triton.cudagraphs`` are compiled without it and decode is replayed from a graph
-captured at load (``runner.cuda_graph_step``), as for aoti.
+captured at load (``cuda_graph.cuda_graph_step``), as for aoti.
 
 ``megacache`` (the fallback): ``megacache.bin`` from
 ``torch.compiler.save_cache_artifacts()`` after compiling and running both steps
@@ -52,13 +52,13 @@ from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from ..models.common import kv_len_range
 from .base import BuildContext, BuildOptions
+from .cuda_graph import cuda_graph_step
 from .cxx import identity, inductor_default_cxx, missing_compiler
 from .model_options import check_model_options, model_factors
 from .runner import (
     StepRunner,
     build_model_for,
     check_device_dtype,
-    cuda_graph_step,
     decode_examples,
     device_of,
     example_inputs,

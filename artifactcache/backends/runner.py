@@ -27,9 +27,8 @@ request shapes.
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -48,13 +47,14 @@ from ..generate import (
 )
 from ..models.common import key_positions, kv_bucket
 
+# A step takes its inputs positionally: (idx, input_pos, row_start[, kv_pos]) -> logits.
+from .cuda_graph import Inputs, Step
+from .cuda_graph import step_output as _as_tensor
+
 if TYPE_CHECKING:
     from ..recipes import Recipe
     from .base import BuildContext, BuildOptions
 
-# (idx, input_pos, row_start[, kv_pos]) -> logits; a step takes its inputs positionally.
-Step = Callable[..., Any]
-Inputs = tuple[torch.Tensor, ...]
 
 def check_device_dtype(opts: BuildOptions) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
@@ -124,139 +124,6 @@ def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch
     sync(dev)
     ctx.phases["weights_ready"] = time.perf_counter()
     return model
-
-
-def _as_tensor(out: Any) -> torch.Tensor:
-    # AOTInductor runners return a list of outputs; compiled/eager modules a tensor.
-    if isinstance(out, (list, tuple)):
-        return out[0]
-    return out
-
-
-CUDA_GRAPHS_ENV = "ACACHE_CUDA_GRAPHS"
-
-
-def _copy_into(static: Sequence[torch.Tensor], inputs: Sequence[torch.Tensor]) -> None:
-    for buf, t in zip(static, inputs, strict=True):
-        buf.copy_(t)
-
-
-def cuda_graph_step(
-    step: Step,
-    examples: Sequence[Inputs],
-    *,
-    fresh_step: Callable[[], Step] | None = None,
-) -> tuple[Step, dict[str, Any]]:
-    """``step`` replayed from CUDA graphs, or a plain step where that fails.
-
-    For steps with no graphs of their own (an AOTInductor runner launches each
-    kernel from C++ on every call; a 7B decode step is some 400 launches). The
-    step must write only to fixed addresses: AOTI's user-managed constants, the
-    KV cache included, are the model's own tensors, so they are. It may take any
-    number of tensor inputs, each copied into a static buffer before a replay.
-
-    One graph per distinct input shapes (decode's KV-length bucket): the first is
-    captured here at ``examples[0]``, and must match the plain step's output at every
-    example (a graph that ignored its inputs would not; use two examples that differ
-    in every input but kv_pos, ``decode_examples``); the others are captured on the
-    first call with their shapes and checked at that call. Running a decode step
-    writes KV-cache slot ``pos``, which is harmless: every request writes a slot
-    before any query can read it, and the call being served writes the same values
-    again.
-
-    On any failure the plain step is used from then on: ``fresh_step()`` if given,
-    for steps whose object a failed capture leaves unusable (an AOTI container keeps
-    an event recorded during the capture and queries it on its next run), else
-    ``step``. ``ACACHE_CUDA_GRAPHS=0`` turns capture off. Returns (step, info),
-    info saying what happened, for the probe's report; a later capture updates it.
-    """
-    dev = examples[0][0].device
-    if dev.type != "cuda":
-        return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
-    if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
-        return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
-    graphed = GraphedStep(step, dev, fresh_step)
-    reason = graphed.capture(examples)
-    if reason is not None:
-        graphed.give_up(reason)
-        assert graphed.plain is not None
-        return graphed.plain, graphed.info
-    return graphed, graphed.info
-
-
-def _shapes(inputs: Inputs) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(t.shape) for t in inputs)
-
-
-class GraphedStep:
-    """A step replayed from one CUDA graph per input shapes (see cuda_graph_step)."""
-
-    def __init__(self, step: Step, dev: torch.device, fresh_step: Callable[[], Step] | None):
-        self.step, self.dev, self.fresh_step = step, dev, fresh_step
-        # shapes -> (graph, static input buffers, static output)
-        self.graphs: dict[tuple, tuple[Any, list[torch.Tensor], torch.Tensor]] = {}
-        self.plain: Step | None = None  # set once a capture failed: every call runs it
-        self.info: dict[str, Any] = {"cuda_graph": True, "cuda_graphs": 0}
-
-    def __call__(self, *inputs: torch.Tensor) -> Any:
-        if self.plain is not None:
-            return self.plain(*inputs)
-        entry = self.graphs.get(_shapes(inputs))
-        if entry is None:
-            reason = self.capture([inputs])
-            if reason is not None:
-                self.give_up(reason)
-                assert self.plain is not None
-                return self.plain(*inputs)
-            entry = self.graphs[_shapes(inputs)]
-        graph, static, out = entry
-        _copy_into(static, inputs)
-        graph.replay()
-        return out
-
-    def capture(self, examples: Sequence[Inputs]) -> str | None:
-        """Capture a graph at examples[0]'s shapes, check it at each; why not, or None."""
-        dev = self.dev
-        static = [t.clone() for t in examples[0]]
-        with torch.cuda.device(dev), torch.no_grad():
-            try:
-                side = torch.cuda.Stream(dev)
-                side.wait_stream(torch.cuda.current_stream(dev))
-                with torch.cuda.stream(side):
-                    for _ in range(2):  # warm-up outside the graph (lazy init, allocator)
-                        self.step(*static)
-                    want = [_as_tensor(self.step(*ex)).clone() for ex in examples]
-                torch.cuda.current_stream(dev).wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                # "relaxed": AOTI's container queries its own CUDA events between runs,
-                # which the default "global" capture mode rejects.
-                with torch.cuda.graph(graph, capture_error_mode="relaxed"):
-                    out = _as_tensor(self.step(*static))
-                # examples[0] last: a capture on first use leaves what its call writes.
-                for ex, w in reversed(list(zip(examples, want, strict=True))):
-                    _copy_into(static, ex)
-                    graph.replay()
-                    # Tolerant: cuBLAS may pick other kernels under capture; a graph
-                    # that ignored its inputs would be off by far more.
-                    if not torch.allclose(out.float(), w.float(), rtol=2e-2, atol=2e-2):
-                        return "the graph's replay differs from the plain step"
-            except Exception as e:  # any capture failure: keep a plain step, say why
-                return f"{type(e).__name__}: {e}"
-        # The entry keeps graph and buffers alive.
-        self.graphs[_shapes(examples[0])] = (graph, static, out)
-        self.info["cuda_graphs"] = len(self.graphs)
-        return None
-
-    def give_up(self, reason: str) -> None:
-        """Run the plain step from now on (a fresh one where given), and say why."""
-        try:
-            torch.cuda.synchronize(self.dev)
-        except Exception:  # a sticky CUDA error: the plain step will report it
-            pass
-        self.graphs.clear()
-        self.plain = self.fresh_step() if self.fresh_step is not None else self.step
-        self.info.clear()
-        self.info.update(cuda_graph=False, cuda_graph_reason=reason[:300])
 
 
 def decode_examples(recipe: Recipe, dev: torch.device) -> list[Inputs]:
