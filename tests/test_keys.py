@@ -341,7 +341,9 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                "artifactcache.recipes", "artifactcache.sources", "artifactcache.store",
                "artifactcache.generate",
                # the device type is a factor of its own; install hints are messages
-               "artifactcache.devices", "artifactcache.extras")  # fmt: skip
+               "artifactcache.devices", "artifactcache.extras",
+               # CUDA graphs are captured at load, from an artifact already built
+               "artifactcache.backends.cuda_graph")  # fmt: skip
 
 
 def _acache_imports(path: Path, module: str) -> set[str]:
