@@ -55,6 +55,7 @@ from .runner import (
 from .torch_private import (
     aoti_container_runner,
     aoti_runner_missing,
+    export_user_error,
     inductor_config_kept,
     release_export_state,
 )
@@ -148,6 +149,28 @@ def share_constants(runner: Any, state: dict[str, Any], step: str) -> int:
     return len(cmap)
 
 
+
+def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> Any:
+    """torch.export of one step; a refused dynamic dimension is a one-line BackendError.
+
+    torch.export raises UserError (CONSTRAINT_VIOLATION) when the KV-length range it was
+    given does not satisfy a guard some kernel path adds (seen on CUDA with torch 2.11
+    for a tiny model); its message is many lines of symbolic shapes.
+    """
+    import torch
+
+    UserError = export_user_error()
+    try:
+        return torch.export.export(
+            model, args, dynamic_shapes=export_dynamic_shapes(recipe, step), strict=False
+        )
+    except UserError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise BackendError(
+            f"torch.export refused the {step} step's dynamic KV length ({first}); "
+            f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
+        ) from None
+
 class AotiBackend:
     name = "aoti"
     weights_external = True
@@ -211,10 +234,7 @@ class AotiBackend:
             t0 = time.perf_counter()
             args = example_inputs(ctx.recipe, dev, decode=step == "decode")
             with torch.no_grad(), inductor_config_kept():
-                ep = torch.export.export(
-                    model, args, dynamic_shapes=export_dynamic_shapes(ctx.recipe, step),
-                    strict=False,
-                )  # fmt: skip
+                ep = export_step(model, args, ctx.recipe, step)
                 timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
                 pkg = torch._inductor.aoti_compile_and_package(
                     ep,

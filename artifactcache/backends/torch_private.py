@@ -277,3 +277,12 @@ def load_compiled_step(path: Path) -> Any:
         raise TorchPrivateAPIMissing("torch.compiler.load_compiled_function")
     with open(path, "rb") as f:
         return load(f)
+
+
+def export_user_error() -> type[Exception]:
+    """The exception class torch.export raises for a user-side problem (constraints)."""
+    try:
+        from torch._dynamo.exc import UserError
+    except ImportError:
+        raise TorchPrivateAPIMissing("torch._dynamo.exc.UserError") from None
+    return UserError
