@@ -93,15 +93,35 @@ def inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[s
     return cfg
 
 
-def export_dynamic_shapes(recipe: Any, step: str) -> tuple[Any, ...] | None:
-    """torch.export's dynamic_shapes for a step's inputs: decode's kv_pos length, or None."""
+def export_dynamic_shapes(recipe: Any, step: str, *, strict: bool = True) -> Any:
+    """torch.export's dynamic_shapes for a step's inputs: decode's kv_pos length, or None.
+
+    ``strict``: a named Dim, which export refuses unless it proves every guard over the
+    whole range; else ``Dim.DYNAMIC`` over the same range, under which it keeps a guard it
+    cannot prove as a runtime check.
+    """
     span = kv_len_range(recipe.shapes.max_seq_len)
     if step != "decode" or span is None:
         return None
     import torch
 
-    kv_len = torch.export.Dim("kv_len", min=span[0], max=span[1])
+    if strict:
+        kv_len = torch.export.Dim("kv_len", min=span[0], max=span[1])
+    else:
+        kv_len = torch.export.Dim.DYNAMIC(min=span[0], max=span[1])
     return (None, None, None, {0: kv_len})  # idx, input_pos, row_start static; kv_pos
+
+
+def exported_kv_len_range(ep: Any) -> tuple[int, int] | None:
+    """The range an exported decode step admits for kv_pos's length (its last user
+    input); None when export made it a constant."""
+    name = ep.graph_signature.user_inputs[-1]
+    node = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == name)
+    size = node.meta["val"].shape[0]
+    if isinstance(size, int):
+        return None
+    vr = ep.range_constraints.get(size.node.expr)
+    return (int(vr.lower), int(vr.upper)) if vr is not None else None
 
 
 def safe_extract(archive: Path, dest: Path) -> list[str]:
@@ -166,10 +186,30 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
         )
     except UserError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    refused = BackendError(
+        f"torch.export refused the {step} step's dynamic KV length ({first}); "
+        f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
+    )
+    # A guard export could not prove over the range (on the H200, torch 2.11, CUDA:
+    # min(16*L, 32*L) == 16*L, true for every L > 0): Dim.DYNAMIC keeps such a guard as
+    # a runtime check instead, and the step is kept only if its range is still whole.
+    try:
+        shapes = export_dynamic_shapes(recipe, step, strict=False)
+    except TypeError:  # a torch whose Dim.DYNAMIC takes no range
+        raise refused from None
+    try:
+        ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+    except UserError:
+        raise refused from None
+    span = kv_len_range(recipe.shapes.max_seq_len)
+    got = exported_kv_len_range(ep)
+    if span is not None and (got is None or got[0] > span[0] or got[1] < span[1]):
         raise BackendError(
-            f"torch.export refused the {step} step's dynamic KV length ({first}); "
+            f"torch.export kept the {step} step's KV length only over {got} of {span}; "
             f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
-        ) from None
+        )
+    return ep
+
 
 class AotiBackend:
     name = "aoti"

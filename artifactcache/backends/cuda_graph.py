@@ -152,3 +152,5 @@ class GraphedStep:
         self.plain = self.fresh_step() if self.fresh_step is not None else self.step
         self.info.clear()
         self.info.update(cuda_graph=False, cuda_graph_reason=reason[:300])
+        if len(reason) > 300:  # the whole message, for whoever reads the report next
+            self.info["cuda_graph_error"] = reason[:4000]
