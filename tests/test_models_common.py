@@ -11,7 +11,7 @@ from artifactcache.recipes import load_recipe
 
 def test_the_mask_hides_each_rows_padding_but_a_padding_query_sees_itself():
     pos = torch.arange(4)
-    mask = attention_mask(pos, 6, None, torch.tensor([0, 2]))
+    mask = attention_mask(pos, torch.arange(6), None, torch.tensor([0, 2]))
     assert mask.shape == (2, 1, 4, 6)
     causal = torch.tril(torch.ones(4, 6, dtype=torch.bool))
     assert torch.equal(mask[0, 0], causal)  # row_start 0: plain causal
@@ -19,7 +19,7 @@ def test_the_mask_hides_each_rows_padding_but_a_padding_query_sees_itself():
     want[2:, :2] = False  # real queries never see the two padding slots
     want[1, 0] = False  # a padding query sees itself only
     assert torch.equal(mask[1, 0], want)
-    assert torch.equal(attention_mask(pos, 6, None), causal[None, None])
+    assert torch.equal(attention_mask(pos, torch.arange(6), None), causal[None, None])
 
 
 def test_a_left_padded_row_is_finite_and_equals_its_prompt_alone():
