@@ -244,8 +244,8 @@ def test_coldstart_and_compare_pass_extra_to_the_backend_probes(args, monkeypatc
     one_line_error(*[str(tmp_path / "out") if a == "X" else a for a in args])
     (spec,) = seen
     assert spec.extras == {"ort": {"opset": 19, "exporter": "dynamo"}}
-    assert compare._probe_spec(spec, "ort").extra == {"opset": 19, "exporter": "dynamo"}
-    assert compare._probe_spec(spec, "eager").extra == {}  # the baseline runs plain eager
+    assert compare.probe_spec(spec, "ort").extra == {"opset": 19, "exporter": "dynamo"}
+    assert compare.probe_spec(spec, "eager").extra == {}  # the baseline runs plain eager
 
 
 def test_probe_spec_and_child_carry_quant():
@@ -286,6 +286,6 @@ def test_compare_gives_quant_to_every_backend_eager_too(monkeypatch, tmp_path):
     one_line_error("compare", "--recipes", "tiny-llama", "--backends", "aoti",
                    "--quant", "int8wo", "--out", str(tmp_path / "out"))  # fmt: skip
     (spec,) = seen
-    assert compare._probe_spec(spec, "aoti").quant == "int8wo"
-    assert compare._probe_spec(spec, "eager").quant == "int8wo"
+    assert compare.probe_spec(spec, "aoti").quant == "int8wo"
+    assert compare.probe_spec(spec, "eager").quant == "int8wo"
     assert compare.build_options(spec, "eager").quant == "int8wo"

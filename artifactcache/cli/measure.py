@@ -8,6 +8,7 @@ processes (artifactcache/measure/probe.py), never in this one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shlex
 import shutil
 import sys
@@ -315,26 +316,13 @@ def _bench_one(
     allow_shared_root: bool,
 ) -> dict[str, Any]:  # fmt: skip
     """One probe at one batch size on the artifact of ``spec.max_batch`` rows."""
-    from ..measure import bench, coldstart
+    from ..measure import bench, coldstart, compare
 
-    ps = coldstart.ProbeSpec(
+    ps = dataclasses.replace(
+        compare.probe_spec(spec, backend),
         recipe=recipe,
-        backend=backend,
-        device=spec.device,
-        dtype=spec.dtype,
-        mode=spec.modes.get(backend),
-        weights=spec.weights,
-        seed=spec.seed,
-        new_tokens=spec.new_tokens,
-        max_seq_len=spec.max_seq_len,
-        max_batch=spec.max_batch,
-        iters=spec.iters,
-        warmup=spec.warmup,
-        copy_bandwidth=True,
         matmul_flops=True,
         step_latency=True,
-        extra=dict(spec.extras.get(backend, {})),
-        quant=spec.quant,
         extra_flags=["--allow-shared-root"] if allow_shared_root else [],
         batch=batch,
     )

@@ -168,7 +168,8 @@ def availability(spec: CompareSpec) -> dict[str, tuple[bool, str]]:
     return out
 
 
-def _probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
+def probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
+    """The probe one backend of ``spec`` runs (recipe filled in by the caller)."""
     return coldstart.ProbeSpec(
         recipe="",
         backend=backend,
@@ -213,7 +214,7 @@ def run_unit(
         return json.loads(done_path.read_text())
     from ..module_spec import is_module_spec
 
-    ps = _probe_spec(spec, backend)
+    ps = probe_spec(spec, backend)
     ps.recipe = recipe
     if is_module_spec(recipe):
         ps.max_seq_len = ps.max_batch = None
