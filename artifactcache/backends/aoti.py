@@ -116,7 +116,9 @@ def exported_kv_len_range(ep: Any) -> tuple[int, int] | None:
     """The range an exported decode step admits for kv_pos's length (its last user
     input); None when export made it a constant."""
     name = ep.graph_signature.user_inputs[-1]
-    node = next(n for n in ep.graph.nodes if n.op == "placeholder" and n.name == name)
+    node = next((n for n in ep.graph.nodes if n.op == "placeholder" and n.name == name), None)
+    if node is None:  # a graph whose signature names no such placeholder: no range known
+        return None
     size = node.meta["val"].shape[0]
     if isinstance(size, int):
         return None
