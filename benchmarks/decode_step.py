@@ -3,10 +3,11 @@
 Part 1, ``--variants``: each variant is ``backend[:mode][+key=value,...]`` (the ``+`` part
 becomes ``--extra key=value``, but ``quant=NAME`` becomes ``--quant NAME``), e.g.
 ``aoti+fuse_projections=0`` (aoti as before fused projections became its CUDA default) or
-``aoti+quant=int8wo``. Every variant runs ``acache bench --json`` in a fresh
-process against one shared cache dir (building on a miss, the build outside the timed
-loop), so all variants are measured back to back on one machine, each with its own copy
-bandwidth and % of roofline from the same process.
+``aoti+quant=int8wo``, or ``aoti+max_batch=32`` (built for 32 rows, measured and
+profiled with 32 copies of the prompt: ``--max-batch 32 --batch 32``). Every variant
+runs ``acache bench --json`` in a fresh process against one shared cache dir (building
+on a miss, the build outside the timed loop), so all variants are measured back to back
+on one machine, each with its own copy bandwidth and % of roofline from the same process.
 
 Part 2, ``--profile VARIANT``: a child process loads that variant with
 ``ACACHE_CUDA_GRAPHS=0`` (the profiler cannot see into a replayed graph) and profiles
@@ -45,21 +46,28 @@ import artifactcache
 from artifactcache.recipes import load_recipe
 from artifactcache.measure.bench import bytes_per_token
 
-recipe, backend, mode, extra, quant, cache_dir, n = sys.argv[1:8]
-n = int(n)
+recipe, backend, mode, extra, quant, cache_dir, n, batch = sys.argv[1:9]
+n, batch = int(n), int(batch)
 extra = json.loads(extra)
 runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16",
                             mode=mode or None, extra=extra, quant=quant or None,
-                            cache_dir=cache_dir)
+                            max_batch=batch if batch > 1 else None, cache_dir=cache_dir)
 rec = load_recipe(recipe)
 prompt = list(rec.bench.prompt_ids)
+
+def run(new):
+    if batch > 1:
+        runner.generate_batch([prompt] * batch, new)
+    else:
+        runner.generate(prompt, new)
+
 for _ in range(2):
-    runner.generate(prompt, 1 + n)  # warm-up, outside the profile
+    run(1 + n)  # warm-up, outside the profile
 torch.cuda.synchronize()
 
 def kernels(new):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        runner.generate(prompt, new)
+        run(new)
         torch.cuda.synchronize()
     out = {}
     for e in prof.events():
@@ -98,9 +106,10 @@ def parse_variant(text: str) -> dict[str, Any]:
     head, _, extras = text.partition("+")
     backend, _, mode = head.partition(":")
     extra = dict(kv.split("=", 1) for kv in extras.split(",") if kv)
-    quant = extra.pop("quant", None)  # an option of its own, not an --extra
+    quant = extra.pop("quant", None)  # options of their own, not --extra
+    batch = int(extra.pop("max_batch", 1))
     return {"variant": text, "backend": backend, "mode": mode or None, "extra": extra,
-            "quant": quant}  # fmt: skip
+            "quant": quant, "batch": batch}  # fmt: skip
 
 
 def env(out: Path) -> dict[str, str]:
@@ -119,6 +128,8 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
         cmd += ["--extra", f"{k}={val}"]
     if v["quant"]:
         cmd += ["--quant", v["quant"]]
+    if v["batch"] > 1:
+        cmd += ["--max-batch", str(v["batch"]), "--batch", str(v["batch"])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip
@@ -126,9 +137,12 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
     if p.returncode != 0:
         return {**v, "error": (p.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
     r = json.loads(p.stdout)
+    if "batches" in r:  # one row per batch size
+        r = next(b for b in r["batches"] if b["batch"] == v["batch"])
     return {**v, "wall_s": round(wall, 1), "decode_tok_s": r["decode_tok_s"],
             "roofline_pct": r["roofline_pct"], "copy_gbps": r["copy_gbps"],
             "roofline_tok_s": r["roofline_tok_s"], "runner_info": r.get("runner_info"),
+            "aggregate_decode_tok_s": r.get("aggregate_decode_tok_s"),
             "environment": r.get("environment")}  # fmt: skip
 
 
@@ -136,7 +150,7 @@ def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> di
     e = {**env(args.out), "ACACHE_CUDA_GRAPHS": "0"}
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
            json.dumps(v["extra"]), v["quant"] or "", str(cache),
-           str(args.profile_tokens)]  # fmt: skip
+           str(args.profile_tokens), str(v["batch"])]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=args.timeout_s)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}

@@ -195,6 +195,9 @@ def measure(args: argparse.Namespace, backend: str, max_seq_len: int) -> dict[st
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {args.timeout_s:.0f} s"}
     wall = round(time.perf_counter() - t0, 1)
+    # Kept whole: the AOTI runtime writes a failed run's CUDA error only to stderr.
+    (args.out / "logs").mkdir(exist_ok=True)
+    (args.out / "logs" / f"measure-{backend}-{max_seq_len}.log").write_text(p.stderr)
     if p.returncode != 0:
         return {"error": (p.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
     return {**json.loads(p.stdout.strip().splitlines()[-1]), "wall_s": wall}
