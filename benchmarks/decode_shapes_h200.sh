@@ -8,6 +8,8 @@
 #      fresh `acache bench`, then kernel profiles of the batch-32 and int8wo steps.
 # Builds run side by side, so build seconds here are not cold-build figures.
 # Usage: bash benchmarks/decode_shapes_h200.sh OUT [CACHE_DIR]
+# BUILDS, VARIANTS and PROFILES (space-separated) override the default sets, e.g.
+#   BUILDS="msl4096 msl256 b32" VARIANTS="aoti aoti+max_batch=32" PROFILES="aoti" ...
 set -u
 out=${1:?usage: decode_shapes_h200.sh OUT [CACHE_DIR]}
 cache=${2:-/tmp/acache-decode-shapes}
@@ -17,10 +19,14 @@ common=(llama-7b --backend aoti --device cuda --dtype bf16 --cache-dir "$cache" 
 start=$SECONDS
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 
+declare -A build_opts=([msl4096]="--max-seq-len 4096" [msl256]="--max-seq-len 256"
+                       [int8wo]="--quant int8wo" [b32]="--max-batch 32")
+read -r -a builds <<< "${BUILDS:-msl4096 msl256 int8wo b32}"
+read -r -a variants <<< "${VARIANTS:-aoti aoti+quant=int8wo aoti+max_batch=32}"
+read -r -a profiles <<< "${PROFILES:-aoti+max_batch=32 aoti+quant=int8wo}"
 pids=()
-for spec in "msl4096:--max-seq-len 4096" "msl256:--max-seq-len 256" "int8wo:--quant int8wo" \
-            "b32:--max-batch 32"; do
-  name=${spec%%:*}; opts=${spec#*:}
+for name in "${builds[@]}"; do
+  opts=${build_opts[$name]}
   stamp "build $name ($opts)"
   # shellcheck disable=SC2086
   TORCHINDUCTOR_CACHE_DIR=/tmp/ind-$name acache build "${common[@]}" $opts \
@@ -35,6 +41,5 @@ python3 benchmarks/kv_positions.py --out "$out/kv" --backends aoti --cache-dir "
 stamp "kv_positions rc $?"
 stamp "decode_step (aoti, int8wo, batch 32; profiles)"
 python3 benchmarks/decode_step.py llama-7b --out "$out/decode" --cache-dir "$cache" \
-  --variants aoti aoti+quant=int8wo aoti+max_batch=32 \
-  --profile aoti+max_batch=32 aoti+quant=int8wo > "$out/decode.log" 2>&1
+  --variants "${variants[@]}" --profile "${profiles[@]}" > "$out/decode.log" 2>&1
 stamp "decode_step rc $?; done"
