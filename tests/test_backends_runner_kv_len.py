@@ -179,9 +179,8 @@ def test_the_megacache_path_warms_one_dynamic_decode(
 
 
 def test_a_padded_batch_reads_only_its_bucket(long_recipe: Path):
-    """Two left-padded rows (row_start 0 and 10) decode across 256 -> 384 (two rows:
-    buckets of 128) with NaN past the bucket: each row's logits are its own sequence's
-    full forward."""
+    """Two left-padded rows (row_start 0 and 10) decode across 256 -> 512 with NaN past
+    the bucket: each row's logits are its own sequence's full forward."""
     from artifactcache.backends.runner import StepRunner
     from artifactcache.models import build_model
 
@@ -205,7 +204,7 @@ def test_a_padded_batch_reads_only_its_bucket(long_recipe: Path):
     runner = StepRunner(recipe, model, decode, torch.device("cpu"), kv_len_hint=True)
     prompts = [prompt_of(250), prompt_of(240)]
     new = runner.generate_batch(prompts, N_NEW, eos_token_ids=())
-    assert [n for n, _ in seen] == [256] * 6 + [384] * 5
+    assert [n for n, _ in seen] == [256] * 6 + [512] * 5
     for b, (prompt, tokens) in enumerate(zip(prompts, new, strict=True)):
         want = full_forward(load_recipe(long_recipe), prompt + tokens)
         got = torch.stack([logits[b] for _, logits in seen])

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
-from torch.nn import functional as F
 
 from artifactcache.models import build_model
-from artifactcache.models.common import attention_mask, one_query_attention, sdpa
+from artifactcache.models.common import attention_mask
 from artifactcache.recipes import load_recipe
 
 
@@ -50,23 +48,3 @@ def test_row_start_zero_is_the_plain_causal_forward():
     with torch.no_grad():
         plain = model(idx, pos)
         assert torch.equal(model(idx, pos, torch.zeros(1, dtype=torch.int64)), plain)
-
-
-@pytest.mark.parametrize(
-    ("rows", "heads", "kv_heads", "mask_rows"), [(1, 4, 4, 1), (3, 8, 2, 3), (2, 6, 3, 1)]
-)
-def test_one_query_attention_is_sdpa(rows, heads, kv_heads, mask_rows):
-    # GQA without repeating K/V: query head h reads kv head h // n_rep, as in SDPA.
-    g = torch.Generator().manual_seed(rows * 10 + heads)
-    q = torch.randn(rows, heads, 1, 16, generator=g)
-    k, v = (torch.randn(rows, kv_heads, 37, 16, generator=g) for _ in range(2))
-    mask = torch.rand(mask_rows, 1, 1, 37, generator=g) > 0.4
-    mask[..., 5] = True  # every row sees a key, as attention_mask guarantees
-    n_rep = heads // kv_heads
-    want = F.scaled_dot_product_attention(
-        q, k.repeat_interleave(n_rep, 1), v.repeat_interleave(n_rep, 1), attn_mask=mask
-    )
-    got = one_query_attention(q, k, v, mask, n_rep)
-    assert got.shape == want.shape
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(sdpa(q, k, v, mask, n_rep), want, rtol=1e-5, atol=1e-5)

@@ -14,7 +14,6 @@ from artifactcache.models.common import (
     KV_BUCKET_MIN,
     cache_slots,
     kv_bucket,
-    kv_bucket_min,
     kv_buckets,
     kv_len_range,
 )
@@ -44,18 +43,6 @@ def test_the_bucket_lists():
     assert kv_buckets(256) == [256] and kv_buckets(64) == [64]
     assert kv_len_range(1024) == (256, 1024)
     assert kv_len_range(256) is None and kv_len_range(64) is None
-
-
-def test_more_rows_get_smaller_buckets_down_to_32():
-    # A position of KV costs a step max_batch times its bytes, so batches read finer.
-    assert [kv_bucket_min(b) for b in (1, 2, 3, 4, 8, 32)] == [256, 128, 64, 64, 32, 32]
-    assert kv_buckets(256, 32) == list(range(32, 257, 32))
-    assert kv_len_range(256, 32) == (32, 256) and kv_len_range(256, 1) is None
-    assert cache_slots(256, 32) == 257
-    assert kv_bucket(100, 4096, 32) == 128 and kv_bucket(100, 4096) == 256
-    for n in range(1, 5000, 11):  # still an eighth past 8 buckets, never below the floor
-        b = kv_bucket(n, 1 << 16, 32)
-        assert n <= b and b - n < max(32, n / 8)
 
 
 def test_a_spare_slot_only_where_the_read_length_varies():

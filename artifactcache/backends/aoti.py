@@ -100,7 +100,7 @@ def export_dynamic_shapes(recipe: Any, step: str, *, strict: bool = True) -> Any
     whole range; else ``Dim.DYNAMIC`` over the same range, under which it keeps a guard it
     cannot prove as a runtime check.
     """
-    span = kv_len_range(recipe.shapes.max_seq_len, recipe.shapes.max_batch)
+    span = kv_len_range(recipe.shapes.max_seq_len)
     if step != "decode" or span is None:
         return None
     import torch
@@ -203,7 +203,7 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
     except UserError:
         raise refused from None
-    span = kv_len_range(recipe.shapes.max_seq_len, recipe.shapes.max_batch)
+    span = kv_len_range(recipe.shapes.max_seq_len)
     got = exported_kv_len_range(ep)
     if span is not None and (got is None or got[0] > span[0] or got[1] < span[1]):
         raise BackendError(

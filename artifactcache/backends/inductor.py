@@ -137,7 +137,7 @@ def step_inputs(recipe: Any, dev: Any, decode: bool) -> tuple[Any, ...]:
     size are its range, so the runner's unmarked views of other lengths hit it.
     """
     inputs = example_inputs(recipe, dev, decode)
-    span = kv_len_range(recipe.shapes.max_seq_len, recipe.shapes.max_batch)
+    span = kv_len_range(recipe.shapes.max_seq_len)
     if decode and span is not None:
         mark_dynamic_dim(inputs[-1], 0, *span)
     return inputs
@@ -193,7 +193,6 @@ class InductorBackend:
     def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.
         codegen = codegen_factors(inductor_tuning(opts))
-        rows = recipe.shapes.max_batch
         if opts.device == "cpu":
             # The entry's kernels/ are this compiler's output, and Inductor keys its
             # own caches on the compile command, so another compiler would miss them.
@@ -205,7 +204,7 @@ class InductorBackend:
             "mode": _mode(opts),
             **model_factors(self.name, recipe, opts),
             "fullgraph": True,
-            "dynamic": "kv_len" if kv_len_range(recipe.shapes.max_seq_len, rows) else False,
+            "dynamic": "kv_len" if kv_len_range(recipe.shapes.max_seq_len) else False,
             "codegen": codegen,
             "warm_path": warm_path(opts.device),
         }

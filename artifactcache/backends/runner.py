@@ -98,7 +98,7 @@ def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> Inputs:
     if not decode:
         return idx, pos, row_start
     s = recipe.shapes.max_seq_len
-    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s, rows)]
+    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s)]
 
 
 def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch.nn.Module:
@@ -320,8 +320,7 @@ class StepRunner:
         """The decode step's inputs for tokens ``idx`` at position ``pos`` (ipos on device)."""
         if self._key_positions is None:
             return idx, ipos, row_start
-        shapes = self.recipe.shapes
-        n = kv_bucket(pos + 1, shapes.max_seq_len, shapes.max_batch)
+        n = kv_bucket(pos + 1, self.recipe.shapes.max_seq_len)
         view = self._kv_views.get(n)
         if view is None:
             view = self._kv_views[n] = self._key_positions[:n]

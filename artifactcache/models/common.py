@@ -105,49 +105,40 @@ def apply_rope(
     return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
 
 
-# The smallest bucket at batch 1, and how many buckets each doubling of the length is
-# split into past 8 x the smallest. Fixed steps of 256 would read at most 255 extra
-# positions but need a CUDA graph per 256 positions (128 of them at 32k); powers of
-# two would need few graphs but read up to twice the filled KV. Eight per doubling
-# bounds both: steps of 256 up to 4096, then 512 up to 8192, and so on, so a step
-# reads at most 1/8 more positions than are filled past 2048, and a 32k context has
-# 40 buckets (inductor's CUDA-graph trees warn past 50 distinct shapes).
+# The smallest bucket, and how many buckets each doubling of the length is split into
+# past 8 x KV_BUCKET_MIN. Fixed steps of 256 would read at most 255 extra positions
+# but need a CUDA graph per 256 positions (128 of them at 32k); powers of two would
+# need few graphs but read up to twice the filled KV. Eight per doubling bounds
+# both: steps of 256 up to 4096, then 512 up to 8192, and so on, so a step reads at
+# most 1/8 more positions than are filled past 2048, and a 32k context has 40
+# buckets (inductor's CUDA-graph trees warn past 50 distinct shapes).
 KV_BUCKET_MIN = 256
 KV_BUCKETS_PER_DOUBLING = 8
-# Rows multiply what a position of KV costs a step: at batch 32 the KV of 256 llama-7b
-# positions is a third of the weights' bytes, so the smallest bucket halves with each
-# doubling of max_batch, down to this.
-KV_BUCKET_FLOOR = 32
 
 
-def kv_bucket_min(max_batch: int = 1) -> int:
-    """The smallest bucket for ``max_batch`` rows: 256 at one row, down to 32 at 8+."""
-    return max(KV_BUCKET_FLOOR, KV_BUCKET_MIN >> (max(max_batch, 1) - 1).bit_length())
-
-
-def kv_bucket(filled: int, max_seq_len: int, max_batch: int = 1) -> int:
+def kv_bucket(filled: int, max_seq_len: int) -> int:
     """How many cache positions a step attending to ``filled`` positions reads."""
     below = 1 << max((filled - 1).bit_length() - 1, 0)  # the power of two under filled
-    granule = max(kv_bucket_min(max_batch), below // KV_BUCKETS_PER_DOUBLING)
+    granule = max(KV_BUCKET_MIN, below // KV_BUCKETS_PER_DOUBLING)
     return min(-(-filled // granule) * granule, max_seq_len)
 
 
-def kv_buckets(max_seq_len: int, max_batch: int = 1) -> list[int]:
+def kv_buckets(max_seq_len: int) -> list[int]:
     """Every length :func:`kv_bucket` returns for a cache of ``max_seq_len``, ascending."""
-    out = [kv_bucket(1, max_seq_len, max_batch)]
+    out = [kv_bucket(1, max_seq_len)]
     while out[-1] < max_seq_len:
-        out.append(kv_bucket(out[-1] + 1, max_seq_len, max_batch))
+        out.append(kv_bucket(out[-1] + 1, max_seq_len))
     return out
 
 
-def kv_len_range(max_seq_len: int, max_batch: int = 1) -> tuple[int, int] | None:
+def kv_len_range(max_seq_len: int) -> tuple[int, int] | None:
     """(shortest, longest) read of decode's dynamic length; None with one bucket only
-    (max_seq_len <= the smallest bucket), where decode reads the whole cache, statically."""
-    lo = kv_bucket(1, max_seq_len, max_batch)
+    (max_seq_len <= KV_BUCKET_MIN), where decode reads the whole cache, statically."""
+    lo = kv_bucket(1, max_seq_len)
     return (lo, max_seq_len) if lo < max_seq_len else None
 
 
-def cache_slots(max_seq_len: int, max_batch: int = 1) -> int:
+def cache_slots(max_seq_len: int) -> int:
     """Positions the KV buffers hold: one spare past max_seq_len when the read varies.
 
     With the spare slot the view ``k_cache[:, :, :L]`` is non-contiguous for every L
@@ -155,7 +146,7 @@ def cache_slots(max_seq_len: int, max_batch: int = 1) -> int:
     view contiguous, and torch.export and Dynamo guard on that (SDPA's meta checks
     contiguity), so a dynamic L could not reach the last bucket. It is never written.
     """
-    return max_seq_len + 1 if kv_len_range(max_seq_len, max_batch) else max_seq_len
+    return max_seq_len + 1 if kv_len_range(max_seq_len) else max_seq_len
 
 
 def key_positions(max_seq_len: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -168,7 +159,7 @@ class KVCache(nn.Module):
         self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device
     ):
         super().__init__()
-        shape = (max_batch, n_kv_heads, cache_slots(max_seq_len, max_batch), head_dim)
+        shape = (max_batch, n_kv_heads, cache_slots(max_seq_len), head_dim)
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
@@ -212,36 +203,11 @@ def attention_mask(
 
 
 def sdpa(q, k, v, mask, n_rep: int) -> torch.Tensor:
-    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S]; GQA repeats kv heads.
-
-    One query (a decode step) goes to :func:`one_query_attention`; longer ones to
-    torch's SDPA, whose fused kernels are made for them.
-    """
-    if q.shape[2] == 1:
-        return one_query_attention(q, k, v, mask, n_rep)
+    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S]; GQA repeats kv heads."""
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
-def one_query_attention(q, k, v, mask, n_rep: int) -> torch.Tensor:
-    """Attention of one query per row and head, as two batched matmuls and a softmax.
-
-    Why not SDPA: on CUDA, export picks cuDNN's flash kernel, made for long queries
-    (about 8 us a layer for one query over 4 MB of KV on an H200), and with a dynamic
-    KV length the AOTI step that calls it could not be captured in a CUDA graph
-    ("invalid argument", docs/perf-notes.md). Matmuls go to cuBLAS, which captures.
-    GQA groups each kv head's queries (``n_rep`` of them) into the matmul's rows, so
-    K and V are read once, not repeated. Scores and softmax are fp32, as in SDPA.
-    """
-    b, h, _, d = q.shape
-    hkv = k.shape[1]
-    qg = q.reshape(b, hkv, n_rep, d)  # head j*n_rep + r reads kv head j
-    scores = torch.matmul(qg, k.transpose(-1, -2)).float() * (d**-0.5)  # [B, Hkv, n_rep, S]
-    scores = scores.masked_fill(~mask.reshape(mask.shape[0], 1, 1, -1), float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype)
-    return torch.matmul(probs, v).reshape(b, h, 1, d)
 
 
 class RMSNorm(nn.Module):
