@@ -40,7 +40,7 @@ __all__ = [
 _LAZY = {
     "build": ("api", "build"),
     "load": ("api", "load"),
-    "compile": ("api", "compile"),
+    "compile": ("module_api", "compile"),
     "BuildResult": ("api", "BuildResult"),
     "Runner": ("backends.base", "Runner"),
     "LocalStore": ("store.local", "LocalStore"),
@@ -49,8 +49,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .api import BuildResult, build, compile, load
+    from .api import BuildResult, build, load
     from .backends.base import Runner
+    from .module_api import compile
     from .recipes import load_recipe
     from .store.local import Entry, LocalStore
 

@@ -1,10 +1,11 @@
 """build() and load(): recipe + backend + options -> key -> cached artifact -> Runner.
 
-This is the only module that joins the store, the keys and the backends. The
-store never sees torch; backends never see the store: a backend that reads
-another entry (the ONNX export, the TensorRT timing cache) declares it as a
-``Dependency`` and this module keys it, opens or builds it, and hands it over
-in ``ctx.deps`` (see ``_open_dependencies``, the one place dependencies are known).
+This and module_api.py (compile(), the same for any nn.Module) are the only modules
+that join the store, the keys and the backends. The store never sees torch; backends
+never see the store: a backend that reads another entry (the ONNX export, the TensorRT
+timing cache) declares it as a ``Dependency`` and this module keys it, opens or builds
+it, and hands it over in ``ctx.deps`` (see ``_open_dependencies``, the one place
+dependencies are known).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def _weights_spec(weights: str | Path | None, seed: int):
     return WeightsSpec(Path(weights) if weights is not None else None, seed)
 
 
-def _resolve_store(
+def resolve_store(
     store: Store | None, cache_dir: str | Path | None, allow_shared_root: bool
 ) -> Store:
     if store is not None:
@@ -265,7 +266,7 @@ def _lookup(
     if context is not None:  # the caller wants the phase stamps in its own object
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context
-    st = _resolve_store(store, cache_dir, allow_shared_root)
+    st = resolve_store(store, cache_dir, allow_shared_root)
     ctx.memo_dir = st.base
     info = key_for(b, ctx, memo_dir=ctx.memo_dir)
     if guard is not None:
@@ -406,133 +407,14 @@ def load(
     )[1]  # fmt: skip
 
 
-# ------------------------------------------------------------ any nn.Module --
-# compile() joins module_spec (the source and its fingerprint) with a module
-# backend (backends/module_*.py), the keys and the store, as build()/load() do for
-# recipes. The LLM Backend supplies what both share: availability and toolchain.
+# compile() and its helpers live in module_api.py; they stay importable from here, the
+# module that holds the rest of the public API.
+_MODULE_API = ("compile", "compile_with_result", "module_key_for", "module_options")
 
 
-def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildOptions:
-    opts = dict(options or {})
-    mode = opts.pop("mode", None)
-    return BuildOptions(device=spec.device, dtype=spec.dtype, mode=mode, extra=opts)
+def __getattr__(name: str) -> Any:
+    if name in _MODULE_API:
+        from . import module_api
 
-
-def module_key_for(backend: str, spec: Any, opts: BuildOptions) -> tuple[Any, KeyInfo]:
-    """(module backend, key) for a ModuleSpec; checks options and availability first."""
-    from .backends.module_common import get_module_backend
-    from .module_spec import state_digest
-
-    mb = get_module_backend(backend)
-    b = get_backend(backend)
-    check_device(opts.device, present=False)
-    mb.check_options(opts)
-    sibling = mb.sibling_options(opts) if hasattr(mb, "sibling_options") else opts
-    require_available(b, sibling)
-    check_device(opts.device)
-    factors = make_factors(
-        recipe=spec.fingerprint(),
-        weights=state_digest(spec.module) if mb.weights_in_artifact else "external",
-        backend=backend,
-        options={"source": "module", **mb.factors(spec, opts)},
-        toolchain=b.toolchain(sibling),
-        hardware=hardware_fingerprint(opts.device, with_driver=backend == "trt"),
-    )
-    key = compute_key(factors)
-    return mb, KeyInfo(key, factors, key, None if mb.weights_in_artifact else key)
-
-
-def compile_with_result(
-    spec: Any,
-    backend: str,
-    *,
-    options: dict[str, Any] | None = None,
-    build_on_miss: bool = True,
-    force: bool = False,
-    store: Store | None = None,
-    cache_dir: str | Path | None = None,
-    allow_shared_root: bool = False,
-    phases: dict[str, float] | None = None,
-) -> tuple[BuildResult, Any]:
-    """compile() from a ModuleSpec, plus how the entry was found (the CLI and probe use it)."""
-    from .backends.module_common import CompiledModule
-
-    t0 = time.perf_counter()
-    phases = phases if phases is not None else {}
-    opts = module_options(backend, spec, options)
-    mb, info = module_key_for(backend, spec, opts)
-    st = _resolve_store(store, cache_dir, allow_shared_root)
-    label = {
-        "recipe": spec.label(),
-        "backend": backend,
-        "device": opts.device,
-        "dtype": opts.dtype,
-        "mode": opts.mode,
-        "weights": "inside" if mb.weights_in_artifact else "external",
-        "inputs": [s.describe() for s in spec.inputs],
-    }
-
-    def get_or_build(force: bool) -> tuple[Entry, str]:
-        return st.get_or_build(
-            info.key, info.factors, lambda workdir: mb.build(spec, opts, workdir),
-            force=force, label=label,
-        )  # fmt: skip
-
-    def found(entry: Entry, source: str) -> BuildResult:
-        phases["entry_ready"] = time.perf_counter()
-        return BuildResult(
-            key=info.key, built=source == "built", seconds=time.perf_counter() - t0,
-            bytes=entry.size, entry=entry, source=source,
-        )  # fmt: skip
-
-    result = found(*(get_or_build(force) if build_on_miss else (st.open(info.key), "local")))
-    try:
-        fn = mb.load(spec, opts, result.entry.path, result.entry.meta, phases)
-    except StaleArtifact:
-        if not build_on_miss:
-            raise
-        # The entry is intact but cannot run here (an engine from another TensorRT): a
-        # miss, rebuilt once in place, as load() does for recipes.
-        result = found(*get_or_build(True))
-        fn = mb.load(spec, opts, result.entry.path, result.entry.meta, phases)
-    compiled = CompiledModule(fn, spec, backend=backend, key=info.key, source=result.source)
-    return result, compiled
-
-
-def compile(
-    model: Any,
-    example_inputs: Any,
-    *,
-    backend: str,
-    device: str | None = None,
-    dtype: str | None = None,
-    dynamic_shapes: Any = None,
-    options: dict[str, Any] | None = None,
-    name: str | None = None,
-    version: str | None = None,
-    build_on_miss: bool = True,
-    force: bool = False,
-    cache_dir: str | Path | None = None,
-    allow_shared_root: bool = False,
-    store: Store | None = None,
-) -> Any:
-    """Any nn.Module through a backend: built on a miss, loaded from the cache on a hit.
-
-    Returns a callable with the outputs of ``model(*example_inputs)`` (within the
-    backend's tolerance, docs/modules.md). ``device``/``dtype`` move and cast the
-    module in place, as ``Module.to`` does; float example inputs follow. Give
-    ``dynamic_shapes`` as one entry per input, None or ``{dim: (min, max)}`` (or a
-    ``torch.export.Dim``). ``options`` holds ``mode`` and the backend's extra options.
-    ``name``/``version`` are key factors of your own: change ``version`` when
-    something the fingerprint cannot see changes (docs/modules.md lists what).
-    """
-    from .module_spec import make_spec
-
-    spec = make_spec(
-        model, example_inputs, device=device, dtype=dtype, dynamic_shapes=dynamic_shapes,
-        name=name, version=version,
-    )  # fmt: skip
-    return compile_with_result(
-        spec, backend, options=options, build_on_miss=build_on_miss, force=force, store=store,
-        cache_dir=cache_dir, allow_shared_root=allow_shared_root,
-    )[1]  # fmt: skip
+        return getattr(module_api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

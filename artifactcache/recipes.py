@@ -31,7 +31,7 @@ Example (``llama-7b.toml``)::
     [shapes]                         # what compiled artifacts are specialised to
     max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
     max_batch = 1                    # rows of the static KV cache: every step runs this many
-    prefill_len = 16                 # tokens per prefill call (longer prompts run in chunks)
+    prefill_len = 16                 # tokens per prefill call (< max_seq_len); prompts chunked
 
     [bench]                          # the seed's benchmark input
     prompt = "Hello, my name is"
@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RecipeError
-from .sizing import shape_problem
+from .sizing import prefill_len_within, shape_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -178,7 +178,8 @@ class Recipe:
 
         None keeps the recipe's own. The result is checked by the same rule as a
         recipe file's [shapes] (``shape_problem``); ``prefill_len`` is only the chunk
-        size of a long prompt, so a context shorter than it takes shorter chunks.
+        size of a long prompt, so a context no longer than it takes shorter chunks
+        (``prefill_len_within``: at most max_seq_len - 1, which leaves decode a position).
         """
         from .errors import ShapeError
 
@@ -192,7 +193,7 @@ class Recipe:
             shapes = replace(
                 shapes,
                 max_seq_len=max_seq_len,
-                prefill_len=max(1, min(shapes.prefill_len, max_seq_len)),
+                prefill_len=prefill_len_within(shapes.prefill_len, max_seq_len),
             )
         if shapes == self.shapes:
             return self

@@ -32,6 +32,17 @@ if TYPE_CHECKING:
 
 DTYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 FIT_FRACTION = 0.9
+# A one-token prompt plus one new token: the shortest context that decodes at all.
+MIN_MAX_SEQ_LEN = 2
+
+
+def prefill_len_within(prefill_len: int, max_seq_len: int) -> int:
+    """``prefill_len`` shrunk to fit a context of ``max_seq_len`` (>= MIN_MAX_SEQ_LEN).
+
+    A full chunk must leave a position for decode: the steps are compiled with decode's
+    example at position ``prefill_len``, which has to be a slot of the cache.
+    """
+    return max(1, min(prefill_len, max_seq_len - 1))
 
 
 def shape_problem(model: ModelConfig, shapes: Shapes) -> tuple[str, str] | None:
@@ -43,8 +54,16 @@ def shape_problem(model: ModelConfig, shapes: Shapes) -> tuple[str, str] | None:
     for k, v in asdict(shapes).items():
         if v <= 0:
             return k, f"must be positive, got {v}"
-    if shapes.prefill_len > shapes.max_seq_len:
-        return "prefill_len", f"({shapes.prefill_len}) exceeds shapes.max_seq_len"
+    if shapes.max_seq_len < MIN_MAX_SEQ_LEN:
+        return "max_seq_len", (
+            f"must be at least {MIN_MAX_SEQ_LEN} (a one-token prompt and one new token), "
+            f"got {shapes.max_seq_len}"
+        )
+    if shapes.prefill_len >= shapes.max_seq_len:
+        # Decode's first position follows a full chunk; it must be inside the cache.
+        return "prefill_len", (
+            f"({shapes.prefill_len}) must be below shapes.max_seq_len ({shapes.max_seq_len})"
+        )
     max_pos = model.max_position_embeddings
     if shapes.max_seq_len > max_pos:
         # Plain RoPE was trained up to max_pos, and the scaled types (llama3, linear,

@@ -26,8 +26,8 @@ start, each followed by an eager start, so the two share the machine's state.
 + one generated token), ``cli`` (``acache run`` on a hit, one new token) and
 ``eager_load``. Per scenario: the summed import time, the part beyond the modules
 ``import torch`` itself loads (grouped by top package, ``torch.X`` for torch's own
-subpackages), and which of the heavy modules (``HEAVY``) were imported. The entry is
-built first (``acache build``; a hit returns at once). Runs on CPU too.
+subpackages), and which of the heavy modules (``NOT_ON_A_WARM_LOAD``) were imported.
+The entry is built first (``acache build``; a hit returns at once). Runs on CPU too.
 
     python benchmarks/startup_diag.py weights llama-7b
     python benchmarks/startup_diag.py memory llama-7b --cache-dir C
@@ -53,6 +53,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from artifactcache.measure.coldstart import NOT_ON_A_WARM_LOAD  # noqa: E402
 
 
 def _timed(fn: Any, sync: Any) -> float:
@@ -174,13 +176,6 @@ def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
     return out
 
 
-# What a warm load must not pay for: the compiler stack, and the optional extras a
-# load of a built-in recipe with random weights never uses.
-HEAVY = (
-    "torch._dynamo", "torch._inductor", "torch.onnx", "sympy", "triton", "onnx", "onnxruntime",
-    "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
-    "matplotlib",
-)  # fmt: skip
 # Each scenario's child writes sys.modules at exit to argv[1]: `-X importtime` does not
 # log a module imported with importlib.import_module (the backends are), so the heavy
 # check reads sys.modules, and such a module's own body time is missing from the sums.
@@ -252,7 +247,9 @@ def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -
             seen[name].append(times)
             loaded[name] = modules
     floor = set().union(*seen["torch"], loaded["torch"])
-    out: dict[str, Any] = {"device": device, "dtype": dtype, "runs": runs, "heavy_checked": HEAVY}
+    out: dict[str, Any] = {
+        "device": device, "dtype": dtype, "runs": runs, "heavy_checked": NOT_ON_A_WARM_LOAD,
+    }  # fmt: skip
     for name, per_run in seen.items():
         beyond = [{m: us for m, us in r.items() if m not in floor} for r in per_run]
         groups: dict[str, list[int]] = {}
@@ -268,7 +265,7 @@ def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -
             "beyond_torch_s": [round(sum(r.values()) / 1e6, 3) for r in beyond],
             "beyond_torch_modules": len(beyond[0]),
             "beyond_torch_top_ms": {g: round(statistics.median(v) / 1e3, 1) for g, v in top},
-            "heavy_imported": sorted(m for m in HEAVY if m in loaded[name]),
+            "heavy_imported": sorted(m for m in NOT_ON_A_WARM_LOAD if m in loaded[name]),
         }
     return out
 

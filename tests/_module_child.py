@@ -24,12 +24,14 @@ torch.onnx.export = _forbidden
 
 
 def main() -> None:
-    from artifactcache import api
+    from artifactcache import module_api
     from artifactcache.module_spec import spec_from_cli
 
     root, spec_text, backend = sys.argv[1:4]
     spec = spec_from_cli(spec_text, None)
-    res, compiled = api.compile_with_result(spec, backend, cache_dir=root, build_on_miss=False)
+    res, compiled = module_api.compile_with_result(
+        spec, backend, cache_dir=root, build_on_miss=False
+    )
     out = compiled(*spec.example_inputs)
     utils = sys.modules.get("torch._dynamo.utils")
     counters = {k: dict(v) for k, v in utils.counters.items()} if utils else {}

@@ -26,6 +26,7 @@ from _backend_util import (
 
 from artifactcache import api
 from artifactcache.errors import BackendError, ShapeError
+from artifactcache.measure.coldstart import NOT_ON_A_WARM_LOAD
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
 
@@ -170,13 +171,6 @@ def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatc
     assert not changed, f"the build left Inductor config changed: {sorted(changed)}"
 
 
-# A warm aoti load (and `acache run` on a hit) uses none of these: the compiler stack,
-# and the optional extras a built-in recipe with random weights never touches.
-NOT_ON_A_WARM_LOAD = (
-    "torch._dynamo", "torch._inductor", "torch.onnx", "sympy", "triton", "onnx", "onnxruntime",
-    "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
-    "matplotlib",
-)  # fmt: skip
 # sys.modules at exit, written to argv[1]: `-X importtime` cannot be used to tell,
 # since it does not see modules imported with importlib.import_module (the backends).
 MODULES_AT_EXIT = (

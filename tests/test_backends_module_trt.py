@@ -21,7 +21,7 @@ from _trt_standin import Recording, StandinModule, bindings_names, bindings_whee
 from torch import nn
 from typer.testing import CliRunner
 
-from artifactcache import api
+from artifactcache import module_api
 from artifactcache.backends import module_trt
 from artifactcache.backends import runner as runner_mod
 from artifactcache.backends.base import BuildOptions
@@ -103,7 +103,7 @@ def _install(monkeypatch, rec: Recording) -> None:
 
 
 def _compile(spec, store, **options):
-    return api.compile_with_result(spec, "trt", options={**FAST, **options}, store=store)
+    return module_api.compile_with_result(spec, "trt", options={**FAST, **options}, store=store)
 
 
 # ------------------------------------------------------------------ profiles --
@@ -156,8 +156,8 @@ def test_key_covers_the_weights_profiles_and_the_driver(monkeypatch):
     _install(monkeypatch, _recording())
 
     def key(spec, **options):
-        opts = api.module_options("trt", spec, {**FAST, **options})
-        return api.module_key_for("trt", spec, opts)[1]
+        opts = module_api.module_options("trt", spec, {**FAST, **options})
+        return module_api.module_key_for("trt", spec, opts)[1]
 
     base = key(_spec(0))
     f = base.factors
@@ -183,7 +183,7 @@ def test_key_covers_the_weights_profiles_and_the_driver(monkeypatch):
 )
 def test_bad_options_are_one_line_errors(options, match):
     with pytest.raises(BackendError) as e:
-        api.compile(Tagger().eval(), _spec(device="cpu").example_inputs, backend="trt",
+        module_api.compile(Tagger().eval(), _spec(device="cpu").example_inputs, backend="trt",
                     options=options)  # fmt: skip
     assert match in str(e.value) and "\n" not in str(e.value)
 
@@ -192,7 +192,7 @@ def test_bad_options_are_one_line_errors(options, match):
 def test_without_tensorrt_a_build_is_one_line_naming_the_package(cache_dir):
     spec = _spec(device="cpu")
     with pytest.raises(BackendUnavailable, match=r"pip install 'artifactcache\[trt\]'"):
-        api.compile(spec.module, spec.example_inputs, backend="trt")
+        module_api.compile(spec.module, spec.example_inputs, backend="trt")
     from artifactcache.cli.app import app
 
     r = CliRunner().invoke(app, ["build", CONVNET, "--backend", "trt"])
@@ -274,7 +274,7 @@ def test_a_stale_engine_is_rebuilt_once(monkeypatch, tmp_path):
     # Another TensorRT at load, the same key (the stand-in has no package version).
     _install(monkeypatch, _recording("11.5.0"))
     with pytest.raises(StaleArtifact, match="built with TensorRT 11.4.0"):
-        api.compile_with_result(spec, "trt", options=FAST, store=store, build_on_miss=False)
+        module_api.compile_with_result(spec, "trt", options=FAST, store=store, build_on_miss=False)
     again, _ = _compile(spec, store)
     assert again.key == first.key and again.source == "built"
     assert again.entry.meta["tensorrt"] == "11.5.0"
@@ -333,6 +333,6 @@ def test_engine_matches_eager_on_a_gpu(tmp_path):
 
     spec = spec_from_cli(CONVNET, None, device="cuda")
     want = spec.module(*spec.example_inputs).detach()
-    _, compiled = api.compile_with_result(spec, "trt", store=LocalStore(tmp_path / "c"))
+    _, compiled = module_api.compile_with_result(spec, "trt", store=LocalStore(tmp_path / "c"))
     got = compiled(*spec.example_inputs)
     assert float((got - want).abs().max() / want.abs().max()) <= 1e-3

@@ -1,4 +1,5 @@
-"""Every bad argument of every command: exit 1, one line, and the cache exactly as it was.
+"""Every bad argument of every command: exit 1, one line, and the cache exactly as it was;
+and help texts shown as written.
 
 Each case runs twice: against a cache that holds an entry (the tree is snapshotted,
 contents and mtimes, before and after) and against a cache root that does not exist
@@ -236,3 +237,43 @@ def test_library_checks_a_generation_request_before_anything_is_built():
     ]:
         with pytest.raises(ShapeError, match=needle):
             api.check_generation(rec, ids, n)
+
+
+# ------------------------------------------------------------------ help text --
+
+
+def _help(argv: list[str]) -> str:
+    """``argv --help``, panel borders and line wrapping removed."""
+    r = runner.invoke(app, [*argv, "--help"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    return " ".join(r.stdout.replace("│", " ").split())
+
+
+def test_bracketed_words_in_help_are_shown_not_taken_for_markup():
+    assert "Save it, edit [shapes] or [bench], and pass the file" in _help(["recipe"])
+    for command in ("build", "run", "key", "bench", "coldstart", "compare", "prewarm"):
+        out = _help([command])
+        assert "the recipe's [shapes].max_seq_len" in out, command
+        assert "the recipe's [shapes].max_batch" in out, command
+
+
+def test_every_help_text_shows_every_bracketed_span_it_was_written_with():
+    import re
+
+    import typer
+
+    def walk(command, argv):
+        yield argv, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, [*argv, name])
+
+    spans = 0
+    for argv, command in walk(typer.main.get_command(app), []):
+        out = _help(argv)
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        for text in texts:
+            written = text.replace("\\[", "[")  # as the source wrote it
+            for span in re.findall(r"\[[^\[\]]*\]\S*", written):
+                spans += 1
+                assert " ".join(span.split()) in out, (argv, span)
+    assert spans >= 15  # [shapes] in --max-seq-len/--max-batch of seven commands, and more

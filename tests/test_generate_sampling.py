@@ -6,11 +6,13 @@ import math
 
 import pytest
 import torch
-from _backend_util import private_dir, runner_cache
+from _backend_util import BATCH_PROMPTS, private_dir, runner_cache
 from _generate_util import naive_greedy
 
+from artifactcache.backends.runner import StepRunner
 from artifactcache.errors import GenerationError
 from artifactcache.generate import Sampling, cut_at_eos, resolve_eos_ids
+from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 
 RECIPE = "tiny-llama"
@@ -92,10 +94,64 @@ def test_the_sampler_draws_each_row_of_a_batch_on_its_own():
     want = torch.tensor([[0], [1], [2]])
     assert torch.equal(Sampling().sampler(torch.device("cpu"))(logits), want)
     for kw in ({}, {"top_k": 2}, {"top_p": 0.9}):
-        pick = Sampling(temperature=1.0, seed=0, **kw).sampler(torch.device("cpu"))
+        pick = Sampling(temperature=1.0, seed=0, **kw).sampler(torch.device("cpu"), rows=3)
         assert torch.equal(pick(logits), want), kw
     one = Sampling(temperature=1.0, seed=0).sampler(torch.device("cpu"))(logits[1])
     assert one.shape == (1, 1)  # a single row of logits keeps the [1, 1] shape
+
+
+def _eager_runner(rows: int) -> StepRunner:
+    recipe = load_recipe(RECIPE).with_shapes(max_batch=rows)
+    model = build_model(recipe)
+
+    def step(*inputs):
+        return model(*inputs)
+
+    return StepRunner(recipe, step, step, torch.device("cpu"))
+
+
+def test_each_row_of_a_sampled_batch_samples_as_its_prompt_alone():
+    wide, alone = _eager_runner(rows=4), _eager_runner(rows=1)
+    prompts = [list(p) for p in BATCH_PROMPTS]
+    sampled = dict(temperature=1.0, eos_token_ids=())
+    n = 20
+    # One int: row i gets seed + i; a batch of one is generate() itself.
+    rows = wide.generate_batch(prompts, n, seed=5, **sampled)
+    assert rows == [alone.generate(p, n, seed=5 + i, **sampled) for i, p in enumerate(prompts)]
+    assert wide.generate_batch(prompts[:1], n, seed=5, **sampled) == [rows[0]]
+    # One seed per row: rows with equal seeds each sample as a lone run with that seed.
+    seeds = [9, 9, 3, 9]
+    rows = wide.generate_batch(prompts, n, seed=seeds, **sampled)
+    for p, s, got in zip(prompts, seeds, rows, strict=True):
+        assert got == alone.generate(p, n, seed=s, **sampled)
+    # The same prompt twice: distinct samples under one int, equal ones under equal seeds.
+    twice = [prompts[0], prompts[0]]
+    a, b = wide.generate_batch(twice, n, seed=5, **sampled)
+    assert a != b
+    a, b = wide.generate_batch(twice, n, seed=(4, 4), **sampled)
+    assert a == b == alone.generate(prompts[0], n, seed=4, **sampled)
+
+
+@pytest.mark.parametrize(
+    ("seed", "message"),
+    [
+        ([1, 2, 3], "3 seeds for 2 prompts: give one seed per prompt"),
+        ([1, -2], "seed must be an integer >= 0 or one such integer per prompt"),
+        ([], "seed must be an integer >= 0 or one such integer per prompt"),
+    ],
+)
+def test_seeds_per_row_are_checked_before_any_step(seed, message):
+    calls: list[int] = []
+    recipe = load_recipe(RECIPE).with_shapes(max_batch=2)
+
+    def step(*inputs):
+        calls.append(1)
+        raise AssertionError("no step may run")
+
+    runner = StepRunner(recipe, step, step, torch.device("cpu"))
+    with pytest.raises(GenerationError) as e:
+        runner.generate_batch([[1, 2], [3]], 4, temperature=1.0, seed=seed)
+    assert message in str(e.value) and "\n" not in str(e.value) and calls == []
 
 
 def test_eager_greedy_is_the_full_forward_argmax(runners):

@@ -84,6 +84,12 @@ def _bad(tmp_path: Path, text: str) -> str:
         ("n_kv_heads = 2", "n_kv_heads = 3", "model.n_kv_heads"),  # 3 does not divide 4
         ('family = "llama"', 'family = "gpt"', "family"),
         ("prefill_len = 8", "prefill_len = 128", "shapes.prefill_len"),
+        ("prefill_len = 8", "prefill_len = 64", "shapes.prefill_len"),  # no room to decode
+        (
+            "max_seq_len = 64\nprefill_len = 8",
+            "max_seq_len = 1\nprefill_len = 1",
+            "shapes.max_seq_len",
+        ),
         ("prompt_ids = [1, 2, 3]", "prompt_ids = [1, 2000]", "bench.prompt_ids[1]"),
         ("[shapes]", "bogus = 1\n[shapes]", "model.bogus"),
         (

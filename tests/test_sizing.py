@@ -49,8 +49,25 @@ def test_max_seq_len_is_a_key_factor_and_the_recipes_own_is_the_default():
 
 
 def test_a_context_shorter_than_the_prefill_chunk_takes_shorter_chunks():
+    from artifactcache.backends.runner import example_inputs
+
     s = load_recipe("tiny-llama").with_shapes(max_seq_len=4).shapes  # prefill_len 8
-    assert (s.max_seq_len, s.prefill_len, s.max_batch) == (4, 4, 1)
+    assert (s.max_seq_len, s.prefill_len, s.max_batch) == (4, 3, 1)
+    for n in range(2, 11):  # up to and past the recipe's prefill_len
+        rec = load_recipe("tiny-llama").with_shapes(max_seq_len=n)
+        _, pos, _, kv_pos = example_inputs(rec, "cpu", decode=True)
+        # The steps are compiled at decode's example: its position must be a cache slot.
+        assert int(pos[-1]) < n and kv_pos.shape[0] <= n, n
+
+
+@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_a_context_shorter_than_the_prefill_chunk_builds_and_decodes(backend, tmp_path):
+    # 2 prompt + 3 new tokens fill a 5-position context: prefill, then decode to the end.
+    prompt = [1, 15043]
+    want = api.load("tiny-llama", "eager", cache_dir=tmp_path / "ref").generate(prompt, 3)
+    short = api.load("tiny-llama", backend, max_seq_len=5, cache_dir=tmp_path / "c")
+    assert short.recipe.shapes.prefill_len == 4
+    assert short.generate(prompt, 3) == want
 
 
 @pytest.mark.parametrize(
@@ -356,6 +373,8 @@ def test_a_probe_child_builds_for_the_context_it_is_given(tmp_path: Path):
     [
         (["build", "tiny-llama", "--max-seq-len", "300"], "max_position_embeddings (256)"),
         (["bench", "tiny-llama", "--max-seq-len", "0"], "must be positive"),
+        (["build", "tiny-llama", "--max-seq-len", "1"], "max_seq_len must be at least 2"),
+        (["run", "tiny-llama", "--tokens", "1", "--max-seq-len", "1"], "must be at least 2"),
         (
             [
                 "compare",

@@ -22,7 +22,7 @@ A backend that reads other entries declares them (``dependencies()`` returning
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -135,10 +135,12 @@ class Runner(Protocol):
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """generate() for up to the artifact's max_batch prompts of any lengths at once:
-        one list of new ids per prompt, each row stopping at its own EOS."""
+        one list of new ids per prompt, each row stopping at its own EOS. Sampling: row
+        ``i`` draws as its prompt alone would with seed ``seed + i`` (``seed`` an int) or
+        ``seed[i]`` (one int per prompt)."""
         ...
 
 

@@ -17,7 +17,7 @@ trt        module_trt.py           a TensorRT engine from the same export
                                    on real TensorRT)
 =========  ======================  =============================================
 
-api.compile() joins them with the store and the keys. Every build first runs the
+module_api.compile() joins them with the store and the keys. Every build first runs the
 module once, eagerly, on the example inputs: that checks the inputs fit before
 anything is cached and records the output structure, so runtimes that return a
 flat list of tensors (AOTInductor, ORT) hand back what ``model(*inputs)`` would.
@@ -73,7 +73,7 @@ class ModuleBackend(Protocol):
     ) -> Callable[..., Any]:  # fmt: skip
         """A callable with the module's outputs, from a verified entry; stamps phases.
 
-        May raise StaleArtifact (an intact entry that cannot run here): api.compile
+        May raise StaleArtifact (an intact entry that cannot run here): module_api.compile
         then rebuilds it once.
         """
         ...
@@ -129,7 +129,7 @@ def no_extra(name: str, opts: BuildOptions, allowed: tuple[str, ...] = ()) -> No
 
 
 class CompiledModule:
-    """What api.compile() returns: call it like the module.
+    """What module_api.compile() returns: call it like the module.
 
     Inputs are checked against the shapes and dtypes the artifact was built for
     (a static AOTInductor kernel would otherwise read past a smaller tensor).

@@ -281,14 +281,16 @@ class StepRunner:
         """
         rows = self._prompts(prompts)
         self._fits(rows, max_new_tokens)
-        return self._tokens(rows, max_new_tokens, sampling or Sampling())
+        sampling = sampling or Sampling()
+        sampling.row_seeds(len(rows))
+        return self._tokens(rows, max_new_tokens, sampling)
 
     def _tokens(
         self, prompts: list[list[int]], max_new_tokens: int, sampling: Sampling
     ) -> Iterator[torch.Tensor]:
         """Each step's new tokens as [len(prompts), 1]; the next step runs when asked for."""
-        pick = sampling.sampler(self.device)
         n = len(prompts)
+        pick = sampling.sampler(self.device, n)
         # Filler rows (a request smaller than max_batch) decode padding.
         filler = None
         if n < self.max_batch:
@@ -332,6 +334,7 @@ class StepRunner:
         """Validate a request before any step runs."""
         eos = choices.pop("eos_token_ids")
         sampling = Sampling(**choices)
+        sampling.row_seeds(len(prompts))  # one seed per prompt, if a list: checked now
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int):
             raise ShapeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
@@ -370,13 +373,16 @@ class StepRunner:
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """generate() for up to max_batch prompts at once: one list of new ids per prompt.
 
         The prompts may differ in length. Each row stops at its own first EOS id (kept);
         a finished row keeps decoding until every row is done, and its surplus is cut.
-        With sampling, each row draws its own tokens from one seeded generator.
+        With sampling, each row draws from its own generator, so row ``i`` samples what
+        its prompt would alone with that row's seed: ``seed`` is one int (row ``i`` gets
+        ``seed + i``; ``generate_batch([p], seed=s) == [generate(p, seed=s)]``), one int
+        per prompt (equal seeds give what a lone run with that seed gives), or None.
         """
         rows = self._prompts(prompts)
         sampling, eos = self._check(

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from ..devices import DEVICE_HELP
@@ -26,7 +27,16 @@ err_console = Console(stderr=True)
 
 
 class AcacheGroup(TyperGroup):
-    """Turns AcacheError into `error: <message>` + exit 1, for every command."""
+    """Turns AcacheError into `error: <message>` + exit 1, for every command.
+
+    Help texts are plain text: Typer renders them as rich markup, where a bracketed
+    word such as ``[shapes]`` is a style tag and vanishes, so every command's and
+    option's help is escaped once here, when Typer builds the command tree.
+    """
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        _escape_help(self)
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -38,6 +48,20 @@ class AcacheGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
+
+
+def _escape_help(command: Any) -> None:  # a click.Command
+    """Escape rich markup in the help of ``command``, its parameters and its subcommands."""
+    for name in ("help", "short_help", "epilog"):
+        text = getattr(command, name, None)
+        if text:
+            setattr(command, name, escape(text))
+    for param in command.params:
+        text = getattr(param, "help", None)
+        if text:
+            param.help = escape(text)
+    for sub in getattr(command, "commands", {}).values():
+        _escape_help(sub)
 
 
 app = typer.Typer(

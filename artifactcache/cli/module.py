@@ -57,11 +57,11 @@ def compile_spec(
     batch: int | None = None,
 ) -> tuple[Any, Any, Any]:
     """(BuildResult, CompiledModule, ModuleSpec): the factory, the key, then hit or build."""
-    from .. import api
+    from .. import module_api
     from ..module_spec import spec_from_cli
 
     spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed, batch=batch)
-    res, compiled = api.compile_with_result(
+    res, compiled = module_api.compile_with_result(
         spec, backend, options=options_of(mode, extra), store=store, force=force
     )
     return res, compiled, spec
@@ -71,12 +71,12 @@ def key_info(
     spec_text: str, inputs: list[str] | None, backend: str, *, device: str, dtype: str,
     mode: str | None, seed: int, extra: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
-    from .. import api
+    from .. import module_api
     from ..module_spec import spec_from_cli
 
     spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed)
-    opts = api.module_options(backend, spec, options_of(mode, extra or {}))
-    return api.module_key_for(backend, spec, opts)[1]
+    opts = module_api.module_options(backend, spec, options_of(mode, extra or {}))
+    return module_api.module_key_for(backend, spec, opts)[1]
 
 
 def output_summary(out: Any) -> list[dict[str, Any]]:

@@ -11,8 +11,11 @@ each row drawn on its own), which stays on the device:
   ``argmax(probs / q)`` with q ~ Exp(1) is a sample from ``probs``, and unlike
   ``torch.multinomial`` it never copies anything to the host.
 
-``seed`` seeds a torch.Generator on the device, so a seed gives the same tokens on
-every run; None draws a fresh seed.
+Each row of a batch draws from its own torch.Generator on the device, so a row's
+tokens depend on its prompt and its seed only, never on the other rows: row ``i``
+of a batch samples exactly as its prompt run alone with that row's seed. ``seed``
+is one int (row ``i`` gets ``seed + i``, so a lone request gets ``seed``), one int
+per row, or None (a fresh seed per row).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ class Sampling:
     temperature: float = 0.0
     top_k: int | None = None
     top_p: float | None = None
-    seed: int | None = None
+    seed: int | tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         t = self.temperature
@@ -50,7 +53,14 @@ class Sampling:
         ):
             raise GenerationError(f"top_p must be in (0, 1], got {p!r}")
         s = self.seed
-        if s is not None and (isinstance(s, bool) or not isinstance(s, int) or s < 0):
+        if isinstance(s, Sequence) and not isinstance(s, (str, bytes)):
+            s = tuple(s)
+            object.__setattr__(self, "seed", s)  # a list from the caller, kept hashable
+            if not s or not all(_is_seed(x) for x in s):
+                raise GenerationError(
+                    f"seed must be an integer >= 0 or one such integer per prompt, got {s!r}"
+                )
+        elif s is not None and not _is_seed(s):
             raise GenerationError(f"seed must be an integer >= 0, got {s!r}")
         if t == 0 and (k is not None or p is not None):
             # Refused rather than ignored: greedy with a top-k is almost surely a
@@ -63,18 +73,35 @@ class Sampling:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def sampler(self, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+    def row_seeds(self, rows: int) -> list[int | None]:
+        """The seed of each of ``rows`` rows: seed + i, the given ones, or None (fresh)."""
+        s = self.seed
+        if isinstance(s, tuple):
+            if len(s) != rows:
+                raise GenerationError(
+                    f"{len(s)} seeds for {rows} prompts: give one seed per prompt, or one int"
+                )
+            return list(s)
+        return [None if s is None else s + i for i in range(rows)]
+
+    def sampler(
+        self, device: torch.device, rows: int = 1
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
         """logits [vocab] or [rows, vocab] (any float dtype) -> next token [1, 1] or
-        [rows, 1] int64, on ``device``."""
+        [rows, 1] int64, on ``device``; row ``i`` draws from its own generator."""
+        seeds = self.row_seeds(rows)  # checked here too: greedy refuses a wrong count alike
         if self.greedy:
             return lambda logits: logits.argmax(-1).view(-1, 1)
         import torch
 
-        gen = torch.Generator(device=device)
-        if self.seed is None:
-            gen.seed()
-        else:
-            gen.manual_seed(self.seed)
+        gens = []
+        for seed in seeds:
+            gen = torch.Generator(device=device)
+            if seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(seed)
+            gens.append(gen)
         temperature, top_k, top_p = float(self.temperature), self.top_k, self.top_p
 
         def sample(logits: torch.Tensor) -> torch.Tensor:
@@ -86,13 +113,21 @@ class Sampling:
             probs = torch.softmax(scores, dim=-1)
             if top_p is not None and top_p < 1:
                 probs = _nucleus(probs, top_p)
-            q = torch.empty_like(probs).exponential_(1, generator=gen)
+            q = torch.empty_like(probs)
+            # One draw per row, each from its row's generator: a generator shared by the
+            # rows would hand each row noise that depends on how many rows came before.
+            for row, gen in zip(q.view(-1, q.shape[-1]), gens, strict=True):
+                row.exponential_(1, generator=gen)
             # exponential_ may return 0; a zero-probability token would then give 0/0,
             # a NaN that argmax would pick.
             q.clamp_min_(torch.finfo(q.dtype).tiny)
             return (probs / q).argmax(-1).view(-1, 1)
 
         return sample
+
+
+def _is_seed(s: object) -> bool:
+    return isinstance(s, int) and not isinstance(s, bool) and s >= 0
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

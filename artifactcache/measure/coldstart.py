@@ -50,6 +50,14 @@ SCRUBBED_VARS = (
 )
 SCENARIOS = ("cold", "warm", "eager")
 DEFAULT_TIMEOUT_S = 1800.0
+# What a warm load must not pay for: the compiler stack, and the optional extras a load
+# of a built-in recipe with random weights never uses. tests/test_backends_aoti.py
+# checks a warm aoti load imports none; benchmarks/startup_diag.py reports which it did.
+NOT_ON_A_WARM_LOAD = (
+    "torch._dynamo", "torch._inductor", "torch.onnx", "sympy", "triton", "onnx", "onnxruntime",
+    "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
+    "matplotlib",
+)  # fmt: skip
 
 Progress = Callable[[str], None]
 

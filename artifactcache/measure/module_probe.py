@@ -26,7 +26,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     """(the probe's result fields, the torch device) for a module spec."""
     import torch
 
-    from .. import api
+    from .. import module_api
     from ..backends.module_common import get_module_backend
     from ..module_spec import spec_from_cli
     from ..store.local import LocalStore
@@ -63,12 +63,12 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
         "pid": os.getpid(),
     }
     if args.build_only:
-        res, _ = api.compile_with_result(spec, args.backend, options=options, store=store)
+        res, _ = module_api.compile_with_result(spec, args.backend, options=options, store=store)
         result.update(built=res.built, entry_source=res.source, key=res.key)
         stamps["done"] = time.perf_counter()
         return result, dev
     phases: dict[str, float] = {}
-    res, compiled = api.compile_with_result(
+    res, compiled = module_api.compile_with_result(
         spec, args.backend, options=options, store=store, phases=phases,
         build_on_miss=not args.no_build,
     )  # fmt: skip

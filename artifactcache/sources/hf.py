@@ -27,6 +27,7 @@ from typing import Any
 from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
 from ..recipes import Bench, Recipe, Shapes, parse_recipe
+from ..sizing import prefill_len_within
 from .checkpoint import CONFIG_NAME
 
 # model_type -> our family. `architectures` is read only when model_type is absent.
@@ -332,7 +333,7 @@ def recipe_from_config(data: dict[str, Any], src: str, folder: Path) -> Recipe:
     shapes = {
         "max_seq_len": max_seq_len,
         "max_batch": default.max_batch,
-        "prefill_len": min(default.prefill_len, max_seq_len),
+        "prefill_len": prefill_len_within(default.prefill_len, max_seq_len),
     }
     archs = data.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else family

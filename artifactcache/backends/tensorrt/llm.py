@@ -252,7 +252,7 @@ class TrtLlmRunner:
         temperature: float = 0.0,
         top_k: int | None = None,
         top_p: float | None = None,
-        seed: int | None = None,
+        seed: int | Sequence[int] | None = None,
     ) -> list[list[int]]:
         """The prompts as one request list; the engine batches them (max_batch_size)."""
         from ...generate import Sampling, cut_at_eos, resolve_eos_ids

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from artifactcache import api
+from artifactcache import module_api
 from artifactcache.errors import ModelSpecError, ShapeError
 from artifactcache.module_spec import parse_input, spec_from_cli
 
@@ -50,15 +50,26 @@ def _key(model: nn.Module, backend: str, x: torch.Tensor, **kw) -> str:
     from artifactcache.module_spec import make_spec
 
     spec = make_spec(model, (x,), **kw)
-    opts = api.module_options(backend, spec, None)
-    return api.module_key_for(backend, spec, opts)[1].key
+    opts = module_api.module_options(backend, spec, None)
+    return module_api.module_key_for(backend, spec, opts)[1].key
+
+
+def test_compile_is_reachable_from_every_public_path():
+    import artifactcache
+    from artifactcache import api
+    from artifactcache.api import compile as api_compile
+
+    assert artifactcache.compile is module_api.compile is api_compile is api.compile
+    assert api.compile_with_result is module_api.compile_with_result
+    with pytest.raises(AttributeError):
+        api.no_such_name  # noqa: B018
 
 
 def test_eager_compile_builds_then_hits_with_same_outputs(cache_dir):
     m, x = _model(), torch.randn(3, 8)
     want = m(x)
-    first = api.compile(m, (x,), backend="eager")
-    second = api.compile(m, (x,), backend="eager")
+    first = module_api.compile(m, (x,), backend="eager")
+    second = module_api.compile(m, (x,), backend="eager")
     assert (first.source, second.source) == ("built", "local")
     got = second(x)
     assert torch.equal(got[0], want[0]) and torch.equal(got[1]["hidden"], want[1]["hidden"])
@@ -95,12 +106,12 @@ def test_unreadable_class_source_is_named_with_a_note():
 
 def test_calls_that_do_not_fit_the_artifact_are_refused(cache_dir):
     m = _model()
-    f = api.compile(m, (torch.randn(3, 8),), backend="eager")
+    f = module_api.compile(m, (torch.randn(3, 8),), backend="eager")
     with pytest.raises(ShapeError, match="built for 3x8:fp32"):
         f(torch.randn(4, 8))
     with pytest.raises(ShapeError, match="1 inputs, got 2"):
         f(torch.randn(3, 8), torch.randn(3, 8))
-    g = api.compile(m, (torch.randn(3, 8),), backend="eager", dynamic_shapes=[{0: (1, 8)}])
+    g = module_api.compile(m, (torch.randn(3, 8),), backend="eager", dynamic_shapes=[{0: (1, 8)}])
     assert g(torch.randn(5, 8))[0].shape == (5, 4)
     with pytest.raises(ShapeError, match="dimension 0 in 1..8"):
         g(torch.randn(9, 8))
@@ -108,7 +119,7 @@ def test_calls_that_do_not_fit_the_artifact_are_refused(cache_dir):
 
 def test_inputs_the_model_rejects_fail_before_anything_is_cached(cache_dir):
     with pytest.raises(ShapeError, match="the model rejects inputs"):
-        api.compile(_model(), (torch.randn(3, 5),), backend="eager")
+        module_api.compile(_model(), (torch.randn(3, 5),), backend="eager")
     assert not list((cache_dir / "v1" / "entries").rglob("manifest.json"))
 
 
@@ -124,12 +135,12 @@ def test_inputs_the_model_rejects_fail_before_anything_is_cached(cache_dir):
 )
 def test_bad_arguments_are_one_line_errors(kwargs, match):
     with pytest.raises(ModelSpecError, match=match):
-        api.compile(_model(), (torch.randn(3, 8),), backend="eager", **kwargs)
+        module_api.compile(_model(), (torch.randn(3, 8),), backend="eager", **kwargs)
 
 
 def test_not_a_module_is_refused():
     with pytest.raises(ModelSpecError, match="expected a torch.nn.Module"):
-        api.compile(lambda x: x, (torch.randn(1),), backend="eager")
+        module_api.compile(lambda x: x, (torch.randn(1),), backend="eager")
 
 
 @pytest.mark.parametrize(
@@ -287,7 +298,7 @@ def test_compiled_backend_matches_eager_and_a_second_process_hits_without_export
 ):
     spec = spec_from_cli(CONVNET, None)
     want = spec.module(*spec.example_inputs).detach()
-    res, compiled = api.compile_with_result(spec, backend)
+    res, compiled = module_api.compile_with_result(spec, backend)
     assert res.built
     assert _rel_err(compiled(*spec.example_inputs), want) <= TOLERANCE[backend]
 
