@@ -53,6 +53,8 @@ BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
     ),
     "aoti": (
         "artifactcache.backends.aoti",
+        # Its build workers rebuild the model and the process state the steps compile in.
+        "artifactcache.backends.aoti_jobs",
         "artifactcache.backends.module_aoti",
         "artifactcache.backends.cxx",
         "artifactcache.backends.torch_private",
