@@ -45,6 +45,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -260,9 +261,8 @@ def _acache_error(module: str, name: str, message: str) -> AcacheError:
     return BackendError(message)
 
 
-def _failure(w: _Worker, code: int) -> Exception:
-    step = w.job.step
-    report = w.report()
+def worker_failure(step: str, report: dict[str, Any] | None, code: int) -> Exception:
+    """What a failed worker's step raises here, from its report and exit code."""
     if report is not None and "error" in report:
         err = report["error"]
         if err["acache"]:
@@ -272,17 +272,42 @@ def _failure(w: _Worker, code: int) -> Exception:
             f"(rerun with {JOBS_ENV}=1 to build in this process):\n{err['traceback']}"
         )
     how = f"signal {-code}" if code < 0 else f"exit code {code}"
-    hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+    hint = ", out of memory?" if code == -signal.SIGKILL else ""
     return BackendError(
         f"the aoti {step} step's build worker died ({how}{hint}) before finishing; "
         f"rerun with {JOBS_ENV}=1 to build in this process"
     )
 
 
-def _wait(workers: list[_Worker], deadline: float, timeout: float) -> None:
-    """Until every worker succeeded; the first failure (or the deadline) raises."""
-    pending = list(workers)
+def _in_thread(fn: Callable[[], Any]) -> Future:
+    """fn's result as a Future, from a daemon thread: a failed build is reported (and
+    its process may exit) without waiting for a probe still running, which finishes on
+    its own."""
+    fut: Future = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(fn())
+        except BaseException as e:  # handed to the waiting thread, which raises it
+            fut.set_exception(e)
+
+    threading.Thread(target=run, daemon=True, name="acache-cxx-probe").start()
+    return fut
+
+
+def _wait(workers: list[_Worker], probe: Future, deadline: float, timeout: float) -> None:
+    """Until every worker succeeded, handing each the probe's config once it is known.
+
+    The first failure (a worker's, the probe's, or the deadline) raises at once, so a
+    worker that fails while the probe still runs is reported without waiting for it.
+    """
+    pending, sent = list(workers), False
     while pending:
+        if not sent and probe.done():
+            cfg = probe.result()  # raises what the probe raised
+            for w in workers:
+                w.send(cfg)
+            sent = True
         for w in list(pending):
             code = w.proc.poll()
             if code is None:
@@ -290,7 +315,7 @@ def _wait(workers: list[_Worker], deadline: float, timeout: float) -> None:
             pending.remove(w)
             report = w.report()
             if code != 0 or report is None or "error" in report:
-                raise _failure(w, code)
+                raise worker_failure(w.job.step, report, code)
         if pending and time.monotonic() > deadline:
             raise BackendError(
                 f"the aoti {pending[0].job.step} step took longer than {timeout:g} s to "
@@ -308,15 +333,22 @@ def build_concurrently(
 ) -> tuple[dict[str, str], dict[str, float]]:
     """Each step in a worker at once; (step -> .so relative to workdir, timings).
 
-    ``probe`` returns the Inductor config; it runs here while the workers start.
-    Timings: the serial path's keys, plus each step's ``_child_start`` (spawn to the
-    worker's first line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker``
-    (spawn to its report).
+    ``probe`` returns the Inductor config; it runs on a thread here (it waits on its own
+    child process) while the workers start. Timings: the serial path's keys, plus
+    ``compiler_probe`` and each step's ``_child_start`` (spawn to the worker's first
+    line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker`` (spawn to its report).
     """
     timeout = build_timeout()
     deadline = time.monotonic() + timeout
     state = process_state()
     timings: dict[str, float] = {}
+
+    def timed_probe() -> dict[str, Any]:
+        t0 = time.perf_counter()
+        cfg = probe()
+        timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
+        return cfg
+
     with tempfile.TemporaryDirectory(prefix="acache-aoti-build-") as tmp:
         workers: list[_Worker] = []
         try:
@@ -324,12 +356,7 @@ def build_concurrently(
                 job = StepJob(step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
                               Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
                 workers.append(_Worker(job, Path(tmp) / f"{step}.log"))
-            t0 = time.perf_counter()
-            cfg = probe()
-            timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
-            for w in workers:
-                w.send(cfg)
-            _wait(workers, deadline, timeout)
+            _wait(workers, _in_thread(timed_probe), deadline, timeout)
         finally:
             for w in workers:
                 w.stop()
