@@ -145,9 +145,14 @@ def apply_process_state(state: dict[str, Any]) -> None:
     from ..code_factors import matmul_precision
 
     m = state["matmul"]
-    torch.set_float32_matmul_precision(m["fp32_precision"])
-    torch.backends.cuda.matmul.allow_tf32 = m["cuda_tf32"]
-    torch.backends.cudnn.allow_tf32 = m["cudnn_tf32"]
+    # Only what differs: torch refuses to report a precision set through both its
+    # legacy (allow_tf32) and its new API, and the precision sets cuda's TF32 itself.
+    if torch.get_float32_matmul_precision() != m["fp32_precision"]:
+        torch.set_float32_matmul_precision(m["fp32_precision"])
+    if bool(torch.backends.cuda.matmul.allow_tf32) != m["cuda_tf32"]:
+        torch.backends.cuda.matmul.allow_tf32 = m["cuda_tf32"]
+    if bool(torch.backends.cudnn.allow_tf32) != m["cudnn_tf32"]:
+        torch.backends.cudnn.allow_tf32 = m["cudnn_tf32"]
     if matmul_precision() != m:
         raise BackendError(
             f"a build worker could not take this process's matmul precision {m} "

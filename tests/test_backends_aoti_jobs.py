@@ -1,0 +1,252 @@
+"""aoti's build scheduling: the two steps in worker processes at once, or serially.
+
+The worker tests that fail before any compile run unmarked (a worker's start-up costs
+seconds, no compile); the one that compiles both ways is slow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _backend_util import private_dir
+from typer.testing import CliRunner
+
+from artifactcache import api
+from artifactcache.backends import aoti, aoti_jobs
+from artifactcache.backends.aoti_jobs import (
+    JOBS_ENV,
+    TIMEOUT_ENV,
+    BuildWorkerFailed,
+    StepJob,
+    build_jobs,
+    build_timeout,
+    worker_failure,
+)
+from artifactcache.backends.base import BuildOptions
+from artifactcache.cli.app import app
+from artifactcache.errors import BackendError, WeightsError
+from artifactcache.models import WeightsSpec, build_model
+from artifactcache.recipes import load_recipe
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    return lines[0]
+
+
+def _nothing_cached(root: Path) -> None:
+    assert not list((root / "v1" / "entries").rglob("manifest.json"))
+    assert not any((root / "v1" / "staging").iterdir())
+
+
+def _our_workers() -> list[int]:
+    """Live processes of this test process running an aoti build worker."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (d / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == os.getpid() and b"artifactcache.backends.aoti_jobs" in cmd:
+            found.append(int(d.name))
+    return found
+
+
+# ------------------------------------------------------------ the switch --
+
+
+def test_jobs_come_from_the_env_else_the_device_and_cores(monkeypatch):
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    assert build_jobs("cuda", 2) == 2  # the GPU default: concurrent
+    monkeypatch.setattr(aoti_jobs, "usable_cores", lambda: 2)
+    assert build_jobs("cpu", 2) == 1  # this VM's measurement: serial on few cores
+    monkeypatch.setattr(aoti_jobs, "usable_cores", lambda: aoti_jobs.MIN_CPU_CORES)
+    assert build_jobs("cpu", 2) == 2
+    monkeypatch.setenv(JOBS_ENV, "1")
+    assert build_jobs("cuda", 2) == 1
+    monkeypatch.setenv(JOBS_ENV, "8")
+    assert build_jobs("cpu", 2) == 2  # never more workers than steps
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv(JOBS_ENV, bad)
+        with pytest.raises(BackendError, match=JOBS_ENV):
+            build_jobs("cpu", 2)
+
+
+def test_timeout_comes_from_the_env(monkeypatch):
+    monkeypatch.delenv(TIMEOUT_ENV, raising=False)
+    assert build_timeout() == aoti_jobs.DEFAULT_TIMEOUT_S
+    monkeypatch.setenv(TIMEOUT_ENV, "2.5")
+    assert build_timeout() == 2.5
+    for bad in ("0", "-3", "soon", "nan"):
+        monkeypatch.setenv(TIMEOUT_ENV, bad)
+        with pytest.raises(BackendError, match=TIMEOUT_ENV):
+            build_timeout()
+
+
+@pytest.mark.parametrize(("name", "value"), [(JOBS_ENV, "none"), (TIMEOUT_ENV, "-1")])
+def test_a_bad_setting_is_a_one_line_cli_error(name, value, cache_dir: Path, monkeypatch):
+    monkeypatch.setenv(JOBS_ENV, "2")
+    monkeypatch.setenv(name, value)
+    line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
+    assert name in line
+    _nothing_cached(cache_dir)
+
+
+# ---------------------------------------------------- what a worker sends --
+
+
+def test_a_workers_acache_error_keeps_its_class_and_message():
+    report = {"error": {"acache": True, "module": "artifactcache.errors", "type": "WeightsError",
+                        "message": "bad tensor", "traceback": "tb"}}  # fmt: skip
+    err = worker_failure("prefill", report, 1)
+    assert type(err) is WeightsError and str(err) == "bad tensor"
+    report["error"].update(module="no.such.module", type="Gone")
+    err = worker_failure("prefill", report, 1)
+    assert type(err) is BackendError and str(err) == "bad tensor"
+
+
+def test_a_workers_bug_keeps_its_traceback():
+    tb = "Traceback ...\nRuntimeError: boom\n"
+    report = {"error": {"acache": False, "module": "builtins", "type": "RuntimeError",
+                        "message": "boom", "traceback": tb}}  # fmt: skip
+    err = worker_failure("decode", report, 1)
+    assert isinstance(err, BuildWorkerFailed) and "RuntimeError: boom" in str(err)
+    assert f"{JOBS_ENV}=1" in str(err)
+
+
+def test_a_worker_that_died_is_one_line():
+    err = worker_failure("decode", None, -9)
+    assert isinstance(err, BackendError) and "\n" not in str(err)
+    assert "signal 9" in str(err) and "out of memory" in str(err) and f"{JOBS_ENV}=1" in str(err)
+    assert "exit code 3" in str(worker_failure("decode", None, 3))
+
+
+def test_a_worker_reports_what_it_raised(tmp_path: Path, monkeypatch):
+    """main() turns any exception into a report (and exit 1), printing nothing."""
+    job = StepJob("decode", load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(),
+                  tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
+
+    def broken(*_args):
+        raise RuntimeError("inductor fell over")
+
+    monkeypatch.setattr(aoti_jobs, "_run", broken)
+    monkeypatch.setattr(aoti_jobs, "_exit_with_parent", lambda pid: None)  # not pytest
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(pickle.dumps(job))))
+    assert aoti_jobs.main() == 1
+    report = pickle.loads(job.result.read_bytes())
+    assert report["error"]["acache"] is False and report["error"]["type"] == "RuntimeError"
+    assert "inductor fell over" in report["error"]["traceback"]
+    assert isinstance(worker_failure("decode", report, 1), BuildWorkerFailed)
+
+
+def test_process_state_carries_the_matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        state = aoti_jobs.process_state()
+        torch.set_float32_matmul_precision("highest")
+        aoti_jobs.apply_process_state(state)
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+# ------------------------------------------------------ real workers, no compile --
+
+
+def test_a_failing_worker_is_the_serial_builds_one_line_and_caches_nothing(
+    tmp_path: Path, cache_dir: Path, monkeypatch
+):
+    """A checkpoint whose tensor has the wrong shape fails in the worker's model build."""
+    from safetensors.torch import save_file
+
+    sd = {k: v.contiguous() for k, v in build_model(load_recipe("tiny-llama")).state_dict().items()}
+    sd["model.layers.0.input_layernorm.weight"] = torch.ones(3)
+    ckpt = tmp_path / "model.safetensors"
+    save_file(sd, str(ckpt))
+    lines = {}
+    for jobs in ("2", "1"):
+        monkeypatch.setenv(JOBS_ENV, jobs)
+        args = ["build", "tiny-llama", "-b", "aoti", "--weights", ckpt, "--cache-dir", cache_dir]
+        lines[jobs] = _one_line_error(_cli(*args))
+        _nothing_cached(cache_dir)
+    assert "input_layernorm" in lines["2"]
+    assert lines["2"] == lines["1"]
+    assert _our_workers() == []
+
+
+def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
+    monkeypatch.setenv(JOBS_ENV, "2")
+    monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # less than a worker's imports
+    line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
+    assert "longer than 0.5 s" in line and TIMEOUT_ENV in line
+    _nothing_cached(cache_dir)
+    assert _our_workers() == []
+
+
+# ------------------------------------------------------------- both ways --
+
+
+def _sources(entry: Path) -> dict[str, str]:
+    """Digest of each step's generated sources and metadata, paths aside: comment lines
+    name the Inductor cache dir and the kernel file (whose name hashes its contents)."""
+    out: dict[str, list[str]] = {}
+    for f in sorted(entry.rglob("*")):
+        if f.suffix not in (".cpp", ".json") or f.parent == entry:
+            continue
+        kept = [ln for ln in f.read_text().splitlines() if not ln.lstrip().startswith("//")]
+        digest = hashlib.sha256("\n".join(kept).encode()).hexdigest()
+        kind = f.name.split(".", 1)[1]  # wrapper.cpp, kernel.cpp, kernel_metadata.json, ...
+        out.setdefault(f"{f.relative_to(entry).parts[0]}:{kind}", []).append(digest)
+    return {k: ",".join(sorted(v)) for k, v in out.items()}
+
+
+@pytest.mark.slow
+def test_the_concurrent_build_is_the_serial_build(tmp_path_factory, monkeypatch):
+    recipe = load_recipe("tiny-llama")
+    prompt = list(recipe.bench.prompt_ids)
+    built = {}
+    for jobs in ("1", "2"):
+        monkeypatch.setenv(JOBS_ENV, jobs)
+        # Empty framework caches for each, so neither build reuses the other's work.
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(private_dir(tmp_path_factory, "ind")))
+        root = private_dir(tmp_path_factory, f"jobs{jobs}")
+        with monkeypatch.context() as m:
+            if jobs == "2":  # the workers build the model; this process holds none
+                m.setattr(aoti, "build_model_for", None)
+            built[jobs] = (api.build("tiny-llama", "aoti", cache_dir=root), root)
+    (serial, serial_root), (conc, conc_root) = built["1"], built["2"]
+    assert serial.key == conc.key  # scheduling is no key factor
+    s_meta, c_meta = serial.entry.meta, conc.entry.meta
+    assert (s_meta["build_jobs"], c_meta["build_jobs"]) == (1, 2)
+    assert s_meta["steps"] == c_meta["steps"]  # the .so names hash the generated code
+    assert set(s_meta) == set(c_meta)
+    assert _sources(serial.entry.path) == _sources(conc.entry.path)
+    times = c_meta["compile_seconds"]
+    for step in ("prefill", "decode"):
+        for part in ("", "_export", "_compile", "_child_start", "_imports", "_model", "_worker"):
+            assert times[f"{step}{part}"] >= 0
+    assert times["wall"] >= max(times["prefill_worker"], times["decode_worker"])
+    serial_times = set(s_meta["compile_seconds"])
+    assert {"model", "compiler_probe", "prefill", "decode", "wall"} <= serial_times
+    want = api.load("tiny-llama", "aoti", cache_dir=serial_root, build_on_miss=False)
+    got = api.load("tiny-llama", "aoti", cache_dir=conc_root, build_on_miss=False)
+    assert got.generate(prompt, 24) == want.generate(prompt, 24)
+    assert torch.equal(got.logits(prompt), want.logits(prompt))
