@@ -61,7 +61,8 @@ TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
 DEFAULT_TIMEOUT_S = 7200.0
 # Usable cores from which a CPU build runs its steps concurrently by default. On the
 # 2-core dev VM the concurrent tiny-llama build was no faster than the serial one
-# (docs/perf-notes.md, attempt 11): each worker's start-up outweighs the overlap.
+# (docs/perf-notes.md, attempt 12): one compile already keeps more than one core busy,
+# and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
 MIN_CPU_CORES = 8
 _POLL_S = 0.1
 _STOP_GRACE_S = 5.0
