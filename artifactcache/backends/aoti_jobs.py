@@ -191,12 +191,11 @@ class StepJob:
 
 class _Worker:
     def __init__(self, job: StepJob, log: Path) -> None:
-        import artifactcache
-
         self.job, self.log = job, log
         env = dict(os.environ)
-        # The worker imports the acache this process runs, wherever it came from.
-        here = str(Path(artifactcache.__file__).resolve().parents[1])
+        # The worker imports the acache this process runs, wherever it came from: the
+        # folder that holds this file's artifactcache package.
+        here = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
         self.spawned = time.monotonic()
         with open(log, "wb") as out:
@@ -394,7 +393,7 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dict[str, Any]:
-    from . import aoti
+    from .aoti import BACKEND, build_step
     from .base import BuildContext
     from .runner import build_model_for, device_of
 
@@ -404,14 +403,13 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
     t0 = time.perf_counter()
     ctx = BuildContext(recipe=job.recipe, opts=job.opts, weights=job.weights)
     dev = device_of(job.opts)
-    model = build_model_for(ctx, dev, aoti.BACKEND.name)
+    model = build_model_for(ctx, dev, BACKEND.name)
     timings[f"{job.step}_model"] = round(time.perf_counter() - t0, 3)
 
     def config() -> dict[str, Any]:
         return pickle.load(stdin)  # sent once the parent's compiler probe is done
 
-    so = aoti.build_step(model, job.recipe, dev, job.step, config, job.workdir, job.scratch,
-                         timings)  # fmt: skip
+    so = build_step(model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings)
     return {"so": so, "timings": timings, "started": started, "finished": time.monotonic()}
 
 
