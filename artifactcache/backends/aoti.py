@@ -343,7 +343,7 @@ class AotiBackend:
         return meta
 
     def _build_serially(
-        self, ctx: BuildContext, workdir: Path, scratch: Path, probe: Any
+        self, ctx: BuildContext, workdir: Path, scratch: Path, probe: Callable[[], dict[str, Any]]
     ) -> tuple[dict[str, str], dict[str, float]]:
         """Both steps in this process from one model, one after the other."""
         timings: dict[str, float] = {}
