@@ -10,6 +10,7 @@ import hashlib
 import io
 import os
 import pickle
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from artifactcache.backends.aoti_jobs import (
     StepJob,
     build_jobs,
     build_timeout,
+    planned_jobs,
     worker_failure,
 )
 from artifactcache.backends.base import BuildOptions
@@ -87,6 +89,37 @@ def test_jobs_come_from_the_env_else_the_device_and_cores(monkeypatch):
         monkeypatch.setenv(JOBS_ENV, bad)
         with pytest.raises(BackendError, match=JOBS_ENV):
             build_jobs("cpu", 2)
+
+
+def test_the_default_is_serial_where_two_workers_would_not_fit(monkeypatch):
+    from artifactcache.sizing import memory_needed
+
+    recipe = load_recipe("tiny-llama")
+    opts = BuildOptions(device="cuda", dtype="fp32")
+    need = memory_needed(recipe, "fp32")["total"]
+    monkeypatch.delenv(JOBS_ENV, raising=False)
+    monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: 3 * need)
+    assert planned_jobs(recipe, opts, 2) == 2
+    monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: int(1.5 * need))
+    assert planned_jobs(recipe, opts, 2) == 1  # one model fits, two do not
+    monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: None)
+    assert planned_jobs(recipe, opts, 2) == 2  # unknown: as build_jobs says
+    monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: int(1.5 * need))
+    monkeypatch.setenv(JOBS_ENV, "2")
+    assert planned_jobs(recipe, opts, 2) == 2  # asked for explicitly
+
+
+def test_a_worker_imports_this_acache_not_one_in_the_working_dir(tmp_path):
+    shadow = tmp_path / "artifactcache"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text("print('SHADOW'); raise SystemExit(3)\n")
+    # No job on stdin: the real worker starts, then fails to read one.
+    p = subprocess.run(aoti_jobs.worker_argv(), cwd=tmp_path, input=b"", capture_output=True,
+                       env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+                       timeout=300)  # fmt: skip
+    out = (p.stdout + p.stderr).decode()
+    assert "SHADOW" not in out and p.returncode not in (0, 3)
+    assert "EOFError" in out
 
 
 def test_timeout_comes_from_the_env(monkeypatch):

@@ -41,7 +41,7 @@ from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from ..models.common import kv_len_range
-from .aoti_jobs import build_concurrently, build_jobs
+from .aoti_jobs import build_concurrently, planned_jobs
 from .base import BuildContext, BuildOptions
 from .cuda_graph import cuda_graph_step
 from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
@@ -311,7 +311,7 @@ class AotiBackend:
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         t_build = time.perf_counter()
-        jobs = build_jobs(ctx.opts.device, len(STEPS))  # a bad ACACHE_BUILD_JOBS: one line
+        jobs = planned_jobs(ctx.recipe, ctx.opts, len(STEPS))  # a bad ACACHE_BUILD_JOBS: one line
         scratch = workdir / ".pt2"
         scratch.mkdir()
         memo_dir = ctx.memo_dir

@@ -65,6 +65,7 @@ DEFAULT_TIMEOUT_S = 7200.0
 # and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
 MIN_CPU_CORES = 8
 _POLL_S = 0.1
+LOG_TAIL_LINES = 40
 _STOP_GRACE_S = 5.0
 
 
@@ -98,6 +99,24 @@ def build_jobs(device: str, n_steps: int) -> int:
     if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
         return n_steps
     return 1
+
+
+def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
+    """build_jobs(), but serial by default where the workers would not fit in memory.
+
+    Each worker holds the model and its KV cache, so concurrency needs that memory once
+    per worker, where the serial path (and the fit check before any build) needs it
+    once. An explicit ACACHE_BUILD_JOBS is taken as asked.
+    """
+    from ..sizing import FIT_FRACTION, available_memory, memory_needed
+
+    jobs = build_jobs(opts.device, n_steps)
+    if jobs == 1 or os.environ.get(JOBS_ENV, "").strip():
+        return jobs
+    free = available_memory(opts.device)
+    if free is not None and jobs * memory_needed(recipe, opts.dtype)["total"] > FIT_FRACTION * free:
+        return 1
+    return jobs
 
 
 def build_timeout() -> float:
@@ -189,22 +208,25 @@ class StepJob:
     parent_pid: int = 0
 
 
+def worker_argv() -> list[str]:
+    """The worker's command line. It imports the acache this process runs (the key names
+    its sources), wherever that came from: the folder holding this package goes first on
+    its path, in place of the working directory that `-m` or `-c` would put there."""
+    here = str(Path(__file__).resolve().parents[2])
+    boot = f"import sys; sys.path[0] = {here!r}; from {__name__} import main; sys.exit(main())"
+    return [sys.executable, "-c", boot]
+
+
 class _Worker:
     def __init__(self, job: StepJob, log: Path) -> None:
         self.job, self.log = job, log
-        env = dict(os.environ)
-        # The worker imports the acache this process runs, wherever it came from: the
-        # folder that holds this file's artifactcache package.
-        here = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
         self.spawned = time.monotonic()
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", __name__],
+                worker_argv(),
                 stdin=subprocess.PIPE,
                 stdout=out,  # never this process's stdout: `--json` output stays clean
                 stderr=subprocess.STDOUT,
-                env=env,
                 # Its own process group: stop() takes Inductor's compile workers too.
                 start_new_session=True,
             )
@@ -243,12 +265,15 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 continue
 
-    def forward_log(self) -> None:
-        """What the worker printed (Inductor's warnings), as a serial build shows it."""
+    def forward_log(self, tail_lines: int | None = None) -> None:
+        """What the worker printed (Inductor's warnings), as a serial build shows it; the
+        last ``tail_lines`` lines only, where given (a failed worker's last words)."""
         try:
             text = self.log.read_bytes()
         except OSError:
             return
+        if tail_lines is not None:
+            text = b"\n".join(text.splitlines()[-tail_lines:]) + b"\n" if text else text
         if text:
             sys.stderr.write(text.decode(errors="replace"))
             sys.stderr.flush()
@@ -362,6 +387,13 @@ def build_concurrently(
                               Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
                 workers.append(_Worker(job, Path(tmp) / f"{step}.log"))
             _wait(workers, _in_thread(timed_probe), deadline, timeout)
+        except BaseException:
+            # The error stays one line; what the workers printed last (an import
+            # failure, a compiler crash) goes to stderr before their logs are deleted.
+            for w in workers:
+                w.stop()
+                w.forward_log(tail_lines=LOG_TAIL_LINES)
+            raise
         finally:
             for w in workers:
                 w.stop()
