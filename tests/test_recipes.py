@@ -50,6 +50,14 @@ def test_builtins_cover_the_seed_models_and_tiny_variants():
         assert r.model.dim % r.model.n_heads == 0
 
 
+def test_an_unwritten_prefill_len_fits_a_short_context(tmp_path: Path):
+    p = tmp_path / "short.toml"
+    p.write_text(GOOD.replace("max_seq_len = 64\nprefill_len = 8", "max_seq_len = 12"))
+    assert load_recipe(p).shapes.prefill_len == 11  # the default 16 would leave no decode
+    p.write_text(GOOD.replace("prefill_len = 8\n", ""))
+    assert load_recipe(p).shapes.prefill_len == 16
+
+
 def test_mistral_keeps_its_sliding_window():
     assert load_recipe("mistral-7b").model.sliding_window == 4096
     assert load_recipe("tiny-mistral").model.sliding_window is not None
