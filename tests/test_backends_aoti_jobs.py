@@ -225,6 +225,20 @@ def test_a_failing_worker_is_the_serial_builds_one_line_and_caches_nothing(
     assert _our_workers() == []
 
 
+def test_a_job_that_cannot_be_sent_is_one_line_and_stops_the_worker(
+    cache_dir: Path, monkeypatch
+):
+    def refuse(self, obj):
+        raise pickle.PicklingError("cannot pickle 'generator' object")
+
+    monkeypatch.setenv(JOBS_ENV, "2")
+    monkeypatch.setattr(aoti_jobs._Worker, "send", refuse)
+    line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
+    assert "cannot be sent" in line and f"{JOBS_ENV}=1" in line
+    _nothing_cached(cache_dir)
+    assert _our_workers() == []
+
+
 def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
     monkeypatch.setenv(JOBS_ENV, "2")
     monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # less than a worker's imports

@@ -230,7 +230,6 @@ class _Worker:
                 # Its own process group: stop() takes Inductor's compile workers too.
                 start_new_session=True,
             )
-        self.send(job)
 
     def send(self, obj: Any) -> None:
         assert self.proc.stdin is not None
@@ -385,7 +384,15 @@ def build_concurrently(
             for step in steps:
                 job = StepJob(step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
                               Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
-                workers.append(_Worker(job, Path(tmp) / f"{step}.log"))
+                worker = _Worker(job, Path(tmp) / f"{step}.log")
+                workers.append(worker)  # before the send, so `finally` stops it
+                try:
+                    worker.send(job)
+                except (pickle.PicklingError, TypeError, AttributeError) as e:
+                    raise BackendError(
+                        f"the aoti {step} step's options cannot be sent to a build worker "
+                        f"({type(e).__name__}: {e}); set {JOBS_ENV}=1 to build serially"
+                    ) from None
             _wait(workers, _in_thread(timed_probe), deadline, timeout)
         except BaseException:
             # The error stays one line; what the workers printed last (an import
