@@ -343,7 +343,10 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                # the device type is a factor of its own; install hints are messages
                "artifactcache.devices", "artifactcache.extras",
                # CUDA graphs are captured at load, from an artifact already built
-               "artifactcache.backends.cuda_graph")  # fmt: skip
+               "artifactcache.backends.cuda_graph",
+               # shape rules and memory fit: what they decide is the recipe's shapes (key
+               # factors themselves), a refusal, or whether aoti's steps build concurrently
+               "artifactcache.sizing")  # fmt: skip
 
 
 def _acache_imports(path: Path, module: str) -> set[str]:
