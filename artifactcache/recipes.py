@@ -387,12 +387,13 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
     for k in s:
         if k not in Shapes.__dataclass_fields__:
             raise _fail(src, f"shapes.{k}", "is not a shapes field")
-    max_seq_len = _get(s, src, "shapes.", "max_seq_len", int, 256)
+    default = Shapes()
+    max_seq_len = _get(s, src, "shapes.", "max_seq_len", int, default.max_seq_len)
     # Unwritten, the default chunk fits the context; written, it must.
-    default_prefill = prefill_len_within(16, max_seq_len)
+    default_prefill = prefill_len_within(default.prefill_len, max_seq_len)
     shapes = Shapes(
         max_seq_len=max_seq_len,
-        max_batch=_get(s, src, "shapes.", "max_batch", int, 1),
+        max_batch=_get(s, src, "shapes.", "max_batch", int, default.max_batch),
         prefill_len=_get(s, src, "shapes.", "prefill_len", int, default_prefill),
     )
     problem = shape_problem(model, shapes)

@@ -54,7 +54,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from artifactcache.measure.coldstart import NOT_ON_A_WARM_LOAD  # noqa: E402
+from artifactcache.measure.coldstart import MODULES_AT_EXIT, NOT_ON_A_WARM_LOAD  # noqa: E402
 
 
 def _timed(fn: Any, sync: Any) -> float:
@@ -179,11 +179,6 @@ def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
 # Each scenario's child writes sys.modules at exit to argv[1]: `-X importtime` does not
 # log a module imported with importlib.import_module (the backends are), so the heavy
 # check reads sys.modules, and such a module's own body time is missing from the sums.
-MODULES_AT_EXIT = (
-    "import atexit, json, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
-)
 LOAD_CHILD = MODULES_AT_EXIT + (
     "import artifactcache\n"
     "from artifactcache.recipes import load_recipe\n"

@@ -26,7 +26,7 @@ from _backend_util import (
 
 from artifactcache import api
 from artifactcache.errors import BackendError, ShapeError
-from artifactcache.measure.coldstart import NOT_ON_A_WARM_LOAD
+from artifactcache.measure.coldstart import MODULES_AT_EXIT, NOT_ON_A_WARM_LOAD
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
 
@@ -174,11 +174,6 @@ def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatc
 
 # sys.modules at exit, written to argv[1]: `-X importtime` cannot be used to tell,
 # since it does not see modules imported with importlib.import_module (the backends).
-MODULES_AT_EXIT = (
-    "import atexit, json, sys\n"
-    "out = sys.argv.pop(1)\n"
-    "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
-)
 WARM_LOAD_CHILD = MODULES_AT_EXIT + (
     "import artifactcache\n"
     "r = artifactcache.load('tiny-llama', backend='aoti', cache_dir=sys.argv[1],\n"

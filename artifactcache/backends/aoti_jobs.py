@@ -2,8 +2,8 @@
 process, or each in a worker process of its own at the same time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the
-GIL, so two threads would take turns. Why a fresh interpreter
-(``python -m artifactcache.backends.aoti_jobs``) rather than a fork: the building
+GIL, so two threads would take turns. Why a fresh interpreter running this module's
+``main`` (``worker_argv``) rather than a fork: the building
 process may hold a CUDA context, which a forked child cannot use. Why not
 multiprocessing's spawn: it re-imports the caller's main module, and a script that
 calls ``build()`` without a ``__main__`` guard would then build again inside each worker.

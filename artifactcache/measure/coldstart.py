@@ -58,6 +58,13 @@ NOT_ON_A_WARM_LOAD = (
     "tensorrt", "transformers", "tokenizers", "safetensors", "cryptography", "obstore",
     "matplotlib",
 )  # fmt: skip
+# The first lines of a child whose sys.modules at exit is wanted: it pops the output
+# path from argv[1] and writes the sorted module names there as JSON.
+MODULES_AT_EXIT = (
+    "import atexit, json, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(out, 'w').write(json.dumps(sorted(sys.modules))))\n"
+)
 
 Progress = Callable[[str], None]
 
