@@ -12,6 +12,7 @@ from artifactcache.backends.model_options import (
     fuse_projections,
     model_factors,
     parse_flag,
+    split_kv_decode,
 )
 from artifactcache.errors import BackendError
 from artifactcache.recipes import load_recipe
@@ -91,7 +92,36 @@ def test_the_factors_name_the_model_as_built(backend: str):
     assert (plain["fused_projections"], plain["quant"]) == (False, "none")
     opts = BuildOptions(quant="int8wo", extra={"fuse_projections": 1})
     assert b.factors(rec, opts) == {**plain, "fused_projections": True, "quant": "int8wo"}
-    assert model_factors(backend, rec, opts) == {"fused_projections": True, "quant": "int8wo"}
+    assert model_factors(backend, rec, opts) == {
+        "fused_projections": True,
+        "quant": "int8wo",
+        "decode_attention": "sdpa",
+    }
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "expected"),
+    [("aoti", "cuda", True), ("inductor", "cuda", True), ("eager", "cuda", False),
+     ("aoti", "cpu", False), ("inductor", "cpu", False)],
+)  # fmt: skip
+def test_split_kv_decode_is_the_cuda_default_of_the_compiled_backends(
+    backend: str, device: str, expected: bool
+):
+    opts = BuildOptions(device=device)
+    assert split_kv_decode(backend, opts) is expected
+    factors = model_factors(backend, load_recipe("tiny-llama"), opts)
+    assert factors["decode_attention"] == ("split_kv" if expected else "sdpa")
+    off = BuildOptions(device=device, extra={"split_kv_decode": 0})
+    assert split_kv_decode(backend, off) is False
+
+
+def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
+    with pytest.raises(BackendError, match="needs --device cuda"):
+        get_backend("aoti").check_options(BuildOptions(extra={"split_kv_decode": 1}))
+    with pytest.raises(BackendError, match="expected 0 or 1"):
+        get_backend("inductor").check_options(BuildOptions(extra={"split_kv_decode": "maybe"}))
+    with pytest.raises(BackendError, match="ONNX export"):
+        split_kv_decode("ort", BuildOptions(device="cuda", extra={"split_kv_decode": 1}))
 
 
 def _key(backend: str, **kw: object) -> api.KeyInfo:

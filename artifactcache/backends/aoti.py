@@ -53,6 +53,7 @@ from .runner import (
     decode_examples,
     device_of,
     example_inputs,
+    kv_buckets_of,
 )
 from .torch_private import (
     aoti_container_runner,
@@ -95,14 +96,16 @@ def inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[s
     return cfg
 
 
-def export_dynamic_shapes(recipe: Any, step: str, *, strict: bool = True) -> Any:
+def export_dynamic_shapes(
+    recipe: Any, step: str, *, strict: bool = True, kv_buckets: bool = True
+) -> Any:
     """torch.export's dynamic_shapes for a step's inputs: decode's kv_pos length, or None.
 
     ``strict``: a named Dim, which export refuses unless it proves every guard over the
     whole range; else ``Dim.DYNAMIC`` over the same range, under which it keeps a guard it
     cannot prove as a runtime check.
     """
-    span = kv_len_range(recipe.shapes.max_seq_len)
+    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
     if step != "decode" or span is None:
         return None
     import torch
@@ -183,10 +186,10 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
     import torch
 
     UserError = export_user_error()
+    buckets = kv_buckets_of(model)
     try:
-        return torch.export.export(
-            model, args, dynamic_shapes=export_dynamic_shapes(recipe, step), strict=False
-        )
+        shapes = export_dynamic_shapes(recipe, step, kv_buckets=buckets)
+        return torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
     except UserError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     refused = BackendError(
@@ -197,14 +200,14 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
     # min(16*L, 32*L) == 16*L, true for every L > 0): Dim.DYNAMIC keeps such a guard as
     # a runtime check instead, and the step is kept only if its range is still whole.
     try:
-        shapes = export_dynamic_shapes(recipe, step, strict=False)
+        shapes = export_dynamic_shapes(recipe, step, strict=False, kv_buckets=buckets)
     except TypeError:  # a torch whose Dim.DYNAMIC takes no range
         raise refused from None
     try:
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
     except UserError:
         raise refused from None
-    span = kv_len_range(recipe.shapes.max_seq_len)
+    span = kv_len_range(recipe.shapes.max_seq_len, buckets)
     got = exported_kv_len_range(ep)
     if span is not None and (got is None or got[0] > span[0] or got[1] < span[1]):
         raise BackendError(
@@ -234,7 +237,7 @@ def build_step(
     import torch
 
     t0 = time.perf_counter()
-    args = example_inputs(recipe, dev, decode=step == "decode")
+    args = example_inputs(recipe, dev, step == "decode", kv_buckets_of(model))
     with torch.no_grad(), inductor_config_kept():
         ep = export_step(model, args, recipe, step)
         timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
@@ -387,7 +390,9 @@ class AotiBackend:
         # A failed capture leaves that container holding a captured event: the
         # fallback is a fresh one.
         decode, info = cuda_graph_step(
-            decode, decode_examples(ctx.recipe, dev), fresh_step=lambda: open_step("decode")
+            decode,
+            decode_examples(ctx.recipe, dev, kv_buckets_of(model)),
+            fresh_step=lambda: open_step("decode"),
         )
         ctx.phases["cuda_graph_seconds"] = time.perf_counter() - t0
         ctx.phases["artifact_ready"] = time.perf_counter()
@@ -399,6 +404,7 @@ class AotiBackend:
             keepalive=(model, runners),
             info=info,
             kv_len_hint=True,
+            kv_buckets=kv_buckets_of(model),
         )
 
 

@@ -54,7 +54,7 @@ from ..models.common import kv_len_range
 from .base import BuildContext, BuildOptions
 from .cuda_graph import cuda_graph_step
 from .cxx import identity, inductor_default_cxx, missing_compiler
-from .model_options import check_model_options, model_factors
+from .model_options import check_model_options, model_factors, split_kv_decode
 from .runner import (
     StepRunner,
     build_model_for,
@@ -62,6 +62,7 @@ from .runner import (
     decode_examples,
     device_of,
     example_inputs,
+    kv_buckets_of,
     sync,
 )
 from .torch_private import (
@@ -130,14 +131,14 @@ def run_model(model: Any, *inputs: Any) -> Any:
     return model(*inputs)
 
 
-def step_inputs(recipe: Any, dev: Any, decode: bool) -> tuple[Any, ...]:
+def step_inputs(recipe: Any, dev: Any, decode: bool, kv_buckets: bool = True) -> tuple[Any, ...]:
     """example_inputs, with decode's kv_pos length marked dynamic where it varies.
 
     Only the example a step is compiled at is marked: Dynamo's guards on a dynamic
     size are its range, so the runner's unmarked views of other lengths hit it.
     """
-    inputs = example_inputs(recipe, dev, decode)
-    span = kv_len_range(recipe.shapes.max_seq_len)
+    inputs = example_inputs(recipe, dev, decode, kv_buckets)
+    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
     if decode and span is not None:
         mark_dynamic_dim(inputs[-1], 0, *span)
     return inputs
@@ -155,7 +156,7 @@ def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     runs = 3 if options.get("triton.cudagraphs") else 1
     with torch.no_grad():
         for decode in (False, True):
-            inputs = step_inputs(recipe, dev, decode)
+            inputs = step_inputs(recipe, dev, decode, kv_buckets_of(model))
             for _ in range(runs):
                 compiled(*inputs)
     sync(dev)
@@ -197,6 +198,7 @@ class InductorBackend:
             # The entry's kernels/ are this compiler's output, and Inductor keys its
             # own caches on the compile command, so another compiler would miss them.
             codegen["cxx"] = identity(inductor_default_cxx())
+        max_seq, split_kv = recipe.shapes.max_seq_len, split_kv_decode(self.name, opts)
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -204,7 +206,7 @@ class InductorBackend:
             "mode": _mode(opts),
             **model_factors(self.name, recipe, opts),
             "fullgraph": True,
-            "dynamic": "kv_len" if kv_len_range(recipe.shapes.max_seq_len) else False,
+            "dynamic": "kv_len" if kv_len_range(max_seq, not split_kv) else False,
             "codegen": codegen,
             "warm_path": warm_path(opts.device),
         }
@@ -281,18 +283,21 @@ class InductorBackend:
             compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
             ctx.phases["artifact_ready"] = time.perf_counter()
             return StepRunner(
-                ctx.recipe, compiled, compiled, dev, keepalive=model, kv_len_hint=True
-            )
+                ctx.recipe, compiled, compiled, dev, keepalive=model, kv_len_hint=True,
+                kv_buckets=kv_buckets_of(model),
+            )  # fmt: skip
         prefill, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
         if _compile_options(ctx.opts).get("triton.cudagraphs"):
             # The modes' CUDA graphs, which the saved functions were compiled without.
-            decode, info = cuda_graph_step(decode, decode_examples(ctx.recipe, dev))
+            examples = decode_examples(ctx.recipe, dev, kv_buckets_of(model))
+            decode, info = cuda_graph_step(decode, examples)
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(
-            ctx.recipe, prefill, decode, dev, keepalive=model, info=info, kv_len_hint=True
-        )
+            ctx.recipe, prefill, decode, dev, keepalive=model, info=info, kv_len_hint=True,
+            kv_buckets=kv_buckets_of(model),
+        )  # fmt: skip
 
 
 def save_aot_steps(
@@ -305,7 +310,7 @@ def save_aot_steps(
     options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
     sizes = {}
     for step in STEPS:
-        args = (model, *step_inputs(recipe, dev, decode=step == "decode"))
+        args = (model, *step_inputs(recipe, dev, step == "decode", kv_buckets_of(model)))
         with torch.no_grad():
             compiled = aot_compile_step(run_model, args, options)
             compiled(*args)  # fails here, at build, rather than in a warm process
@@ -328,7 +333,7 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
             return compiled(model, *inputs)
 
         with torch.no_grad():
-            call(*example_inputs(recipe, dev, decode=step == "decode"))
+            call(*example_inputs(recipe, dev, step == "decode", kv_buckets_of(model)))
         steps.append(call)
     sync(dev)
     return steps[0], steps[1]

@@ -9,6 +9,11 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   inductor and aoti, where one wide GEMV reads the weights faster than three narrow
   ones (docs/perf-notes.md); off elsewhere, so the eager baseline keeps the
   checkpoint's layout. Phi-3 checkpoints are fused already; phi-2 is not fused.
+- ``--extra split_kv_decode=0|1``: decode attends through acache's split-KV Triton
+  kernel (models/decode_attention.py), which reads only the filled positions of a
+  static cache, so the decode step is static (one CUDA graph) at any context length.
+  On by default for CUDA builds of inductor and aoti; CUDA only. Off, decode reads
+  the cache by length bucket through SDPA (models/common.py).
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 
@@ -29,7 +34,8 @@ if TYPE_CHECKING:
 
 MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"
-MODEL_EXTRA_KEYS = (FUSE_EXTRA,)
+SPLIT_KV_EXTRA = "split_kv_decode"
+MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
@@ -84,8 +90,10 @@ def check_quant(backend: str, opts: BuildOptions) -> None:
 def check_model_options(backend: str, opts: BuildOptions) -> None:
     """What the options alone can tell (the recipe's part is ``fuse_projections``)."""
     check_quant(backend, opts)
-    if FUSE_EXTRA in opts.extra:
-        parse_flag(FUSE_EXTRA, opts.extra[FUSE_EXTRA])
+    for name in MODEL_EXTRA_KEYS:
+        if name in opts.extra:
+            parse_flag(name, opts.extra[name])
+    split_kv_decode(backend, opts)
 
 
 def fuse_projections(backend: str, recipe: Recipe, opts: BuildOptions) -> bool:
@@ -112,6 +120,25 @@ def fuse_projections(backend: str, recipe: Recipe, opts: BuildOptions) -> bool:
     return asked
 
 
+def split_kv_decode(backend: str, opts: BuildOptions) -> bool:
+    """Whether decode attends through the split-KV kernel; an impossible request is one line."""
+    raw = opts.extra.get(SPLIT_KV_EXTRA)
+    asked = None if raw is None else parse_flag(SPLIT_KV_EXTRA, raw)
+    if asked is None:
+        return backend in FUSE_BY_DEFAULT and is_cuda(opts.device)
+    if asked and not is_cuda(opts.device):
+        raise BackendError(
+            f"--extra {SPLIT_KV_EXTRA}=1 needs --device cuda: the kernel is Triton's, "
+            "for NVIDIA GPUs"
+        )
+    if asked and backend not in MODEL_BACKENDS:
+        raise BackendError(
+            f"--extra {SPLIT_KV_EXTRA}=1 is for {', '.join(MODEL_BACKENDS)}; "
+            f"{backend} runs the ONNX export's attention"
+        )
+    return asked
+
+
 def check_recipe_options(backend: str, recipe: Recipe, opts: BuildOptions) -> None:
     """The checks that need the recipe, run before anything is built or keyed."""
     if backend in MODEL_BACKENDS:
@@ -123,6 +150,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str,
     return {
         "fused_projections": fuse_projections(backend, recipe, opts),
         "quant": opts.quant or "none",
+        "decode_attention": "split_kv" if split_kv_decode(backend, opts) else "sdpa",
     }
 
 
@@ -132,4 +160,5 @@ def model_build_args(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[s
         "fuse_projections": fuse_projections(backend, recipe, opts)
         and recipe.family not in FUSED_FAMILIES,
         "quant": opts.quant,
+        "split_kv_decode": split_kv_decode(backend, opts),
     }

@@ -82,12 +82,15 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> Inputs:
+def example_inputs(
+    recipe: Recipe, dev: torch.device, decode: bool, kv_buckets: bool = True
+) -> Inputs:
     """The inputs, with the exact shapes and dtypes, the steps are built for.
 
     prefill: (idx [B, P], input_pos [P], row_start [B]); decode: (idx [B, 1],
-    input_pos [1], row_start [B], kv_pos [L]), L the bucket of the first decode step,
-    kv_pos a view of the whole arange as the runner passes it.
+    input_pos [1], row_start [B], kv_pos [L]), L the bucket of the first decode step
+    (the whole cache without ``kv_buckets``: the model's own), kv_pos a view of the
+    whole arange as the runner passes it.
     """
     n = 1 if decode else recipe.shapes.prefill_len
     start = recipe.shapes.prefill_len if decode else 0
@@ -98,7 +101,13 @@ def example_inputs(recipe: Recipe, dev: torch.device, decode: bool) -> Inputs:
     if not decode:
         return idx, pos, row_start
     s = recipe.shapes.max_seq_len
-    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s)]
+    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s, kv_buckets)]
+
+
+def kv_buckets_of(model: Any) -> bool:
+    """Whether ``model``'s decode reads the cache by length bucket (models/common.py's
+    CausalLM.kv_buckets; a split-KV decode reads the filled part by itself)."""
+    return bool(getattr(model, "kv_buckets", True))
 
 
 def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch.nn.Module:
@@ -126,14 +135,14 @@ def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch
     return model
 
 
-def decode_examples(recipe: Recipe, dev: torch.device) -> list[Inputs]:
+def decode_examples(recipe: Recipe, dev: torch.device, kv_buckets: bool = True) -> list[Inputs]:
     """Two decode inputs that differ in every input but kv_pos, for cuda_graph_step.
 
     The second is another token, the next position, and row_start 1 (still at or
     before the position, so a real row); kv_pos stays the key positions of the
     first's bucket, so the second position must be in it (else only the first).
     """
-    first = example_inputs(recipe, dev, decode=True)
+    first = example_inputs(recipe, dev, decode=True, kv_buckets=kv_buckets)
     idx, pos, row_start, kv_pos = first
     if int(pos[-1]) + 1 >= kv_pos.shape[0]:
         return [first]
@@ -159,6 +168,7 @@ class StepRunner:
         keepalive: Any = None,
         info: dict[str, Any] | None = None,
         kv_len_hint: bool = False,
+        kv_buckets: bool = True,
     ) -> None:
         self.recipe = recipe
         self.prefill_step = prefill
@@ -178,6 +188,7 @@ class StepRunner:
             key_positions(recipe.shapes.max_seq_len, device) if kv_len_hint else None
         )
         self._kv_views: dict[int, torch.Tensor] = {}
+        self._kv_buckets = kv_buckets
         # The checkpoint folder (api.load sets it): EOS ids and tokenizer.
         self.checkpoint: Checkpoint | None = None
 
@@ -322,7 +333,7 @@ class StepRunner:
         """The decode step's inputs for tokens ``idx`` at position ``pos`` (ipos on device)."""
         if self._key_positions is None:
             return idx, ipos, row_start
-        n = kv_bucket(pos + 1, self.recipe.shapes.max_seq_len)
+        n = kv_bucket(pos + 1, self.recipe.shapes.max_seq_len, self._kv_buckets)
         view = self._kv_views.get(n)
         if view is None:
             view = self._kv_views[n] = self._key_positions[:n]

@@ -401,9 +401,7 @@ def summarize(
     copy_gbps = _median_of(probes, "copy_bandwidth", "gbps")
     peak_tflops = _median_of(probes, "matmul_flops", "tflops")
     prompt_len = probes[0].get("prompt_len") or len(recipe.bench.prompt_ids)
-    bpt = bytes_per_token(
-        recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant
-    )
+    bpt = bytes_per_token(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant)
     fps = flops_per_step(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n)
     per_row = rates["decode_tok_s"]
     return {

@@ -246,8 +246,11 @@ def _environment(dev: Any) -> dict[str, Any]:
 
     # Read from metadata: importing triton would cost start-up time, and it is absent
     # from CPU builds of torch.
-    env: dict[str, Any] = {"python": platform.python_version(), "torch": torch.__version__,
-                           "triton": package_version("triton")}
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": package_version("triton"),
+    }
     if dev.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(dev)
         env["cuda"] = torch.version.cuda

@@ -64,8 +64,13 @@ def build_model(
     stamps: dict[str, float] | None = None,
     fuse_projections: bool = False,
     quant: str | None = None,
+    split_kv_decode: bool = False,
 ) -> nn.Module:
-    """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps."""
+    """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps.
+
+    ``split_kv_decode``: decode attends through the split-KV kernel (CUDA only;
+    models/decode_attention.py), and the steps are given the whole cache.
+    """
     weights = weights or WeightsSpec()
     dev = torch.device(device)
     tdtype = torch_dtype(dtype)
@@ -85,5 +90,7 @@ def build_model(
         from .quant import quantize
 
         quantize(model, quant)
-    model.setup_caches(recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len)
+    model.setup_caches(
+        recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len, split_kv_decode
+    )
     return model.eval().requires_grad_(False)

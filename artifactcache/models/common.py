@@ -23,6 +23,7 @@ reads all ``max_seq_len`` positions.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -116,29 +117,36 @@ KV_BUCKET_MIN = 256
 KV_BUCKETS_PER_DOUBLING = 8
 
 
-def kv_bucket(filled: int, max_seq_len: int) -> int:
-    """How many cache positions a step attending to ``filled`` positions reads."""
+def kv_bucket(filled: int, max_seq_len: int, bucketed: bool = True) -> int:
+    """How many cache positions a step attending to ``filled`` positions reads.
+
+    ``bucketed=False``: a model whose decode attention reads only the filled part
+    itself (the split-KV kernel, models/decode_attention.py) is given the whole cache.
+    """
+    if not bucketed:
+        return max_seq_len
     below = 1 << max((filled - 1).bit_length() - 1, 0)  # the power of two under filled
     granule = max(KV_BUCKET_MIN, below // KV_BUCKETS_PER_DOUBLING)
     return min(-(-filled // granule) * granule, max_seq_len)
 
 
-def kv_buckets(max_seq_len: int) -> list[int]:
+def kv_buckets(max_seq_len: int, bucketed: bool = True) -> list[int]:
     """Every length :func:`kv_bucket` returns for a cache of ``max_seq_len``, ascending."""
-    out = [kv_bucket(1, max_seq_len)]
+    out = [kv_bucket(1, max_seq_len, bucketed)]
     while out[-1] < max_seq_len:
         out.append(kv_bucket(out[-1] + 1, max_seq_len))
     return out
 
 
-def kv_len_range(max_seq_len: int) -> tuple[int, int] | None:
+def kv_len_range(max_seq_len: int, bucketed: bool = True) -> tuple[int, int] | None:
     """(shortest, longest) read of decode's dynamic length; None with one bucket only
-    (max_seq_len <= KV_BUCKET_MIN), where decode reads the whole cache, statically."""
-    lo = kv_bucket(1, max_seq_len)
+    (max_seq_len <= KV_BUCKET_MIN, or not ``bucketed``), where decode is given the
+    whole cache, statically."""
+    lo = kv_bucket(1, max_seq_len, bucketed)
     return (lo, max_seq_len) if lo < max_seq_len else None
 
 
-def cache_slots(max_seq_len: int) -> int:
+def cache_slots(max_seq_len: int, bucketed: bool = True) -> int:
     """Positions the KV buffers hold: one spare past max_seq_len when the read varies.
 
     With the spare slot the view ``k_cache[:, :, :L]`` is non-contiguous for every L
@@ -146,7 +154,7 @@ def cache_slots(max_seq_len: int) -> int:
     view contiguous, and torch.export and Dynamo guard on that (SDPA's meta checks
     contiguity), so a dynamic L could not reach the last bucket. It is never written.
     """
-    return max_seq_len + 1 if kv_len_range(max_seq_len) else max_seq_len
+    return max_seq_len + 1 if kv_len_range(max_seq_len, bucketed) else max_seq_len
 
 
 def key_positions(max_seq_len: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -156,10 +164,17 @@ def key_positions(max_seq_len: int, device: torch.device | str | None = None) ->
 
 class KVCache(nn.Module):
     def __init__(
-        self, max_batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device
+        self,
+        max_batch: int,
+        n_kv_heads: int,
+        max_seq_len: int,
+        head_dim: int,
+        dtype,
+        device,
+        bucketed: bool = True,
     ):
         super().__init__()
-        shape = (max_batch, n_kv_heads, cache_slots(max_seq_len), head_dim)
+        shape = (max_batch, n_kv_heads, cache_slots(max_seq_len, bucketed), head_dim)
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
@@ -173,6 +188,62 @@ class KVCache(nn.Module):
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
         return self.k_cache[:, :, :length], self.v_cache[:, :, :length]
+
+
+@dataclass
+class Reads:
+    """What a step's attention reads of the cache: exactly one of the two is set.
+
+    ``mask`` [B or 1, 1, T, L] bool: SDPA over the first L positions (prefill, and
+    decode that takes its length from kv_pos's bucket). ``lo`` [B] int64: a decode
+    step (T = 1) through the split-KV kernel, over positions lo[b] .. input_pos.
+    """
+
+    mask: torch.Tensor | None = None
+    lo: torch.Tensor | None = None
+
+
+def decode_lo(
+    input_pos: torch.Tensor,
+    row_start: torch.Tensor | None,
+    sliding_window: int | None,
+    rows: int,
+) -> torch.Tensor:
+    """[rows] int64: the first position each row's one query attends to, p = input_pos.
+
+    The terms of :func:`attention_mask` for one query: s >= row_start[b], s > p -
+    window, and s == p for a padding row (row_start[b] > p), which sees itself only.
+    """
+    p = input_pos[-1]
+    if row_start is None:
+        lo = torch.zeros(rows, dtype=torch.int64, device=input_pos.device)
+    else:
+        lo = row_start
+    if sliding_window is not None:
+        lo = torch.maximum(lo, p - sliding_window + 1)
+    return torch.minimum(lo, p)
+
+
+def cached_attention(
+    cache: KVCache | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    input_pos: torch.Tensor,
+    reads: Reads,
+) -> torch.Tensor:
+    """Write k/v [B, Hkv, T, D] at input_pos, then attend q [B, H, T, D] to the cache."""
+    assert cache is not None, "call setup_caches() first"
+    n_rep = q.shape[1] // k.shape[1]
+    if reads.lo is not None:
+        # Imported here: it imports Triton, which only a split-KV build needs.
+        from .decode_attention import decode_attention
+
+        k_all, v_all = cache.update(input_pos, k, v, cache.k_cache.shape[2])
+        return decode_attention(q, k_all, v_all, reads.lo, input_pos)
+    assert reads.mask is not None
+    k_seen, v_seen = cache.update(input_pos, k, v, reads.mask.shape[-1])
+    return sdpa(q, k_seen, v_seen, reads.mask, n_rep)
 
 
 def attention_mask(
@@ -236,12 +307,23 @@ class CausalLM(nn.Module):
     lm_head: nn.Linear
     max_seq_len: int
 
-    def setup_caches(self, max_batch: int, max_seq_len: int) -> None:
+    # Decode through the split-KV kernel (setup_caches), whose cost follows the filled
+    # length by itself: the steps are then given the whole cache (no length buckets).
+    split_kv_decode = False
+
+    @property
+    def kv_buckets(self) -> bool:
+        """Whether decode reads the cache by length bucket (kv_pos's length)."""
+        return not self.split_kv_decode
+
+    def setup_caches(self, max_batch: int, max_seq_len: int, split_kv_decode: bool = False) -> None:
         p = self.lm_head.weight
+        self.split_kv_decode = split_kv_decode
         for layer in self.model.layers:
             layer.self_attn.kv_cache = KVCache(
-                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype, p.device
-            )
+                max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype,
+                p.device, bucketed=not split_kv_decode,
+            )  # fmt: skip
         rope = rope_cache(self.cfg, max_seq_len).to(p.device)
         self.register_buffer("rope", rope, persistent=False)
         self.max_seq_len = max_seq_len
@@ -257,13 +339,18 @@ class CausalLM(nn.Module):
 
         Attention reads ``len(kv_pos)`` cache positions: ``kv_pos`` must be 0 .. L-1
         with L > every input position; None reads the whole cache. Layers take the
-        read length from the mask's last dimension.
+        read length from the mask's last dimension. A split-KV decode step ignores
+        kv_pos: its kernel reads the filled positions only.
         """
-        if kv_pos is None:
-            kv_pos = key_positions(self.max_seq_len, input_pos.device)
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
-        mask = attention_mask(input_pos, kv_pos, self.cfg.sliding_window, row_start)
+        window = self.cfg.sliding_window
+        if self.split_kv_decode and idx.shape[1] == 1:
+            reads = Reads(lo=decode_lo(input_pos, row_start, window, idx.shape[0]))
+        else:
+            if kv_pos is None:
+                kv_pos = key_positions(self.max_seq_len, input_pos.device)
+            reads = Reads(mask=attention_mask(input_pos, kv_pos, window, row_start))
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, mask, input_pos)
+            x = layer(x, cos, sin, reads, input_pos)
         return self.lm_head(getattr(self.model, self.FINAL_NORM)(x)).float()

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import CausalLM, KVCache, RMSNorm, apply_rope, embedding, sdpa
+from .common import CausalLM, KVCache, Reads, RMSNorm, apply_rope, cached_attention, embedding
 
 
 class Attention(nn.Module):
@@ -38,7 +38,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(hd, cfg.norm_eps)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x, cos, sin, mask, input_pos):
+    def forward(self, x, cos, sin, reads: Reads, input_pos):
         B, T, _ = x.shape
         cfg = self.cfg
         if self.fused:
@@ -53,9 +53,7 @@ class Attention(nn.Module):
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
-        assert self.kv_cache is not None, "call setup_caches() first"
-        k, v = self.kv_cache.update(input_pos, k, v, mask.shape[-1])
-        y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
+        y = cached_attention(self.kv_cache, q, k, v, input_pos, reads)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.q_size))
 
 
@@ -87,8 +85,8 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg, fused)
 
-    def forward(self, x, cos, sin, mask, input_pos):
-        h = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, input_pos)
+    def forward(self, x, cos, sin, reads: Reads, input_pos):
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin, reads, input_pos)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 

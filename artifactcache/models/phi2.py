@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..recipes import ModelConfig
-from .common import CausalLM, KVCache, apply_rope, embedding, sdpa
+from .common import CausalLM, KVCache, Reads, apply_rope, cached_attention, embedding
 
 
 class PhiAttention(nn.Module):
@@ -24,7 +24,7 @@ class PhiAttention(nn.Module):
         self.dense = nn.Linear(cfg.n_heads * hd, cfg.dim, bias=bias)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x, cos, sin, mask, input_pos):
+    def forward(self, x, cos, sin, reads: Reads, input_pos):
         B, T, _ = x.shape
         cfg = self.cfg
         q = self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
@@ -32,9 +32,7 @@ class PhiAttention(nn.Module):
         v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
-        assert self.kv_cache is not None, "call setup_caches() first"
-        k, v = self.kv_cache.update(input_pos, k, v, mask.shape[-1])
-        y = sdpa(q, k, v, mask, cfg.n_heads // cfg.n_kv_heads)
+        y = cached_attention(self.kv_cache, q, k, v, input_pos, reads)
         return self.dense(y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim))
 
 
@@ -55,9 +53,9 @@ class PhiBlock(nn.Module):
         self.self_attn = PhiAttention(cfg)
         self.mlp = PhiMLP(cfg)
 
-    def forward(self, x, cos, sin, mask, input_pos):
+    def forward(self, x, cos, sin, reads: Reads, input_pos):
         h = self.input_layernorm(x)
-        return x + self.self_attn(h, cos, sin, mask, input_pos) + self.mlp(h)
+        return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
 
 
 class PhiBackbone(nn.Module):

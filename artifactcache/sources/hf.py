@@ -87,8 +87,13 @@ DEFAULTS = {
     ),
     "qwen2": FamilyDefaults("rms_norm_eps", 1e-6, 32768, ("silu",), reads_layer_windows=True),
     "qwen3": FamilyDefaults(
-        "rms_norm_eps", 1e-6, 32768, ("silu",), reads_layer_windows=True,
-        bias_fields=("attention_bias",), head_dim=128,
+        "rms_norm_eps",
+        1e-6,
+        32768,
+        ("silu",),
+        reads_layer_windows=True,
+        bias_fields=("attention_bias",),
+        head_dim=128,
     ),  # fmt: skip
 }
 # A folder recipe's context: its max_position_embeddings, but at most this. Checkpoints

@@ -1,0 +1,93 @@
+"""The cases of tests/test_models_decode_attention.py, run in a process of their own.
+
+TRITON_INTERPRET must be set before Triton is first imported (its own library
+functions are decorated then), which pytest's process cannot promise; so the test
+runs this file in a fresh interpreter: ``python tests/_decode_attention_child.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
+
+import torch  # noqa: E402
+
+from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
+from artifactcache.models.decode_attention import (  # noqa: E402
+    SPLIT,
+    decode_attention,
+    decode_attention_reference,
+)
+
+CASES = {
+    # (B, H, Hkv, D, slots, position, sliding window, row_start)
+    "mha, a position past one split": (1, 4, 4, 128, 300, 200, None, None),
+    "gqa, head_dim 80, padded rows": (3, 8, 2, 80, 130, 100, None, [0, 5, 101]),
+    "one kv head, head_dim 96, a window": (2, 4, 1, 96, 70, 69, 16, [0, 3]),
+    "the first position": (1, 2, 2, 64, 64, 0, None, None),
+    "the last slot": (2, 4, 2, 32, 2 * SPLIT + 5, 2 * SPLIT + 4, None, [7, 0]),
+}
+
+
+def the_kernel_gives_sdpa_under_the_causal_mask(case):
+    B, H, Hkv, D, S, p, window, rows = case
+    torch.manual_seed(0)
+    q = torch.randn(B, H, 1, D)
+    k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+    pos = torch.tensor([p])
+    row_start = torch.tensor(rows) if rows else None
+    lo = decode_lo(pos, row_start, window, B)
+    got = decode_attention(q, k, v, lo, pos)
+    mask = attention_mask(pos, torch.arange(S), window, row_start)
+    want = sdpa(q, k, v, mask, H // Hkv)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(decode_attention_reference(q, k, v, lo, pos), want)
+
+
+def positions_past_the_query_are_never_read():
+    """Garbage (NaN) beyond the position and before lo must not reach the output."""
+    B, H, D, S, p = 2, 2, 64, 3 * SPLIT, SPLIT + 3
+    torch.manual_seed(1)
+    q = torch.randn(B, H, 1, D)
+    k, v = torch.randn(B, H, S, D), torch.randn(B, H, S, D)
+    row_start = torch.tensor([0, 9])
+    clean = decode_attention(q, k, v, decode_lo(torch.tensor([p]), row_start, None, B),
+                             torch.tensor([p]))  # fmt: skip
+    k[:, :, p + 1 :] = v[:, :, p + 1 :] = float("nan")
+    k[1, :, :9] = v[1, :, :9] = float("nan")
+    lo = decode_lo(torch.tensor([p]), row_start, None, B)
+    torch.testing.assert_close(decode_attention(q, k, v, lo, torch.tensor([p])), clean)
+
+
+def bf16_stays_within_bf16_rounding_of_fp32():
+    torch.manual_seed(2)
+    q = torch.randn(1, 4, 1, 128)
+    k, v = torch.randn(1, 4, 200, 128), torch.randn(1, 4, 200, 128)
+    pos, lo = torch.tensor([150]), torch.zeros(1, dtype=torch.int64)
+    want = decode_attention(q, k, v, lo, pos)
+    got = decode_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), lo, pos)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+
+
+def decode_lo_folds_the_masks_terms():
+    pos = torch.tensor([10])
+    assert decode_lo(pos, None, None, 2).tolist() == [0, 0]
+    assert decode_lo(pos, torch.tensor([3, 11]), None, 2).tolist() == [3, 10]  # padding row
+    assert decode_lo(pos, torch.tensor([3, 0]), 4, 2).tolist() == [7, 7]  # the window
+
+
+if __name__ == "__main__":
+    for name, case in CASES.items():
+        the_kernel_gives_sdpa_under_the_causal_mask(case)
+        print("ok:", name)
+    for check in (
+        positions_past_the_query_are_never_read,
+        bf16_stays_within_bf16_rounding_of_fp32,
+        decode_lo_folds_the_masks_terms,
+    ):
+        check()
+        print("ok:", check.__name__)
+    sys.exit(0)
