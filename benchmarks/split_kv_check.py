@@ -7,9 +7,9 @@ the torch backends built with it against eager.
    in one CUDA graph, the median of ``--iters`` replays / 32. Beside it SDPA as the
    bucketed decode step runs it (the cache view up to the bucket, with the bool mask),
    and SDPA over the whole allocated cache. GB/s counts the filled KV only.
-2. ``backends``: tiny recipes built on the GPU (fp32, max_seq_len 1024, max_batch 4)
+2. ``backends``: tiny recipes built on the GPU (fp32, max_seq_len 256, max_batch 4)
    with aoti and inductor (split-KV, the CUDA default) and eager (SDPA): greedy tokens
-   of a batch of four prompts (300, 17, 5 and 120 tokens) must be identical to eager's,
+   of a batch of four prompts (150, 17, 5 and 120 tokens) must be identical to eager's,
    and each decode step must have its CUDA graph.
 
     python benchmarks/split_kv_check.py --out OUT [--iters 50] [--skip-backends]
@@ -41,6 +41,7 @@ SHAPES = [
     ("phi-3 (head_dim 96), 4096 allocated, pos 200", 1, 32, 32, 96, 4096, 200),
 ]
 LAYERS = 32
+SWEEP = (64, 128, 256, 512)
 
 
 def _graph_time(fn: Any, iters: int) -> float:
@@ -72,6 +73,7 @@ def _graph_time(fn: Any, iters: int) -> float:
 def kernel_rows(iters: int) -> list[dict[str, Any]]:
     import torch
 
+    from artifactcache.models import decode_attention as da
     from artifactcache.models.common import attention_mask, decode_lo, kv_bucket, sdpa
     from artifactcache.models.decode_attention import decode_attention
 
@@ -110,17 +112,25 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
                 sdpa(q, k, v, fmask, rep)
 
         filled = 2 * B * Hkv * (p + 1) * D * 2
-        row = {"shape": label, "max_abs_diff_vs_sdpa": err, "filled_kv_bytes": filled}
+        row = {"shape": label, "max_abs_diff_vs_sdpa": err, "filled_kv_bytes": filled,
+               "split_size": da.split_size(B, Hkv)}  # fmt: skip
         for name, fn in (("split_kv", split_kv), ("sdpa_bucket", bucketed), ("sdpa_whole", whole)):
             t = _graph_time(fn, iters)
             row[f"{name}_us"] = round(t * 1e6, 2)
             row[f"{name}_gbps"] = round(filled / t / 1e9, 1)
+        chosen = da.split_size
+        for size in SWEEP:  # the kernel at each split size, for choosing split_size's rule
+            da.split_size = lambda rows, heads, size=size: size
+            try:
+                row[f"split_{size}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
+            finally:
+                da.split_size = chosen
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
 
 
-PROMPT_LENS = (300, 17, 5, 120)
+PROMPT_LENS = (150, 17, 5, 120)
 
 
 def backend_rows(recipes: list[str], new_tokens: int) -> list[dict[str, Any]]:
@@ -136,7 +146,7 @@ def backend_rows(recipes: list[str], new_tokens: int) -> list[dict[str, Any]]:
             t0 = time.perf_counter()
             try:
                 r = artifactcache.load(
-                    recipe, backend, device="cuda", dtype="fp32", max_seq_len=1024, max_batch=4
+                    recipe, backend, device="cuda", dtype="fp32", max_seq_len=256, max_batch=4
                 )
                 toks = r.generate_batch(prompts, new_tokens, eos_token_ids=())
                 row: dict[str, Any] = {
@@ -175,7 +185,7 @@ def main() -> None:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
-        "command": "python benchmarks/split_kv_check.py --out OUT",
+        "command": "python benchmarks/split_kv_check.py --out OUT --recipes " + args.recipes,
     }
     report["kernel"] = kernel_rows(args.iters)
     path = args.out / "split_kv_check.json"
@@ -183,12 +193,14 @@ def main() -> None:
     if not args.skip_backends:
         report["backends"] = backend_rows(args.recipes.split(","), args.new_tokens)
         path.write_text(json.dumps(report, indent=2) + "\n")
-    print("\n| shape | max diff | split-KV µs (GB/s) | SDPA bucket µs | SDPA whole µs |")
-    print("|---|---:|---:|---:|---:|")
+    sweep = " | ".join(f"split {s} µs" for s in SWEEP)
+    print(f"\n| shape | max diff | split-KV µs (GB/s) | SDPA bucket µs | SDPA whole µs | {sweep} |")
+    print("|---|---:|---:|---:|---:|" + "---:|" * len(SWEEP))
     for r in report["kernel"]:
+        cells = " | ".join(str(r[f"split_{s}_us"]) for s in SWEEP)
         print(
             f"| {r['shape']} | {r['max_abs_diff_vs_sdpa']:.1e} | {r['split_kv_us']} "
-            f"({r['split_kv_gbps']}) | {r['sdpa_bucket_us']} | {r['sdpa_whole_us']} |"
+            f"({r['split_kv_gbps']}) | {r['sdpa_bucket_us']} | {r['sdpa_whole_us']} | {cells} |"
         )
     for r in report.get("backends", []):
         print(r)

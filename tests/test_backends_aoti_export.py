@@ -15,7 +15,7 @@ from artifactcache.recipes import load_recipe
 
 def test_a_refused_dynamic_dimension_is_one_line(monkeypatch):
     report = (
-        "Constraints violated (kv_len)! For more information, run with TORCH_LOGS=\"+dynamic\".\n"
+        'Constraints violated (kv_len)! For more information, run with TORCH_LOGS="+dynamic".\n'
         "  - Not all values of kv_len = L['kv_pos'].size()[0] in the specified range ..."
     )
 
@@ -59,8 +59,12 @@ def _refusing_strict_dims(monkeypatch, narrow=None):
         if isinstance(kv, torch.export.Dim):
             raise UserError(UserErrorType.CONSTRAINT_VIOLATION, "Constraints violated (kv_len)!")
         if narrow is not None:
-            dynamic_shapes = (None, None, None, {0: torch.export.Dim("kv_len", min=narrow[0],
-                                                                      max=narrow[1])})
+            dynamic_shapes = (
+                None,
+                None,
+                None,
+                {0: torch.export.Dim("kv_len", min=narrow[0], max=narrow[1])},
+            )
         return real(model, args, dynamic_shapes=dynamic_shapes, **kwargs)
 
     monkeypatch.setattr(torch.export, "export", export)

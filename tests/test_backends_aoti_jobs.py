@@ -246,9 +246,7 @@ def test_a_failing_worker_is_the_serial_builds_one_line_and_caches_nothing(
     assert _our_workers() == []
 
 
-def test_a_job_that_cannot_be_sent_is_one_line_and_stops_the_worker(
-    cache_dir: Path, monkeypatch
-):
+def test_a_job_that_cannot_be_sent_is_one_line_and_stops_the_worker(cache_dir: Path, monkeypatch):
     def refuse(self, obj):
         raise pickle.PicklingError("cannot pickle 'generator' object")
 

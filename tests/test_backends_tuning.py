@@ -37,9 +37,10 @@ def test_tuning_is_a_key_factor_and_can_be_turned_off(backend):
     off = b.factors(recipe, off_opts)
     assert on["codegen"]["inductor_config"]["coordinate_descent_tuning"] is True
     assert "coordinate_descent_tuning" not in off["codegen"]["inductor_config"]
-    assert "coordinate_descent_tuning" not in b.factors(recipe, BuildOptions())["codegen"][
-        "inductor_config"
-    ]
+    assert (
+        "coordinate_descent_tuning"
+        not in b.factors(recipe, BuildOptions())["codegen"]["inductor_config"]
+    )
 
 
 @pytest.mark.parametrize("backend", ["inductor", "aoti"])

@@ -64,8 +64,17 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "tiny-llama", "-b", "ort", "--quant", "int8wo"], "constant folding"),
         (["bench", "tiny-phi-2", "--extra", "fuse_projections=1"], "projections apart"),
         (
-            ["compare", "--recipes", "tiny-llama", "--backends", "aoti", "--quant", "int4",
-             "--out", "X"],
+            [
+                "compare",
+                "--recipes",
+                "tiny-llama",
+                "--backends",
+                "aoti",
+                "--quant",
+                "int4",
+                "--out",
+                "X",
+            ],
             "unknown --quant",
         ),  # fmt: skip
     ],

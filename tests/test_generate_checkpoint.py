@@ -105,9 +105,7 @@ def test_run_prompt_round_trips_text_and_json_has_ids_and_text(tmp_path: Path, c
     assert stopped["new_ids"] == [eos] and stopped["stop"] == "eos"
 
 
-def test_run_on_a_checkpoint_folder_prints_text_and_stops_at_its_eos(
-    tmp_path: Path, cache: Path
-):
+def test_run_on_a_checkpoint_folder_prints_text_and_stops_at_its_eos(tmp_path: Path, cache: Path):
     """The folder alone is the recipe: config.json, weights, tokenizer.json, EOS ids."""
     from tokenizers import Tokenizer
 

@@ -170,8 +170,20 @@ def test_the_cli_key_and_the_probe_child_build_for_the_rows_asked(tmp_path: Path
         (["bench", "tiny-llama", "--batch", "1,2", "--max-batch", "8"], ("8", "1")),
         (["bench", "tiny-llama", "--max-batch", "2"], ("2", "1")),
         (["coldstart", "tiny-llama", "-b", "eager", "--max-batch", "2"], ("2", None)),
-        (["compare", "--recipes", "tiny-llama", "--backends", "eager", "--max-batch", "2",
-          "--out", "OUT"], ("2", None)),
+        (
+            [
+                "compare",
+                "--recipes",
+                "tiny-llama",
+                "--backends",
+                "eager",
+                "--max-batch",
+                "2",
+                "--out",
+                "OUT",
+            ],
+            ("2", None),
+        ),
     ],  # fmt: skip
     ids=lambda a: " ".join(a) if isinstance(a, list) else None,
 )

@@ -3,7 +3,7 @@
 One query per row (a decode step) attends to the cache positions ``lo[b] .. p``
 of its row, p = ``input_pos[0]``. The cache keeps its allocated shape, so a step
 built on it is static and captures in one CUDA graph, yet its cost follows the used
-length: the grid covers every split of ``SPLIT`` positions, and a program whose split
+length: the grid covers every split of :func:`split_size` positions, and a program whose split
 lies outside ``lo[b] .. p`` returns before it loads anything (flash-decoding).
 
 - ``partial``: one program per (row, kv head, split) attends all ``n_rep`` query
@@ -29,9 +29,19 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-# Positions one partial program reads. 64 keeps a 200-position decode at 4 splits a
-# kv head (enough programs to fill the GPU at batch 1) and a 4k one at 64.
+# Positions one partial program reads, the smallest of the split sizes below.
 SPLIT = 64
+
+
+def split_size(rows: int, n_kv_heads: int) -> int:
+    """Positions a partial program reads, for ``rows`` x ``n_kv_heads`` (row, head) pairs.
+
+    64 at batch 1: a 200-position decode is then 4 splits a kv head, enough programs
+    to fill the GPU. With many pairs there are programs enough without splitting finely,
+    and a grid of 64-position splits over a long cache is mostly programs that only
+    return (measured on the H200: docs/perf-notes.md), so the split grows to 256.
+    """
+    return SPLIT if rows * n_kv_heads < 256 else 4 * SPLIT
 
 
 @triton.jit
@@ -71,7 +81,9 @@ def _partial(
             n = split * SPLIT + i * BLOCK_N + tl.arange(0, BLOCK_N)
             nmask = (n >= start) & (n < end)
             kv_mask = nmask[:, None] & dmask[None, :]
+            # Both tiles' loads first, so they are in flight together.
             k = tl.load(k_row + n[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0)
+            v = tl.load(v_row + n[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0)
             s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
             s = tl.where(nmask[None, :], s, float("-inf"))
             m_new = tl.maximum(m, tl.max(s, axis=1))
@@ -81,7 +93,6 @@ def _partial(
             alpha = tl.exp(m - m_ref)
             w = tl.exp(s - m_ref[:, None])
             den = den * alpha + tl.sum(w, axis=1)
-            v = tl.load(v_row + n[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0)
             acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
             m = m_new
         at = (b * n_heads + heads) * N_SPLITS + split
@@ -133,7 +144,8 @@ def decode_attention(
     B, H, _, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     rep = H // Hkv
-    n_splits = -(-S // SPLIT)
+    split = split_size(B, Hkv)
+    n_splits = -(-S // split)
     q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
     den = torch.empty_like(m)
@@ -142,18 +154,18 @@ def decode_attention(
     rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
     # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
     # a tile is at most one split.
-    block_n = min(SPLIT, max(16, 8192 // (rep_p2 * d_p2)))
+    block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
     wrap_triton(_partial)[(B * Hkv, n_splits)](
         q, k_cache, v_cache, lo, input_pos, m, den, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         Hkv, H, 1.0 / math.sqrt(D),
-        REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=SPLIT, BLOCK_N=block_n,
+        REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
         N_SPLITS=n_splits, num_warps=4,
     )  # fmt: skip
     wrap_triton(_combine)[(B * H,)](
         m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
-        D=D, D_P2=d_p2, SPLIT=SPLIT, N_SPLITS=n_splits, SPLITS_P2=_next_pow2(n_splits),
+        D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, SPLITS_P2=_next_pow2(n_splits),
         num_warps=4,
     )  # fmt: skip
     return out
