@@ -3,6 +3,8 @@ the key factors that say so."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from artifactcache import api
@@ -140,3 +142,15 @@ def test_quant_and_fusion_change_the_key_but_not_the_weights_factor(backend: str
     assert plain.factors["weights"] == quant.factors["weights"] == fused.factors["weights"]
     if backend == "aoti":  # weight-stripped: an architecture key, which the options split too
         assert len({plain.arch_key, quant.arch_key, fused.arch_key}) == 3
+
+
+def test_split_kv_decode_leaves_large_batches_on_sdpa_by_default():
+    rec = load_recipe("tiny-llama")
+    n_kv = rec.model.n_kv_heads
+    wide = dataclasses.replace(rec, shapes=dataclasses.replace(rec.shapes, max_batch=256 // n_kv))
+    cuda = BuildOptions(device="cuda")
+    assert split_kv_decode("aoti", cuda, rec) is True
+    assert split_kv_decode("aoti", cuda, wide) is False
+    assert model_factors("aoti", wide, cuda)["decode_attention"] == "sdpa"
+    asked = BuildOptions(device="cuda", extra={"split_kv_decode": 1})
+    assert split_kv_decode("aoti", asked, wide) is True

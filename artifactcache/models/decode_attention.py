@@ -29,19 +29,19 @@ import triton
 import triton.language as tl
 from torch.library import triton_op, wrap_triton
 
-# Positions one partial program reads, the smallest of the split sizes below.
+# Positions one partial program reads (one tile).
 SPLIT = 64
 
 
 def split_size(rows: int, n_kv_heads: int) -> int:
-    """Positions a partial program reads, for ``rows`` x ``n_kv_heads`` (row, head) pairs.
+    """Positions a partial program reads: one tile of SPLIT, whatever the batch.
 
-    64 at batch 1: a 200-position decode is then 4 splits a kv head, enough programs
-    to fill the GPU. With many pairs there are programs enough without splitting finely,
-    and a grid of 64-position splits over a long cache is mostly programs that only
-    return (measured on the H200: docs/perf-notes.md), so the split grows to 256.
+    Measured on the H200 (docs/perf-notes.md): a program that loops over 2-8 tiles
+    is 1.5-6x slower at batch 1 (the masked tiles' arithmetic, and registers), and
+    at batch 32 it spilled. Large batches are where SDPA's one kernel wins instead
+    (model_options.split_kv_decode keeps them on the bucketed SDPA by default).
     """
-    return SPLIT if rows * n_kv_heads < 256 else 4 * SPLIT
+    return SPLIT
 
 
 @triton.jit
