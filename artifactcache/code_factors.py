@@ -55,6 +55,7 @@ BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
         "artifactcache.backends.aoti",
         # Its build workers rebuild the model and the process state the steps compile in.
         "artifactcache.backends.aoti_jobs",
+        "artifactcache.backends.aoti_plan",
         "artifactcache.backends.module_aoti",
         "artifactcache.backends.cxx",
         "artifactcache.backends.torch_private",

@@ -12,6 +12,9 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
+import types
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -20,18 +23,16 @@ from _backend_util import private_dir
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends import aoti, aoti_jobs
-from artifactcache.backends.aoti_jobs import (
+from artifactcache.backends import aoti, aoti_jobs, aoti_plan
+from artifactcache.backends.aoti_jobs import BuildWorkerFailed, StepJob, worker_failure
+from artifactcache.backends.aoti_plan import (
     JOBS_ENV,
     TIMEOUT_ENV,
-    BuildWorkerFailed,
-    StepJob,
     build_jobs,
     build_timeout,
     planned_jobs,
-    worker_failure,
 )
-from artifactcache.backends.base import BuildOptions
+from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.cli.app import app
 from artifactcache.errors import BackendError, WeightsError
 from artifactcache.models import WeightsSpec, build_model
@@ -77,9 +78,9 @@ def _our_workers() -> list[int]:
 def test_jobs_come_from_the_env_else_the_device_and_cores(monkeypatch):
     monkeypatch.delenv(JOBS_ENV, raising=False)
     assert build_jobs("cuda", 2) == 2  # the GPU default: concurrent
-    monkeypatch.setattr(aoti_jobs, "usable_cores", lambda: 2)
+    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: 2)
     assert build_jobs("cpu", 2) == 1  # this VM's measurement: serial on few cores
-    monkeypatch.setattr(aoti_jobs, "usable_cores", lambda: aoti_jobs.MIN_CPU_CORES)
+    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: aoti_plan.MIN_CPU_CORES)
     assert build_jobs("cpu", 2) == 2
     monkeypatch.setenv(JOBS_ENV, "1")
     assert build_jobs("cuda", 2) == 1
@@ -124,7 +125,7 @@ def test_a_worker_imports_this_acache_not_one_in_the_working_dir(tmp_path):
 
 def test_timeout_comes_from_the_env(monkeypatch):
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
-    assert build_timeout() == aoti_jobs.DEFAULT_TIMEOUT_S
+    assert build_timeout() == aoti_plan.DEFAULT_TIMEOUT_S
     monkeypatch.setenv(TIMEOUT_ENV, "2.5")
     assert build_timeout() == 2.5
     for bad in ("0", "-3", "soon", "nan"):
@@ -210,9 +211,9 @@ def test_process_state_carries_the_matmul_precision():
     switches = _precision_switches()
     try:
         torch.set_float32_matmul_precision("medium")
-        state = aoti_jobs.process_state()
+        state = aoti_plan.process_state()
         torch.set_float32_matmul_precision("highest")
-        aoti_jobs.apply_process_state(state)
+        aoti_plan.apply_process_state(state)
         assert torch.get_float32_matmul_precision() == "medium"
     finally:
         torch.set_float32_matmul_precision(before)
@@ -263,8 +264,124 @@ def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
     monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # less than a worker's imports
     line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
     assert "longer than 0.5 s" in line and TIMEOUT_ENV in line
+    assert "the prefill step (" in line and "the decode step (" in line  # with their phases
     _nothing_cached(cache_dir)
     assert _our_workers() == []
+
+
+# ---------------------------------------------- stand-in workers: how they end --
+
+# A worker that builds no model: it reads its job and the probe's config as a real one
+# does, then saves a step (an empty .so and its report) and ends as told.
+_STAND_IN = """
+import os, pickle, signal, sys, time
+sys.path[0] = {root!r}
+from artifactcache.backends.aoti_jobs import WAITING_FOR_PROBE, StepJob
+started = time.monotonic()
+job: StepJob = pickle.load(sys.stdin.buffer)
+job.mark(WAITING_FOR_PROBE)
+pickle.load(sys.stdin.buffer)
+so = f"{{job.step}}/{{job.step}}.so"
+(job.workdir / job.step).mkdir(parents=True, exist_ok=True)
+(job.workdir / so).write_bytes(b"")
+report = dict(so=so, timings={{}}, started=started, finished=time.monotonic())
+job.result.write_bytes(pickle.dumps(report))
+{ending}
+"""
+_ROOT = str(Path(aoti_jobs.__file__).resolve().parents[2])
+
+
+def _stand_in_build(tmp_path: Path, monkeypatch, ending: str, probe=dict, progress=None):
+    argv = [sys.executable, "-c", _STAND_IN.format(root=_ROOT, ending=ending)]
+    monkeypatch.setattr(aoti_jobs, "worker_argv", lambda: argv)
+    ctx = BuildContext(load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(), progress=progress)
+    workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
+    workdir.mkdir()
+    scratch.mkdir()
+    return aoti_jobs.build_concurrently(ctx, workdir, scratch, aoti.STEPS, probe)
+
+
+@pytest.mark.parametrize(
+    ("ending", "how"),
+    [
+        ("os.kill(os.getpid(), signal.SIGSEGV)", "exited with signal 11"),
+        ("sys.stdout.flush(); os._exit(3)", "exited with exit code 3"),
+    ],
+)
+def test_a_worker_that_saved_its_step_has_built_it_however_it_exits(
+    tmp_path: Path, monkeypatch, capsys, ending, how
+):
+    ending = f"if job.step == 'decode':\n    {ending}"
+    sos, _ = _stand_in_build(tmp_path, monkeypatch, ending)
+    assert sos == {"prefill": "prefill/prefill.so", "decode": "decode/decode.so"}
+    warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 1 and "decode step's build worker" in warnings[0], warnings
+    assert how in warnings[0] and "its step is kept" in warnings[0]
+    assert _our_workers() == []
+
+
+def test_a_worker_that_hangs_after_saving_its_step_is_stopped_and_its_step_kept(
+    tmp_path: Path, monkeypatch
+):
+    monkeypatch.setattr(aoti_jobs, "_EXIT_GRACE_S", 0.2)
+    said: list[str] = []
+    sos, _ = _stand_in_build(tmp_path, monkeypatch, "time.sleep(600)", progress=said.append)
+    assert set(sos) == {"prefill", "decode"}
+    assert len(said) == 2 and all("was stopped" in m and "kept" in m for m in said), said
+    assert _our_workers() == []
+
+
+def test_a_hung_compiler_probe_is_named_not_the_steps(tmp_path: Path, monkeypatch):
+    release = threading.Event()
+
+    def hung_probe() -> dict:
+        release.wait()
+        return {}
+
+    monkeypatch.setenv(TIMEOUT_ENV, "0.5")
+    try:
+        with pytest.raises(BackendError) as e:
+            _stand_in_build(tmp_path, monkeypatch, "", probe=hung_probe)
+    finally:
+        release.set()
+    line = str(e.value)
+    assert "\n" not in line and "longer than 0.5 s" in line and TIMEOUT_ENV in line
+    assert "the C++ compiler probe" in line
+    assert "the prefill step (" in line and "the decode step (" in line
+    assert _our_workers() == []
+
+
+def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypatch):
+    """A real worker's _run marks each phase; past the timeout, the message reads them."""
+    job = StepJob("decode", load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(),
+                  tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
+    done: Future = Future()
+    done.set_result({})
+
+    def message() -> str:
+        return str(aoti_jobs.timeout_error([types.SimpleNamespace(job=job)], done, 9.0))
+
+    seen = [message()]
+
+    def model_for(ctx, dev, backend):
+        seen.append(message())
+        return None
+
+    def step(model, recipe, dev, name, cfg, workdir, scratch, timings):
+        seen.append(message())
+        cfg()
+        seen.append(message())
+        return f"{name}/{name}.so"
+
+    monkeypatch.setattr(aoti_jobs, "apply_process_state", lambda state: None)  # this process's
+    monkeypatch.setattr("artifactcache.backends.runner.build_model_for", model_for)
+    monkeypatch.setattr(aoti, "build_step", step)
+    aoti_jobs._run(job, io.BytesIO(pickle.dumps({})), 0.0, 0.0)
+    phases = [m.split("the decode step (", 1)[1].split(")", 1)[0] for m in seen]
+    assert phases == ["starting", "building the model", "exporting", "compiling"]
+    assert all("compiler probe" not in m for m in seen)  # the probe was done
+    job.mark(aoti_jobs.WAITING_FOR_PROBE)
+    assert "the decode step (waiting for the compiler probe)" in message()
 
 
 # ------------------------------------------------------------- both ways --

@@ -8,6 +8,7 @@ import pytest
 import torch
 from _backend_util import BATCH_PROMPTS, private_dir, runner_cache
 from _generate_util import naive_greedy
+from torch.overrides import TorchFunctionMode
 
 from artifactcache.backends.runner import StepRunner
 from artifactcache.errors import GenerationError
@@ -98,6 +99,32 @@ def test_the_sampler_draws_each_row_of_a_batch_on_its_own():
         assert torch.equal(pick(logits), want), kw
     one = Sampling(temperature=1.0, seed=0).sampler(torch.device("cpu"))(logits[1])
     assert one.shape == (1, 1)  # a single row of logits keeps the [1, 1] shape
+
+
+class _CountCalls(TorchFunctionMode):
+    """How many times each torch function or Tensor method ran inside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: dict[str, int] = {}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_unseeded_rows_draw_in_one_launch_seeded_rows_each_from_their_own_generator():
+    # As above: row r puts almost all its mass on token r.
+    logits = torch.full((3, 4), -30.0)
+    logits[torch.arange(3), torch.arange(3)] = 10.0
+    logits[:, 3] = 0.0
+    for seed, launches in ((None, 1), (0, 3), ((4, 4, 1), 3)):
+        pick = Sampling(temperature=1.0, seed=seed).sampler(torch.device("cpu"), rows=3)
+        with _CountCalls() as counted:
+            got = pick(logits)
+        assert counted.calls["exponential_"] == launches, seed
+        assert torch.equal(got, torch.tensor([[0], [1], [2]])), seed  # each row its own
 
 
 def _eager_runner(rows: int) -> StepRunner:

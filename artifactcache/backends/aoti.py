@@ -41,7 +41,8 @@ from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from ..models.common import kv_len_range
-from .aoti_jobs import build_concurrently, planned_jobs
+from .aoti_jobs import build_concurrently
+from .aoti_plan import planned_jobs
 from .base import BuildContext, BuildOptions
 from .cuda_graph import cuda_graph_step
 from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id

@@ -10,9 +10,11 @@ calls ``build()`` without a ``__main__`` guard would then build again inside eac
 
 A worker is told (pickled on its stdin) the recipe, the options, the weights and the
 codegen-relevant process state the key names (fp32 matmul precision, TF32), plus the
-deterministic-algorithms switch and, where this process imported Inductor, its config.
-It rebuilds the model as the serial path does (``build_model_for``: the same weights,
-fused projections, quantization) and runs the serial path's own ``aoti.build_step``.
+deterministic-algorithms switch and, where this process imported Inductor, its portable
+config (where that leaves a change behind, a custom pass say, aoti_plan keeps the build
+serial). It rebuilds the model as the serial path does (``build_model_for``: the same
+weights, fused projections, quantization) and runs the serial path's own
+``aoti.build_step``.
 So its files are the serial build's: ``<step>/`` of the entry, one ``.so`` each, and
 timings under the same keys. A worker needs real tensors on the device, but not the
 real weights' values: the compile reads the constants' device, dtype and strides, and
@@ -28,9 +30,12 @@ export, and sends each worker the resulting Inductor config before it compiles.
 Where no worker succeeds: an ``AcacheError`` it raised is raised here with the same
 class and message; any other exception (a bug, an Inductor crash) becomes a
 ``BuildWorkerFailed``, which keeps the worker's traceback as acache keeps a bug's.
-A worker that dies or exceeds ``ACACHE_BUILD_TIMEOUT`` is a one-line ``BackendError``.
-The other worker is stopped at once, its process group killed (Inductor's own compile
-workers included), and a worker whose parent dies exits on its own.
+A worker that dies before its report is a one-line ``BackendError``; one that saved its
+step (the report is its last write) has built it, however it then exits (an odd exit is
+a warning). Past ``ACACHE_BUILD_TIMEOUT``, the one line names what still ran: the
+compiler probe, and each worker's phase (from its progress file). The other worker is
+stopped at once, its process group killed (Inductor's own compile workers included),
+and a worker whose parent dies exits on its own.
 """
 
 from __future__ import annotations
@@ -50,144 +55,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from ..devices import is_cuda
 from ..errors import AcacheError, BackendError
+from .aoti_plan import JOBS_ENV, TIMEOUT_ENV, apply_process_state, build_timeout, process_state
 
 if TYPE_CHECKING:
     from .base import BuildContext, BuildOptions
 
-JOBS_ENV = "ACACHE_BUILD_JOBS"
-TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
-DEFAULT_TIMEOUT_S = 7200.0
-# Usable cores from which a CPU build runs its steps concurrently by default. On the
-# 2-core dev VM the concurrent tiny-llama build was no faster than the serial one
-# (docs/perf-notes.md, attempt 12): one compile already keeps more than one core busy,
-# and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
-MIN_CPU_CORES = 8
 _POLL_S = 0.1
 LOG_TAIL_LINES = 40
 _STOP_GRACE_S = 5.0
+# How long a worker that saved its step may take to exit (Inductor's compile workers and
+# CUDA wind down first) before it is stopped; its step is kept either way.
+_EXIT_GRACE_S = 30.0
+# What a worker is doing, as its progress file names it; before it writes one, it is
+# starting (a fresh interpreter importing torch to read its job).
+STARTING = "starting"
+WAITING_FOR_PROBE = "waiting for the compiler probe"
 
 
 class BuildWorkerFailed(RuntimeError):
     """A worker's step failed with an exception that is no AcacheError: acache's bug or
     the compiler's, reported with the worker's traceback."""
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def build_jobs(device: str, n_steps: int) -> int:
-    """How many steps to build at once: ACACHE_BUILD_JOBS, else all of them on CUDA and
-    on CPUs with at least MIN_CPU_CORES usable cores, else 1 (the serial path)."""
-    raw = os.environ.get(JOBS_ENV, "").strip()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise BackendError(
-                f"{JOBS_ENV} must be a whole number >= 1 (1 builds the aoti steps one "
-                f"after the other in this process), not {raw!r}"
-            )
-        return min(n, n_steps)
-    if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
-        return n_steps
-    return 1
-
-
-def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
-    """build_jobs(), but serial by default where the workers would not fit in memory.
-
-    Each worker holds the model and its KV cache, so concurrency needs that memory once
-    per worker, where the serial path (and the fit check before any build) needs it
-    once. An explicit ACACHE_BUILD_JOBS is taken as asked.
-    """
-    from ..sizing import FIT_FRACTION, available_memory, memory_needed
-
-    jobs = build_jobs(opts.device, n_steps)
-    if jobs == 1 or os.environ.get(JOBS_ENV, "").strip():
-        return jobs
-    free = available_memory(opts.device)
-    if free is not None and jobs * memory_needed(recipe, opts.dtype)["total"] > FIT_FRACTION * free:
-        return 1
-    return jobs
-
-
-def build_timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:  # also refuses nan
-        raise BackendError(f"{TIMEOUT_ENV} must be a number of seconds > 0, not {raw!r}")
-    return seconds
-
-
-# ------------------------------------------------------------ process state --
-
-
-def process_state() -> dict[str, Any]:
-    """What of this process's torch state a worker must share: the matmul precision the
-    key names (code_factors.matmul_precision), and the deterministic-algorithms switch
-    Inductor reads; plus Inductor's config where this process has imported it (an API
-    user may have changed it; otherwise the worker's defaults are this process's)."""
-    import torch
-
-    from ..code_factors import matmul_precision
-
-    state: dict[str, Any] = {
-        "matmul": matmul_precision(),
-        "deterministic": torch.are_deterministic_algorithms_enabled(),
-        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-        "inductor_config": None,
-    }
-    if "torch._inductor.config" in sys.modules:
-        from torch._inductor import config
-
-        state["inductor_config"] = config.save_config_portable()
-    return state
-
-
-def apply_process_state(state: dict[str, Any]) -> None:
-    """Make this (worker) process's torch state the parent's; a state that does not
-    stick is a BackendError, since the key would then describe another artifact."""
-    import torch
-
-    from ..code_factors import matmul_precision
-
-    m = state["matmul"]
-    # Only what differs: torch refuses to report a precision set through both its
-    # legacy (allow_tf32) and its new API, and the precision sets cuda's TF32 itself.
-    if torch.get_float32_matmul_precision() != m["fp32_precision"]:
-        torch.set_float32_matmul_precision(m["fp32_precision"])
-    if bool(torch.backends.cuda.matmul.allow_tf32) != m["cuda_tf32"]:
-        torch.backends.cuda.matmul.allow_tf32 = m["cuda_tf32"]
-    if bool(torch.backends.cudnn.allow_tf32) != m["cudnn_tf32"]:
-        torch.backends.cudnn.allow_tf32 = m["cudnn_tf32"]
-    if matmul_precision() != m:
-        raise BackendError(
-            f"a build worker could not take this process's matmul precision {m} "
-            f"(it has {matmul_precision()}); set {JOBS_ENV}=1 to build in this process"
-        )
-    wanted = (state["deterministic"], state["deterministic_warn_only"])
-    if wanted != (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-    ):  # only then: setting it imports torch._dynamo and Inductor (seconds)
-        torch.use_deterministic_algorithms(wanted[0], warn_only=wanted[1])
-    if state["inductor_config"] is not None:
-        from torch._inductor import config
-
-        config.load_config(state["inductor_config"])
 
 
 # ------------------------------------------------------------------ parent --
@@ -206,6 +94,27 @@ class StepJob:
     result: Path  # the worker's report: a pickled dict, written last
     state: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+
+    @property
+    def progress(self) -> Path:
+        """Where the worker names the phase it is in (one line, replaced whole)."""
+        return self.result.with_suffix(".phase")
+
+    def mark(self, phase: str) -> None:
+        """Name the worker's phase, for the parent's timeout message (only that: a write
+        that fails fails no build)."""
+        tmp = self.progress.with_suffix(".phase-tmp")
+        try:
+            tmp.write_text(phase)
+            os.replace(tmp, self.progress)
+        except OSError:
+            pass
+
+    def phase(self) -> str:
+        try:
+            return self.progress.read_text().strip() or STARTING
+        except OSError:
+            return STARTING
 
 
 def worker_argv() -> list[str]:
@@ -244,6 +153,16 @@ class _Worker:
             return pickle.loads(self.job.result.read_bytes())
         except (OSError, EOFError, pickle.UnpicklingError):
             return None
+
+    def odd_exit(self, grace: float) -> str | None:
+        """How a worker that saved its step ended, where that was not a plain exit 0:
+        its code, or that it was stopped after ``grace`` seconds still running."""
+        try:
+            code = self.proc.wait(max(grace, 0.0))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return "was still running after saving its step, and was stopped"
+        return None if code == 0 else f"exited with {_exit_status(code)} after saving its step"
 
     def stop(self) -> None:
         if self.proc.stdin is not None:
@@ -290,6 +209,10 @@ def _acache_error(module: str, name: str, message: str) -> AcacheError:
     return BackendError(message)
 
 
+def _exit_status(code: int) -> str:
+    return f"signal {-code}" if code < 0 else f"exit code {code}"
+
+
 def worker_failure(step: str, report: dict[str, Any] | None, code: int) -> Exception:
     """What a failed worker's step raises here, from its report and exit code."""
     if report is not None and "error" in report:
@@ -300,7 +223,7 @@ def worker_failure(step: str, report: dict[str, Any] | None, code: int) -> Excep
             f"the aoti {step} step failed in its build worker "
             f"(rerun with {JOBS_ENV}=1 to build in this process):\n{err['traceback']}"
         )
-    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+    how = _exit_status(code)
     hint = ", out of memory?" if code == -signal.SIGKILL else ""
     return BackendError(
         f"the aoti {step} step's build worker died ({how}{hint}) before finishing; "
@@ -324,8 +247,41 @@ def _in_thread(fn: Callable[[], Any]) -> Future:
     return fut
 
 
+def saved_step(w: _Worker) -> dict[str, Any] | None:
+    """The worker's report where it says its step is built; None while it has none.
+
+    The report is the worker's last write, after its step's files are in place, so a
+    worker that saved one has built its step, however it exits afterwards (a crash in
+    interpreter shutdown, a hang there). A report of a library that is not there is a
+    BackendError; one that carries an error is that error (worker_failure).
+    """
+    report = w.report()
+    if report is None:
+        return None
+    if "error" in report:
+        raise worker_failure(w.job.step, report, 1)
+    if not (w.job.workdir / report["so"]).is_file():
+        raise BackendError(
+            f"the aoti {w.job.step} step's build worker reported {report['so']}, which "
+            f"is not there; rerun with {JOBS_ENV}=1 to build in this process"
+        )
+    return report
+
+
+def timeout_error(pending: list[_Worker], probe: Future, timeout: float) -> BackendError:
+    """What ran past the timeout, by name: the compiler probe, and each unfinished
+    worker with the phase it was in (a step hung at its start, its model, its export,
+    its compile, or waiting for that probe)."""
+    running = [] if probe.done() else ["the C++ compiler probe (in this process)"]
+    running += [f"the {w.job.step} step ({w.job.phase()})" for w in pending]
+    return BackendError(
+        f"the aoti build took longer than {timeout:g} s, still running: "
+        f"{'; '.join(running)}; set {TIMEOUT_ENV} to a longer time in seconds"
+    )
+
+
 def _wait(workers: list[_Worker], probe: Future, deadline: float, timeout: float) -> None:
-    """Until every worker succeeded, handing each the probe's config once it is known.
+    """Until every worker saved its step, handing each the probe's config once it is known.
 
     The first failure (a worker's, the probe's, or the deadline) raises at once, so a
     worker that fails while the probe still runs is reported without waiting for it.
@@ -338,19 +294,22 @@ def _wait(workers: list[_Worker], probe: Future, deadline: float, timeout: float
                 w.send(cfg)
             sent = True
         for w in list(pending):
-            code = w.proc.poll()
-            if code is None:
-                continue
-            pending.remove(w)
-            report = w.report()
-            if code != 0 or report is None or "error" in report:
-                raise worker_failure(w.job.step, report, code)
+            code = w.proc.poll()  # before the report: an exited worker wrote all it will
+            if saved_step(w) is not None:
+                pending.remove(w)
+            elif code is not None:
+                raise worker_failure(w.job.step, w.report(), code)
         if pending and time.monotonic() > deadline:
-            raise BackendError(
-                f"the aoti {pending[0].job.step} step took longer than {timeout:g} s to "
-                f"build; set {TIMEOUT_ENV} to a longer time in seconds"
-            )
+            raise timeout_error(pending, probe, timeout)
         time.sleep(_POLL_S)
+
+
+def _warn(ctx: BuildContext, message: str) -> None:
+    if ctx.progress:
+        ctx.progress(f"warning: {message}")
+    else:
+        sys.stderr.write(f"warning: {message}\n")
+        sys.stderr.flush()
 
 
 def build_concurrently(
@@ -394,6 +353,8 @@ def build_concurrently(
                         f"({type(e).__name__}: {e}); set {JOBS_ENV}=1 to build serially"
                     ) from None
             _wait(workers, _in_thread(timed_probe), deadline, timeout)
+            exits_by = time.monotonic() + _EXIT_GRACE_S
+            odd = {w.job.step: w.odd_exit(exits_by - time.monotonic()) for w in workers}
         except BaseException:
             # The error stays one line; what the workers printed last (an import
             # failure, a compiler crash) goes to stderr before their logs are deleted.
@@ -407,6 +368,8 @@ def build_concurrently(
         sos: dict[str, str] = {}
         for w in workers:
             w.forward_log()
+            if how := odd[w.job.step]:
+                _warn(ctx, f"the aoti {w.job.step} step's build worker {how}; its step is kept")
             report = w.report()
             assert report is not None  # _wait checked it
             sos[w.job.step] = report["so"]
@@ -432,6 +395,7 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dict[str, Any]:
+    job.mark("importing")
     from .aoti import BACKEND, build_step
     from .base import BuildContext
     from .runner import build_model_for, device_of
@@ -439,6 +403,7 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
     # From this worker's first line: unpickling the job imported torch already.
     timings = {f"{job.step}_imports": round(time.perf_counter() - t_imports, 3)}
     apply_process_state(job.state)
+    job.mark("building the model")
     t0 = time.perf_counter()
     ctx = BuildContext(recipe=job.recipe, opts=job.opts, weights=job.weights)
     dev = device_of(job.opts)
@@ -446,8 +411,12 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
     timings[f"{job.step}_model"] = round(time.perf_counter() - t0, 3)
 
     def config() -> dict[str, Any]:
-        return pickle.load(stdin)  # sent once the parent's compiler probe is done
+        job.mark(WAITING_FOR_PROBE)
+        cfg = pickle.load(stdin)  # sent once the parent's compiler probe is done
+        job.mark("compiling")
+        return cfg
 
+    job.mark("exporting")
     so = build_step(model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings)
     return {"so": so, "timings": timings, "started": started, "finished": time.monotonic()}
 

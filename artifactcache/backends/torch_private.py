@@ -136,6 +136,54 @@ def inductor_config_kept() -> Iterator[None]:
         config.load_config(saved)
 
 
+# Inductor config entries that hold graph passes (callables or pass objects). Inductor's
+# FX-graph cache hashes them apart from the rest of its config (FxGraphHashDetails), and
+# save_config_portable leaves them out, whatever they hold.
+INDUCTOR_CUSTOM_PASSES = (
+    "pre_grad_custom_pass",
+    "post_grad_custom_pre_pass",
+    "post_grad_custom_post_pass",
+    "joint_custom_pre_pass",
+    "joint_custom_post_pass",
+    "_pre_fusion_custom_pass",
+    "_post_fusion_custom_pass",
+    "_fuse_ddp_communication_passes",
+)
+
+
+def portable_inductor_config() -> tuple[dict[str, Any], list[str]]:
+    """This process's Inductor config as another process can take it, and what of it
+    that leaves behind: (``save_config_portable()``, names of the entries changed here
+    whose value it does not carry as it is).
+
+    Left behind are the entries that change generated code (what Inductor's own cache
+    key reads: every entry but those about caches, logs, tracing and compile workers,
+    plus the custom passes) which hold something other than torch's default here and
+    which the portable form lacks or rewrites: custom passes, private entries, a factory
+    class it replaces by its uuid. An entry set through a TORCHINDUCTOR_* variable
+    counts (a child would inherit it): that errs on the side of naming too much.
+    """
+    from torch._inductor import config
+
+    entries = getattr(config, "_config", None)
+    if not isinstance(entries, dict) or not hasattr(config, "save_config_portable"):
+        raise TorchPrivateAPIMissing("torch._inductor.config._config/save_config_portable")
+    try:
+        carried = config.save_config_portable()
+        shaping = set(config.save_config_portable(ignore_private_configs=False))
+    except RuntimeError:  # a factory class without uuid(): none of it is portable
+        return {}, list(getattr(config, "_cache_config_factory_keys", ["a factory class"]))
+    shaping.update(n for n in INDUCTOR_CUSTOM_PASSES if n in entries)
+    left = []
+    for name in sorted(shaping):
+        value = getattr(config, name)
+        if value is entries[name].default or value == entries[name].default:
+            continue  # a worker starts with the default (a patch() undone leaves it set)
+        if name not in carried or carried[name] != value:
+            left.append(name)
+    return carried, left
+
+
 def release_export_state() -> None:
     """Drop torch.export's module-level reference to the last traced graph.
 

@@ -11,11 +11,12 @@ each row drawn on its own), which stays on the device:
   ``argmax(probs / q)`` with q ~ Exp(1) is a sample from ``probs``, and unlike
   ``torch.multinomial`` it never copies anything to the host.
 
-Each row of a batch draws from its own torch.Generator on the device, so a row's
-tokens depend on its prompt and its seed only, never on the other rows: row ``i``
-of a batch samples exactly as its prompt run alone with that row's seed. ``seed``
-is one int (row ``i`` gets ``seed + i``, so a lone request gets ``seed``), one int
-per row, or None (a fresh seed per row).
+With a seed, each row of a batch draws from its own torch.Generator on the device, so
+a row's tokens depend on its prompt and its seed only, never on the other rows: row
+``i`` of a batch samples exactly as its prompt run alone with that row's seed. ``seed``
+is one int (row ``i`` gets ``seed + i``, so a lone request gets ``seed``), one int per
+row, or None (one freshly seeded generator draws every row's noise at once: nothing to
+reproduce, and the rows' draws are still independent).
 """
 
 from __future__ import annotations
@@ -94,14 +95,15 @@ class Sampling:
             return lambda logits: logits.argmax(-1).view(-1, 1)
         import torch
 
-        gens = []
-        for seed in seeds:
-            gen = torch.Generator(device=device)
-            if seed is None:
-                gen.seed()
-            else:
-                gen.manual_seed(seed)
-            gens.append(gen)
+        if self.seed is None:
+            # No seed, nothing to reproduce: one fresh generator draws every row's noise
+            # in one launch. The rows' noise is still independent, so each row samples
+            # from its own distribution as it would alone.
+            shared = torch.Generator(device=device)
+            shared.seed()
+            gens = [shared]
+        else:
+            gens = [torch.Generator(device=device).manual_seed(s) for s in seeds]
         temperature, top_k, top_p = float(self.temperature), self.top_k, self.top_p
 
         def sample(logits: torch.Tensor) -> torch.Tensor:
@@ -114,10 +116,18 @@ class Sampling:
             if top_p is not None and top_p < 1:
                 probs = _nucleus(probs, top_p)
             q = torch.empty_like(probs)
-            # One draw per row, each from its row's generator: a generator shared by the
-            # rows would hand each row noise that depends on how many rows came before.
-            for row, gen in zip(q.view(-1, q.shape[-1]), gens, strict=True):
-                row.exponential_(1, generator=gen)
+            if len(gens) == 1:  # one row, or rows with no seed
+                q.exponential_(1, generator=gens[0])
+            else:
+                # Seeded rows: one launch per row, and it must stay so. Row i's noise has
+                # to be what its generator draws for [vocab] alone (its lone run, the
+                # same seed). A torch RNG op takes one generator, so one draw over all
+                # rows would make a row's noise depend on the rows before it; nor can a
+                # row draw several tokens ahead in one launch, since on CUDA the Philox
+                # kernel maps an element to its counter by the launch's grid, which
+                # grows with the tensor: a [k, vocab] draw is not k [vocab] draws.
+                for row, gen in zip(q.view(-1, q.shape[-1]), gens, strict=True):
+                    row.exponential_(1, generator=gen)
             # exponential_ may return 0; a zero-probability token would then give 0/0,
             # a NaN that argmax would pick.
             q.clamp_min_(torch.finfo(q.dtype).tiny)

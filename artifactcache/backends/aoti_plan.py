@@ -1,0 +1,224 @@
+"""How an aoti build is scheduled, and what a worker takes from the building process.
+
+How many of its steps build at once, each in a worker process (aoti_jobs.py), and how
+long the workers may take: ACACHE_BUILD_JOBS, else the device, the CPUs this process
+may use (its affinity, capped by a cgroup CPU quota, as in a container), the free
+memory, and whether this process's Inductor config can be carried to a worker at all.
+The scheduling changes no file: both paths build the same ones.
+
+What is carried (``process_state``, applied in the worker by ``apply_process_state``):
+the torch state that shapes the generated code, so it is in the key's sources.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..devices import is_cuda
+from ..errors import BackendError
+
+if TYPE_CHECKING:
+    from .base import BuildOptions
+
+JOBS_ENV = "ACACHE_BUILD_JOBS"
+TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
+DEFAULT_TIMEOUT_S = 7200.0
+# Usable cores from which a CPU build runs its steps concurrently by default. On the
+# 2-core dev VM the concurrent tiny-llama build was no faster than the serial one
+# (docs/perf-notes.md, attempt 12): one compile already keeps more than one core busy,
+# and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
+MIN_CPU_CORES = 8
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Where cgroup v1 mounts the cpu controller: alone, or joined with cpuacct.
+_CGROUP_V1_CPU_DIRS = ("cpu", "cpu,cpuacct")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> int | None:
+    """The CPUs this process's cgroup CPU quota amounts to, ceil(quota / period) and at
+    least 1; None where there is none.
+
+    cgroup v2: ``cpu.max`` holds "<quota> <period>", or "max <period>" for no quota.
+    cgroup v1: ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Both as a
+    container sees its own cgroup at ``root``.
+    """
+    v2 = _read(root / "cpu.max")
+    if v2 is not None:
+        quota, _, period = v2.partition(" ")
+    else:
+        quota = period = ""
+        for d in _CGROUP_V1_CPU_DIRS:
+            q, p = _read(root / d / "cpu.cfs_quota_us"), _read(root / d / "cpu.cfs_period_us")
+            if q is not None and p is not None:
+                quota, period = q, p
+                break
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:  # "max", or no such files
+        return None
+    if q <= 0 or p <= 0:
+        return None
+    return max(1, math.ceil(q / p))
+
+
+def usable_cores(cgroup_root: Path | None = None) -> int:
+    """The CPUs this process may run on (its affinity), capped by its cgroup CPU quota
+    (under ``cgroup_root``, else CGROUP_ROOT): a container given 2 CPUs of a 64-core host
+    sees all 64 in its affinity."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    limit = cgroup_cpu_limit(CGROUP_ROOT if cgroup_root is None else cgroup_root)
+    return cores if limit is None else min(cores, limit)
+
+
+def _jobs_asked() -> str:
+    return os.environ.get(JOBS_ENV, "").strip()
+
+
+def build_jobs(device: str, n_steps: int) -> int:
+    """How many steps to build at once: ACACHE_BUILD_JOBS, else all of them on CUDA and
+    on CPUs with at least MIN_CPU_CORES usable cores, else 1 (the serial path)."""
+    raw = _jobs_asked()
+    if raw:
+        try:
+            n = int(raw)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise BackendError(
+                f"{JOBS_ENV} must be a whole number >= 1 (1 builds the aoti steps one "
+                f"after the other in this process), not {raw!r}"
+            )
+        return min(n, n_steps)
+    if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
+        return n_steps
+    return 1
+
+
+def inductor_config_left_behind() -> list[str]:
+    """Inductor config entries, changed in this process, that a build worker would not
+    get (process_state sends the portable config only): custom passes and the like."""
+    if "torch._inductor.config" not in sys.modules:  # unimported: nothing changed
+        return []
+    from .torch_private import portable_inductor_config
+
+    return portable_inductor_config()[1]
+
+
+def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
+    """build_jobs(), but serial where the workers could not build what this process would,
+    or, by default, where they would not fit in memory.
+
+    A worker compiles under the Inductor config it was sent; an entry that cannot be sent
+    (a custom pass) would be missing there, and its files would not be the serial
+    build's. The default is then the serial path; an explicit ACACHE_BUILD_JOBS > 1 is
+    refused (one line), since no worker can do what it asks.
+
+    Each worker holds the model and its KV cache, so concurrency needs that memory once
+    per worker, where the serial path (and the fit check before any build) needs it
+    once. On memory, an explicit ACACHE_BUILD_JOBS is taken as asked.
+    """
+    from ..sizing import FIT_FRACTION, available_memory, memory_needed
+
+    jobs = build_jobs(opts.device, n_steps)
+    if jobs == 1:
+        return 1
+    asked = bool(_jobs_asked())
+    if left := inductor_config_left_behind():
+        if asked:
+            raise BackendError(
+                f"this process's Inductor config sets {', '.join(left)}, which a build "
+                f"worker cannot be sent; set {JOBS_ENV}=1 to build the aoti steps in "
+                "this process"
+            )
+        return 1
+    if asked:
+        return jobs
+    free = available_memory(opts.device)
+    if free is not None and jobs * memory_needed(recipe, opts.dtype)["total"] > FIT_FRACTION * free:
+        return 1
+    return jobs
+
+
+def build_timeout() -> float:
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:  # also refuses nan
+        raise BackendError(f"{TIMEOUT_ENV} must be a number of seconds > 0, not {raw!r}")
+    return seconds
+
+
+# ------------------------------------------------------------ process state --
+
+
+def process_state() -> dict[str, Any]:
+    """What of this process's torch state a worker must share: the matmul precision the
+    key names (code_factors.matmul_precision), and the deterministic-algorithms switch
+    Inductor reads; plus Inductor's config where this process has imported it (an API
+    user may have changed it; otherwise the worker's defaults are this process's)."""
+    import torch
+
+    from ..code_factors import matmul_precision
+
+    state: dict[str, Any] = {
+        "matmul": matmul_precision(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "inductor_config": None,
+    }
+    if "torch._inductor.config" in sys.modules:
+        from .torch_private import portable_inductor_config
+
+        # Where this leaves a change behind, planned_jobs chose the serial path.
+        state["inductor_config"] = portable_inductor_config()[0]
+    return state
+
+
+def apply_process_state(state: dict[str, Any]) -> None:
+    """Make this (worker) process's torch state the parent's; a state that does not
+    stick is a BackendError, since the key would then describe another artifact."""
+    import torch
+
+    from ..code_factors import matmul_precision
+
+    m = state["matmul"]
+    # Only what differs: torch refuses to report a precision set through both its
+    # legacy (allow_tf32) and its new API, and the precision sets cuda's TF32 itself.
+    if torch.get_float32_matmul_precision() != m["fp32_precision"]:
+        torch.set_float32_matmul_precision(m["fp32_precision"])
+    if bool(torch.backends.cuda.matmul.allow_tf32) != m["cuda_tf32"]:
+        torch.backends.cuda.matmul.allow_tf32 = m["cuda_tf32"]
+    if bool(torch.backends.cudnn.allow_tf32) != m["cudnn_tf32"]:
+        torch.backends.cudnn.allow_tf32 = m["cudnn_tf32"]
+    if matmul_precision() != m:
+        raise BackendError(
+            f"a build worker could not take this process's matmul precision {m} "
+            f"(it has {matmul_precision()}); set {JOBS_ENV}=1 to build in this process"
+        )
+    wanted = (state["deterministic"], state["deterministic_warn_only"])
+    if wanted != (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    ):  # only then: setting it imports torch._dynamo and Inductor (seconds)
+        torch.use_deterministic_algorithms(wanted[0], warn_only=wanted[1])
+    if state["inductor_config"] is not None:
+        from torch._inductor import config
+
+        config.load_config(state["inductor_config"])
