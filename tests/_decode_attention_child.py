@@ -28,7 +28,7 @@ CASES = {
     "one kv head, head_dim 96, a window": (2, 4, 1, 96, 70, 69, 16, [0, 3]),
     "the first position": (1, 2, 2, 64, 64, 0, None, None),
     "the last slot": (2, 4, 2, 32, 2 * SPLIT + 5, 2 * SPLIT + 4, None, [7, 0]),
-    "256 (row, head) pairs: the wide split": (16, 16, 16, 16, 600, 530, None, list(range(16))),
+    "a batch of 16 rows, 16 heads": (16, 16, 16, 16, 600, 530, None, list(range(16))),
 }
 
 

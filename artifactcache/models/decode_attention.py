@@ -15,19 +15,22 @@ lies outside ``lo[b] .. p`` returns before it loads anything (flash-decoding).
 the row's first real slot, the sliding window, and the padding row that sees only
 its own position. So a sliding-window model reads at most its window.
 
-Triton is imported here only: the module is loaded where the kernel runs (CUDA
-builds of inductor and aoti); elsewhere :func:`decode_attention_reference` is the
+Triton is imported on the first call only (CUDA builds of inductor and aoti);
+elsewhere :func:`decode_attention_reference` is the
 same arithmetic in torch, and the parity tests hold the kernel to it and to SDPA.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from typing import Any
 
 import torch
-import triton
-import triton.language as tl
-from torch.library import triton_op, wrap_triton
+
+# Triton's kernels read ``tl`` from this module's globals; _kernels() sets it, so that
+# importing this module costs no Triton import (the CPU test suite has none of its own).
+tl: Any = None
 
 # Positions one partial program reads (one tile).
 SPLIT = 64
@@ -44,94 +47,153 @@ def split_size(rows: int, n_kv_heads: int) -> int:
     return SPLIT
 
 
-@triton.jit
-def _partial(
-    Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT,
-    stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
-    n_kv_heads, n_heads, scale,
-    REP: tl.constexpr, REP_P2: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
-    SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
-):  # fmt: skip
-    bh = tl.program_id(0)
-    split = tl.program_id(1)
-    b = bh // n_kv_heads
-    hkv = bh % n_kv_heads
-    p = tl.load(POS)
-    lo = tl.load(LO + b)
-    start = tl.maximum(split * SPLIT, lo)
-    end = tl.minimum((split + 1) * SPLIT, p + 1)
-    if start < end:
-        r = tl.arange(0, REP_P2)
+@functools.cache
+def _kernels() -> tuple[Any, Any]:
+    """(partial, combine), Triton-compiled on first use."""
+    global tl
+    import triton
+    import triton.language
+
+    tl = triton.language
+
+    @triton.jit
+    def _partial(
+        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT,
+        stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+        n_kv_heads, n_heads, scale,
+        REP: tl.constexpr, REP_P2: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
+        SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
+    ):  # fmt: skip
+        bh = tl.program_id(0)
+        split = tl.program_id(1)
+        b = bh // n_kv_heads
+        hkv = bh % n_kv_heads
+        p = tl.load(POS)
+        lo = tl.load(LO + b)
+        start = tl.maximum(split * SPLIT, lo)
+        end = tl.minimum((split + 1) * SPLIT, p + 1)
+        if start < end:
+            r = tl.arange(0, REP_P2)
+            d = tl.arange(0, D_P2)
+            rmask = r < REP
+            dmask = d < D
+            heads = hkv * REP + r
+            q = tl.load(
+                Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                mask=rmask[:, None] & dmask[None, :], other=0.0,
+            ).to(tl.float32) * scale  # fmt: skip
+            m = tl.full([REP_P2], float("-inf"), tl.float32)
+            den = tl.zeros([REP_P2], tl.float32)
+            acc = tl.zeros([REP_P2, D_P2], tl.float32)
+            k_row = K + b * stride_kb + hkv * stride_kh
+            v_row = V + b * stride_vb + hkv * stride_vh
+            # A static loop over the split's tiles (masked to start .. end - 1): no
+            # data-dependent trip count, so the compiled loop unrolls.
+            for i in tl.static_range(SPLIT // BLOCK_N):
+                n = split * SPLIT + i * BLOCK_N + tl.arange(0, BLOCK_N)
+                nmask = (n >= start) & (n < end)
+                kv_mask = nmask[:, None] & dmask[None, :]
+                # Both tiles' loads first, so they are in flight together.
+                k = tl.load(k_row + n[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0)
+                v = tl.load(v_row + n[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0)
+                s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+                s = tl.where(nmask[None, :], s, float("-inf"))
+                m_new = tl.maximum(m, tl.max(s, axis=1))
+                # A tile before the first filled position leaves m at -inf: exponents
+                # against 0 there, so they give 0 rather than exp(-inf + inf).
+                m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+                alpha = tl.exp(m - m_ref)
+                w = tl.exp(s - m_ref[:, None])
+                den = den * alpha + tl.sum(w, axis=1)
+                acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+                m = m_new
+            at = (b * n_heads + heads) * N_SPLITS + split
+            tl.store(M_OUT + at, m, mask=rmask)
+            tl.store(L_OUT + at, den, mask=rmask)
+            tl.store(
+                ACC_OUT + at[:, None] * D + d[None, :], acc, mask=rmask[:, None] & dmask[None, :]
+            )
+
+    @triton.jit
+    def _combine(
+        M_IN, L_IN, ACC_IN, LO, POS, OUT, stride_ob, stride_oh, n_heads,
+        D: tl.constexpr, D_P2: tl.constexpr, SPLIT: tl.constexpr,
+        N_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+    ):  # fmt: skip
+        bh = tl.program_id(0)
+        b = bh // n_heads
+        h = bh % n_heads
+        p = tl.load(POS)
+        lo = tl.load(LO + b)
+        s = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, D_P2)
-        rmask = r < REP
         dmask = d < D
-        heads = hkv * REP + r
-        q = tl.load(
-            Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-            mask=rmask[:, None] & dmask[None, :], other=0.0,
-        ).to(tl.float32) * scale  # fmt: skip
-        m = tl.full([REP_P2], float("-inf"), tl.float32)
-        den = tl.zeros([REP_P2], tl.float32)
-        acc = tl.zeros([REP_P2, D_P2], tl.float32)
-        k_row = K + b * stride_kb + hkv * stride_kh
-        v_row = V + b * stride_vb + hkv * stride_vh
-        # A static loop over the split's tiles (masked to start .. end - 1): no
-        # data-dependent trip count, so the compiled loop unrolls.
-        for i in tl.static_range(SPLIT // BLOCK_N):
-            n = split * SPLIT + i * BLOCK_N + tl.arange(0, BLOCK_N)
-            nmask = (n >= start) & (n < end)
-            kv_mask = nmask[:, None] & dmask[None, :]
-            # Both tiles' loads first, so they are in flight together.
-            k = tl.load(k_row + n[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0)
-            v = tl.load(v_row + n[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0)
-            s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
-            s = tl.where(nmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))
-            # A tile before the first filled position leaves m at -inf: exponents
-            # against 0 there, so they give 0 rather than exp(-inf + inf).
-            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m - m_ref)
-            w = tl.exp(s - m_ref[:, None])
-            den = den * alpha + tl.sum(w, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
-            m = m_new
-        at = (b * n_heads + heads) * N_SPLITS + split
-        tl.store(M_OUT + at, m, mask=rmask)
-        tl.store(L_OUT + at, den, mask=rmask)
-        tl.store(ACC_OUT + at[:, None] * D + d[None, :], acc, mask=rmask[:, None] & dmask[None, :])
+        active = (s >= lo // SPLIT) & (s <= p // SPLIT) & (s < N_SPLITS)
+        at = bh * N_SPLITS + s
+        m = tl.load(M_IN + at, mask=active, other=float("-inf"))
+        den = tl.load(L_IN + at, mask=active, other=0.0)
+        m_max = tl.max(m, axis=0)
+        w = tl.where(active, tl.exp(m - m_max), 0.0)
+        acc_mask = active[:, None] & dmask[None, :]
+        acc = tl.load(ACC_IN + at[:, None] * D + d[None, :], mask=acc_mask, other=0.0)
+        out = tl.sum(acc * w[:, None], axis=0) / tl.sum(den * w, axis=0)
+        tl.store(OUT + b * stride_ob + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
 
-
-@triton.jit
-def _combine(
-    M_IN, L_IN, ACC_IN, LO, POS, OUT, stride_ob, stride_oh, n_heads,
-    D: tl.constexpr, D_P2: tl.constexpr, SPLIT: tl.constexpr,
-    N_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
-):  # fmt: skip
-    bh = tl.program_id(0)
-    b = bh // n_heads
-    h = bh % n_heads
-    p = tl.load(POS)
-    lo = tl.load(LO + b)
-    s = tl.arange(0, SPLITS_P2)
-    d = tl.arange(0, D_P2)
-    dmask = d < D
-    active = (s >= lo // SPLIT) & (s <= p // SPLIT) & (s < N_SPLITS)
-    at = bh * N_SPLITS + s
-    m = tl.load(M_IN + at, mask=active, other=float("-inf"))
-    den = tl.load(L_IN + at, mask=active, other=0.0)
-    m_max = tl.max(m, axis=0)
-    w = tl.where(active, tl.exp(m - m_max), 0.0)
-    acc_mask = active[:, None] & dmask[None, :]
-    acc = tl.load(ACC_IN + at[:, None] * D + d[None, :], mask=acc_mask, other=0.0)
-    out = tl.sum(acc * w[:, None], axis=0) / tl.sum(den * w, axis=0)
-    tl.store(OUT + b * stride_ob + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
+    return _partial, _combine
 
 
 def _next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-@triton_op("acache::decode_attention", mutates_args=())
+@functools.cache
+def _op() -> Any:
+    """The custom op (registered once), which torch.export and AOTInductor carry."""
+    from torch.library import triton_op, wrap_triton
+
+    @triton_op("acache::decode_attention", mutates_args=())
+    def _decode_attention(
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        lo: torch.Tensor,
+        input_pos: torch.Tensor,
+    ) -> torch.Tensor:
+        """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
+        int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
+        B, H, _, D = q.shape
+        Hkv, S = k_cache.shape[1], k_cache.shape[2]
+        rep = H // Hkv
+        split = split_size(B, Hkv)
+        n_splits = -(-S // split)
+        q = q.contiguous()
+        m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
+        den = torch.empty_like(m)
+        acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
+        out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
+        rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
+        # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
+        # a tile is at most one split.
+        block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
+        partial, combine = _kernels()
+        wrap_triton(partial)[(B * Hkv, n_splits)](
+            q, k_cache, v_cache, lo, input_pos, m, den, acc,
+            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+            Hkv, H, 1.0 / math.sqrt(D),
+            REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
+            N_SPLITS=n_splits, num_warps=4,
+        )  # fmt: skip
+        wrap_triton(combine)[(B * H,)](
+            m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
+            D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, SPLITS_P2=_next_pow2(n_splits),
+            num_warps=4,
+        )  # fmt: skip
+        return out
+
+    return _decode_attention
+
+
 def decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -141,34 +203,7 @@ def decode_attention(
 ) -> torch.Tensor:
     """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
     int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
-    B, H, _, D = q.shape
-    Hkv, S = k_cache.shape[1], k_cache.shape[2]
-    rep = H // Hkv
-    split = split_size(B, Hkv)
-    n_splits = -(-S // split)
-    q = q.contiguous()
-    m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
-    den = torch.empty_like(m)
-    acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
-    out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
-    rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
-    # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
-    # a tile is at most one split.
-    block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
-    wrap_triton(_partial)[(B * Hkv, n_splits)](
-        q, k_cache, v_cache, lo, input_pos, m, den, acc,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        Hkv, H, 1.0 / math.sqrt(D),
-        REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
-        N_SPLITS=n_splits, num_warps=4,
-    )  # fmt: skip
-    wrap_triton(_combine)[(B * H,)](
-        m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
-        D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, SPLITS_P2=_next_pow2(n_splits),
-        num_warps=4,
-    )  # fmt: skip
-    return out
+    return _op()(q, k_cache, v_cache, lo, input_pos)
 
 
 def decode_attention_reference(
