@@ -106,8 +106,7 @@ def markdown(report: dict[str, Any]) -> str:
         "warm: the entry alone, framework caches empty). Latency over "
         f"{report['settings']['iters']} timed calls of the warm process.",
         "",
-        "| model | backend | batch | cold first result | warm first result | p50 | p99 "
-        "| items/s |",
+        "| model | backend | batch | cold first result | warm first result | p50 | p99 | items/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
@@ -169,8 +168,12 @@ def main(argv: list[str] | None = None) -> int:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join(sys.argv),
         "settings": {
-            "device": args.device, "dtype": args.dtype, "iters": args.iters,
-            "warmup": args.warmup, "batches": batches, "models": args.models,
+            "device": args.device,
+            "dtype": args.dtype,
+            "iters": args.iters,
+            "warmup": args.warmup,
+            "batches": batches,
+            "models": args.models,
         },  # fmt: skip
         "rows": rows,
         "ok": sum(r["status"] == "ok" for r in rows),

@@ -41,8 +41,12 @@ def scan_sources(entry_dir: Path) -> dict[str, Any]:
         shims = Counter(SHIM.findall(text))
         syncs = [ln.strip()[:200] for ln in text.splitlines() if HOST_SYNC.search(ln)]
         out.setdefault(step, []).append(
-            {"file": str(cpp.relative_to(entry_dir)), "bytes": len(text),
-             "shim_calls": dict(shims.most_common()), "host_sync_lines": syncs[:40]}
+            {
+                "file": str(cpp.relative_to(entry_dir)),
+                "bytes": len(text),
+                "shim_calls": dict(shims.most_common()),
+                "host_sync_lines": syncs[:40],
+            }
         )
     if not out:
         out["files"] = sorted(str(p.relative_to(entry_dir)) for p in entry_dir.rglob("*"))[:80]
@@ -103,8 +107,9 @@ def diagnose(spec: str, cache_dir: Path, dtype: str) -> dict[str, Any]:
     name, _, msl = spec.rpartition(":")
     rec: dict[str, Any] = {"spec": spec}
     t0 = time.perf_counter()
-    runner = artifactcache.load(name, backend="aoti", device="cuda", dtype=dtype,
-                                max_seq_len=int(msl), cache_dir=cache_dir)
+    runner = artifactcache.load(
+        name, backend="aoti", device="cuda", dtype=dtype, max_seq_len=int(msl), cache_dir=cache_dir
+    )
     rec["load_s"] = round(time.perf_counter() - t0, 1)
     rec["info"] = dict(runner.info)
     print(f"{spec}: info {json.dumps(rec['info'])[:6000]}", file=sys.stderr, flush=True)
@@ -113,8 +118,10 @@ def diagnose(spec: str, cache_dir: Path, dtype: str) -> dict[str, Any]:
     rec["entry_dir"] = str(entry_dir)
     if entry_dir is not None:
         meta = json.loads((entry_dir / "aoti.json").read_text())
-        for part, fn in (("sources", lambda: scan_sources(entry_dir)),
-                         ("manual", lambda: manual_captures(runner, entry_dir, meta))):
+        for part, fn in (
+            ("sources", lambda: scan_sources(entry_dir)),
+            ("manual", lambda: manual_captures(runner, entry_dir, meta)),
+        ):
             try:
                 rec[part] = fn()
             except Exception as e:  # keep what the other parts find
@@ -141,7 +148,8 @@ def main() -> None:
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)
             (args.out / "capture_diag.json").write_text(
-                json.dumps(results, indent=1, default=str) + "\n")
+                json.dumps(results, indent=1, default=str) + "\n"
+            )
 
 
 if __name__ == "__main__":

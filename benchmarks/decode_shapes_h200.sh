@@ -20,7 +20,8 @@ start=$SECONDS
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 
 declare -A build_opts=([msl4096]="--max-seq-len 4096" [msl256]="--max-seq-len 256"
-                       [int8wo]="--quant int8wo" [b32]="--max-batch 32")
+                       [int8wo]="--quant int8wo" [b32]="--max-batch 32"
+                       [b32splitkv]="--max-batch 32 --extra split_kv_decode=1")
 read -r -a builds <<< "${BUILDS:-msl4096 msl256 int8wo b32}"
 read -r -a variants <<< "${VARIANTS:-aoti aoti+quant=int8wo aoti+max_batch=32}"
 read -r -a profiles <<< "${PROFILES:-aoti+max_batch=32 aoti+quant=int8wo}"
