@@ -133,7 +133,9 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
 PROMPT_LENS = (150, 17, 5, 120)
 
 
-def backend_rows(recipes: list[str], new_tokens: int) -> list[dict[str, Any]]:
+def backend_rows(
+    recipes: list[str], new_tokens: int, backends: tuple[str, ...] = ("aoti", "inductor")
+) -> list[dict[str, Any]]:
     import torch
 
     import artifactcache
@@ -142,7 +144,7 @@ def backend_rows(recipes: list[str], new_tokens: int) -> list[dict[str, Any]]:
     for recipe in recipes:
         prompts = [[(7 * i + 3 * j) % 250 + 3 for j in range(n)] for i, n in enumerate(PROMPT_LENS)]
         ref = None
-        for backend in ("eager", "aoti", "inductor"):
+        for backend in ("eager", *backends):
             t0 = time.perf_counter()
             try:
                 r = artifactcache.load(
@@ -174,6 +176,8 @@ def main() -> None:
     ap.add_argument("--recipes", default="tiny-llama,tiny-mistral,tiny-phi-2,tiny-qwen3")
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--skip-backends", action="store_true")
+    ap.add_argument("--skip-kernel", action="store_true")
+    ap.add_argument("--backends", default="aoti,inductor", help="compared with eager")
     args = ap.parse_args()
     import torch
     import triton
@@ -187,11 +191,12 @@ def main() -> None:
         "python": platform.python_version(),
         "command": "python benchmarks/split_kv_check.py --out OUT --recipes " + args.recipes,
     }
-    report["kernel"] = kernel_rows(args.iters)
+    report["kernel"] = [] if args.skip_kernel else kernel_rows(args.iters)
     path = args.out / "split_kv_check.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     if not args.skip_backends:
-        report["backends"] = backend_rows(args.recipes.split(","), args.new_tokens)
+        backends = tuple(args.backends.split(","))
+        report["backends"] = backend_rows(args.recipes.split(","), args.new_tokens, backends)
         path.write_text(json.dumps(report, indent=2) + "\n")
     sweep = " | ".join(f"{n} chunks µs" for n in SWEEP)
     print(f"\n| shape | max diff | split-KV µs (GB/s) | SDPA bucket µs | SDPA whole µs | {sweep} |")

@@ -66,7 +66,7 @@ def _kernels() -> tuple[Any, Any]:
     def _partial(
         Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, OUT,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
-        stride_ob, stride_oh, n_kv_heads, n_heads, scale,
+        stride_ob, stride_oh, n_kv_heads, n_heads, SCALE: tl.constexpr,
         REP: tl.constexpr, REP_P2: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
         BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
     ):  # fmt: skip
@@ -88,7 +88,7 @@ def _kernels() -> tuple[Any, Any]:
         q = tl.load(
             Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
             mask=rmask[:, None] & dmask[None, :], other=0.0,
-        ).to(tl.float32) * scale  # fmt: skip
+        ).to(tl.float32) * SCALE  # fmt: skip
         m = tl.full([REP_P2], float("-inf"), tl.float32)
         den = tl.zeros([REP_P2], tl.float32)
         acc = tl.zeros([REP_P2, D_P2], tl.float32)
@@ -110,9 +110,11 @@ def _kernels() -> tuple[Any, Any]:
             m_new = tl.maximum(m, tl.max(s, axis=1))
             alpha = tl.exp(m - m_new)
             w = tl.exp(s - m_new[:, None])
-            den = den * alpha + tl.sum(w, axis=1)
-            acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
-            m = m_new
+            # Loop-carried values keep their fp32 type, as the compiler requires.
+            den = (den * alpha + tl.sum(w, axis=1)).to(tl.float32)
+            pv = tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+            acc = (acc * alpha[:, None] + pv).to(tl.float32)
+            m = m_new.to(tl.float32)
             n0 += BLOCK_N
         out_mask = rmask[:, None] & dmask[None, :]
         if N_SPLITS == 1:
@@ -181,7 +183,7 @@ def _op() -> Any:
             q, k_cache, v_cache, lo, input_pos, m, den, acc, out,
             q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
             v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            out.stride(0), out.stride(1), Hkv, H, 1.0 / math.sqrt(D),
+            out.stride(0), out.stride(1), Hkv, H, SCALE=1.0 / math.sqrt(D),
             REP=rep, REP_P2=_next_pow2(rep), D=D, D_P2=_next_pow2(D), BLOCK_N=block_n,
             N_SPLITS=n_splits, num_warps=4,
         )  # fmt: skip
