@@ -41,7 +41,7 @@ SHAPES = [
     ("phi-3 (head_dim 96), 4096 allocated, pos 200", 1, 32, 32, 96, 4096, 200),
 ]
 LAYERS = 32
-SWEEP = (1, 2, 4, 8, 16, 32)
+SWEEP = (64, 128, 256, 512)
 
 
 def _graph_time(fn: Any, iters: int) -> float:
@@ -113,18 +113,18 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
 
         filled = 2 * B * Hkv * (p + 1) * D * 2
         row = {"shape": label, "max_abs_diff_vs_sdpa": err, "filled_kv_bytes": filled,
-               "chunks": da.split_count(B * Hkv, S, da.tile_rows(rep, D))}  # fmt: skip
+               "split_size": da.split_size(B, Hkv)}  # fmt: skip
         for name, fn in (("split_kv", split_kv), ("sdpa_bucket", bucketed), ("sdpa_whole", whole)):
             t = _graph_time(fn, iters)
             row[f"{name}_us"] = round(t * 1e6, 2)
             row[f"{name}_gbps"] = round(filled / t / 1e9, 1)
-        chosen = da.split_count
-        for n in SWEEP:  # the kernel at each chunk count, for choosing split_count's rule
-            da.split_count = lambda pairs, slots, block_n, n=n: n
+        chosen = da.split_size
+        for n in SWEEP:  # the kernel at each split size, for choosing split_size's rule
+            da.split_size = lambda rows, heads, n=n: n
             try:
-                row[f"chunks_{n}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
+                row[f"split_{n}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
             finally:
-                da.split_count = chosen
+                da.split_size = chosen
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -198,11 +198,11 @@ def main() -> None:
         backends = tuple(args.backends.split(","))
         report["backends"] = backend_rows(args.recipes.split(","), args.new_tokens, backends)
         path.write_text(json.dumps(report, indent=2) + "\n")
-    sweep = " | ".join(f"{n} chunks µs" for n in SWEEP)
+    sweep = " | ".join(f"split {n} µs" for n in SWEEP)
     print(f"\n| shape | max diff | split-KV µs (GB/s) | SDPA bucket µs | SDPA whole µs | {sweep} |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(SWEEP))
     for r in report["kernel"]:
-        cells = " | ".join(str(r[f"chunks_{n}_us"]) for n in SWEEP)
+        cells = " | ".join(str(r[f"split_{n}_us"]) for n in SWEEP)
         print(
             f"| {r['shape']} | {r['max_abs_diff_vs_sdpa']:.1e} | {r['split_kv_us']} "
             f"({r['split_kv_gbps']}) | {r['sdpa_bucket_us']} | {r['sdpa_whole_us']} | {cells} |"
