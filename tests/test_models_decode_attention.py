@@ -17,6 +17,8 @@ import pytest
 pytest.importorskip("triton", reason="the split-KV kernel is Triton's")
 
 CHILD = Path(__file__).with_name("_decode_attention_child.py")
+MODEL_CHILD = Path(__file__).with_name("_split_kv_model_child.py")
+TINY = ("tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-qwen3", "tiny-phi-3")
 
 
 def test_the_kernel_matches_sdpa_in_every_case():
@@ -26,6 +28,19 @@ def test_the_kernel_matches_sdpa_in_every_case():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("ok:") == 9, done.stdout
+
+
+def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
+    """Every family, a batch of three prompts of different lengths (tiny-mistral's
+    window included): the same greedy tokens, and one decode step's logits within
+    1e-4, from the whole static cache as from the length buckets."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, str(MODEL_CHILD), *TINY],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("ok:") == len(TINY), done.stdout
 
 
 # (rep, head_dim, splits): llama-7b at 4096 and at 256, llama-3's GQA, phi-2, phi-3.

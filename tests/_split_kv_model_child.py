@@ -1,0 +1,58 @@
+"""The split-KV decode path of the models and the runner, against SDPA, on the CPU.
+
+Run by tests/test_models_decode_attention.py in a fresh interpreter, because
+TRITON_INTERPRET must be set before Triton is first imported. For each tiny recipe,
+two eager fp32 models with the same weights: one decoding through SDPA over length
+buckets, one through the split-KV kernel (in Triton's interpreter) over the whole
+static cache. Prints one "ok: RECIPE" line per recipe that agrees.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
+
+import torch  # noqa: E402
+
+from artifactcache.backends.runner import StepRunner, kv_buckets_of  # noqa: E402
+from artifactcache.models import build_model  # noqa: E402
+from artifactcache.models.common import key_positions, kv_bucket  # noqa: E402
+from artifactcache.recipes import load_recipe  # noqa: E402
+
+PROMPTS = [[(5 * i + 11 * j) % 200 + 3 for j in range(n)] for i, n in enumerate((40, 7, 19))]
+
+
+def check(name: str) -> None:
+    recipe = load_recipe(name).with_shapes(max_batch=3)
+    s = recipe.shapes.max_seq_len
+    plain = build_model(recipe)
+    split = build_model(recipe, split_kv_decode=True)
+    assert kv_buckets_of(plain) and not kv_buckets_of(split)
+    assert split.model.layers[0].self_attn.kv_cache.k_cache.shape[2] == s  # no spare slot
+    cpu = torch.device("cpu")
+    runs = [
+        StepRunner(recipe, m, m, cpu, kv_len_hint=True, kv_buckets=kv_buckets_of(m))
+        for m in (plain, split)
+    ]
+    want, got = (r.generate_batch(PROMPTS, 12, eos_token_ids=()) for r in runs)
+    assert got == want, (name, got, want)
+    # One decode step's logits, after the same prefill, rows left-padded as the runner does.
+    n = max(len(p) for p in PROMPTS)
+    idx = torch.tensor([[0] * (n - len(p)) + p for p in PROMPTS])
+    row_start = torch.tensor([n - len(p) for p in PROMPTS])
+    logits = []
+    for m in (plain, split):
+        with torch.no_grad():
+            m(idx, torch.arange(n), row_start)
+            length = kv_bucket(n + 1, s, kv_buckets_of(m))
+            kv_pos = key_positions(s)[:length]
+            logits.append(m(idx[:, -1:], torch.tensor([n]), row_start, kv_pos))
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-4, atol=1e-5)
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        check(name)
+        print("ok:", name, flush=True)
