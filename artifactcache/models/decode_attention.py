@@ -159,8 +159,7 @@ def _op() -> Any:
         lo: torch.Tensor,
         input_pos: torch.Tensor,
     ) -> torch.Tensor:
-        """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
-        int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
+        # decode_attention()'s body; the annotations above are the op's schema.
         B, H, _, D = q.shape
         Hkv, S = k_cache.shape[1], k_cache.shape[2]
         rep = H // Hkv
