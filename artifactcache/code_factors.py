@@ -29,6 +29,7 @@ from typing import Any
 SHARED_SOURCES = (
     "artifactcache.models",
     "artifactcache.dtypes",  # which torch dtype a --dtype name builds in
+    "artifactcache.kv_buckets",  # the cache slots and decode's read lengths
     "artifactcache.backends.base",
     "artifactcache.backends.runner",
     "artifactcache.backends.model_options",  # which fusion/quantization a build applies

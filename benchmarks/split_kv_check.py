@@ -73,8 +73,9 @@ def _graph_time(fn: Any, iters: int) -> float:
 def kernel_rows(iters: int) -> list[dict[str, Any]]:
     import torch
 
+    from artifactcache.kv_buckets import kv_bucket
     from artifactcache.models import decode_attention as da
-    from artifactcache.models.common import attention_mask, decode_lo, kv_bucket, sdpa
+    from artifactcache.models.common import attention_mask, decode_lo, sdpa
     from artifactcache.models.decode_attention import decode_attention
 
     dev = torch.device("cuda")

@@ -29,6 +29,7 @@ CASES = {
     "the first position": (1, 2, 2, 64, 64, 0, None, None),
     "the last slot": (2, 4, 2, 32, 2 * SPLIT + 5, 2 * SPLIT + 4, None, [7, 0]),
     "a batch of 16 rows, 16 heads": (16, 16, 16, 16, 600, 530, None, list(range(16))),
+    "70 splits: combined in two chunks": (1, 2, 2, 16, 70 * SPLIT, 69 * SPLIT + 5, None, None),
 }
 
 

@@ -9,6 +9,7 @@ static cache. Prints one "ok: RECIPE" line per recipe that agrees.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -17,26 +18,40 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 import torch  # noqa: E402
 
 from artifactcache.backends.runner import StepRunner, kv_buckets_of  # noqa: E402
+from artifactcache.kv_buckets import kv_bucket  # noqa: E402
 from artifactcache.models import build_model  # noqa: E402
-from artifactcache.models.common import key_positions, kv_bucket  # noqa: E402
+from artifactcache.models.common import key_positions  # noqa: E402
 from artifactcache.recipes import load_recipe  # noqa: E402
 
-PROMPTS = [[(5 * i + 11 * j) % 200 + 3 for j in range(n)] for i, n in enumerate((40, 7, 19))]
+# Prompts past one 256-position bucket, so the bucketed model reads 512 of its 600 slots
+# (a dynamic length, a spare slot) while the split-KV one combines 5 of its 10 splits.
+PROMPTS = [[(5 * i + 11 * j) % 200 + 3 for j in range(n)] for i, n in enumerate((300, 7, 119))]
+MAX_SEQ_LEN = 600
+
+
+def long_recipe(name: str):
+    """The tiny recipe with room for MAX_SEQ_LEN positions (and a sliding window kept)."""
+    rec = load_recipe(name)
+    rec = dataclasses.replace(
+        rec, model=dataclasses.replace(rec.model, max_position_embeddings=4096)
+    )
+    return rec.with_shapes(max_seq_len=MAX_SEQ_LEN, max_batch=3)
 
 
 def check(name: str) -> None:
-    recipe = load_recipe(name).with_shapes(max_batch=3)
+    recipe = long_recipe(name)
     s = recipe.shapes.max_seq_len
     plain = build_model(recipe)
     split = build_model(recipe, split_kv_decode=True)
     assert kv_buckets_of(plain) and not kv_buckets_of(split)
-    assert split.model.layers[0].self_attn.kv_cache.k_cache.shape[2] == s  # no spare slot
+    slots = [m.model.layers[0].self_attn.kv_cache.k_cache.shape[2] for m in (plain, split)]
+    assert slots == [s + 1, s], slots  # the bucketed cache's spare slot; none for split-KV
     cpu = torch.device("cpu")
     runs = [
         StepRunner(recipe, m, m, cpu, kv_len_hint=True, kv_buckets=kv_buckets_of(m))
         for m in (plain, split)
     ]
-    want, got = (r.generate_batch(PROMPTS, 12, eos_token_ids=()) for r in runs)
+    want, got = (r.generate_batch(PROMPTS, 8, eos_token_ids=()) for r in runs)
     assert got == want, (name, got, want)
     # One decode step's logits, after the same prefill, rows left-padded as the runner does.
     n = max(len(p) for p in PROMPTS)

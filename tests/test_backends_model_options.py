@@ -101,6 +101,15 @@ def test_the_factors_name_the_model_as_built(backend: str):
     }
 
 
+def _long(name: str = "tiny-llama", max_seq_len: int = 1024, max_batch: int = 1):
+    """A tiny recipe with a context long enough for several KV-length buckets."""
+    rec = load_recipe(name)
+    rec = dataclasses.replace(
+        rec, model=dataclasses.replace(rec.model, max_position_embeddings=4096)
+    )
+    return rec.with_shapes(max_seq_len=max_seq_len, max_batch=max_batch)
+
+
 @pytest.mark.parametrize(
     ("backend", "device", "expected"),
     [("aoti", "cuda", True), ("inductor", "cuda", True), ("eager", "cuda", False),
@@ -109,12 +118,21 @@ def test_the_factors_name_the_model_as_built(backend: str):
 def test_split_kv_decode_is_the_cuda_default_of_the_compiled_backends(
     backend: str, device: str, expected: bool
 ):
-    opts = BuildOptions(device=device)
-    assert split_kv_decode(backend, opts) is expected
-    factors = model_factors(backend, load_recipe("tiny-llama"), opts)
+    opts, rec = BuildOptions(device=device), _long()
+    assert split_kv_decode(backend, opts, rec) is expected
+    factors = model_factors(backend, rec, opts)
     assert factors["decode_attention"] == ("split_kv" if expected else "sdpa")
     off = BuildOptions(device=device, extra={"split_kv_decode": 0})
-    assert split_kv_decode(backend, off) is False
+    assert split_kv_decode(backend, off, rec) is False
+
+
+def test_split_kv_decode_is_not_the_default_where_decode_is_static_already():
+    """One KV bucket (max_seq_len <= 256): the SDPA step is static and was faster."""
+    cuda = BuildOptions(device="cuda")
+    assert split_kv_decode("aoti", cuda, _long(max_seq_len=256)) is False
+    assert split_kv_decode("aoti", cuda, _long(max_seq_len=257)) is True
+    asked = BuildOptions(device="cuda", extra={"split_kv_decode": 1})
+    assert split_kv_decode("aoti", asked, _long(max_seq_len=256)) is True
 
 
 def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
@@ -124,6 +142,9 @@ def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
         get_backend("inductor").check_options(BuildOptions(extra={"split_kv_decode": "maybe"}))
     with pytest.raises(BackendError, match="ONNX export"):
         split_kv_decode("ort", BuildOptions(device="cuda", extra={"split_kv_decode": 1}))
+    # What a user meets: ort's own option check refuses the flag in one line.
+    with pytest.raises(BackendError, match="split_kv_decode"):
+        get_backend("ort").check_options(BuildOptions(extra={"split_kv_decode": 1}))
 
 
 def _key(backend: str, **kw: object) -> api.KeyInfo:
@@ -145,9 +166,8 @@ def test_quant_and_fusion_change_the_key_but_not_the_weights_factor(backend: str
 
 
 def test_split_kv_decode_leaves_large_batches_on_sdpa_by_default():
-    rec = load_recipe("tiny-llama")
-    n_kv = rec.model.n_kv_heads
-    wide = dataclasses.replace(rec, shapes=dataclasses.replace(rec.shapes, max_batch=256 // n_kv))
+    rec = _long()
+    wide = _long(max_batch=256 // rec.model.n_kv_heads)
     cuda = BuildOptions(device="cuda")
     assert split_kv_decode("aoti", cuda, rec) is True
     assert split_kv_decode("aoti", cuda, wide) is False

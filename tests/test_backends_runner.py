@@ -12,8 +12,8 @@ from artifactcache.backends.runner import (
     decode_examples,
 )
 from artifactcache.errors import ShapeError
+from artifactcache.kv_buckets import kv_bucket
 from artifactcache.models import build_model
-from artifactcache.models.common import kv_bucket
 from artifactcache.recipes import load_recipe
 
 

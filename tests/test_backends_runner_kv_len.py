@@ -27,7 +27,7 @@ from _backend_util import (
 from _generate_util import full_forward, write_recipe
 
 from artifactcache import api
-from artifactcache.models.common import kv_bucket
+from artifactcache.kv_buckets import kv_bucket
 from artifactcache.recipes import load_recipe
 
 MAX_SEQ_LEN = 1024

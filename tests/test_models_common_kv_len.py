@@ -9,14 +9,14 @@ import torch
 from _generate_util import full_forward, write_recipe
 
 from artifactcache.code_factors import acache_factors
-from artifactcache.models import build_model
-from artifactcache.models.common import (
+from artifactcache.kv_buckets import (
     KV_BUCKET_MIN,
     cache_slots,
     kv_bucket,
     kv_buckets,
     kv_len_range,
 )
+from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 
 

@@ -40,7 +40,7 @@ from ..code_factors import codegen_factors
 from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
-from ..models.common import kv_len_range
+from ..kv_buckets import kv_len_range
 from .aoti_jobs import build_concurrently
 from .aoti_plan import planned_jobs
 from .base import BuildContext, BuildOptions

@@ -50,7 +50,7 @@ from ..code_factors import codegen_factors
 from ..devices import device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
-from ..models.common import kv_len_range
+from ..kv_buckets import kv_len_range
 from .base import BuildContext, BuildOptions
 from .cuda_graph import cuda_graph_step
 from .cxx import identity, inductor_default_cxx, missing_compiler
@@ -144,10 +144,19 @@ def step_inputs(recipe: Any, dev: Any, decode: bool, kv_buckets: bool = True) ->
     return inputs
 
 
+def register_model_ops(model: Any) -> None:
+    """Register a split-KV model's custom op before Dynamo traces the model: Dynamo
+    refuses to register one from inside a traced function."""
+    if getattr(model, "split_kv_decode", False):
+        import artifactcache.models.decode_attention  # noqa: F401
+
+
 def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
     """torch.compile the model and run prefill + decode once each (twice more
     for reduce-overhead, whose CUDA graphs are recorded on the second call)."""
     import torch
+
+    register_model_ops(model)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     options = _compile_options(opts)
@@ -308,6 +317,7 @@ def save_aot_steps(
 
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
     options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
+    register_model_ops(model)
     sizes = {}
     for step in STEPS:
         args = (model, *step_inputs(recipe, dev, step == "decode", kv_buckets_of(model)))
@@ -325,6 +335,7 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
     functions, each run once so its one-time costs land in the load."""
     import torch
 
+    register_model_ops(model)
     steps = []
     for step in STEPS:
         compiled = load_compiled_step(entry_dir / STEP_FILES[step])

@@ -45,7 +45,8 @@ from ..generate import (
     plan_chunks,
     resolve_eos_ids,
 )
-from ..models.common import key_positions, kv_bucket
+from ..kv_buckets import kv_bucket
+from ..models.common import key_positions
 
 # A step takes its inputs positionally: (idx, input_pos, row_start[, kv_pos]) -> logits.
 from .cuda_graph import Inputs, Step

@@ -15,7 +15,8 @@ lies outside ``lo[b] .. p`` returns before it loads anything (flash-decoding).
 the row's first real slot, the sliding window, and the padding row that sees only
 its own position. So a sliding-window model reads at most its window.
 
-Triton is imported on the first call only (CUDA builds of inductor and aoti);
+The op is registered at import (torch.library's triton_op imports Triton and Dynamo,
+so only split-KV models import this module); its kernels are compiled on first call;
 elsewhere :func:`decode_attention_reference` is the
 same arithmetic in torch, and the parity tests hold the kernel to it and to SDPA.
 """
@@ -27,9 +28,10 @@ import math
 from typing import Any
 
 import torch
+from torch.library import triton_op, wrap_triton
 
-# Triton's kernels read ``tl`` from this module's globals; _kernels() sets it, so that
-# importing this module costs no Triton import (the CPU test suite has none of its own).
+# Triton's kernels read ``tl`` from this module's globals; _kernels() sets it when it
+# first builds them.
 tl: Any = None
 
 # Positions one partial program reads (one tile).
@@ -118,25 +120,37 @@ def _kernels() -> tuple[Any, Any]:
     def _combine(
         M_IN, L_IN, ACC_IN, LO, POS, OUT, stride_ob, stride_oh, n_heads,
         D: tl.constexpr, D_P2: tl.constexpr, SPLIT: tl.constexpr,
-        N_SPLITS: tl.constexpr, SPLITS_P2: tl.constexpr,
+        N_SPLITS: tl.constexpr, CHUNK: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         b = bh // n_heads
         h = bh % n_heads
         p = tl.load(POS)
         lo = tl.load(LO + b)
-        s = tl.arange(0, SPLITS_P2)
         d = tl.arange(0, D_P2)
         dmask = d < D
-        active = (s >= lo // SPLIT) & (s <= p // SPLIT) & (s < N_SPLITS)
-        at = bh * N_SPLITS + s
-        m = tl.load(M_IN + at, mask=active, other=float("-inf"))
-        den = tl.load(L_IN + at, mask=active, other=0.0)
-        m_max = tl.max(m, axis=0)
-        w = tl.where(active, tl.exp(m - m_max), 0.0)
-        acc_mask = active[:, None] & dmask[None, :]
-        acc = tl.load(ACC_IN + at[:, None] * D + d[None, :], mask=acc_mask, other=0.0)
-        out = tl.sum(acc * w[:, None], axis=0) / tl.sum(den * w, axis=0)
+        # The splits in CHUNKs, merged with a running max: registers stay [CHUNK, D]
+        # however long the cache.
+        m_run = tl.max(tl.full([CHUNK], float("-inf"), tl.float32), axis=0)
+        l_run = tl.sum(tl.zeros([CHUNK], tl.float32), axis=0)
+        acc_run = tl.zeros([D_P2], tl.float32)
+        for c in tl.static_range((N_SPLITS + CHUNK - 1) // CHUNK):
+            s = c * CHUNK + tl.arange(0, CHUNK)
+            active = (s >= lo // SPLIT) & (s <= p // SPLIT) & (s < N_SPLITS)
+            at = bh * N_SPLITS + s
+            m = tl.load(M_IN + at, mask=active, other=float("-inf"))
+            den = tl.load(L_IN + at, mask=active, other=0.0)
+            m_new = tl.maximum(m_run, tl.max(m, axis=0))
+            # A chunk before the first filled split leaves the max at -inf.
+            m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+            alpha = tl.exp(m_run - m_ref)
+            w = tl.where(active, tl.exp(m - m_ref), 0.0)
+            acc_mask = active[:, None] & dmask[None, :]
+            acc = tl.load(ACC_IN + at[:, None] * D + d[None, :], mask=acc_mask, other=0.0)
+            l_run = l_run * alpha + tl.sum(den * w, axis=0)
+            acc_run = acc_run * alpha + tl.sum(acc * w[:, None], axis=0)
+            m_run = m_new
+        out = acc_run / l_run
         tl.store(OUT + b * stride_ob + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
 
     return _partial, _combine
@@ -146,53 +160,9 @@ def _next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-@functools.cache
-def _op() -> Any:
-    """The custom op (registered once), which torch.export and AOTInductor carry."""
-    from torch.library import triton_op, wrap_triton
-
-    @triton_op("acache::decode_attention", mutates_args=())
-    def _decode_attention(
-        q: torch.Tensor,
-        k_cache: torch.Tensor,
-        v_cache: torch.Tensor,
-        lo: torch.Tensor,
-        input_pos: torch.Tensor,
-    ) -> torch.Tensor:
-        # decode_attention()'s body; the annotations above are the op's schema.
-        B, H, _, D = q.shape
-        Hkv, S = k_cache.shape[1], k_cache.shape[2]
-        rep = H // Hkv
-        split = split_size(B, Hkv)
-        n_splits = -(-S // split)
-        q = q.contiguous()
-        m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
-        den = torch.empty_like(m)
-        acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
-        out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
-        rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
-        # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
-        # a tile is at most one split.
-        block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
-        partial, combine = _kernels()
-        wrap_triton(partial)[(B * Hkv, n_splits)](
-            q, k_cache, v_cache, lo, input_pos, m, den, acc,
-            q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-            v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-            Hkv, H, SCALE=1.0 / math.sqrt(D),
-            REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
-            N_SPLITS=n_splits, num_warps=4,
-        )  # fmt: skip
-        wrap_triton(combine)[(B * H,)](
-            m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
-            D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, SPLITS_P2=_next_pow2(n_splits),
-            num_warps=4,
-        )  # fmt: skip
-        return out
-
-    return _decode_attention
-
-
+# Registered at import: Dynamo must meet a registered op, and refuses to register one
+# from inside a function it traces.
+@triton_op("acache::decode_attention", mutates_args=())
 def decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -202,7 +172,35 @@ def decode_attention(
 ) -> torch.Tensor:
     """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
     int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
-    return _op()(q, k_cache, v_cache, lo, input_pos)
+    B, H, _, D = q.shape
+    Hkv, S = k_cache.shape[1], k_cache.shape[2]
+    rep = H // Hkv
+    split = split_size(B, Hkv)
+    n_splits = -(-S // split)
+    q = q.contiguous()
+    m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
+    den = torch.empty_like(m)
+    acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
+    out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
+    rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
+    # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
+    # a tile is at most one split.
+    block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
+    partial, combine = _kernels()
+    wrap_triton(partial)[(B * Hkv, n_splits)](
+        q, k_cache, v_cache, lo, input_pos, m, den, acc,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        Hkv, H, SCALE=1.0 / math.sqrt(D),
+        REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
+        N_SPLITS=n_splits, num_warps=4,
+    )  # fmt: skip
+    wrap_triton(combine)[(B * H,)](
+        m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
+        D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, CHUNK=min(64, _next_pow2(n_splits)),
+        num_warps=4,
+    )  # fmt: skip
+    return out
 
 
 def decode_attention_reference(
