@@ -7,6 +7,7 @@ runs this file in a fresh interpreter: ``python tests/_decode_attention_child.py
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -15,11 +16,27 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 import torch  # noqa: E402
 
 from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
-from artifactcache.models.decode_attention import (  # noqa: E402
-    SPLIT,
-    decode_attention,
-    decode_attention_reference,
-)
+from artifactcache.models.decode_attention import SPLIT, decode_attention  # noqa: E402
+
+
+def decode_attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    lo: torch.Tensor,
+    input_pos: torch.Tensor,
+) -> torch.Tensor:
+    """The kernel's arithmetic in torch (fp32 softmax over lo[b] .. p)."""
+    rep = q.shape[1] // k_cache.shape[1]
+    k = k_cache.repeat_interleave(rep, dim=1).float()
+    v = v_cache.repeat_interleave(rep, dim=1).float()
+    s = torch.arange(k.shape[2], device=q.device)
+    p = input_pos[-1]
+    keep = (s[None, :] >= lo[:, None]) & (s[None, :] <= p)  # [B, S]
+    scores = (q.float() @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
+    return (scores.softmax(-1) @ v).to(q.dtype)
+
 
 CASES = {
     # (B, H, Hkv, D, slots, position, sliding window, row_start)

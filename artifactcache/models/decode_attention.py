@@ -16,9 +16,9 @@ the row's first real slot, the sliding window, and the padding row that sees onl
 its own position. So a sliding-window model reads at most its window.
 
 The op is registered at import (torch.library's triton_op imports Triton and Dynamo,
-so only split-KV models import this module); its kernels are compiled on first call;
-elsewhere :func:`decode_attention_reference` is the
-same arithmetic in torch, and the parity tests hold the kernel to it and to SDPA.
+so only split-KV models import this module); its kernels are compiled on first call.
+The parity tests (tests/_decode_attention_child.py) hold the kernel to SDPA under the
+causal mask, and to the same arithmetic written in torch.
 """
 
 from __future__ import annotations
@@ -201,22 +201,3 @@ def decode_attention(
         num_warps=4,
     )  # fmt: skip
     return out
-
-
-def decode_attention_reference(
-    q: torch.Tensor,
-    k_cache: torch.Tensor,
-    v_cache: torch.Tensor,
-    lo: torch.Tensor,
-    input_pos: torch.Tensor,
-) -> torch.Tensor:
-    """The same attention in torch (fp32 softmax), for the tests."""
-    rep = q.shape[1] // k_cache.shape[1]
-    k = k_cache.repeat_interleave(rep, dim=1).float()
-    v = v_cache.repeat_interleave(rep, dim=1).float()
-    s = torch.arange(k.shape[2], device=q.device)
-    p = input_pos[-1]
-    keep = (s[None, :] >= lo[:, None]) & (s[None, :] <= p)  # [B, S]
-    scores = (q.float() @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
-    scores = scores.masked_fill(~keep[:, None, None, :], float("-inf"))
-    return (scores.softmax(-1) @ v).to(q.dtype)
