@@ -4,7 +4,8 @@ Part 1, ``--variants``: each variant is ``backend[:mode][+key=value,...]`` (the 
 becomes ``--extra key=value``, but ``quant=NAME`` becomes ``--quant NAME``), e.g.
 ``aoti+fuse_projections=0`` (aoti as before fused projections became its CUDA default) or
 ``aoti+quant=int8wo``, or ``aoti+max_batch=32`` (built for 32 rows, measured and
-profiled with 32 copies of the prompt: ``--max-batch 32 --batch 32``). Every variant
+profiled with 32 copies of the prompt: ``--max-batch 32 --batch 32``), or
+``aoti+max_seq_len=4096`` (``--max-seq-len 4096``). Every variant
 runs ``acache bench --json`` in a fresh process against one shared cache dir (building
 on a miss, the build outside the timed loop), so all variants are measured back to back
 on one machine, each with its own copy bandwidth and % of roofline from the same process.
@@ -46,12 +47,13 @@ import artifactcache
 from artifactcache.recipes import load_recipe
 from artifactcache.measure.bench import bytes_per_token
 
-recipe, backend, mode, extra, quant, cache_dir, n, batch = sys.argv[1:9]
-n, batch = int(n), int(batch)
+recipe, backend, mode, extra, quant, cache_dir, n, batch, max_seq_len = sys.argv[1:10]
+n, batch, max_seq_len = int(n), int(batch), int(max_seq_len)
 extra = json.loads(extra)
 runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16",
                             mode=mode or None, extra=extra, quant=quant or None,
-                            max_batch=batch if batch > 1 else None, cache_dir=cache_dir)
+                            max_batch=batch if batch > 1 else None,
+                            max_seq_len=max_seq_len or None, cache_dir=cache_dir)
 rec = load_recipe(recipe)
 prompt = list(rec.bench.prompt_ids)
 
@@ -108,8 +110,9 @@ def parse_variant(text: str) -> dict[str, Any]:
     extra = dict(kv.split("=", 1) for kv in extras.split(",") if kv)
     quant = extra.pop("quant", None)  # options of their own, not --extra
     batch = int(extra.pop("max_batch", 1))
+    max_seq_len = int(extra.pop("max_seq_len", 0))  # 0: the recipe's
     return {"variant": text, "backend": backend, "mode": mode or None, "extra": extra,
-            "quant": quant, "batch": batch}  # fmt: skip
+            "quant": quant, "batch": batch, "max_seq_len": max_seq_len}  # fmt: skip
 
 
 def env(out: Path) -> dict[str, str]:
@@ -130,6 +133,8 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
         cmd += ["--quant", v["quant"]]
     if v["batch"] > 1:
         cmd += ["--max-batch", str(v["batch"]), "--batch", str(v["batch"])]
+    if v["max_seq_len"]:
+        cmd += ["--max-seq-len", str(v["max_seq_len"])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip
@@ -150,7 +155,7 @@ def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> di
     e = {**env(args.out), "ACACHE_CUDA_GRAPHS": "0"}
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
            json.dumps(v["extra"]), v["quant"] or "", str(cache),
-           str(args.profile_tokens), str(v["batch"])]  # fmt: skip
+           str(args.profile_tokens), str(v["batch"]), str(v["max_seq_len"])]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=args.timeout_s)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}

@@ -41,7 +41,13 @@ SHAPES = [
     ("phi-3 (head_dim 96), 4096 allocated, pos 200", 1, 32, 32, 96, 4096, 200),
 ]
 LAYERS = 32
-SWEEP = (64, 128, 256, 512)
+# (split, block_n, num_warps, stages): the cuts launch_config's rule is chosen from.
+SWEEP = [(64, 64, 4, 3), (128, 64, 4, 3), (256, 64, 4, 3), (512, 64, 4, 3),
+         (128, 64, 4, 2), (256, 32, 4, 4), (256, 128, 8, 2), (512, 64, 8, 3)]  # fmt: skip
+
+
+def _label(cut: tuple[int, int, int, int]) -> str:
+    return "s{}b{}w{}p{}".format(*cut)
 
 
 def _graph_time(fn: Any, iters: int) -> float:
@@ -113,19 +119,24 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
                 sdpa(q, k, v, fmask, rep)
 
         filled = 2 * B * Hkv * (p + 1) * D * 2
+        cut = da.launch_config(B, Hkv)
         row = {"shape": label, "max_abs_diff_vs_sdpa": err, "filled_kv_bytes": filled,
-               "split_size": da.split_size(B, Hkv)}  # fmt: skip
+               "launch": _label((cut.split, cut.block_n, cut.num_warps, cut.stages))}  # fmt: skip
         for name, fn in (("split_kv", split_kv), ("sdpa_bucket", bucketed), ("sdpa_whole", whole)):
             t = _graph_time(fn, iters)
             row[f"{name}_us"] = round(t * 1e6, 2)
             row[f"{name}_gbps"] = round(filled / t / 1e9, 1)
-        chosen = da.split_size
-        for n in SWEEP:  # the kernel at each split size, for choosing split_size's rule
-            da.split_size = lambda rows, heads, n=n: n
+        chosen = da.launch_config
+        for c in SWEEP:  # the kernel at each cut, for choosing launch_config's rule
+            da.launch_config = lambda rows, heads, c=c: da.Launch(*c)
             try:
-                row[f"split_{n}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
+                err_c = (decode_attention(q, full_k[0], full_v[0], lo, pos).float() - want.float())
+                row[f"{_label(c)}_max_diff"] = err_c.abs().max().item()
+                row[f"{_label(c)}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
+            except Exception as e:  # noqa: BLE001 - a cut that fails is a cell, not the end
+                row[f"{_label(c)}_us"] = f"{type(e).__name__}: {str(e)[:200]}"
             finally:
-                da.split_size = chosen
+                da.launch_config = chosen
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -199,13 +210,14 @@ def main() -> None:
         backends = tuple(args.backends.split(","))
         report["backends"] = backend_rows(args.recipes.split(","), args.new_tokens, backends)
         path.write_text(json.dumps(report, indent=2) + "\n")
-    sweep = " | ".join(f"split {n} µs" for n in SWEEP)
+    sweep = " | ".join(f"{_label(c)} µs" for c in SWEEP)
     print(f"\n| shape | max diff | split-KV µs (GB/s) | SDPA bucket µs | SDPA whole µs | {sweep} |")
     print("|---|---:|---:|---:|---:|" + "---:|" * len(SWEEP))
     for r in report["kernel"]:
-        cells = " | ".join(str(r[f"split_{n}_us"]) for n in SWEEP)
+        cells = " | ".join(str(r[f"{_label(c)}_us"]) for c in SWEEP)
         print(
-            f"| {r['shape']} | {r['max_abs_diff_vs_sdpa']:.1e} | {r['split_kv_us']} "
+            f"| {r['shape']} ({r['launch']}) | {r['max_abs_diff_vs_sdpa']:.1e} "
+            f"| {r['split_kv_us']} "
             f"({r['split_kv_gbps']}) | {r['sdpa_bucket_us']} | {r['sdpa_whole_us']} | {cells} |"
         )
     for r in report.get("backends", []):

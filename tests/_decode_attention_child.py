@@ -15,8 +15,11 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 
 import torch  # noqa: E402
 
+from artifactcache.models import decode_attention as da  # noqa: E402
 from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
-from artifactcache.models.decode_attention import SPLIT, decode_attention  # noqa: E402
+from artifactcache.models.decode_attention import Launch, decode_attention  # noqa: E402
+
+SPLIT = da.launch_config(1, 1).split
 
 
 def decode_attention_reference(
@@ -80,14 +83,17 @@ def positions_past_the_query_are_never_read():
     torch.testing.assert_close(decode_attention(q, k, v, lo, torch.tensor([p])), clean)
 
 
-def bf16_stays_within_bf16_rounding_of_fp32():
+def half_precision_stays_within_its_rounding_of_fp32():
+    """The tensor-core path (products in the cache's dtype, fp32 sums). In fp16: Triton's
+    interpreter (3.6 to 3.9) multiplies bf16 tiles as integers, so bf16 itself is held to
+    SDPA on the GPU (benchmarks/split_kv_check.py, max_abs_diff_vs_sdpa)."""
     torch.manual_seed(2)
     q = torch.randn(1, 4, 1, 128)
     k, v = torch.randn(1, 4, 200, 128), torch.randn(1, 4, 200, 128)
     pos, lo = torch.tensor([150]), torch.zeros(1, dtype=torch.int64)
     want = decode_attention(q, k, v, lo, pos)
-    got = decode_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), lo, pos)
-    assert got.dtype == torch.bfloat16
+    got = decode_attention(q.half(), k.half(), v.half(), lo, pos)
+    assert got.dtype == torch.float16
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
 
 
@@ -98,15 +104,34 @@ def decode_lo_folds_the_masks_terms():
     assert decode_lo(pos, torch.tensor([3, 0]), 4, 2).tolist() == [7, 7]  # the window
 
 
+# Other cuts than the default's, on the cases they change: one tile a split, and a
+# split streamed in eight tiles (the loop's first and last tiles partly masked).
+OTHER_LAUNCHES = {
+    "one tile a split": Launch(split=64, block_n=64),
+    "eight tiles a split": Launch(split=256, block_n=32),
+}
+OTHER_LAUNCH_CASES = ("gqa, head_dim 80, padded rows", "one kv head, head_dim 96, a window",
+                      "the last slot")  # fmt: skip
+
+
 if __name__ == "__main__":
     for name, case in CASES.items():
         the_kernel_gives_sdpa_under_the_causal_mask(case)
         print("ok:", name)
     for check in (
         positions_past_the_query_are_never_read,
-        bf16_stays_within_bf16_rounding_of_fp32,
+        half_precision_stays_within_its_rounding_of_fp32,
         decode_lo_folds_the_masks_terms,
     ):
         check()
         print("ok:", check.__name__)
+    default = da.launch_config
+    for label, launch in OTHER_LAUNCHES.items():
+        da.launch_config = lambda rows, heads, launch=launch: launch
+        try:
+            for name in OTHER_LAUNCH_CASES:
+                the_kernel_gives_sdpa_under_the_causal_mask(CASES[name])
+                print(f"ok: {name}, {label}")
+        finally:
+            da.launch_config = default
     sys.exit(0)

@@ -27,7 +27,7 @@ def test_the_kernel_matches_sdpa_in_every_case():
         [sys.executable, str(CHILD)], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok:") == 10, done.stdout
+    assert done.stdout.count("ok:") == 16, done.stdout
 
 
 def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
@@ -43,14 +43,19 @@ def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
     assert done.stdout.count("ok:") == len(TINY), done.stdout
 
 
-# (rep, head_dim, splits): llama-7b at 4096 and at 256, llama-3's GQA, phi-2, phi-3 at 32k.
-SM90_CONFIGS = [(1, 128, 64), (1, 128, 4), (4, 128, 64), (1, 80, 32), (1, 96, 512)]
+# (rows, kv heads, rep, head_dim, slots): llama-7b at 4096 and at 256, its batch 32,
+# llama-3's GQA, phi-2, phi-3 at 32k; each with the launch the op chooses for it.
+SM90_SHAPES = [(1, 32, 1, 128, 4096), (1, 32, 1, 128, 256), (32, 32, 1, 128, 256),
+               (1, 8, 4, 128, 4096), (1, 32, 1, 80, 2048), (1, 32, 1, 96, 32768)]  # fmt: skip
 
 
-@pytest.mark.parametrize(("rep", "head_dim", "splits"), SM90_CONFIGS)
-def test_the_kernels_compile_for_an_h100_class_gpu(rep: int, head_dim: int, splits: int):
+@pytest.mark.parametrize(("rows", "kv_heads", "rep", "head_dim", "slots"), SM90_SHAPES)
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_the_kernels_compile_for_an_h100_class_gpu(
+    rows: int, kv_heads: int, rep: int, head_dim: int, slots: int, dtype: str
+):
     """Triton's compiler (to a cubin, no GPU needed) checks what the interpreter does not,
-    e.g. that every value keeps one type."""
+    e.g. that every value keeps one type, and the tensor-core products of bf16 tiles."""
     import math
 
     from triton import compile as triton_compile
@@ -60,20 +65,23 @@ def test_the_kernels_compile_for_an_h100_class_gpu(rep: int, head_dim: int, spli
     from artifactcache.models import decode_attention as da
 
     partial, combine = da._kernels()
+    cut = da.launch_config(rows, kv_heads)
+    splits = -(-slots // cut.split)
     d_p2 = 1 << (head_dim - 1).bit_length()
-    rep_p2 = 1 << max(rep - 1, 0).bit_length()
-    block_n = min(da.SPLIT, max(16, 8192 // (rep_p2 * d_p2)))
+    qb = max(16, 1 << max(rep - 1, 0).bit_length())
     kernels = [
-        (partial, {"Q": "*bf16", "K": "*bf16", "V": "*bf16", "LO": "*i64", "POS": "*i64",
-                   "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32"},
-         {"SCALE": 1 / math.sqrt(head_dim), "REP": rep, "REP_P2": rep_p2, "D": head_dim,
-          "D_P2": d_p2, "SPLIT": da.SPLIT, "BLOCK_N": block_n, "N_SPLITS": splits}),
-        (combine, {"OUT": "*bf16", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
+        (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
+                   "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32"},
+         {"SCALE": 1 / math.sqrt(head_dim), "REP": rep, "QB": qb, "D": head_dim,
+          "D_P2": d_p2, "SPLIT": cut.split, "BLOCK_N": min(cut.block_n, cut.split),
+          "N_SPLITS": splits, "STAGES": cut.stages,
+          "PRECISION": "ieee" if dtype == "fp32" else "tf32"}, cut.num_warps),
+        (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
                    "LO": "*i64", "POS": "*i64"},
-         {"D": head_dim, "D_P2": d_p2, "SPLIT": da.SPLIT, "N_SPLITS": splits,
-          "CHUNK": min(64, 1 << max(splits - 1, 0).bit_length())}),
+         {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": splits,
+          "CHUNK": min(64, 1 << max(splits - 1, 0).bit_length())}, 4),
     ]  # fmt: skip
-    for fn, pointers, consts in kernels:
+    for fn, pointers, consts, num_warps in kernels:
         names = fn.arg_names
         # Integers as Triton passes them at run time: i32 (values that fit).
         sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
@@ -83,7 +91,8 @@ def test_the_kernels_compile_for_an_h100_class_gpu(rep: int, head_dim: int, spli
             )
         except (TypeError, AttributeError) as e:  # Triton's internal API moves between releases
             pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
-        compiled = triton_compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        options = {"num_warps": num_warps}
+        compiled = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"]
 
 

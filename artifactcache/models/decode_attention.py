@@ -3,12 +3,14 @@
 One query per row (a decode step) attends to the cache positions ``lo[b] .. p``
 of its row, p = ``input_pos[0]``. The cache keeps its allocated shape, so a step
 built on it is static and captures in one CUDA graph, yet its cost follows the used
-length: the grid covers every split of :func:`split_size` positions, and a program whose split
-lies outside ``lo[b] .. p`` returns before it loads anything (flash-decoding).
+length: the grid covers every split of :func:`launch_config`'s positions, and a
+program whose split lies outside ``lo[b] .. p`` returns before it loads anything
+(flash-decoding).
 
 - ``partial``: one program per (row, kv head, split) attends all ``n_rep`` query
-  heads of the kv head to its split, writing an unnormalized sum, a max and a
-  denominator per query head.
+  heads of the kv head to the filled part of its split, tile by tile, both products on
+  the tensor cores; it writes an unnormalized sum, a max and a denominator per query
+  head.
 - ``combine``: one program per (row, query head) merges the splits in ``lo .. p``.
 
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
@@ -18,13 +20,14 @@ its own position. So a sliding-window model reads at most its window.
 The op is registered at import (torch.library's triton_op imports Triton and Dynamo,
 so only split-KV models import this module); its kernels are compiled on first call.
 The parity tests (tests/_decode_attention_child.py) hold the kernel to SDPA under the
-causal mask, and to the same arithmetic written in torch.
+causal mask, and to the same arithmetic written in torch, in Triton's interpreter.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,19 +37,26 @@ from torch.library import triton_op, wrap_triton
 # first builds them.
 tl: Any = None
 
-# Positions one partial program reads (one tile).
-SPLIT = 64
+@dataclass(frozen=True)
+class Launch:
+    """How the partial kernel cuts the cache: ``split`` positions a program (its grid
+    covers the allocated slots), streamed in tiles of ``block_n`` with ``stages`` tiles
+    in flight."""
+
+    split: int
+    block_n: int = 64
+    num_warps: int = 4
+    stages: int = 3
 
 
-def split_size(rows: int, n_kv_heads: int) -> int:
-    """Positions a partial program reads: one tile of SPLIT, whatever the batch.
+def launch_config(rows: int, n_kv_heads: int) -> Launch:
+    """The partial kernel's cut for ``rows`` x ``n_kv_heads`` (row, kv head) pairs.
 
-    Measured on the H200 (docs/perf-notes.md): a program that loops over 2-8 tiles
-    is 1.5-6x slower at batch 1 (the masked tiles' arithmetic, and registers), and
-    at batch 32 it spilled. Large batches are where SDPA's one kernel wins instead
-    (model_options.split_kv_decode keeps them on the bucketed SDPA by default).
+    Few pairs need short splits to fill the GPU's SMs; many pairs fill it anyway, and
+    longer splits leave the combine less to merge. The rule comes from the H200 sweep
+    in docs/perf-notes.md (benchmarks/split_kv_check.py swaps this function out).
     """
-    return SPLIT
+    return Launch(split=128 if rows * n_kv_heads <= 64 else 256)
 
 
 @functools.cache
@@ -63,8 +73,9 @@ def _kernels() -> tuple[Any, Any]:
         Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
         n_kv_heads, n_heads, SCALE: tl.constexpr,  # a constexpr: AOTI types a float as fp64
-        REP: tl.constexpr, REP_P2: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
+        REP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
         SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
+        STAGES: tl.constexpr, PRECISION: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         split = tl.program_id(1)
@@ -75,7 +86,10 @@ def _kernels() -> tuple[Any, Any]:
         start = tl.maximum(split * SPLIT, lo)
         end = tl.minimum((split + 1) * SPLIT, p + 1)
         if start < end:
-            r = tl.arange(0, REP_P2)
+            # The kv head's REP query heads are the rows of a [QB, D] tile (QB >= 16, what
+            # tl.dot takes), so both products run on the tensor cores and the K and V tiles
+            # stream through shared memory, STAGES tiles in flight.
+            r = tl.arange(0, QB)
             d = tl.arange(0, D_P2)
             rmask = r < REP
             dmask = d < D
@@ -83,22 +97,19 @@ def _kernels() -> tuple[Any, Any]:
             q = tl.load(
                 Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
                 mask=rmask[:, None] & dmask[None, :], other=0.0,
-            ).to(tl.float32) * SCALE  # fmt: skip
-            m = tl.full([REP_P2], float("-inf"), tl.float32)
-            den = tl.zeros([REP_P2], tl.float32)
-            acc = tl.zeros([REP_P2, D_P2], tl.float32)
+            )  # fmt: skip
+            m = tl.full([QB], float("-inf"), tl.float32)
+            den = tl.zeros([QB], tl.float32)
+            acc = tl.zeros([QB, D_P2], tl.float32)
             k_row = K + b * stride_kb + hkv * stride_kh
             v_row = V + b * stride_vb + hkv * stride_vh
-            # A static loop over the split's tiles (masked to start .. end - 1): no
-            # data-dependent trip count, so the compiled loop unrolls.
-            for i in tl.static_range(SPLIT // BLOCK_N):
-                n = split * SPLIT + i * BLOCK_N + tl.arange(0, BLOCK_N)
+            for t in tl.range(start // BLOCK_N, tl.cdiv(end, BLOCK_N), num_stages=STAGES):
+                n = t * BLOCK_N + tl.arange(0, BLOCK_N)
                 nmask = (n >= start) & (n < end)
                 kv_mask = nmask[:, None] & dmask[None, :]
-                # Both tiles' loads first, so they are in flight together.
                 k = tl.load(k_row + n[:, None] * stride_ks + d[None, :], mask=kv_mask, other=0.0)
                 v = tl.load(v_row + n[:, None] * stride_vs + d[None, :], mask=kv_mask, other=0.0)
-                s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * SCALE
                 s = tl.where(nmask[None, :], s, float("-inf"))
                 m_new = tl.maximum(m, tl.max(s, axis=1))
                 # A tile before the first filled position leaves m at -inf: exponents
@@ -107,7 +118,8 @@ def _kernels() -> tuple[Any, Any]:
                 alpha = tl.exp(m - m_ref)
                 w = tl.exp(s - m_ref[:, None])
                 den = den * alpha + tl.sum(w, axis=1)
-                acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * v.to(tl.float32)[None, :, :], 1)
+                pv = tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
+                acc = acc * alpha[:, None] + pv
                 m = m_new
             at = (b * n_heads + heads) * N_SPLITS + split
             tl.store(M_OUT + at, m, mask=rmask)
@@ -175,29 +187,29 @@ def decode_attention(
     B, H, _, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     rep = H // Hkv
-    split = split_size(B, Hkv)
-    n_splits = -(-S // split)
+    cut = launch_config(B, Hkv)
+    n_splits = -(-S // cut.split)
     q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
     den = torch.empty_like(m)
     acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
-    rep_p2, d_p2 = _next_pow2(rep), _next_pow2(D)
-    # The [REP, BLOCK_N, D] product stays at 8k fp32 values a program, in registers;
-    # a tile is at most one split.
-    block_n = min(split, max(16, 8192 // (rep_p2 * d_p2)))
+    d_p2 = _next_pow2(D)
     partial, combine = _kernels()
     wrap_triton(partial)[(B * Hkv, n_splits)](
         q, k_cache, v_cache, lo, input_pos, m, den, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         Hkv, H, SCALE=1.0 / math.sqrt(D),
-        REP=rep, REP_P2=rep_p2, D=D, D_P2=d_p2, SPLIT=split, BLOCK_N=block_n,
-        N_SPLITS=n_splits, num_warps=4,
+        REP=rep, QB=max(16, _next_pow2(rep)), D=D, D_P2=d_p2, SPLIT=cut.split,
+        BLOCK_N=min(cut.block_n, cut.split), N_SPLITS=n_splits, STAGES=cut.stages,
+        # fp32 models keep fp32 products (tf32 would cost them parity with eager).
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        num_warps=cut.num_warps,
     )  # fmt: skip
     wrap_triton(combine)[(B * H,)](
         m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
-        D=D, D_P2=d_p2, SPLIT=split, N_SPLITS=n_splits, CHUNK=min(64, _next_pow2(n_splits)),
-        num_warps=4,
+        D=D, D_P2=d_p2, SPLIT=cut.split, N_SPLITS=n_splits,
+        CHUNK=min(64, _next_pow2(n_splits)), num_warps=4,
     )  # fmt: skip
     return out
