@@ -53,10 +53,13 @@ def launch_config(rows: int, n_kv_heads: int) -> Launch:
     """The partial kernel's cut for ``rows`` x ``n_kv_heads`` (row, kv head) pairs.
 
     Few pairs need short splits to fill the GPU's SMs; many pairs fill it anyway, and
-    longer splits leave the combine less to merge. The rule comes from the H200 sweep
-    in docs/perf-notes.md (benchmarks/split_kv_check.py swaps this function out).
+    there longer splits mean fewer programs for the grid to launch over the allocated
+    slots and less for the combine to merge. Measured on the H200 (docs/perf-notes.md,
+    attempt 15; benchmarks/split_kv_check.py swaps this function out for its sweep):
+    32 pairs best at 64-128 positions, 1024 pairs at 512. 256 between is not measured.
     """
-    return Launch(split=128 if rows * n_kv_heads <= 64 else 256)
+    pairs = rows * n_kv_heads
+    return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
 
 
 @functools.cache
