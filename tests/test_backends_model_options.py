@@ -120,11 +120,11 @@ def test_split_kv_decode_is_the_cuda_default_of_the_compiled_backends(
     backend: str, device: str, expected: bool
 ):
     opts, rec = BuildOptions(device=device), _long()
-    assert split_kv_decode(backend, opts) is expected
+    assert split_kv_decode(backend, opts, rec) is expected
     factors = model_factors(backend, rec, opts)
     assert factors["decode_attention"] == ("split_kv" if expected else "sdpa")
     off = BuildOptions(device=device, extra={"split_kv_decode": 0})
-    assert split_kv_decode(backend, off) is False
+    assert split_kv_decode(backend, off, rec) is False
 
 
 def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
@@ -157,12 +157,25 @@ def test_quant_and_fusion_change_the_key_but_not_the_weights_factor(backend: str
         assert len({plain.arch_key, quant.arch_key, fused.arch_key}) == 3
 
 
-@pytest.mark.parametrize(("max_seq_len", "max_batch"), [(256, 1), (64, 1), (4096, 32)])
-def test_split_kv_decode_is_the_default_at_any_context_and_batch(max_seq_len: int, max_batch: int):
-    """One KV bucket or many, one row or 32: the kernel beat SDPA at each on the H200."""
+@pytest.mark.parametrize(("max_seq_len", "max_batch"), [(257, 1), (4096, 1), (4096, 32)])
+def test_split_kv_decode_is_the_default_for_long_contexts_at_any_batch(
+    max_seq_len: int, max_batch: int
+):
+    """Several KV buckets, one row or 32: split-KV's static step is the default."""
     rec = _long(max_seq_len=max_seq_len, max_batch=max_batch)
     cuda = BuildOptions(device="cuda")
     assert model_factors("aoti", rec, cuda)["decode_attention"] == "split_kv"
     assert model_build_args("inductor", rec, cuda)["split_kv_decode"] is True
     off = BuildOptions(device="cuda", extra={"split_kv_decode": 0})
     assert model_factors("aoti", rec, off)["decode_attention"] == "sdpa"
+
+
+@pytest.mark.parametrize("max_seq_len", [256, 64])
+def test_split_kv_decode_is_not_the_default_where_decode_is_static_already(max_seq_len: int):
+    """One KV bucket (max_seq_len <= 256): the SDPA step is static, and was faster."""
+    cuda = BuildOptions(device="cuda")
+    rec = _long(max_seq_len=max_seq_len, max_batch=32)
+    assert split_kv_decode("aoti", cuda, rec) is False
+    assert model_factors("inductor", rec, cuda)["decode_attention"] == "sdpa"
+    asked = BuildOptions(device="cuda", extra={"split_kv_decode": 1})
+    assert split_kv_decode("aoti", asked, rec) is True

@@ -207,7 +207,7 @@ class InductorBackend:
             # The entry's kernels/ are this compiler's output, and Inductor keys its
             # own caches on the compile command, so another compiler would miss them.
             codegen["cxx"] = identity(inductor_default_cxx())
-        max_seq, split_kv = recipe.shapes.max_seq_len, split_kv_decode(self.name, opts)
+        max_seq, split_kv = recipe.shapes.max_seq_len, split_kv_decode(self.name, opts, recipe)
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
