@@ -14,13 +14,23 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton", reason="the split-KV kernel is Triton's")
+triton = pytest.importorskip("triton", reason="the split-KV kernel is Triton's")
+
+# Triton 3.6's interpreter turns a loop bound loaded from memory into a Python int with
+# int() of a one-element array, which NumPy 2 refuses; 3.8 and later take it. The
+# compiled kernel is not affected (the sm_90 compile test runs on every version).
+interprets_loaded_bounds = pytest.mark.skipif(
+    tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 8),
+    reason=f"Triton {triton.__version__}'s interpreter cannot take a loop bound loaded "
+    "from memory (the kernel's tile loop); 3.8 or later runs these cases",
+)
 
 CHILD = Path(__file__).with_name("_decode_attention_child.py")
 MODEL_CHILD = Path(__file__).with_name("_split_kv_model_child.py")
 TINY = ("tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-qwen3", "tiny-phi-3")
 
 
+@interprets_loaded_bounds
 def test_the_kernel_matches_sdpa_in_every_case():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     done = subprocess.run(
@@ -30,6 +40,7 @@ def test_the_kernel_matches_sdpa_in_every_case():
     assert done.stdout.count("ok:") == 16, done.stdout
 
 
+@interprets_loaded_bounds
 def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
     """Every family, a batch of three prompts of different lengths (tiny-mistral's
     window included): the same greedy tokens, and one decode step's logits within
