@@ -55,6 +55,8 @@ runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16"
                             max_batch=batch if batch > 1 else None,
                             max_seq_len=max_seq_len or None, cache_dir=cache_dir)
 rec = load_recipe(recipe)
+if max_seq_len:  # the bytes below count the KV the artifact allocated
+    rec = rec.with_shapes(max_seq_len=max_seq_len)
 prompt = list(rec.bench.prompt_ids)
 
 def run(new):
@@ -87,7 +89,7 @@ for name, (count, us) in many.items():
     if count - c0 > 0:
         per_step[name] = [(count - c0) / n, (us - us0) / n]
 print(json.dumps({"per_step": per_step,
-                  "bytes": bytes_per_token(rec, "bf16", quant=quant or None)}))
+                  "bytes": bytes_per_token(rec, "bf16", quant=quant or None, batch=batch)}))
 """
 
 
