@@ -50,6 +50,8 @@ CASES = {
     "the last slot": (2, 4, 2, 32, 2 * SPLIT + 5, 2 * SPLIT + 4, None, [7, 0]),
     "a batch of 16 rows, 16 heads": (16, 16, 16, 16, 600, 530, None, list(range(16))),
     "70 splits: combined in two chunks": (1, 2, 2, 16, 70 * SPLIT, 69 * SPLIT + 5, None, None),
+    "five query heads a kv head (padded to 16 rows)": (2, 10, 2, 32, 150, 140, None, [0, 4]),
+    "32 query heads a kv head (no padded row)": (1, 32, 1, 16, 100, 80, None, None),
 }
 
 
@@ -109,6 +111,7 @@ def decode_lo_folds_the_masks_terms():
 OTHER_LAUNCHES = {
     "one tile a split": Launch(split=64, block_n=64),
     "eight tiles a split": Launch(split=256, block_n=32),
+    "a 512-position split": Launch(split=512, block_n=64),
 }
 OTHER_LAUNCH_CASES = ("gqa, head_dim 80, padded rows", "one kv head, head_dim 96, a window",
                       "the last slot")  # fmt: skip

@@ -25,19 +25,28 @@ interprets_loaded_bounds = pytest.mark.skipif(
     "from memory (the kernel's tile loop); 3.8 or later runs these cases",
 )
 
+REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("_decode_attention_child.py")
 MODEL_CHILD = Path(__file__).with_name("_split_kv_model_child.py")
 TINY = ("tiny-llama", "tiny-mistral", "tiny-phi-2", "tiny-qwen3", "tiny-phi-3")
 
 
+def _child_env() -> dict[str, str]:
+    """The interpreter on, and this checkout's artifactcache first: a child started as
+    ``python tests/x.py`` has tests/ on its path, not the repository."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+
+
 @interprets_loaded_bounds
 def test_the_kernel_matches_sdpa_in_every_case():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = _child_env()
     done = subprocess.run(
-        [sys.executable, str(CHILD)], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, str(CHILD)], env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok:") == 16, done.stdout
+    assert done.stdout.count("ok:") == 21, done.stdout
 
 
 @interprets_loaded_bounds
@@ -45,10 +54,10 @@ def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
     """Every family, a batch of three prompts of different lengths (tiny-mistral's
     window included): the same greedy tokens, and one decode step's logits within
     1e-4, from the whole static cache as from the length buckets."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env = _child_env()
     done = subprocess.run(
         [sys.executable, str(MODEL_CHILD), *TINY],
-        env=env, capture_output=True, text=True, timeout=900,
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("ok:") == len(TINY), done.stdout
@@ -58,15 +67,21 @@ def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
 # llama-3's GQA, phi-2, phi-3 at 32k; each with the launch the op chooses for it.
 SM90_SHAPES = [(1, 32, 1, 128, 4096), (1, 32, 1, 128, 256), (32, 32, 1, 128, 256),
                (1, 8, 4, 128, 4096), (1, 32, 1, 80, 2048), (1, 32, 1, 96, 32768)]  # fmt: skip
+H100_SHARED = 232448  # bytes a program may use (shared_memory_per_block_optin)
+CONSUMER_SHARED = 101376  # sm_86/89/120
 
 
 @pytest.mark.parametrize(("rows", "kv_heads", "rep", "head_dim", "slots"), SM90_SHAPES)
-@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize(("dtype", "limit"), [("bf16", H100_SHARED), ("fp32", H100_SHARED),
+                                              ("fp32", CONSUMER_SHARED)])  # fmt: skip
 def test_the_kernels_compile_for_an_h100_class_gpu(
-    rows: int, kv_heads: int, rep: int, head_dim: int, slots: int, dtype: str
+    rows: int, kv_heads: int, rep: int, head_dim: int, slots: int, dtype: str, limit: int
 ):
-    """Triton's compiler (to a cubin, no GPU needed) checks what the interpreter does not,
-    e.g. that every value keeps one type, and the tensor-core products of bf16 tiles."""
+    """Triton's compiler (to a cubin, no GPU needed) checks what the interpreter does not:
+    that every value keeps one type, the tensor-core products of bf16 tiles, and the
+    shared memory of the pipelined loop, against the GPU's limit and staged_bytes'
+    estimate. Pointers and strides are marked 16-divisible, as Triton marks them at run
+    time, so the loop compiles with its asynchronous copies, as it runs."""
     import math
 
     from triton import compile as triton_compile
@@ -76,9 +91,10 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     from artifactcache.models import decode_attention as da
 
     partial, combine = da._kernels()
-    cut = da.launch_config(rows, kv_heads)
-    splits = -(-slots // cut.split)
     d_p2 = 1 << (head_dim - 1).bit_length()
+    elem = 4 if dtype == "fp32" else 2
+    cut = da.fit_shared_memory(da.launch_config(rows, kv_heads), elem, d_p2, limit)
+    splits = -(-slots // cut.split)
     qb = max(16, 1 << max(rep - 1, 0).bit_length())
     kernels = [
         (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
@@ -92,19 +108,39 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
          {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": splits,
           "CHUNK": min(64, 1 << max(splits - 1, 0).bit_length())}, 4),
     ]  # fmt: skip
+    shared = []
     for fn, pointers, consts, num_warps in kernels:
         names = fn.arg_names
         # Integers as Triton passes them at run time: i32 (values that fit).
         sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
+        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                   if n in pointers or n.startswith("stride_")}  # fmt: skip
         try:
             src = ASTSource(
-                fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()}
+                fn=fn,
+                signature=sig,
+                constexprs={(names.index(k),): v for k, v in consts.items()},
+                attrs=aligned,
             )
         except (TypeError, AttributeError) as e:  # Triton's internal API moves between releases
             pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
         options = {"num_warps": num_warps}
         compiled = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"]
+        shared.append(compiled.metadata.shared)
+    assert shared[0] <= da.staged_bytes(cut, elem, d_p2) <= limit, (cut, shared)
+
+
+def test_fit_shared_memory_drops_stages_then_tiles():
+    from artifactcache.models.decode_attention import Launch, fit_shared_memory, staged_bytes
+
+    three = Launch(split=128, block_n=64, stages=3)
+    assert fit_shared_memory(three, 2, 128, H100_SHARED) == three  # bf16 fits as measured
+    fp32 = fit_shared_memory(three, 4, 128, CONSUMER_SHARED)
+    assert fp32 == Launch(split=128, block_n=64, stages=2)
+    assert staged_bytes(fp32, 4, 128) <= CONSUMER_SHARED < staged_bytes(three, 4, 128)
+    tiny = fit_shared_memory(three, 4, 128, 48 * 1024)
+    assert tiny.stages == 1 and tiny.block_n == 32
 
 
 class _Traced(Exception):

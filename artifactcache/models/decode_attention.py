@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -60,6 +60,32 @@ def launch_config(rows: int, n_kv_heads: int) -> Launch:
     """
     pairs = rows * n_kv_heads
     return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
+
+
+def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int) -> int:
+    """Shared memory the partial kernel's K/V tiles take, an upper estimate: the pipelined
+    loop holds ``stages - 1`` tiles of K and V (one when it is not pipelined), plus a
+    quarter tile for the products' layout changes. The sm_90 compile test holds it to
+    Triton's own count."""
+    tile = 2 * min(cut.block_n, cut.split) * d_p2 * elem_bytes
+    return max(cut.stages - 1, 1) * tile + tile // 4
+
+
+def fit_shared_memory(cut: Launch, elem_bytes: int, d_p2: int, limit: int) -> Launch:
+    """``cut`` with fewer stages, then smaller tiles, until its tiles fit ``limit`` bytes
+    of shared memory: fp32 at three stages takes 143 KB, over a consumer GPU's 99 KB."""
+    while staged_bytes(cut, elem_bytes, d_p2) > limit and cut.stages > 1:
+        cut = replace(cut, stages=cut.stages - 1)
+    while staged_bytes(cut, elem_bytes, d_p2) > limit and cut.block_n > 16:
+        cut = replace(cut, block_n=cut.block_n // 2)
+    return cut
+
+
+def shared_memory_limit(device: torch.device) -> int:
+    """The shared memory one program may use on ``device`` (48 KB where torch's
+    properties do not say, as Inductor assumes)."""
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
 
 
 @functools.cache
@@ -104,8 +130,9 @@ def _kernels() -> tuple[Any, Any]:
             m = tl.full([QB], float("-inf"), tl.float32)
             den = tl.zeros([QB], tl.float32)
             acc = tl.zeros([QB, D_P2], tl.float32)
-            k_row = K + b * stride_kb + hkv * stride_kh
-            v_row = V + b * stride_vb + hkv * stride_vh
+            # A row's offset in int64: a large cache passes more than 2**31 elements.
+            k_row = K + b.to(tl.int64) * stride_kb + hkv * stride_kh
+            v_row = V + b.to(tl.int64) * stride_vb + hkv * stride_vh
             for t in tl.range(start // BLOCK_N, tl.cdiv(end, BLOCK_N), num_stages=STAGES):
                 n = t * BLOCK_N + tl.arange(0, BLOCK_N)
                 nmask = (n >= start) & (n < end)
@@ -190,14 +217,18 @@ def decode_attention(
     B, H, _, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     rep = H // Hkv
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("decode_attention reads caches whose last dimension is contiguous")
+    d_p2 = _next_pow2(D)
     cut = launch_config(B, Hkv)
+    if k_cache.is_cuda:
+        cut = fit_shared_memory(cut, k_cache.element_size(), d_p2, shared_memory_limit(q.device))
     n_splits = -(-S // cut.split)
     q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
     den = torch.empty_like(m)
     acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
-    d_p2 = _next_pow2(D)
     partial, combine = _kernels()
     wrap_triton(partial)[(B * Hkv, n_splits)](
         q, k_cache, v_cache, lo, input_pos, m, den, acc,
