@@ -172,3 +172,15 @@ def test_dynamo_traces_a_split_kv_model_whole():
         compiled(*inputs)  # Dynamo wraps the backend's exception
     assert seen, caught.value  # the whole graph reached the backend
     assert "decode_attention" in seen[0]
+
+
+def test_a_cache_without_a_contiguous_last_dim_is_refused():
+    """The kernel steps through head_dim one element at a time."""
+    import torch
+
+    from artifactcache.models.decode_attention import decode_attention
+
+    q = torch.zeros(1, 2, 1, 16)
+    strided = torch.zeros(1, 2, 16, 32)[..., ::2]
+    with pytest.raises(ValueError, match="last dimension is contiguous"):
+        decode_attention(q, strided, strided, torch.zeros(1, dtype=torch.long), torch.tensor([3]))
