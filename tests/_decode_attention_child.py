@@ -106,8 +106,9 @@ def decode_lo_folds_the_masks_terms():
     assert decode_lo(pos, torch.tensor([3, 0]), 4, 2).tolist() == [7, 7]  # the window
 
 
-# Other cuts than the default's, on the cases they change: one tile a split, and a
-# split streamed in eight tiles (the loop's first and last tiles partly masked).
+# Other cuts than the default's, on the cases they change: one tile a split, a split
+# streamed in eight tiles (the loop's first and last tiles partly masked), and the
+# 512-position split of large batches.
 OTHER_LAUNCHES = {
     "one tile a split": Launch(split=64, block_n=64),
     "eight tiles a split": Launch(split=256, block_n=32),

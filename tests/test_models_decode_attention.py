@@ -82,7 +82,6 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     shared memory of the pipelined loop, against the GPU's limit and staged_bytes'
     estimate. Pointers and strides are marked 16-divisible, as Triton marks them at run
     time, so the loop compiles with its asynchronous copies, as it runs."""
-    import math
 
     from triton import compile as triton_compile
     from triton.backends.compiler import GPUTarget
@@ -91,22 +90,16 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     from artifactcache.models import decode_attention as da
 
     partial, combine = da._kernels()
-    d_p2 = 1 << (head_dim - 1).bit_length()
+    d_p2 = da._next_pow2(head_dim)
     elem = 4 if dtype == "fp32" else 2
     cut = da.fit_shared_memory(da.launch_config(rows, kv_heads), elem, d_p2, limit)
-    splits = -(-slots // cut.split)
-    qb = max(16, 1 << max(rep - 1, 0).bit_length())
+    partial_consts, combine_consts = da.kernel_constants(rep, head_dim, slots, cut, dtype == "fp32")
     kernels = [
         (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
                    "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32"},
-         {"SCALE": 1 / math.sqrt(head_dim), "REP": rep, "QB": qb, "D": head_dim,
-          "D_P2": d_p2, "SPLIT": cut.split, "BLOCK_N": min(cut.block_n, cut.split),
-          "N_SPLITS": splits, "STAGES": cut.stages,
-          "PRECISION": "ieee" if dtype == "fp32" else "tf32"}, cut.num_warps),
+         partial_consts, cut.num_warps),
         (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
-                   "LO": "*i64", "POS": "*i64"},
-         {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": splits,
-          "CHUNK": min(64, 1 << max(splits - 1, 0).bit_length())}, 4),
+                   "LO": "*i64", "POS": "*i64"}, combine_consts, 4),
     ]  # fmt: skip
     shared = []
     for fn, pointers, consts, num_warps in kernels:

@@ -48,6 +48,11 @@ class Launch:
     num_warps: int = 4
     stages: int = 3
 
+    @property
+    def tile(self) -> int:
+        """Positions a loop step reads: block_n, at most the split."""
+        return min(self.block_n, self.split)
+
 
 def launch_config(rows: int, n_kv_heads: int) -> Launch:
     """The partial kernel's cut for ``rows`` x ``n_kv_heads`` (row, kv head) pairs.
@@ -67,7 +72,7 @@ def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int) -> int:
     loop holds ``stages - 1`` tiles of K and V (one when it is not pipelined), plus a
     quarter tile for the products' layout changes. The sm_90 compile test holds it to
     Triton's own count."""
-    tile = 2 * min(cut.block_n, cut.split) * d_p2 * elem_bytes
+    tile = 2 * cut.tile * d_p2 * elem_bytes
     return max(cut.stages - 1, 1) * tile + tile // 4
 
 
@@ -86,6 +91,26 @@ def shared_memory_limit(device: torch.device) -> int:
     properties do not say, as Inductor assumes)."""
     props = torch.cuda.get_device_properties(device)
     return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
+
+
+def kernel_constants(
+    rep: int, head_dim: int, slots: int, cut: Launch, fp32: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The constexprs the op launches (partial, combine) with, for ``rep`` query heads a
+    kv head, ``slots`` allocated positions and ``cut``; the sm_90 compile test compiles
+    the kernels with these."""
+    d_p2 = _next_pow2(head_dim)
+    n_splits = -(-slots // cut.split)
+    partial = {
+        "SCALE": 1.0 / math.sqrt(head_dim), "REP": rep, "QB": max(16, _next_pow2(rep)),
+        "D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "BLOCK_N": cut.tile,
+        "N_SPLITS": n_splits, "STAGES": cut.stages,
+        # fp32 models keep fp32 products (tf32 would cost them parity with eager).
+        "PRECISION": "ieee" if fp32 else "tf32",
+    }  # fmt: skip
+    combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
+               "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
+    return partial, combine
 
 
 @functools.cache
@@ -219,11 +244,14 @@ def decode_attention(
     rep = H // Hkv
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("decode_attention reads caches whose last dimension is contiguous")
-    d_p2 = _next_pow2(D)
     cut = launch_config(B, Hkv)
     if k_cache.is_cuda:
-        cut = fit_shared_memory(cut, k_cache.element_size(), d_p2, shared_memory_limit(q.device))
-    n_splits = -(-S // cut.split)
+        limit = shared_memory_limit(q.device)
+        cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit)
+    partial_consts, combine_consts = kernel_constants(
+        rep, D, S, cut, fp32=q.dtype == torch.float32
+    )
+    n_splits = partial_consts["N_SPLITS"]
     q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
     den = torch.empty_like(m)
@@ -234,16 +262,10 @@ def decode_attention(
         q, k_cache, v_cache, lo, input_pos, m, den, acc,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        Hkv, H, SCALE=1.0 / math.sqrt(D),
-        REP=rep, QB=max(16, _next_pow2(rep)), D=D, D_P2=d_p2, SPLIT=cut.split,
-        BLOCK_N=min(cut.block_n, cut.split), N_SPLITS=n_splits, STAGES=cut.stages,
-        # fp32 models keep fp32 products (tf32 would cost them parity with eager).
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=cut.num_warps,
+        Hkv, H, **partial_consts, num_warps=cut.num_warps,
     )  # fmt: skip
     wrap_triton(combine)[(B * H,)](
         m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
-        D=D, D_P2=d_p2, SPLIT=cut.split, N_SPLITS=n_splits,
-        CHUNK=min(64, _next_pow2(n_splits)), num_warps=4,
+        **combine_consts, num_warps=4,
     )  # fmt: skip
     return out
