@@ -16,9 +16,16 @@ peak device memory around each call during ``api.build``, then the same after th
 build returns and after a load. Also counts model instances still alive after the
 build, and names what refers to one.
 
-``warm``: after ``memory`` built the aoti entry into ``--cache-dir``, ``--runs``
-fresh-process probes (the coldstart probe, empty framework caches) of a warm aoti
-start, each followed by an eager start, so the two share the machine's state.
+``warm``: after an entry of ``--backend`` (default aoti; ``memory`` builds one) is in
+``--cache-dir``, ``--runs`` fresh-process probes (the coldstart probe, empty framework
+caches) of a warm start, each followed by an eager start, so the two share the
+machine's state. Each run also says what the warm process left in its framework
+caches (a Triton dir per kernel compiled or installed), and the output what the
+entries' ``kernels/`` carry, so a recompile in the warm process shows.
+
+``profile``: one warm ``artifactcache.load`` + first token of that entry under cProfile
+in a fresh process with empty framework caches; the top functions by cumulative and
+by own time go to ``--out``. It says where a slow warm start's seconds go.
 
 ``imports``: what a warm start imports beyond ``import torch``. Each scenario runs
 ``--runs`` times as a fresh ``python -X importtime`` process, interleaved: ``torch``
@@ -32,6 +39,8 @@ The entry is built first (``acache build``; a hit returns at once). Runs on CPU 
     python benchmarks/startup_diag.py weights llama-7b
     python benchmarks/startup_diag.py memory llama-7b --cache-dir C
     python benchmarks/startup_diag.py warm llama-7b --cache-dir C --runs 3
+    python benchmarks/startup_diag.py warm llama-7b --backend inductor --cache-dir C --runs 2
+    python benchmarks/startup_diag.py profile llama-7b --backend inductor --cache-dir C --out P
     python benchmarks/startup_diag.py imports llama-7b --device cuda --dtype bf16 --cache-dir C
 
 Prints one JSON object on stdout. Needs a CUDA GPU, except ``imports``.
@@ -161,19 +170,85 @@ def memory(recipe_name: str, cache: Path) -> dict[str, Any]:
     return {"events": events, "models_alive_after_build": n_alive, "holders": holders[:20]}
 
 
-def warm(recipe_name: str, cache: Path, runs: int) -> dict[str, Any]:
+def _tree(path: Path) -> dict[str, int]:
+    """Bytes, files and top-level dirs under path (Triton: a dir per compiled kernel)."""
+    files = [f for f in path.rglob("*") if f.is_file()] if path.is_dir() else []
+    tops = [d for d in path.iterdir() if d.is_dir()] if path.is_dir() else []
+    return {"bytes": sum(f.stat().st_size for f in files), "files": len(files), "dirs": len(tops)}
+
+
+def warm(
+    recipe_name: str, cache: Path, runs: int, backend: str = "aoti", mode: str | None = None,
+    device: str = "cuda", dtype: str = "bf16",
+) -> dict[str, Any]:  # fmt: skip
     from artifactcache.measure.coldstart import ProbeSpec, fresh_framework_dirs, spawn_probe
 
-    keep = ("phases", "subphases", "compile", "memory", "backend_durations", "first_token")
-    out: dict[str, list[dict[str, Any]]] = {"aoti": [], "eager": []}
+    keep = ("phases", "subphases", "compile", "memory", "backend_durations", "first_token",
+            "runner_info", "steady")  # fmt: skip
+    out: dict[str, list[dict[str, Any]]] = {backend: [], "eager": []}
     eager_cache = Path(tempfile.mkdtemp(prefix="acache-diag-eager-"))
     for _ in range(runs):
-        for backend, where in (("aoti", cache), ("eager", eager_cache)):
-            spec = ProbeSpec(recipe_name, backend, "cuda", "bf16", iters=1)
+        for name, where in ((backend, cache), ("eager", eager_cache)):
+            spec = ProbeSpec(recipe_name, name, device, dtype, iters=1,
+                             mode=mode if name == backend else None)  # fmt: skip
             dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
             r = spawn_probe(spec, where, env_dirs=dirs)
-            out[backend].append({k: r.get(k) for k in keep})
+            row = {k: r.get(k) for k in keep}
+            if isinstance(row.get("steady"), dict):
+                row["steady"] = {k: v for k, v in row["steady"].items() if k != "tokens"}
+            # What the warm process left in its (empty at start) framework caches: a
+            # Triton dir per kernel it compiled or was given by the entry.
+            row["framework_after"] = {var: _tree(d) for var, d in dirs.items()}
+            out[name].append(row)
+    out["entry_kernels"] = {
+        str(e.relative_to(cache)): {"all": _tree(e), "triton": _tree(e / "triton")}
+        for e in cache.rglob("kernels") if e.is_dir()
+    }  # fmt: skip
     return out
+
+
+PROFILE_CHILD = (
+    "import cProfile, pstats, io, sys, time\n"
+    "recipe, backend, mode, cache, out, device, dtype = sys.argv[1:8]\n"
+    "t0 = time.perf_counter()\n"
+    "import torch, artifactcache\n"
+    "from artifactcache.recipes import load_recipe\n"
+    "t1 = time.perf_counter()\n"
+    "prof = cProfile.Profile()\n"
+    "prof.enable()\n"
+    "r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype,\n"
+    "                       mode=mode or None, cache_dir=cache, build_on_miss=False)\n"
+    "r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)\n"
+    "torch.cuda.synchronize() if device.startswith('cuda') else None\n"
+    "prof.disable()\n"
+    "t2 = time.perf_counter()\n"
+    "s = io.StringIO()\n"
+    "st = pstats.Stats(prof, stream=s)\n"
+    "st.sort_stats('cumulative').print_stats(45)\n"
+    "st.sort_stats('tottime').print_stats(30)\n"
+    "head = f'imports {t1 - t0:.2f} s, load + 1 token {t2 - t1:.2f} s\\n'\n"
+    "open(out, 'w').write(head + s.getvalue())\n"
+)
+
+
+def profile(
+    recipe_name: str, cache: Path, backend: str, mode: str | None, out: Path,
+    device: str = "cuda", dtype: str = "bf16",
+) -> dict[str, Any]:  # fmt: skip
+    """One warm load + first token under cProfile, framework caches empty."""
+    from artifactcache.measure.coldstart import fresh_framework_dirs
+
+    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
+    env = {**os.environ, **{var: str(d) for var, d in dirs.items()}}
+    cmd = [sys.executable, "-c", PROFILE_CHILD, recipe_name, backend, mode or "", str(cache),
+           str(out), device, dtype]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+    return {
+        "rc": proc.returncode,
+        "stderr_tail": proc.stderr[-2000:],
+        "profile": str(out),
+        "framework_after": {var: _tree(d) for var, d in dirs.items()},
+    }
 
 
 # Each scenario's child writes sys.modules at exit to argv[1]: `-X importtime` does not
@@ -267,12 +342,15 @@ def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("weights", "memory", "warm", "imports"))
+    p.add_argument("what", choices=("weights", "memory", "warm", "imports", "profile"))
     p.add_argument("recipe")
     p.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh temp dir")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--device", default="cuda", help="imports only (the others use cuda)")
-    p.add_argument("--dtype", default="bf16", help="imports only")
+    p.add_argument("--device", default="cuda", help="imports, warm, profile (the others: cuda)")
+    p.add_argument("--dtype", default="bf16", help="imports, warm, profile")
+    p.add_argument("--backend", default="aoti", help="warm and profile")
+    p.add_argument("--mode", default=None, help="warm and profile: the backend's mode")
+    p.add_argument("--out", type=Path, default=Path("load.prof.txt"), help="profile's text")
     a = p.parse_args()
     cache = (a.cache_dir or Path(tempfile.mkdtemp(prefix="acache-diag-"))).resolve()
     if a.what == "weights":
@@ -281,8 +359,10 @@ def main() -> int:
         result = memory(a.recipe, cache)
     elif a.what == "imports":
         result = imports(a.recipe, cache, a.runs, a.device, a.dtype)
+    elif a.what == "profile":
+        result = profile(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype)
     else:
-        result = warm(a.recipe, cache, a.runs)
+        result = warm(a.recipe, cache, a.runs, a.backend, a.mode, a.device, a.dtype)
     print(json.dumps({"what": a.what, "recipe": a.recipe, **result}, indent=1))
     return 0
 

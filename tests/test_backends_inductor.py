@@ -74,6 +74,36 @@ def test_this_torch_warms_from_saved_compiled_functions():
     assert inductor.BACKEND.factors(load_recipe("tiny-llama"), cuda)["warm_path"] == "megacache"
 
 
+def test_the_warm_path_can_be_chosen_and_the_key_follows(monkeypatch):
+    """$ACACHE_INDUCTOR_WARM_PATH picks the path to measure against the default; the
+    key names the path, so the two entries never mix."""
+    tiny, cuda = load_recipe("tiny-llama"), BuildOptions(device="cuda", dtype="bf16")
+    monkeypatch.setenv(inductor.WARM_PATH_ENV, "aot_compile")
+    assert inductor.warm_path("cuda") == "aot_compile"
+    assert inductor.BACKEND.factors(tiny, cuda)["warm_path"] == "aot_compile"
+    monkeypatch.setenv(inductor.WARM_PATH_ENV, "megacache")
+    assert inductor.warm_path("cpu") == "megacache"
+    monkeypatch.setenv(inductor.WARM_PATH_ENV, "dynamo")
+    with pytest.raises(BackendError, match="choose one of aot_compile, megacache"):
+        inductor.warm_path("cpu")
+
+
+def test_an_unknown_warm_path_is_a_one_line_cli_error(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from artifactcache.cli.app import app
+
+    monkeypatch.setenv(inductor.WARM_PATH_ENV, "dynamo")
+    cache = tmp_path / "cache"
+    res = CliRunner().invoke(
+        app, ["build", "tiny-llama", "--backend", "inductor", "--cache-dir", str(cache)]
+    )
+    assert res.exit_code == 1
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "ACACHE_INDUCTOR" in lines[0]
+    assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))
+
+
 def test_entry_holds_compiled_steps_and_kernels(root: Path):
     res = api.build("tiny-llama", "inductor", cache_dir=root)
     meta, path = res.entry.meta, res.entry.path

@@ -23,13 +23,12 @@ traces the model while the FX-graph and AOTAutograd caches hit.
 
 Both paths carry:
 
-``kernels/``       the C++ kernel objects (``*.so``/``*.o``) Inductor built on
-                   CPU. Compiled graphs hold the generated C++ *source* only, so
-                   without these a fresh process with an empty
-                   TORCHINDUCTOR_CACHE_DIR recompiles every CPU kernel with the
-                   system compiler (measured: 21 g++ runs for tiny-llama).
-``megacache.bin``  on the aot_compile path too when torch recorded anything:
-                   on CUDA it holds the Triton kernel binaries.
+``kernels/``       what the build compiled that a fresh process with empty framework
+                   caches would compile again (inductor_files.py): the C++ kernel
+                   objects on CPU (measured: 21 g++ runs for tiny-llama without
+                   them), and on CUDA the Triton kernels and the autotuning winners.
+``megacache.bin``  on the aot_compile path too when torch recorded anything beyond
+                   what the saved functions bundle (autotune results, say).
 ``inductor.json``  a record of the above, with ``warm_path``.
 
 build() compiles inside ``torch._inductor.utils.fresh_cache()`` so the artifact
@@ -41,19 +40,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from ..code_factors import codegen_factors
-from ..devices import device_type, is_cuda
+from ..devices import device_index, device_type, is_cuda
 from ..errors import BackendError
 from ..keys import toolchain_fingerprint
 from ..kv_buckets import kv_len_range
 from .base import BuildContext, BuildOptions
 from .cuda_graph import cuda_graph_step
 from .cxx import identity, inductor_default_cxx, missing_compiler
+from .inductor_files import install_compiled_files, save_compiled_files
 from .model_options import check_model_options, model_factors, split_kv_decode
 from .runner import (
     StepRunner,
@@ -71,7 +70,6 @@ from .torch_private import (
     forget_inductor_process_caches,
     fresh_cache_artifact_manager,
     fresh_inductor_cache,
-    inductor_cache_dir,
     inductor_mode_options,
     load_compiled_step,
     mark_dynamic_dim,
@@ -92,9 +90,8 @@ STEP_FILES = {step: f"{step}.aotfn" for step in STEPS}
 # Mega-Cache artifact types a saved compiled function already carries (its
 # AOTAutograd entry is bundled, Inductor's compiled graph inside it).
 _BUNDLED_IN_STEPS = {"aot_autograd", "inductor"}
-# File types of compiled C++ kernels in Inductor's cache dir (the .o files are
-# needed too: Inductor checks each link input exists before reusing a .so).
-_KERNEL_SUFFIXES = (".so", ".o")
+# Picks the warm path against the default below, to measure one against the other.
+WARM_PATH_ENV = "ACACHE_INDUCTOR_WARM_PATH"
 # Static shapes, one recipe's prefill + decode per model class and dtype; a
 # process that loads several recipes needs more than Dynamo's default of 8
 # entries per code object before it would silently fall back to eager.
@@ -113,13 +110,23 @@ def _compile_options(opts: BuildOptions) -> dict[str, Any]:
 
 def warm_path(device: str) -> str:
     """How this entry is warmed: "aot_compile" on CPU where torch can save a compiled
-    function, else "megacache". A function of the torch and the device, which the key
-    already names, so the same toolchain always picks the same path.
+    function, else "megacache". A function of the torch, the device and
+    $ACACHE_INDUCTOR_WARM_PATH, which the key names (the factor ``warm_path``), so the
+    same toolchain always picks the same path.
 
     CUDA stays on the Mega-Cache: on the H200 (torch 2.11, llama-7b) an aot_compile
     entry took 56 s to load in a fresh process against about 15 s for the Mega-Cache
     path (docs/perf-notes.md), so it is not the fast path there yet.
     """
+    chosen = os.environ.get(WARM_PATH_ENV, "").strip()
+    if chosen:
+        if chosen not in WARM_PATHS:
+            raise BackendError(
+                f"{WARM_PATH_ENV}={chosen!r}: choose one of {', '.join(WARM_PATHS)}, or unset it"
+            )
+        if chosen == "aot_compile" and (missing := aot_compile_missing()):
+            raise BackendError(f"{WARM_PATH_ENV}=aot_compile: {missing}; unset it")
+        return chosen
     if is_cuda(device):
         return "megacache"
     return "megacache" if aot_compile_missing() else "aot_compile"
@@ -246,7 +253,7 @@ class InductorBackend:
                     "torch.compile produced no cache artifacts (are Inductor's caches disabled, "
                     "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
                 )
-            kernels = save_kernels(workdir / KERNELS)
+            kernels = save_compiled_files(workdir / KERNELS, device_index(ctx.opts.device))
         # The steps compiled above belong to this build's model; a later load()
         # in this process gets its own from the entry.
         torch.compiler.reset()
@@ -284,7 +291,7 @@ class InductorBackend:
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev, self.name)
-        install_kernels(entry_dir / KERNELS)
+        install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
         if mega.is_file():
             torch.compiler.load_cache_artifacts(mega.read_bytes())
         ctx.phases["cache_loaded"] = time.perf_counter()
@@ -348,47 +355,6 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
         steps.append(call)
     sync(dev)
     return steps[0], steps[1]
-
-
-def save_kernels(dest: Path) -> list[str]:
-    """Copy the C++ kernel objects of this (fresh) Inductor cache dir into dest."""
-    src = inductor_cache_dir()
-    kernels = []
-    for f in sorted(src.rglob("*")):
-        rel = f.relative_to(src)
-        # Triton's own cache (fresh_cache puts it under "triton/") is carried
-        # by the Mega-Cache's Triton bundle; only Inductor's C++ objects here.
-        if f.is_file() and f.suffix in _KERNEL_SUFFIXES and rel.parts[0] != "triton":
-            dst = dest / rel
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, dst)
-            kernels.append(str(rel))
-    return kernels
-
-
-def install_kernels(src: Path) -> int:
-    """Copy the entry's kernel objects into Inductor's cache dir; returns how many.
-
-    Copies, never links: the entry must stay immutable and verifiable, and a
-    hard link would let Inductor (or the user) modify it through the cache dir.
-    Files already there are content-addressed by name, so they are kept.
-    """
-    if not src.is_dir():
-        return 0
-    dst_root = inductor_cache_dir()
-    n = 0
-    for f in src.rglob("*"):
-        if not f.is_file() or f.is_symlink():
-            continue
-        dst = dst_root / f.relative_to(src)
-        if dst.exists():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-        shutil.copyfile(f, tmp)
-        os.replace(tmp, dst)  # atomic: a concurrent process never sees half a .so
-        n += 1
-    return n
 
 
 BACKEND = InductorBackend()

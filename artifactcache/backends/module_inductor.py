@@ -20,10 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..devices import device_type, is_cuda
+from ..devices import device_index, device_type, is_cuda
 from ..errors import BackendError
 from .base import BuildOptions
-from .inductor import KERNELS, MEGACACHE, MODES, install_kernels, save_kernels
+from .inductor import KERNELS, MEGACACHE, MODES
+from .inductor_files import install_compiled_files, save_compiled_files
 from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ class InductorModuleBackend:
                     "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
                 )
             data, info = saved
-            kernels = save_kernels(workdir / KERNELS)
+            kernels = save_compiled_files(workdir / KERNELS, device_index(opts.device))
         torch.compiler.reset()  # load() compiles its own from the Mega-Cache
         (workdir / MEGACACHE).write_bytes(data)
         meta = {
@@ -130,7 +131,7 @@ class InductorModuleBackend:
 
         require_files(entry_dir, MEGACACHE)
         phases["weights_ready"] = time.perf_counter()  # the caller's module holds them
-        install_kernels(entry_dir / KERNELS)
+        install_compiled_files(entry_dir / KERNELS, device_index(opts.device))
         torch.compiler.load_cache_artifacts((entry_dir / MEGACACHE).read_bytes())
         phases["cache_loaded"] = time.perf_counter()
         compiled = compile_and_run(spec, opts)

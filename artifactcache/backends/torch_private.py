@@ -43,6 +43,19 @@ def inductor_cache_dir() -> Path:
     return Path(cache_dir())
 
 
+def triton_cache_dir(device_index: int = 0) -> Path:
+    """Where Inductor points Triton's cache for this device: TRITON_CACHE_DIR, or a
+    folder of the Inductor cache dir."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import triton_cache_dir as tcd
+    except ImportError:
+        try:
+            from torch._inductor.runtime.runtime_utils import triton_cache_dir as tcd
+        except ImportError:
+            raise TorchPrivateAPIMissing("torch._inductor...triton_cache_dir()") from None
+    return Path(tcd(device_index))
+
+
 def forget_inductor_process_caches() -> None:
     """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
 

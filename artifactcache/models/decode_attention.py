@@ -37,6 +37,7 @@ from torch.library import triton_op, wrap_triton
 # first builds them.
 tl: Any = None
 
+
 @dataclass(frozen=True)
 class Launch:
     """How the partial kernel cuts the cache: ``split`` positions a program (its grid
@@ -248,9 +249,7 @@ def decode_attention(
     if k_cache.is_cuda:
         limit = shared_memory_limit(q.device)
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit)
-    partial_consts, combine_consts = kernel_constants(
-        rep, D, S, cut, fp32=q.dtype == torch.float32
-    )
+    partial_consts, combine_consts = kernel_constants(rep, D, S, cut, fp32=q.dtype == torch.float32)
     n_splits = partial_consts["N_SPLITS"]
     q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
