@@ -130,7 +130,7 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
         for c in SWEEP:  # the kernel at each cut, for choosing launch_config's rule
             da.launch_config = lambda rows, heads, c=c: da.Launch(*c)
             try:
-                err_c = (decode_attention(q, full_k[0], full_v[0], lo, pos).float() - want.float())
+                err_c = decode_attention(q, full_k[0], full_v[0], lo, pos).float() - want.float()
                 row[f"{_label(c)}_max_diff"] = err_c.abs().max().item()
                 row[f"{_label(c)}_us"] = round(_graph_time(split_kv, iters) * 1e6, 2)
             except Exception as e:  # noqa: BLE001 - a cut that fails is a cell, not the end

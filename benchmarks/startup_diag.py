@@ -27,6 +27,10 @@ entries' ``kernels/`` carry, so a recompile in the warm process shows.
 in a fresh process with empty framework caches; the top functions by cumulative and
 by own time go to ``--out``. It says where a slow warm start's seconds go.
 
+``tuning``: the same warm load, counting what Inductor's runtime does to its Triton
+kernels there (autotune-cache checks and their hits, benchmarking, coordinate-descent
+tuning, Triton compiles; benchmarks/_tuning_child.py), JSON to ``--out``.
+
 ``imports``: what a warm start imports beyond ``import torch``. Each scenario runs
 ``--runs`` times as a fresh ``python -X importtime`` process, interleaved: ``torch``
 (``import torch`` alone, the floor), ``load`` (``artifactcache.load`` of the built entry
@@ -41,6 +45,7 @@ The entry is built first (``acache build``; a hit returns at once). Runs on CPU 
     python benchmarks/startup_diag.py warm llama-7b --cache-dir C --runs 3
     python benchmarks/startup_diag.py warm llama-7b --backend inductor --cache-dir C --runs 2
     python benchmarks/startup_diag.py profile llama-7b --backend inductor --cache-dir C --out P
+    python benchmarks/startup_diag.py tuning llama-7b --backend inductor --cache-dir C --out T
     python benchmarks/startup_diag.py imports llama-7b --device cuda --dtype bf16 --cache-dir C
 
 Prints one JSON object on stdout. Needs a CUDA GPU, except ``imports``.
@@ -200,6 +205,8 @@ def warm(
             # Triton dir per kernel it compiled or was given by the entry.
             row["framework_after"] = {var: _tree(d) for var, d in dirs.items()}
             out[name].append(row)
+            # One line per run as it ends, so a run cut by a time limit keeps the others.
+            print(json.dumps({"run": name, **row}), flush=True)
     out["entry_kernels"] = {
         str(e.relative_to(cache)): {"all": _tree(e), "triton": _tree(e / "triton")}
         for e in cache.rglob("kernels") if e.is_dir()
@@ -229,6 +236,30 @@ PROFILE_CHILD = (
     "head = f'imports {t1 - t0:.2f} s, load + 1 token {t2 - t1:.2f} s\\n'\n"
     "open(out, 'w').write(head + s.getvalue())\n"
 )
+
+
+def tuning(
+    recipe_name: str, cache: Path, backend: str, mode: str | None, out: Path,
+    device: str = "cuda", dtype: str = "bf16",
+) -> dict[str, Any]:  # fmt: skip
+    """One warm load + first token in a fresh process with empty framework caches,
+    counting the autotune-cache checks, tuning and Triton compiles it makes
+    (benchmarks/_tuning_child.py)."""
+    from artifactcache.measure.coldstart import fresh_framework_dirs
+
+    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
+    env = {**os.environ, **{var: str(d) for var, d in dirs.items()}}
+    child = REPO / "benchmarks" / "_tuning_child.py"
+    cmd = [sys.executable, str(child), recipe_name, backend, mode or "", str(cache), str(out),
+           device, dtype]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
+    counts = json.loads(out.read_text()) if out.is_file() else {}
+    return {
+        "rc": proc.returncode,
+        "stderr_tail": proc.stderr[-2000:],
+        **counts,
+        "framework_after": {var: _tree(d) for var, d in dirs.items()},
+    }
 
 
 def profile(
@@ -342,7 +373,7 @@ def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("what", choices=("weights", "memory", "warm", "imports", "profile"))
+    p.add_argument("what", choices=("weights", "memory", "warm", "imports", "profile", "tuning"))
     p.add_argument("recipe")
     p.add_argument("--cache-dir", type=Path, default=None, help="default: a fresh temp dir")
     p.add_argument("--runs", type=int, default=3)
@@ -359,6 +390,8 @@ def main() -> int:
         result = memory(a.recipe, cache)
     elif a.what == "imports":
         result = imports(a.recipe, cache, a.runs, a.device, a.dtype)
+    elif a.what == "tuning":
+        result = tuning(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype)
     elif a.what == "profile":
         result = profile(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype)
     else:

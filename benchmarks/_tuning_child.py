@@ -1,0 +1,90 @@
+"""Child of ``startup_diag.py tuning``: one warm load + first token, counting what
+Inductor's runtime does to its Triton kernels in this process.
+
+Wraps, before the load: the autotune-cache check each kernel makes when its module is
+imported, the static autotuner's recheck of it on a cache load, benchmarking all of a
+kernel's configs, coordinate-descent tuning, and Triton's cubin stage (one per kernel
+Triton compiles here). Writes {what: {count, examples}} as JSON to argv[5].
+
+    python benchmarks/_tuning_child.py RECIPE BACKEND MODE CACHE OUT [DEVICE DTYPE]
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import sys
+import time
+from typing import Any
+
+recipe, backend, mode, cache, out = sys.argv[1:6]
+device, dtype = (sys.argv[6:8] + ["cuda", "bf16"][len(sys.argv[6:8]) :])[:2]
+t0 = time.perf_counter()
+
+import torch  # noqa: E402
+import torch._inductor.runtime.triton_heuristics as th  # noqa: E402
+
+import artifactcache  # noqa: E402
+from artifactcache.recipes import load_recipe  # noqa: E402
+
+seen: dict[str, list[Any]] = collections.defaultdict(list)
+
+
+def _name(self: Any) -> str:
+    return str(self.inductor_meta.get("kernel_name") or getattr(self.fn, "__name__", "?"))
+
+
+def wrap(owner: Any, attr: str, what: str, describe: Any) -> None:
+    real = getattr(owner, attr)
+
+    @functools.wraps(real)
+    def wrapper(*a: Any, **k: Any) -> Any:
+        result = real(*a, **k)
+        seen[what].append(describe(a, k, result))
+        return result
+
+    setattr(owner, attr, wrapper)
+
+
+wrap(th, "check_autotune_cache", "check_autotune_cache",
+     lambda a, k, r: {"file": str(a[1]).rsplit("/", 2)[-2:] if a[1] else None,
+                      "configs": len(a[0]), "state": r[2].get("autotune_cache_state")})  # fmt: skip
+wrap(th.CachingAutotuner, "recheck_autotune_cache", "recheck_autotune_cache",
+     lambda a, k, r: {"kernel": _name(a[0]), "state": a[0].autotune_cache_info.get(
+         "autotune_cache_state")})  # fmt: skip
+wrap(th.CachingAutotuner, "benchmark_all_configs", "benchmark_all_configs",
+     lambda a, k, r: {"kernel": _name(a[0]), "configs": len(r)})  # fmt: skip
+wrap(th.CachingAutotuner, "_coordinate_descent_tuning", "coordinate_descent_tuning",
+     lambda a, k, r: {"kernel": _name(a[0])})  # fmt: skip
+try:
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    def _cubin(a: Any, k: Any, r: Any) -> dict[str, Any]:
+        return {"kernel": a[2].get("name") if isinstance(a[2], dict) else None}
+
+    wrap(CUDABackend, "make_cubin", "triton_make_cubin", _cubin)
+except ImportError:  # no CUDA Triton here: the count stays 0
+    pass
+
+t1 = time.perf_counter()
+r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype, mode=mode or None,
+                       cache_dir=cache, build_on_miss=False)  # fmt: skip
+r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
+t2 = time.perf_counter()
+summary = {
+    "imports_s": round(t1 - t0, 2),
+    "load_and_first_token_s": round(t2 - t1, 2),
+    **{
+        what: {
+            "count": len(rows),
+            "states": dict(collections.Counter(str(x.get("state")) for x in rows)),
+            "examples": rows[:8],
+        }
+        for what, rows in seen.items()
+    },
+}
+with open(out, "w") as f:
+    json.dump(summary, f, indent=1, default=str)
