@@ -4,9 +4,11 @@ Inductor's runtime does to its Triton kernels in this process.
 Wraps, before the load: the autotune-cache check each kernel makes when its module is
 imported, the static autotuner's recheck of it on a cache load, benchmarking all of a
 kernel's configs, coordinate-descent tuning, and Triton's cubin stage (one per kernel
-Triton compiles here). Writes {what: {count, examples}} as JSON to argv[5].
+Triton compiles here), and each autotune result it saves (where, and the configs hash).
+Writes {what: {count, examples}} as JSON to argv[5]. ACTION "build" builds the entry
+instead (``artifactcache.build``), counting the same things in the building process.
 
-    python benchmarks/_tuning_child.py RECIPE BACKEND MODE CACHE OUT [DEVICE DTYPE]
+    python benchmarks/_tuning_child.py RECIPE BACKEND MODE CACHE OUT [DEVICE DTYPE [ACTION]]
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ import time
 from typing import Any
 
 recipe, backend, mode, cache, out = sys.argv[1:6]
-device, dtype = (sys.argv[6:8] + ["cuda", "bf16"][len(sys.argv[6:8]) :])[:2]
+device, dtype, action = (sys.argv[6:9] + ["cuda", "bf16", "load"][len(sys.argv[6:9]) :])[:3]
 t0 = time.perf_counter()
 
 import torch  # noqa: E402
+import torch._inductor.runtime.autotune_cache as ac  # noqa: E402
 import torch._inductor.runtime.triton_heuristics as th  # noqa: E402
 
 import artifactcache  # noqa: E402
@@ -57,6 +60,16 @@ wrap(th.CachingAutotuner, "benchmark_all_configs", "benchmark_all_configs",
      lambda a, k, r: {"kernel": _name(a[0]), "configs": len(r)})  # fmt: skip
 wrap(th.CachingAutotuner, "_coordinate_descent_tuning", "coordinate_descent_tuning",
      lambda a, k, r: {"kernel": _name(a[0])})  # fmt: skip
+
+
+def _saved(a: Any, k: Any, r: Any) -> dict[str, Any]:
+    local = a[0].local_cache
+    return {"at": str(local[1]).rsplit("/", 2)[-2:] if local else None,
+            "configs_hash": a[0].configs_hash[:12],
+            "coordesc": k.get("found_by_coordesc", a[3] if len(a) > 3 else None)}  # fmt: skip
+
+
+wrap(ac.AutotuneCache, "save", "autotune_save", _saved)
 try:
     from triton.backends.nvidia.compiler import CUDABackend
 
@@ -68,20 +81,25 @@ except ImportError:  # no CUDA Triton here: the count stays 0
     pass
 
 t1 = time.perf_counter()
-r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype, mode=mode or None,
-                       cache_dir=cache, build_on_miss=False)  # fmt: skip
-r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
+if action == "build":
+    artifactcache.build(recipe, backend, device=device, dtype=dtype, mode=mode or None,
+                        cache_dir=cache)  # fmt: skip
+else:
+    r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype,
+                           mode=mode or None, cache_dir=cache, build_on_miss=False)  # fmt: skip
+    r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
 if device.startswith("cuda"):
     torch.cuda.synchronize()
 t2 = time.perf_counter()
 summary = {
     "imports_s": round(t1 - t0, 2),
-    "load_and_first_token_s": round(t2 - t1, 2),
+    "action": action,
+    "seconds": round(t2 - t1, 2),
     **{
         what: {
             "count": len(rows),
             "states": dict(collections.Counter(str(x.get("state")) for x in rows)),
-            "examples": rows[:8],
+            "examples": rows[:8] if what != "autotune_save" else rows,
         }
         for what, rows in seen.items()
     },

@@ -29,7 +29,9 @@ by own time go to ``--out``. It says where a slow warm start's seconds go.
 
 ``tuning``: the same warm load, counting what Inductor's runtime does to its Triton
 kernels there (autotune-cache checks and their hits, benchmarking, coordinate-descent
-tuning, Triton compiles; benchmarks/_tuning_child.py), JSON to ``--out``.
+tuning, Triton compiles, tuning results saved; benchmarks/_tuning_child.py), JSON to
+``--out``. ``--build`` counts a build instead; ``--framework-dir D`` keeps the framework
+caches in D across runs (a second warm load after a first one, say).
 
 ``imports``: what a warm start imports beyond ``import torch``. Each scenario runs
 ``--runs`` times as a fresh ``python -X importtime`` process, interleaved: ``torch``
@@ -240,18 +242,23 @@ PROFILE_CHILD = (
 
 def tuning(
     recipe_name: str, cache: Path, backend: str, mode: str | None, out: Path,
-    device: str = "cuda", dtype: str = "bf16",
+    device: str = "cuda", dtype: str = "bf16", framework: Path | None = None,
+    action: str = "load",
 ) -> dict[str, Any]:  # fmt: skip
-    """One warm load + first token in a fresh process with empty framework caches,
-    counting the autotune-cache checks, tuning and Triton compiles it makes
-    (benchmarks/_tuning_child.py)."""
-    from artifactcache.measure.coldstart import fresh_framework_dirs
+    """One warm load + first token (or, action "build", a build) in a fresh process,
+    counting the autotune-cache checks, tuning, saved tuning results and Triton
+    compiles it makes (benchmarks/_tuning_child.py). Its framework caches are empty,
+    or those under ``framework``, kept from an earlier run."""
+    from artifactcache.measure.coldstart import FRAMEWORK_CACHE_VARS, fresh_framework_dirs
 
-    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
+    if framework is not None and framework.is_dir():
+        dirs = {var: framework / var.lower() for var in FRAMEWORK_CACHE_VARS}
+    else:
+        dirs = fresh_framework_dirs(framework or Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
     env = {**os.environ, **{var: str(d) for var, d in dirs.items()}}
     child = REPO / "benchmarks" / "_tuning_child.py"
     cmd = [sys.executable, str(child), recipe_name, backend, mode or "", str(cache), str(out),
-           device, dtype]  # fmt: skip
+           device, dtype, action]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO)
     counts = json.loads(out.read_text()) if out.is_file() else {}
     return {
@@ -382,6 +389,13 @@ def main() -> int:
     p.add_argument("--backend", default="aoti", help="warm and profile")
     p.add_argument("--mode", default=None, help="warm and profile: the backend's mode")
     p.add_argument("--out", type=Path, default=Path("load.prof.txt"), help="profile's text")
+    p.add_argument(
+        "--framework-dir",
+        type=Path,
+        default=None,
+        help="tuning: framework cache dirs to keep (made empty if absent)",
+    )
+    p.add_argument("--build", action="store_true", help="tuning: count a build, not a load")
     a = p.parse_args()
     cache = (a.cache_dir or Path(tempfile.mkdtemp(prefix="acache-diag-"))).resolve()
     if a.what == "weights":
@@ -391,7 +405,8 @@ def main() -> int:
     elif a.what == "imports":
         result = imports(a.recipe, cache, a.runs, a.device, a.dtype)
     elif a.what == "tuning":
-        result = tuning(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype)
+        result = tuning(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype,
+                        a.framework_dir, "build" if a.build else "load")  # fmt: skip
     elif a.what == "profile":
         result = profile(a.recipe, cache, a.backend, a.mode, a.out.resolve(), a.device, a.dtype)
     else:
