@@ -114,9 +114,10 @@ def warm_path(device: str) -> str:
     $ACACHE_INDUCTOR_WARM_PATH, which the key names (the factor ``warm_path``), so the
     same toolchain always picks the same path.
 
-    CUDA stays on the Mega-Cache: on the H200 (torch 2.11, llama-7b) an aot_compile
-    entry took 56 s to load in a fresh process against about 15 s for the Mega-Cache
-    path (docs/perf-notes.md), so it is not the fast path there yet.
+    CUDA stays on the Mega-Cache: on the H200 (torch 2.11, llama-7b, the tuned
+    defaults) both paths took about 52 s to load in a fresh process, most of it
+    re-tuning kernels whose saved static autotuners look up the build's absolute
+    paths (docs/perf-notes.md, attempt 16); nothing measured favours switching.
     """
     chosen = os.environ.get(WARM_PATH_ENV, "").strip()
     if chosen:
