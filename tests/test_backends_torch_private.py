@@ -62,3 +62,64 @@ def test_missing_aoti_runner_is_reported(monkeypatch):
     assert "AOTIModelContainerRunnerCpu" in tp.aoti_runner_missing("cpu")
     with pytest.raises(AcacheError, match="AOTIModelContainerRunnerCpu"):
         tp.aoti_container_runner(Path("x.so"), torch.device("cpu"))
+
+
+def test_a_kernel_path_moves_to_this_processs_cache_dir(tmp_path):
+    here = tmp_path / "warm"
+    built = "/tmp/tmpbuild123/75/c75a2mly.py"
+    assert tp.local_kernel_path(built, here) == str(here / "75" / "c75a2mly.py")
+    assert tp.local_kernel_path(str(here / "75" / "c75a2mly.py"), here) == str(
+        here / "75" / "c75a2mly.py"
+    )
+    assert tp.local_kernel_path(None, here) is None
+    assert tp.local_kernel_path("k.py", here) == "k.py"
+
+
+def test_a_static_autotuners_recheck_looks_in_this_processs_cache_dir(tmp_path, monkeypatch):
+    """A saved graph's static autotuner carries the build's absolute kernel path; the
+    recheck of its tuning result must look where the entry's files were installed."""
+    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "warm"))
+    seen = []
+    monkeypatch.setattr(
+        th.CachingAutotuner, "recheck_autotune_cache", lambda self, **k: seen.append(self.filename)
+    )
+    real = th.CachingAutotuner.recheck_autotune_cache
+    tuner = object.__new__(th.CachingAutotuner)
+    tuner.filename = "/tmp/tmpgone/75/c75a2mly.py"
+    with tp.inductor_tuning_results_kept():
+        tuner.recheck_autotune_cache(reload_kernel_from_src=None)
+    assert seen == [str(tmp_path / "warm" / "75" / "c75a2mly.py")]
+    assert th.CachingAutotuner.recheck_autotune_cache is real  # restored
+
+
+def test_a_plain_result_does_not_overwrite_a_coordinate_descent_one(tmp_path):
+    """Inductor's own AutotuneCache: outside the context a later plain benchmark result
+    replaces the refined one (the fault), inside it the refined one stays."""
+    ac = pytest.importorskip("torch._inductor.runtime.autotune_cache")
+    config_cls = pytest.importorskip("triton").Config
+    kernel = tmp_path / "75" / "c75a2mly.py"
+    kernel.parent.mkdir(parents=True)
+    meta = {"autotune_local_cache": True}
+
+    def saved_by(inside: bool) -> dict:
+        cache = ac.AutotuneCache.create(meta, str(kernel), "confhash")
+        refined, plain = config_cls({"XBLOCK": 128}, num_warps=8), config_cls({"XBLOCK": 64})
+        cache.save(refined, 10**6, found_by_coordesc=True)
+        if inside:
+            with tp.inductor_tuning_results_kept():
+                cache.save(plain, 10**6)
+        else:
+            cache.save(plain, 10**6)
+        import json
+
+        return json.loads(Path(cache.local_cache[1]).read_text())
+
+    assert saved_by(inside=False)["found_by_coordesc"] is False
+    kept = saved_by(inside=True)
+    assert kept["found_by_coordesc"] is True and kept["XBLOCK"] == 128
+    with tp.inductor_tuning_results_kept():  # a first plain result is still saved
+        other = ac.AutotuneCache.create(meta, str(tmp_path / "76" / "c76.py"), "h2")
+        (tmp_path / "76").mkdir()
+        other.save(config_cls({"XBLOCK": 32}), 10**6)
+        assert Path(other.local_cache[1]).is_file()

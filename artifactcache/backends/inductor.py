@@ -71,6 +71,7 @@ from .torch_private import (
     fresh_cache_artifact_manager,
     fresh_inductor_cache,
     inductor_mode_options,
+    inductor_tuning_results_kept,
     load_compiled_step,
     mark_dynamic_dim,
     raise_dynamo_recompile_limit,
@@ -241,7 +242,7 @@ class InductorBackend:
         path = warm_path(ctx.opts.device)
         t0 = time.perf_counter()
         record: dict[str, Any] = {}
-        with fresh_inductor_cache(), fresh_cache_artifact_manager():
+        with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
             torch.compiler.reset()
             forget_inductor_process_caches()
             if path == "aot_compile":
@@ -280,8 +281,6 @@ class InductorBackend:
         return meta
 
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
-        import torch
-
         path = meta.get("warm_path", "megacache")
         mega = entry_dir / MEGACACHE
         if path == "megacache" and not mega.is_file():
@@ -292,6 +291,17 @@ class InductorBackend:
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev, self.name)
+        with inductor_tuning_results_kept():
+            return self._load_steps(ctx, entry_dir, path, model, dev)
+
+    def _load_steps(
+        self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any
+    ) -> StepRunner:
+        """Install the carried files, then compile (megacache) or deserialize
+        (aot_compile) both steps and run each once."""
+        import torch
+
+        mega = entry_dir / MEGACACHE
         install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
         if mega.is_file():
             torch.compiler.load_cache_artifacts(mega.read_bytes())

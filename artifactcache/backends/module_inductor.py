@@ -26,6 +26,7 @@ from .base import BuildOptions
 from .inductor import KERNELS, MEGACACHE, MODES
 from .inductor_files import install_compiled_files, save_compiled_files
 from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
+from .torch_private import inductor_tuning_results_kept
 
 if TYPE_CHECKING:
     from ..module_spec import ModuleSpec
@@ -96,7 +97,7 @@ class InductorModuleBackend:
 
         flat, tree = reference_run(spec)
         t0 = time.perf_counter()
-        with fresh_inductor_cache(), fresh_cache_artifact_manager():
+        with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
             torch.compiler.reset()
             forget_inductor_process_caches()
             compile_and_run(spec, opts)
@@ -131,10 +132,11 @@ class InductorModuleBackend:
 
         require_files(entry_dir, MEGACACHE)
         phases["weights_ready"] = time.perf_counter()  # the caller's module holds them
-        install_compiled_files(entry_dir / KERNELS, device_index(opts.device))
-        torch.compiler.load_cache_artifacts((entry_dir / MEGACACHE).read_bytes())
-        phases["cache_loaded"] = time.perf_counter()
-        compiled = compile_and_run(spec, opts)
+        with inductor_tuning_results_kept():
+            install_compiled_files(entry_dir / KERNELS, device_index(opts.device))
+            torch.compiler.load_cache_artifacts((entry_dir / MEGACACHE).read_bytes())
+            phases["cache_loaded"] = time.perf_counter()
+            compiled = compile_and_run(spec, opts)
         phases["artifact_ready"] = time.perf_counter()
 
         def run(*args: Any) -> Any:

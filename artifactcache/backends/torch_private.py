@@ -56,6 +56,82 @@ def triton_cache_dir(device_index: int = 0) -> Path:
     return Path(tcd(device_index))
 
 
+@contextlib.contextmanager
+def inductor_tuning_results_kept() -> Iterator[None]:
+    """While Inductor compiles, loads or first runs graphs with Triton kernels, keep
+    its autotuning results findable by a later process (docs/perf-notes.md, attempt 16):
+
+    - a *static* autotuner from a saved graph was pickled with its kernel file's
+      absolute path in the build's temporary cache dir; its recheck of the tuning
+      cache looks there, misses, and tunes again. Here it looks under the same
+      content-hash path in this process's cache dir, where the entry's files are;
+    - a plain benchmark result does not overwrite a coordinate-descent result saved
+      for the same kernel and candidate configs (two autotuners of one kernel file,
+      prefill's and decode's, would otherwise leave the unrefined one, and every
+      warm process would run coordinate descent again).
+
+    A torch without these internals runs unpatched (the slow path, never an error).
+    """
+    try:
+        import torch._inductor.runtime.autotune_cache as ac
+        import torch._inductor.runtime.triton_heuristics as th
+    except ImportError:
+        yield
+        return
+    real_recheck = getattr(th.CachingAutotuner, "recheck_autotune_cache", None)
+    real_save = getattr(ac.AutotuneCache, "save", None)
+
+    def recheck(self: Any, *args: Any, **kwargs: Any) -> Any:
+        self.filename = local_kernel_path(getattr(self, "filename", None), inductor_cache_dir())
+        return real_recheck(self, *args, **kwargs)  # type: ignore[misc]
+
+    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+        coordesc = kwargs.get("found_by_coordesc", args[2] if len(args) > 2 else False)
+        if not coordesc and _holds_coordesc_result(self):
+            return None
+        return real_save(self, *args, **kwargs)  # type: ignore[misc]
+
+    if real_recheck is not None:
+        th.CachingAutotuner.recheck_autotune_cache = recheck  # type: ignore[method-assign]
+    if real_save is not None:
+        ac.AutotuneCache.save = save  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if real_recheck is not None:
+            th.CachingAutotuner.recheck_autotune_cache = real_recheck  # type: ignore[method-assign]
+        if real_save is not None:
+            ac.AutotuneCache.save = real_save  # type: ignore[method-assign]
+
+
+def local_kernel_path(filename: str | None, cache_dir: Path) -> str | None:
+    """A kernel file's path under ``cache_dir``: Inductor names it ``<xx>/<hash>.py``
+    by content, so the same two components name it in any process's cache dir."""
+    if not filename:
+        return filename
+    path = Path(filename)
+    if len(path.parts) < 2 or path.is_relative_to(cache_dir):
+        return filename
+    return str(cache_dir / path.parent.name / path.name)
+
+
+def _holds_coordesc_result(cache: Any) -> bool:
+    """Whether this AutotuneCache's local file already holds a coordinate-descent
+    result for the same candidate configs."""
+    import json
+
+    local = getattr(cache, "local_cache", None)
+    try:
+        data = json.loads(Path(local[1]).read_text()) if local else None
+    except (OSError, ValueError, TypeError, IndexError):
+        return False
+    return (
+        isinstance(data, dict)
+        and bool(data.get("found_by_coordesc"))
+        and data.get("configs_hash") == getattr(cache, "configs_hash", None)
+    )
+
+
 def forget_inductor_process_caches() -> None:
     """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
 
