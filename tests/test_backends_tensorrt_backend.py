@@ -59,9 +59,9 @@ def test_key_factors_llm_mode():
     assert f["mode"] == "llm" and f["dtype"] == "bf16"
     assert f["build_config"] == {
         "max_batch_size": 1,
-        "max_input_len": 16,
+        "max_input_len": 256,  # a prompt may take the context: no prefill_len cap
         "max_seq_len": 256,
-        "max_num_tokens": 16,
+        "max_num_tokens": 256,
         "max_beam_width": 1,
         "gather_context_logits": True,
     }

@@ -115,9 +115,13 @@ def build_config_kwargs(recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
     s = recipe.shapes
     return {
         "max_batch_size": s.max_batch,
-        "max_input_len": s.prefill_len,
+        # TensorRT-LLM runs a whole prompt in its context phase, so a prompt may take
+        # the context (Recipe.check_fits leaves room for the new tokens). Without
+        # chunked context one prompt must fit in a step's token budget; prefill_len
+        # sizes that budget for a batch of short prompts.
+        "max_input_len": s.max_seq_len,
         "max_seq_len": s.max_seq_len,
-        "max_num_tokens": s.max_batch * s.prefill_len,
+        "max_num_tokens": max(s.max_batch * s.prefill_len, s.max_seq_len),
         "max_beam_width": 1,
         # Needed for Runner.logits(): without it the engine returns no prompt logits.
         "gather_context_logits": True,
@@ -210,12 +214,6 @@ class TrtLlmRunner:
             for t in ids:
                 if not 0 <= t < vocab:
                     raise ShapeError(f"token id {t} is outside the vocabulary [0, {vocab})")
-            # The engine is built with max_input_len = prefill_len (build_llm_engine).
-            if len(ids) > self.recipe.shapes.prefill_len:
-                raise ShapeError(
-                    f"prompt of {len(ids)} tokens exceeds the TensorRT-LLM engine's max input "
-                    f"{self.recipe.shapes.prefill_len} ([shapes].prefill_len)"
-                )
         params = SamplingParams(**sampling_kwargs(n, context_logits))
         return self.llm.generate(prompts, params, use_tqdm=False)
 
