@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from .devices import is_cuda
 from .dtypes import DTYPES, check_dtype, torch_dtype
 from .errors import ShapeError
+from .host import cgroup_memory_available
 
 if TYPE_CHECKING:
     from .recipes import ModelConfig, Recipe, Shapes
@@ -140,7 +141,8 @@ def _meminfo_available(meminfo: Path = Path("/proc/meminfo")) -> int | None:
 
 
 def available_memory(device: str) -> int | None:
-    """Free bytes on the device: CUDA's free memory, or the host's available RAM.
+    """Free bytes on the device: CUDA's free memory, or the host's available RAM under
+    this process's cgroup memory limit (host.py).
 
     None when it cannot be read (a platform without /proc/meminfo or sysconf, a
     torch that cannot query the GPU): the fit is then not checked, and the build
@@ -155,12 +157,16 @@ def available_memory(device: str) -> int | None:
             return None
         return int(free)
     avail = _meminfo_available()
-    if avail is not None:
+    if avail is None:
+        try:  # free pages only: without page cache, so it errs towards refusing less often
+            avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = None
+    # A container's memory limit caps what the host's counters show.
+    capped = cgroup_memory_available()
+    if capped is None:
         return avail
-    try:  # free pages only: without page cache, so it errs towards refusing less often
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return capped if avail is None else min(avail, capped)
 
 
 def memory_needed(recipe: Recipe, dtype: str) -> dict[str, int]:

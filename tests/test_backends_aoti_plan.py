@@ -1,4 +1,4 @@
-"""aoti's build plan: how many steps at once (the CPUs a cgroup quota leaves, whether
+"""aoti's build plan: how many steps at once (the CPUs a cgroup quota leaves: host.py; whether
 this process's Inductor config can reach a worker). No worker starts, nothing compiles."""
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ import pytest
 from torch._inductor import config as inductor_config
 from typer.testing import CliRunner
 
-from artifactcache.backends import aoti_plan
+from artifactcache import host
 from artifactcache.backends.aoti_plan import (
     JOBS_ENV,
     build_jobs,
     inductor_config_left_behind,
     planned_jobs,
-    usable_cores,
 )
 from artifactcache.backends.base import BuildOptions
 from artifactcache.cli.app import app
@@ -32,33 +31,11 @@ def _cgroup(root: Path, files: dict[str, str]) -> Path:
     return root
 
 
-V1 = ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")
-V1_JOINED = ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")
-
-
-@pytest.mark.parametrize(
-    ("files", "want"),
-    [
-        ({}, 8),  # no cgroup files: the affinity
-        ({"cpu.max": "max 100000"}, 8),  # v2, no quota
-        ({"cpu.max": "150000 100000"}, 2),  # 1.5 CPUs: rounded up
-        ({"cpu.max": "20000 100000"}, 1),  # a fifth of a CPU: at least 1
-        ({"cpu.max": "1600000 100000"}, 8),  # more than the affinity: the affinity
-        (dict(zip(V1, ("-1", "100000"), strict=True)), 8),  # v1, no quota
-        (dict(zip(V1, ("300000", "100000"), strict=True)), 3),
-        (dict(zip(V1_JOINED, ("200000", "100000"), strict=True)), 2),
-    ],
-)
-def test_usable_cores_honour_the_cgroup_cpu_quota(tmp_path, monkeypatch, files, want):
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    assert usable_cores(_cgroup(tmp_path, files)) == want
-
-
 def test_a_container_with_a_small_quota_builds_serially_by_default(tmp_path, monkeypatch):
     monkeypatch.delenv(JOBS_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    monkeypatch.setattr(aoti_plan, "CGROUP_ROOT", _cgroup(tmp_path, {"cpu.max": "200000 100000"}))
-    assert usable_cores() == 2
+    monkeypatch.setattr(host, "CGROUP_ROOT", _cgroup(tmp_path, {"cpu.max": "200000 100000"}))
+    assert host.usable_cores() == 2
     assert build_jobs("cpu", 2) == 1  # 64 in its affinity, 2 CPUs of quota
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert build_jobs("cpu", 2) == 2

@@ -12,12 +12,11 @@ the torch state that shapes the generated code, so it is in the key's sources.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import host
 from ..devices import is_cuda
 from ..errors import BackendError
 
@@ -32,57 +31,6 @@ DEFAULT_TIMEOUT_S = 7200.0
 # (docs/perf-notes.md, attempt 12): one compile already keeps more than one core busy,
 # and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
 MIN_CPU_CORES = 8
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-# Where cgroup v1 mounts the cpu controller: alone, or joined with cpuacct.
-_CGROUP_V1_CPU_DIRS = ("cpu", "cpu,cpuacct")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> int | None:
-    """The CPUs this process's cgroup CPU quota amounts to, ceil(quota / period) and at
-    least 1; None where there is none.
-
-    cgroup v2: ``cpu.max`` holds "<quota> <period>", or "max <period>" for no quota.
-    cgroup v1: ``cpu.cfs_quota_us`` (-1 for none) over ``cpu.cfs_period_us``. Both as a
-    container sees its own cgroup at ``root``.
-    """
-    v2 = _read(root / "cpu.max")
-    if v2 is not None:
-        quota, _, period = v2.partition(" ")
-    else:
-        quota = period = ""
-        for d in _CGROUP_V1_CPU_DIRS:
-            q, p = _read(root / d / "cpu.cfs_quota_us"), _read(root / d / "cpu.cfs_period_us")
-            if q is not None and p is not None:
-                quota, period = q, p
-                break
-    try:
-        q, p = int(quota), int(period)
-    except ValueError:  # "max", or no such files
-        return None
-    if q <= 0 or p <= 0:
-        return None
-    return max(1, math.ceil(q / p))
-
-
-def usable_cores(cgroup_root: Path | None = None) -> int:
-    """The CPUs this process may run on (its affinity), capped by its cgroup CPU quota
-    (under ``cgroup_root``, else CGROUP_ROOT): a container given 2 CPUs of a 64-core host
-    sees all 64 in its affinity."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    limit = cgroup_cpu_limit(CGROUP_ROOT if cgroup_root is None else cgroup_root)
-    return cores if limit is None else min(cores, limit)
-
-
 def _jobs_asked() -> str:
     return os.environ.get(JOBS_ENV, "").strip()
 
@@ -102,7 +50,7 @@ def build_jobs(device: str, n_steps: int) -> int:
                 f"after the other in this process), not {raw!r}"
             )
         return min(n, n_steps)
-    if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
+    if is_cuda(device) or host.usable_cores() >= MIN_CPU_CORES:
         return n_steps
     return 1
 

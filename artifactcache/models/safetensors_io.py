@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ArgumentError, WeightsError
+from ..host import usable_cores
 
 THREADS_ENV = "ACACHE_LOAD_THREADS"
 CHUNK_MB_ENV = "ACACHE_LOAD_CHUNK_MB"
@@ -157,9 +158,10 @@ def _positive_env(name: str) -> int | None:
 
 
 def resolve_threads(threads: int | None) -> int:
-    """``threads``, else $ACACHE_LOAD_THREADS, else min(8, CPUs); one-line error if < 1."""
+    """``threads``, else $ACACHE_LOAD_THREADS, else min(8, the CPUs this process may use:
+    its affinity under its cgroup quota); one-line error if < 1."""
     if threads is None:
-        threads = _positive_env(THREADS_ENV) or min(DEFAULT_MAX_THREADS, os.cpu_count() or 1)
+        threads = _positive_env(THREADS_ENV) or min(DEFAULT_MAX_THREADS, usable_cores())
     if not _is_int(threads) or threads < 1:
         raise ArgumentError(f"the weights loader's thread count must be >= 1, got {threads!r}")
     return threads
