@@ -15,6 +15,7 @@ export ACACHE_INDUCTOR_WARM_PATH=$path
 cache=/tmp/acache-it-$path
 fw=/tmp/acache-it-fw-$path
 mkdir -p "$out"
+rm -rf "$fw" /tmp/acache-it-fw-build  # the first warm load starts with empty caches
 start=$SECONDS
 stamp() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - start))s] $*"; }
 common=(llama-7b --backend inductor --cache-dir "$cache")

@@ -386,9 +386,10 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--device", default="cuda", help="imports, warm, profile (the others: cuda)")
     p.add_argument("--dtype", default="bf16", help="imports, warm, profile")
-    p.add_argument("--backend", default="aoti", help="warm and profile")
-    p.add_argument("--mode", default=None, help="warm and profile: the backend's mode")
-    p.add_argument("--out", type=Path, default=Path("load.prof.txt"), help="profile's text")
+    p.add_argument("--backend", default="aoti", help="warm, profile, tuning")
+    p.add_argument("--mode", default=None, help="warm, profile, tuning: the backend's mode")
+    p.add_argument("--out", type=Path, default=Path("load.prof.txt"),
+                   help="profile's text, tuning's JSON")  # fmt: skip
     p.add_argument(
         "--framework-dir",
         type=Path,

@@ -4,9 +4,9 @@ this process's Inductor config can reach a worker). No worker starts, nothing co
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+from _cgroup_util import cgroup_tree
 from torch._inductor import config as inductor_config
 from typer.testing import CliRunner
 
@@ -23,18 +23,10 @@ from artifactcache.errors import BackendError
 from artifactcache.recipes import load_recipe
 
 
-def _cgroup(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    return root
-
-
 def test_a_container_with_a_small_quota_builds_serially_by_default(tmp_path, monkeypatch):
     monkeypatch.delenv(JOBS_ENV, raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
-    monkeypatch.setattr(host, "CGROUP_ROOT", _cgroup(tmp_path, {"cpu.max": "200000 100000"}))
+    monkeypatch.setattr(host, "CGROUP_ROOT", cgroup_tree(tmp_path, {"cpu.max": "200000 100000"}))
     assert host.usable_cores() == 2
     assert build_jobs("cpu", 2) == 1  # 64 in its affinity, 2 CPUs of quota
     (tmp_path / "cpu.max").write_text("max 100000\n")

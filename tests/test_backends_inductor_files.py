@@ -40,7 +40,9 @@ def _fake_build_dir(root: Path, triton: Path) -> None:
     (kernel / "__grp__k.json").write_text(json.dumps(group))
     (kernel / "lock").write_text("")
     (kernel / "k.json.lock").write_text("")
-    (triton / "tmp.123").mkdir()  # a compile still writing
+    (kernel / "tmp.pid_7_abc").mkdir()  # Triton writing a file, to rename it in place
+    (kernel / "tmp.pid_7_abc" / "k.ptx").write_bytes(b"half")
+    (triton / "tmp.123").mkdir()  # a kernel dir TritonBundler is still writing
     (triton / "tmp.123" / "half.cubin").write_bytes(b"half")
 
 
@@ -63,13 +65,19 @@ def test_save_keeps_kernels_winners_and_triton_without_the_build_paths(tmp_path,
     assert str(tmp_path).encode() not in group and TRITON_DIR_PLACEHOLDER in group
 
 
-def test_install_writes_the_group_for_where_it_lands(tmp_path, monkeypatch):
+def _saved_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An entry's kernels/ saved from a fake build dir; the caches then point at warm/."""
     root, triton = _point_caches(monkeypatch, tmp_path / "build")
     _fake_build_dir(root, triton)
     entry = tmp_path / "entry"
     save_compiled_files(entry)
+    _point_caches(monkeypatch, tmp_path / "warm")
+    return entry
 
-    warm_root, warm_triton = _point_caches(monkeypatch, tmp_path / "warm")
+
+def test_install_writes_the_group_for_where_it_lands(tmp_path, monkeypatch):
+    entry = _saved_entry(tmp_path, monkeypatch)
+    warm_root, warm_triton = tmp_path / "warm", tmp_path / "warm" / "triton"
     assert install_compiled_files(entry) == 6
     assert (warm_root / "ab" / "tuned.best_config").read_text() == json.dumps({"XBLOCK": 64})
     assert not (warm_root / "ab" / "cabc.py").exists()
@@ -82,11 +90,8 @@ def test_install_writes_the_group_for_where_it_lands(tmp_path, monkeypatch):
 
 
 def test_install_keeps_a_kernel_dir_already_there(tmp_path, monkeypatch):
-    root, triton = _point_caches(monkeypatch, tmp_path / "build")
-    _fake_build_dir(root, triton)
-    entry = tmp_path / "entry"
-    save_compiled_files(entry)
-    warm_root, warm_triton = _point_caches(monkeypatch, tmp_path / "warm")
+    entry = _saved_entry(tmp_path, monkeypatch)
+    warm_triton = tmp_path / "warm" / "triton"
     (warm_triton / "HASH1").mkdir(parents=True)
     (warm_triton / "HASH1" / "k.cubin").write_bytes(b"compiled here")
     install_compiled_files(entry)
@@ -121,3 +126,22 @@ def test_the_triton_dir_follows_the_device_when_triton_cache_dir_is_unset(tmp_pa
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     assert inductor_files.triton_cache_dir(1) == tmp_path / "triton" / "1"
+
+
+def test_install_fills_an_empty_kernel_dir_triton_made(tmp_path, monkeypatch):
+    entry = _saved_entry(tmp_path, monkeypatch)
+    (tmp_path / "warm" / "triton" / "HASH1").mkdir(parents=True)  # Triton's makedirs
+    assert install_compiled_files(entry) == 6
+    assert (tmp_path / "warm" / "triton" / "HASH1" / "k.cubin").read_bytes() == b"cubin bytes"
+
+
+def test_a_group_stays_valid_json_wherever_it_lands(tmp_path, monkeypatch):
+    """The dir is written into JSON strings escaped, so a quote in it cannot break one."""
+    root, triton = _point_caches(monkeypatch, tmp_path / "build")
+    _fake_build_dir(root, triton)
+    entry = tmp_path / "entry"
+    save_compiled_files(entry)
+    _, warm_triton = _point_caches(monkeypatch, tmp_path / 'odd "dir"')
+    install_compiled_files(entry)
+    group = json.loads((warm_triton / "HASH1" / "__grp__k.json").read_text())
+    assert all(Path(p).is_file() for p in group["child_paths"].values())

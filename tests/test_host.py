@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
+from _cgroup_util import cgroup_tree
 
 from artifactcache import host, sizing
 from artifactcache.host import cgroup_memory_available, usable_cores
-
-
-def _cgroup(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    return root
-
 
 V1 = ("cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us")
 V1_JOINED = ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")
@@ -38,7 +29,7 @@ V1_JOINED = ("cpu,cpuacct/cpu.cfs_quota_us", "cpu,cpuacct/cpu.cfs_period_us")
 )
 def test_usable_cores_honour_the_cgroup_cpu_quota(tmp_path, monkeypatch, files, want):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
-    assert usable_cores(_cgroup(tmp_path, files)) == want
+    assert usable_cores(cgroup_tree(tmp_path, files)) == want
 
 
 @pytest.mark.parametrize(
@@ -62,12 +53,12 @@ def test_usable_cores_honour_the_cgroup_cpu_quota(tmp_path, monkeypatch, files, 
     ],
 )  # fmt: skip
 def test_the_cgroup_memory_limit_less_its_usage(tmp_path, files, want):
-    assert cgroup_memory_available(_cgroup(tmp_path, files)) == want
+    assert cgroup_memory_available(cgroup_tree(tmp_path, files)) == want
 
 
-def test_available_memory_on_cpu_is_capped_by_the_cgroup(tmp_path, monkeypatch):
+def test_available_memory_on_cpu_is_capped_by_thecgroup_tree(tmp_path, monkeypatch):
     """A container given 1 MiB of a big host: the fit check sees 1 MiB, not the host's RAM."""
-    root = _cgroup(tmp_path, {"memory.max": str(2**20), "memory.current": "0"})
+    root = cgroup_tree(tmp_path, {"memory.max": str(2**20), "memory.current": "0"})
     monkeypatch.setattr(host, "CGROUP_ROOT", root)
     monkeypatch.setattr(sizing, "_meminfo_available", lambda: 10**12)
     assert sizing.available_memory("cpu") == 2**20

@@ -23,12 +23,13 @@ looks. Files are copied, never linked: the entry stays immutable and verifiable.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 
-from .torch_private import inductor_cache_dir, triton_cache_dir
+from .torch_private import TorchPrivateAPIMissing, inductor_cache_dir, triton_cache_dir
 
 TRITON = "triton"
 # Files of Inductor's own cache dir worth carrying (the .o files are needed too:
@@ -42,7 +43,10 @@ def save_compiled_files(dest: Path, device_index: int = 0) -> list[str]:
     """Copy this (fresh) Inductor cache dir's carried files into ``dest``; their
     paths relative to ``dest``."""
     src = inductor_cache_dir()
-    triton_src = triton_cache_dir(device_index)
+    try:
+        triton_src = triton_cache_dir(device_index)
+    except TorchPrivateAPIMissing:  # where fresh_cache puts it
+        triton_src = src / TRITON
     saved = []
     for f in sorted(src.rglob("*")):
         if not f.is_file() or f.is_symlink() or _inside(f, triton_src):
@@ -64,7 +68,9 @@ def install_compiled_files(src: Path, device_index: int = 0) -> int:
     are content-addressed by name)."""
     if not src.is_dir():
         return 0
-    n = _install_triton(src / TRITON, triton_cache_dir(device_index))
+    n = 0
+    if (src / TRITON).is_dir():
+        n += _install_triton(src / TRITON, triton_cache_dir(device_index))
     dst_root = inductor_cache_dir()
     for f in src.rglob("*"):
         if not f.is_file() or f.is_symlink():
@@ -77,10 +83,18 @@ def install_compiled_files(src: Path, device_index: int = 0) -> int:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-        shutil.copyfile(f, tmp)
-        os.replace(tmp, dst)  # atomic: a concurrent process never sees half a .so
+        try:
+            shutil.copyfile(f, tmp)
+            os.replace(tmp, dst)  # atomic: a concurrent process never sees half a .so
+        finally:
+            tmp.unlink(missing_ok=True)
         n += 1
     return n
+
+
+def _json_path(path: Path) -> bytes:
+    """A path as it appears inside a JSON string (escaped as json.dumps writes it)."""
+    return json.dumps(str(path))[1:-1].encode()
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -95,15 +109,16 @@ def _save_triton(triton_src: Path, dest: Path) -> list[str]:
     """Each kernel directory's files, with the cache dir's path in .json files
     replaced by the placeholder."""
     saved = []
-    base = str(triton_src).encode()
+    base = _json_path(triton_src)
     for kernel_dir in sorted(p for p in triton_src.iterdir() if p.is_dir()):
         if kernel_dir.name.startswith("tmp."):
-            continue  # a compile still writing (Triton renames it into place)
+            continue  # a kernel dir still being written (TritonBundler's and ours rename it)
+        # Files only: Triton writes each file in a tmp.pid_* dir inside and renames it.
         for f in sorted(kernel_dir.iterdir()):
             if not f.is_file() or f.is_symlink() or f.name == "lock" or f.name.endswith(".lock"):
                 continue
             data = f.read_bytes()
-            if f.suffix == ".json":
+            if f.suffix == ".json":  # as TritonBundler does: any .json may name the dir
                 data = data.replace(base, TRITON_DIR_PLACEHOLDER)
             out = dest / kernel_dir.name / f.name
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -119,7 +134,7 @@ def _install_triton(src: Path, dst_base: Path) -> int:
     if not src.is_dir():
         return 0
     n = 0
-    base = str(dst_base).encode()
+    base = _json_path(dst_base)
     for kernel_dir in sorted(p for p in src.iterdir() if p.is_dir()):
         target = dst_base / kernel_dir.name
         if target.is_dir() and any(target.iterdir()):
@@ -127,16 +142,22 @@ def _install_triton(src: Path, dst_base: Path) -> int:
         dst_base.mkdir(parents=True, exist_ok=True)
         tmp = dst_base / f"tmp.acache.{uuid.uuid4().hex}"
         tmp.mkdir()
-        for f in kernel_dir.iterdir():
-            if not f.is_file() or f.is_symlink():
-                continue
-            data = f.read_bytes()
-            if f.suffix == ".json":
-                data = data.replace(TRITON_DIR_PLACEHOLDER, base)
-            (tmp / f.name).write_bytes(data)
-            n += 1
         try:
-            os.replace(tmp, target)
-        except OSError:  # another process put it there first
+            written = 0
+            for f in kernel_dir.iterdir():
+                if not f.is_file() or f.is_symlink():
+                    continue
+                data = f.read_bytes()
+                if f.suffix == ".json":
+                    data = data.replace(TRITON_DIR_PLACEHOLDER, base)
+                (tmp / f.name).write_bytes(data)
+                written += 1
+            os.replace(tmp, target)  # over an empty dir Triton made, too
+            n += written
+        except OSError:
+            if target.is_dir() and any(target.iterdir()):
+                continue  # another process put it there first
+            raise  # a full disk, say: the caller's one-line error
+        finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return n
