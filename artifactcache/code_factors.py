@@ -46,6 +46,7 @@ BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
     "eager": ("artifactcache.backends.eager", *_MODULE_PATH),
     "inductor": (
         "artifactcache.backends.inductor",
+        "artifactcache.backends.inductor_files",
         "artifactcache.backends.module_inductor",
         "artifactcache.backends.cxx",
         "artifactcache.backends.torch_private",

@@ -22,7 +22,7 @@ import torch
 from _backend_util import private_dir
 from typer.testing import CliRunner
 
-from artifactcache import api, host
+from artifactcache import api
 from artifactcache.backends import aoti, aoti_jobs, aoti_plan
 from artifactcache.backends.aoti_jobs import BuildWorkerFailed, StepJob, worker_failure
 from artifactcache.backends.aoti_plan import (
@@ -78,9 +78,9 @@ def _our_workers() -> list[int]:
 def test_jobs_come_from_the_env_else_the_device_and_cores(monkeypatch):
     monkeypatch.delenv(JOBS_ENV, raising=False)
     assert build_jobs("cuda", 2) == 2  # the GPU default: concurrent
-    monkeypatch.setattr(host, "usable_cores", lambda: 2)
+    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: 2)
     assert build_jobs("cpu", 2) == 1  # this VM's measurement: serial on few cores
-    monkeypatch.setattr(host, "usable_cores", lambda: aoti_plan.MIN_CPU_CORES)
+    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: aoti_plan.MIN_CPU_CORES)
     assert build_jobs("cpu", 2) == 2
     monkeypatch.setenv(JOBS_ENV, "1")
     assert build_jobs("cuda", 2) == 1

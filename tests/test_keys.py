@@ -346,7 +346,9 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                "artifactcache.backends.cuda_graph",
                # shape rules and memory fit: what they decide is the recipe's shapes (key
                # factors themselves), a refusal, or whether aoti's steps build concurrently
-               "artifactcache.sizing")  # fmt: skip
+               "artifactcache.sizing",
+               # the host's CPU and memory limits: thread counts and refusals
+               "artifactcache.host")  # fmt: skip
 
 
 def _acache_imports(path: Path, module: str) -> set[str]:

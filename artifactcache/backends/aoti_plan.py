@@ -16,9 +16,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .. import host
 from ..devices import is_cuda
 from ..errors import BackendError
+from ..host import usable_cores
 
 if TYPE_CHECKING:
     from .base import BuildOptions
@@ -50,7 +50,7 @@ def build_jobs(device: str, n_steps: int) -> int:
                 f"after the other in this process), not {raw!r}"
             )
         return min(n, n_steps)
-    if is_cuda(device) or host.usable_cores() >= MIN_CPU_CORES:
+    if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
         return n_steps
     return 1
 

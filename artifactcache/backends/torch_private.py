@@ -195,6 +195,27 @@ def forget_inductor_process_caches() -> None:
         else:
             clear(obj)
     clear(getattr(codecache, "_precompile_header", None))
+    # The ISA probes' .so files: some torch builds keep a memo of the verdict that the
+    # clears above miss, so compile each probe again into this cache dir (check_build
+    # compiles only what this dir lacks).
+    for isa in getattr(cpu_vec_isa, "valid_vec_isa_list", lambda: [])():
+        probes = {getattr(isa, n) for n in dir(isa) if n.startswith("_") and n.endswith("_code")}
+        for code in sorted(c for c in probes if isinstance(c, str)):
+            if hasattr(isa, "check_build"):
+                isa.check_build(code)
+    # Inductor's compile workers are processes started under the cache dir of their
+    # day, with code caches of their own that fresh_cache() cannot reach: a worker that
+    # compiled a kernel for an earlier build hands back that build's .so, this build's
+    # cache dir never gets it, and every warm load compiles it again. Stopping them makes
+    # the next compile start new ones under this cache dir (a few seconds, once a build).
+    try:
+        from torch._inductor import async_compile
+    except ImportError:
+        return
+    if getattr(async_compile, "_pool_set", None):
+        shutdown = getattr(async_compile, "shutdown_compile_workers", None)
+        if shutdown is not None:
+            shutdown()
 
 
 def fresh_inductor_cache() -> Any:
