@@ -63,7 +63,7 @@ def triton_cache_dir(device_index: int = 0) -> Path:
 # threads never restore a half-patched class.
 _TUNING_LOCK = threading.Lock()
 _TUNING_DEPTH = 0
-_TUNING_REAL: dict[str, Any] = {}
+_TUNING_REAL: dict[tuple[Any, str], Any] = {}
 
 
 @contextlib.contextmanager
