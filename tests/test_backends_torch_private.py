@@ -160,3 +160,40 @@ def test_a_plain_result_does_not_overwrite_a_coordinate_descent_one(tmp_path):
         other = cache_for("b", "another-configs-hash")  # other candidates: not guarded
         other.save(plain, 10**6)
         assert saved(other)["configs_hash"] == "another-configs-hash"
+
+
+def test_forgetting_drops_the_isa_verdicts_that_change_probe_keys():
+    """A verdict stored on an ISA object changes its build flags, so the probes' keys."""
+    from torch._inductor import cpu_vec_isa
+
+    isa = cpu_vec_isa.supported_vec_isa_list[0]
+    isa._is_avx512_bf16_supported = True
+    isa._is_amx_fp16_supported = True
+    tp.forget_inductor_process_caches()  # the next probe computes them again
+    assert not [n for n in vars(isa) if n.startswith("_is_")]
+    assert "-mavx512bf16" not in isa.build_arch_flags().replace(type(isa)._arch_flags, "")
+
+
+def _probe_libraries(cache_dir: Path) -> set[str]:
+    return {p.name for p in cache_dir.rglob("*.so")}
+
+
+@pytest.mark.slow
+def test_a_second_build_in_a_process_compiles_the_probes_a_fresh_process_does(tmp_path):
+    """The probes a warm process compiles are the ones a build's cache dir must hold."""
+    import os
+    import subprocess
+
+    from torch._inductor import cpu_vec_isa
+
+    code = "from torch._inductor import cpu_vec_isa; cpu_vec_isa.valid_vec_isa_list()"
+    fresh = tmp_path / "fresh"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(fresh)}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    with tp.fresh_inductor_cache():
+        cpu_vec_isa.valid_vec_isa_list()  # an earlier build's probes, elsewhere
+    with tp.fresh_inductor_cache():
+        tp.forget_inductor_process_caches()
+        cpu_vec_isa.valid_vec_isa_list()
+        second = _probe_libraries(tp.inductor_cache_dir())
+    assert second == _probe_libraries(fresh)

@@ -195,14 +195,15 @@ def forget_inductor_process_caches() -> None:
         else:
             clear(obj)
     clear(getattr(codecache, "_precompile_header", None))
-    # The ISA probes' .so files: some torch builds keep a memo of the verdict that the
-    # clears above miss, so compile each probe again into this cache dir (check_build
-    # compiles only what this dir lacks).
-    for isa in getattr(cpu_vec_isa, "valid_vec_isa_list", lambda: [])():
-        probes = {getattr(isa, n) for n in dir(isa) if n.startswith("_") and n.endswith("_code")}
-        for code in sorted(c for c in probes if isinstance(c, str)):
-            if hasattr(isa, "check_build"):
-                isa.check_build(code)
+    # A probe's key hashes its ISA's build flags, and those flags grow with verdicts
+    # the first probe stored on the ISA object (``_is_avx512_bf16_supported`` adds
+    # -mavx512bf16). Left set, the next probe here compiles under keys no fresh process
+    # uses: this build's cache dir would lack the fresh process's probes and every warm
+    # load would compile them. Dropping the stored verdicts makes the next probe run
+    # exactly as a fresh process's does.
+    for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", []):
+        for name in [n for n in vars(isa) if n.startswith("_is_") and n.endswith("_supported")]:
+            delattr(isa, name)
     # Inductor's compile workers are processes started under the cache dir of their
     # day, with code caches of their own that fresh_cache() cannot reach: a worker that
     # compiled a kernel for an earlier build hands back that build's .so, this build's
