@@ -178,22 +178,45 @@ def _probe_libraries(cache_dir: Path) -> set[str]:
     return {p.name for p in cache_dir.rglob("*.so")}
 
 
+# An AVX-512 CPU with bf16, on any x86 machine: the probes only compile and dlopen
+# their code, and the bf16 verdict is the one that grows the probes' flags.
+AVX512_BF16_CPU = """
+import torch
+from torch._inductor import cpu_vec_isa
+torch.cpu._is_avx512_bf16_supported = lambda: True
+cpu_vec_isa.x86_isa_checker = lambda: ["avx2", "avx512"]
+"""
+
+
 @pytest.mark.slow
-def test_a_second_build_in_a_process_compiles_the_probes_a_fresh_process_does(tmp_path):
+def test_a_second_build_in_a_process_compiles_the_probes_a_fresh_process_does(
+    tmp_path, monkeypatch
+):
     """The probes a warm process compiles are the ones a build's cache dir must hold."""
     import os
+    import platform
     import subprocess
 
     from torch._inductor import cpu_vec_isa
 
-    code = "from torch._inductor import cpu_vec_isa; cpu_vec_isa.valid_vec_isa_list()"
+    if platform.machine() not in ("x86_64", "AMD64") or not hasattr(cpu_vec_isa, "x86_isa_checker"):
+        pytest.skip("the probe keys checked here are x86's (cpu_vec_isa.x86_isa_checker)")
+    code = AVX512_BF16_CPU + "cpu_vec_isa.valid_vec_isa_list()"
     fresh = tmp_path / "fresh"
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(fresh)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
-    with tp.fresh_inductor_cache():
-        cpu_vec_isa.valid_vec_isa_list()  # an earlier build's probes, elsewhere
-    with tp.fresh_inductor_cache():
-        tp.forget_inductor_process_caches()
-        cpu_vec_isa.valid_vec_isa_list()
-        second = _probe_libraries(tp.inductor_cache_dir())
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True)
+    monkeypatch.setattr(cpu_vec_isa, "x86_isa_checker", lambda: ["avx2", "avx512"])
+    try:
+        with tp.fresh_inductor_cache():
+            tp.forget_inductor_process_caches()
+            cpu_vec_isa.valid_vec_isa_list()  # an earlier build's probes, elsewhere
+        with tp.fresh_inductor_cache():
+            tp.forget_inductor_process_caches()
+            cpu_vec_isa.valid_vec_isa_list()
+            second = _probe_libraries(tp.inductor_cache_dir())
+    finally:
+        monkeypatch.undo()
+        tp.forget_inductor_process_caches()  # no faked verdict outlives the test
+    assert len(_probe_libraries(fresh)) >= 2  # AVX-512's and AVX2's
     assert second == _probe_libraries(fresh)

@@ -204,19 +204,8 @@ def forget_inductor_process_caches() -> None:
     for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", []):
         for name in [n for n in vars(isa) if n.startswith("_is_") and n.endswith("_supported")]:
             delattr(isa, name)
-    # Inductor's compile workers are processes started under the cache dir of their
-    # day, with code caches of their own that fresh_cache() cannot reach: a worker that
-    # compiled a kernel for an earlier build hands back that build's .so, this build's
-    # cache dir never gets it, and every warm load compiles it again. Stopping them makes
-    # the next compile start new ones under this cache dir (a few seconds, once a build).
-    try:
-        from torch._inductor import async_compile
-    except ImportError:
-        return
-    if getattr(async_compile, "_pool_set", None):
-        shutdown = getattr(async_compile, "shutdown_compile_workers", None)
-        if shutdown is not None:
-            shutdown()
+    # Compile workers need nothing here: each task carries the parent's
+    # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, and a C++ task its output path.
 
 
 def fresh_inductor_cache() -> Any:
