@@ -167,6 +167,14 @@ def _holds_coordesc_result(cache: Any) -> bool:
     )
 
 
+def _is_probe_state(isa: Any, name: str) -> bool:
+    """An attribute an ISA probe stores on the ISA object (not one set at construction)."""
+    if name.startswith("_is_") and name.endswith("_supported"):
+        return True
+    # x86 ISAs set _arch_flags only on the class; VecSVE sets its own in __post_init__.
+    return name == "_arch_flags" and hasattr(type(isa), name)
+
+
 def forget_inductor_process_caches() -> None:
     """Drop Inductor's per-process memos of work done under *earlier* cache dirs.
 
@@ -199,13 +207,15 @@ def forget_inductor_process_caches() -> None:
     # the first probe stored on the ISA object (``_is_avx512_bf16_supported`` adds
     # -mavx512bf16). Left set, the next probe here compiles under keys no fresh process
     # uses: this build's cache dir would lack the fresh process's probes and every warm
-    # load would compile them. Dropping the stored verdicts makes the next probe run
-    # exactly as a fresh process's does.
+    # load would compile them. Dropping the stored verdicts, and an ``_arch_flags`` a
+    # probe widened in place and failed to restore, makes the next probe run exactly as
+    # a fresh process's does.
     for isa in getattr(cpu_vec_isa, "supported_vec_isa_list", []):
-        for name in [n for n in vars(isa) if n.startswith("_is_") and n.endswith("_supported")]:
+        for name in [n for n in vars(isa) if _is_probe_state(isa, n)]:
             delattr(isa, name)
-    # Compile workers need nothing here: each task carries the parent's
-    # TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, and a C++ task its output path.
+    # Compile workers need nothing here: C++ compiles run on this process's threads
+    # with output paths under this cache dir, and each worker-process task (Triton)
+    # carries this process's TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR.
 
 
 def fresh_inductor_cache() -> Any:
