@@ -63,8 +63,10 @@ class BuildResult:
 
 
 def _weights_spec(weights: str | Path | None, seed: int):
+    from .limits import check_seed
     from .models import WeightsSpec
 
+    check_seed(seed, "seed")
     return WeightsSpec(Path(weights) if weights is not None else None, seed)
 
 

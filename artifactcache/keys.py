@@ -168,9 +168,10 @@ def _weight_files(path: Path) -> list[Path]:
 def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -> str:
     """``blake3:<hex>`` over a checkpoint file or folder, memoized on stat.
 
-    The memo maps (resolved path, size, mtime_ns, inode) of each file to its
-    digest, so a repeat lookup on a 13 GB checkpoint costs a few ``stat`` calls.
-    Any change to a file's size, mtime or inode invalidates its memo line.
+    The memo maps (resolved path, size, mtime_ns, ctime_ns, inode, device) of
+    each file to its digest, so a repeat lookup on a 13 GB checkpoint costs a few
+    ``stat`` calls. ctime is what catches a rewrite whose mtime was put back with
+    ``os.utime``: no user-space call can set it (git and ccache rely on the same).
     """
     from .errors import WeightsError
 
@@ -189,7 +190,9 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
     changed = False
     for f in files:
         st = f.stat()
-        memo_key = f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}"
+        memo_key = (
+            f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
+        )
         digest = memo.get(memo_key)
         if digest is None:
             digest = _hash_file(f)

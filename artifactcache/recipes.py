@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RecipeError
+from .limits import RECIPE_INT_MAX, read_small_file
 from .sizing import prefill_len_within, shape_problem
 
 if sys.version_info >= (3, 11):
@@ -228,6 +229,10 @@ def _get(
     if not ok:
         tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)
         raise _fail(src, fld, f"must be {tname}, got {type(val).__name__} {val!r}")
+    if typ is float and not math.isfinite(val):  # TOML (and json.loads) accept nan and inf
+        raise _fail(src, fld, f"must be a finite number, got {val}")
+    if typ is int and abs(val) > RECIPE_INT_MAX:  # a dim of 10**30 is a typo, not a model
+        raise _fail(src, fld, f"must be at most {RECIPE_INT_MAX}, got {len(str(val))} digits")
     return val
 
 
@@ -243,7 +248,8 @@ def _factor_list(rs: dict[str, Any], src: str, name: str, n: int) -> list[float]
     fld = f"model.rope_scaling.{name}"
     vals = _get(rs, src, "model.rope_scaling.", name, list)
     if len(vals) != n or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in vals
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= RECIPE_INT_MAX
+        for v in vals
     ):
         raise _fail(src, fld, f"must be {n} positive numbers (rotary_dim / 2), got {vals!r}")
     return [float(v) for v in vals]
@@ -457,10 +463,7 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
                 "or pass a .toml file or a checkpoint folder (see `acache recipes`)"
             )
     src = str(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as e:
-        raise RecipeError(f"{src}: cannot read recipe ({e.strerror or e})") from None
+    raw = read_small_file(path, "recipe", RecipeError)  # a FIFO or a huge file: one line
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

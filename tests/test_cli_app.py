@@ -178,6 +178,12 @@ CASES = [
     (["export", "KEY", "-o", "/nonexistent/dir/x.tar"], "does not exist"),
     (["export", "KEY", "-o", "TMPDIR"], "is a directory"),
     (["import", "/nonexistent/bundle.tar"], "does not exist"),
+    # numbers past what torch or a size can hold: bounded when parsed, not a traceback later
+    (["build", "tiny-llama", "--seed", "99999999999999999999999"], "--seed must be"),
+    (["key", "tiny-llama", "-b", "eager", "--seed", "-1"], "--seed must be"),
+    ([*RUN, "--tokens", "1", "--sample-seed", "99999999999999999999999"], "--sample-seed"),
+    (["gc", "--max-size", "99999999999999999999999T"], "--max-size"),
+    (["gc", "--max-size", "9" * 400], "--max-size"),
 ]
 
 
@@ -210,6 +216,66 @@ def test_bad_argument_leaves_the_cache_as_it_was(
     monkeypatch.setenv("ACACHE_DIR", str(absent))
     _assert_one_line_error(_invoke(args, key, tmp_path, batch0_recipe), needle)
     assert not absent.exists()
+
+
+SPECIAL = [
+    # special files where a file is read: refused before the first open
+    (["build", "FIFO.toml", "-b", "eager"], {}, "not a regular file"),
+    (["build", "HFDIR", "-b", "eager"], {}, "not a regular file"),
+    (["key", "tiny-llama", "-b", "eager", "--weights", "FIFO.safetensors"], {}, "regular file"),
+    (["push", "KEY", *S3, "--trusted-keys", "FIFO"], {}, "not a regular file"),
+    (["push", "KEY", *S3, "--trusted-keys", "HUGE"], {}, "bytes"),
+    # environment values: one parser, which names the variable and what it accepts
+    (["ls"], {"ACACHE_ALLOW_SHARED_ROOT": "maybe"}, "ACACHE_ALLOW_SHARED_ROOT='maybe'"),
+    (["push", "KEY", *S3], {"ACACHE_REMOTE_READ_ONLY": "maybe"}, "ACACHE_REMOTE_READ_ONLY"),
+    (["push", "KEY", *S3], {"ACACHE_REMOTE_TRUST_UNSIGNED": "2"}, "ACACHE_REMOTE_TRUST_UNS"),
+    (["verify"], {"ACACHE_VERIFY": "fulll"}, "ACACHE_VERIFY"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "needle"), SPECIAL, ids=[str(c) for c in SPECIAL])
+def test_special_files_and_env_values_are_one_line_errors_at_once(
+    args, env, needle, populated, tmp_path, monkeypatch
+):
+    import threading
+    import time
+
+    root, key = populated
+    monkeypatch.setenv("ACACHE_DIR", str(root))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "hf").mkdir()
+    os.mkfifo(tmp_path / "hf" / "config.json")
+    (tmp_path / "model.safetensors").symlink_to(fifo)
+    with open(tmp_path / "huge", "wb") as f:
+        f.truncate(1 << 40)  # sparse: a terabyte that takes no disk
+    subst = {"KEY": key, "FIFO.toml": str(tmp_path / "x.toml"), "HFDIR": str(tmp_path / "hf"),
+             "FIFO.safetensors": str(tmp_path / "model.safetensors"), "FIFO": str(fifo),
+             "HUGE": str(tmp_path / "huge")}  # fmt: skip
+    os.mkfifo(tmp_path / "x.toml")
+    before = snapshot(root)
+    out: list = []
+    t0 = time.monotonic()
+    worker = threading.Thread(
+        target=lambda: out.append(runner.invoke(app, [subst.get(a, a) for a in args])),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(10)
+    elapsed = time.monotonic() - t0
+    if worker.is_alive():  # today's hang: let the reader go, then fail
+        for f in (fifo, tmp_path / "x.toml", tmp_path / "hf" / "config.json"):
+            try:
+                os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:
+                pass
+        worker.join(10)
+        pytest.fail(f"{args} hung on a special file")
+    _assert_one_line_error(out[0], needle)
+    assert elapsed < 5, elapsed
+    assert snapshot(root) == before
 
 
 def test_a_recipe_may_ask_for_batch_rows(tmp_path):

@@ -369,3 +369,96 @@ def test_build_on_a_full_disk_end_to_end(cache_dir):
     v1 = cache_dir / "v1"
     assert os.listdir(v1 / "entries") == [] and os.listdir(v1 / "staging") == []
     assert run("build", "tiny-llama", "--backend", "eager").exit_code == 0  # space back: builds
+
+
+@pytest.mark.parametrize("name", ["llama [/v2]", "red\x1b[31mname\x07"])
+def test_names_are_printed_as_data_not_markup(store, name):
+    # A label is the user's text: rich must neither parse it nor pass escapes to the terminal.
+    key = put(store, 1, recipe=name)
+    shown = name.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
+    for args in (["ls"], ["gc", "--max-size", "0", "--dry-run"], ["show", key[:12]]):
+        r = runner.invoke(app, args, env={"COLUMNS": "300"})
+        assert r.exit_code == 0, (args, r.stdout, r.stderr)
+        assert shown in r.stdout, (args, r.stdout)
+        assert "\x1b" not in r.stdout + r.stderr and "\x07" not in r.stdout, args
+
+
+def test_the_error_line_shows_control_characters_visibly(tmp_path):
+    r = run("import", str(tmp_path / "no\x1b[31mne.tar"))
+    assert_user_error(r, contains="no\\x1b[31mne.tar")
+    assert "\x1b" not in r.stderr
+
+
+def _outside_file(tmp_path: Path) -> Path:
+    target = tmp_path / "precious.txt"
+    target.write_bytes(b"keep me")
+    return target
+
+
+def _old_bundle(tmp_path: Path) -> Path:
+    (tmp_path / "old.tar").write_bytes(b"an older bundle")
+    return tmp_path / "old.tar"
+
+
+def _symlink_to_outside(tmp_path: Path, store: LocalStore, key: str) -> Path:
+    (tmp_path / "link.tar").symlink_to(_outside_file(tmp_path))
+    return tmp_path / "link.tar"
+
+
+def _fifo(tmp_path: Path, store: LocalStore, key: str) -> Path:
+    os.mkfifo(tmp_path / "pipe.tar")
+    return tmp_path / "pipe.tar"
+
+
+EXPORT_TARGETS = {
+    # kind: (make the path, replaced with --force?)
+    "file": (lambda t, s, k: _old_bundle(t), True),
+    "symlink": (_symlink_to_outside, True),  # the link itself, never its target
+    "fifo": (_fifo, False),
+    "file-in-an-entry": (lambda t, s, k: s.open(k).path / "model.bin", False),
+    "new-file-in-the-cache": (lambda t, s, k: s.base / "x.tar", False),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EXPORT_TARGETS))
+def test_export_never_replaces_what_is_at_the_output_path(store, tmp_path, kind):
+    k1 = put(store, 1)
+    make, replaceable = EXPORT_TARGETS[kind]
+    out = make(tmp_path, store, k1)
+    before_tmp, before_cache = snapshot(tmp_path), snapshot(store.root)
+    assert_user_error(run("export", k1[:8], "-o", out))
+    assert snapshot(tmp_path) == before_tmp and snapshot(store.root) == before_cache
+    r = run("export", k1[:8], "-o", out, "--force")
+    if not replaceable:
+        assert_user_error(r)
+        assert snapshot(tmp_path) == before_tmp and snapshot(store.root) == before_cache
+        LocalStore(store.root, full_verify=True).open(k1)
+        return
+    assert r.exit_code == 0, r.stderr
+    assert not out.is_symlink() and tarfile.is_tarfile(out)
+    if kind == "symlink":
+        assert (tmp_path / "precious.txt").read_bytes() == b"keep me"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_malformed_manifest_never_crashes_a_command(store, tmp_path):
+    bad, good = put(store, 1), put(store, 2)
+    path = store.entry_path(bad) / "manifest.json"
+    path.write_text(json.dumps(dict(json.loads(path.read_text()), created="yesterday")))
+    os.utime(store.entry_path(bad))
+    for args in (["ls"], ["ls", "--json"], ["stats"], ["gc", "--max-size", "0", "--dry-run"]):
+        r = run(*args)
+        assert r.exit_code == 0 and "Traceback" not in r.stdout + r.stderr, (args, r.stderr)
+        assert f"warning: entry {bad[:12]}" in r.stderr, args
+    assert_user_error(run("export", bad[:12], "-o", tmp_path / "b.tar"), contains="created")
+    assert not (tmp_path / "b.tar").exists()
+    r = run("rm", good[:12])
+    assert r.exit_code == 0 and "removed 1" in r.stdout
+
+
+def test_show_and_ls_json_name_where_an_entry_came_from(store):
+    key = put(store, 3)
+    (row,) = json.loads(run("ls", "--json").stdout)
+    assert row["provenance"] == {"source": "built"}
+    assert json.loads(run("show", key[:12], "--json").stdout)["provenance"] == {"source": "built"}
+    assert "built here" in run("show", key[:12]).stdout

@@ -6,6 +6,7 @@ import functools
 import math
 import os
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,21 @@ def test_weights_digest_memo_and_invalidation(tmp_path, monkeypatch):
     os.utime(ckpt, ns=(st0.st_atime_ns, st0.st_mtime_ns + 1_000_000_000))
     second = keys.weights_digest(ckpt, memo_dir=memo)
     assert second != first and len(calls) == 2  # the memo line no longer matched
+
+
+def test_weights_digest_sees_a_rewrite_whose_mtime_was_restored(tmp_path):
+    # Same size, same inode, mtime put back: only ctime shows that the values changed.
+    ckpt = tmp_path / "model.safetensors"
+    ckpt.write_bytes(b"\x00" * 4096)
+    memo = tmp_path / "memo"
+    st0 = ckpt.stat()
+    first = keys.weights_digest(ckpt, memo_dir=memo)
+    time.sleep(0.02)  # past the filesystem's timestamp granularity
+    with open(ckpt, "r+b") as f:
+        f.write(b"\x01" * 4096)
+    os.utime(ckpt, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+    assert (ckpt.stat().st_size, ckpt.stat().st_mtime_ns) == (st0.st_size, st0.st_mtime_ns)
+    assert keys.weights_digest(ckpt, memo_dir=memo) != first
 
 
 def test_weights_digest_of_a_folder(tmp_path):
@@ -348,7 +364,9 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                # factors themselves), a refusal, or whether aoti's steps build concurrently
                "artifactcache.sizing",
                # the host's CPU and memory limits: thread counts and refusals
-               "artifactcache.host")  # fmt: skip
+               "artifactcache.host",
+               # bounds on user input and env parsing: what passes is unchanged, or refused
+               "artifactcache.limits")  # fmt: skip
 
 
 def _acache_imports(path: Path, module: str) -> set[str]:

@@ -154,6 +154,21 @@ def test_weights_in_a_recipe_are_relative_to_its_file(tmp_path: Path):
     assert load_recipe(p).weights == tmp_path / "ckpt"
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "needle"),
+    [
+        ("dim = 64", "dim = 1" + "0" * 30, "'model.dim' must be at most"),
+        ("prefill_len = 8", "prefill_len = 8\nmax_batch = " + "9" * 20, "'shapes.max_batch'"),
+        ("n_kv_heads = 2", "n_kv_heads = 2\nnorm_eps = nan", "'model.norm_eps' must be a finite"),
+        ("n_kv_heads = 2", "n_kv_heads = 2\nrope_theta = inf", "'model.rope_theta' must be a fin"),
+        ("n_kv_heads = 2", "n_kv_heads = 2\npartial_rotary_factor = nan", "partial_rotary_factor"),
+    ],
+)
+def test_numbers_past_any_model_and_nan_inf_are_refused(tmp_path: Path, old, new, needle):
+    assert old in GOOD
+    assert needle in _bad(tmp_path, GOOD.replace(old, new, 1))
+
+
 def test_not_toml_and_unknown_name(tmp_path: Path):
     assert "not valid TOML" in _bad(tmp_path, "name = \n")
     with pytest.raises(RecipeError, match="unknown recipe 'nope'"):

@@ -223,6 +223,9 @@ _DROP = object()
          "field 'rope_scaling.factor' must be float"),
         ({"quantization_config": {"quant_method": "gptq"}}, "quantized checkpoints"),
         ({"torch_dtype": "int8"}, "field 'torch_dtype' is 'int8'"),
+        # json.loads reads NaN and Infinity; no config field means them
+        ({"rms_norm_eps": float("nan")}, "NaN is not a finite number"),
+        ({"rope_theta": float("inf")}, "Infinity is not a finite number"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line_and_caches_nothing(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -10,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.errors import BundleError
+from artifactcache.errors import BundleError, FilesystemError
 from artifactcache.keys import compute_key
+from artifactcache.store import bundle as bundle_mod
 from artifactcache.store.bundle import export, import_bundle
 from artifactcache.store.local import LocalStore
+from artifactcache.store.manifest import content
 
 
 def built(store: LocalStore, i: int):
@@ -50,7 +53,7 @@ def test_round_trip(src, dst, tmp_path):
     assert sorted(import_bundle(dst, out)) == sorted([a.key, b.key])
     for e in (a, b):
         got = dst.open(e.key)
-        assert got.manifest == e.manifest
+        assert content(got.manifest) == content(e.manifest)  # provenance: the importer's own
         assert (got.path / "model.bin").read_bytes() == (e.path / "model.bin").read_bytes()
     assert import_bundle(dst, out) == [a.key, b.key]  # again: already there, still fine
     assert os.listdir(dst.base / "staging") == []
@@ -145,3 +148,136 @@ def test_truncated_bundle(src, dst, tmp_path):
 def test_missing_bundle(dst, tmp_path):
     with pytest.raises(BundleError, match="does not exist"):
         import_bundle(dst, tmp_path / "nope.tar")
+
+
+# ------------------------------------------------------- trust boundaries --
+
+
+@pytest.fixture
+def extracted(monkeypatch) -> list[str]:
+    """Keys whose members import_bundle started writing into staging."""
+    calls: list[str] = []
+    real = bundle_mod._extract
+
+    def spy(tf, members, key, *a, **k):
+        calls.append(key)
+        return real(tf, members, key, *a, **k)
+
+    monkeypatch.setattr(bundle_mod, "_extract", spy)
+    return calls
+
+
+OVERSIZED = {
+    # 2 MiB more than the manifest says: its header size is known before any byte is read.
+    "file": lambda m: (m[0], m[1] + b"\0" * (2 << 20)),
+    # Valid JSON (trailing whitespace), 32 MiB: it would be parsed whole.
+    "manifest": lambda m: (m[0], m[1] + b" " * (32 << 20)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(OVERSIZED))
+def test_a_member_larger_than_its_manifest_says_is_refused_before_writing(
+    src, dst, tmp_path, kind, extracted
+):
+    entry = built(src, 7)
+    members = _valid_members(entry)
+    i = 0 if kind == "manifest" else next(n for n, m in enumerate(members) if "model" in m[0].name)
+    members[i] = OVERSIZED[kind](members[i])
+    with pytest.raises(BundleError, match="bytes") as err:
+        import_bundle(dst, _tar(tmp_path / "big.tar", members))
+    assert "refusing" in str(err.value)
+    assert extracted == []  # refused from the tar headers, before anything was written
+    assert dst.scan() == ([], []) and os.listdir(dst.base / "staging") == []
+
+
+def test_a_bundle_with_one_bad_entry_publishes_nothing(src, dst, tmp_path):
+    good, bad = built(src, 8), built(src, 9)
+    bad_members = _valid_members(bad)
+    i = next(n for n, m in enumerate(bad_members) if "model" in m[0].name)
+    bad_members[i] = (bad_members[i][0], b"tampered" + bad_members[i][1][8:])
+    bundle = _tar(tmp_path / "half.tar", _valid_members(good) + bad_members)
+    with pytest.raises(BundleError, match=bad.key[:12]) as err:
+        import_bundle(dst, bundle)
+    assert dst.scan() == ([], []) and os.listdir(dst.base / "staging") == []
+    assert "nothing was imported" in str(err.value)
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT], ids=["ENOSPC", "EDQUOT"])
+def test_a_full_disk_during_import_is_not_a_damaged_bundle(src, dst, tmp_path, monkeypatch, code):
+    a, b = built(src, 10), built(src, 11)
+    bundle = tmp_path / "ok.tar"
+    export(src, [a.key, b.key], bundle)
+    with tarfile.open(bundle) as tf:
+        needed = sum(m.size for m in tf.getmembers() if m.isreg())
+
+    def full(*a, **k):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(bundle_mod, "_extract", full)
+    with pytest.raises(FilesystemError) as err:
+        import_bundle(dst, bundle)
+    msg = str(err.value)
+    assert "no space left on device" in msg and "damaged" not in msg
+    assert str(dst.base) in msg and f"{needed} bytes" in msg
+    assert dst.scan() == ([], []) and os.listdir(dst.base / "staging") == []
+
+
+def _with_second_manifest(entry) -> list[tuple[tarfile.TarInfo, bytes]]:
+    members = _valid_members(entry)
+    other = dict(entry.manifest, label={"recipe": "planted"})  # same key, other manifest
+    return [*members, (_member(f"{entry.key}/manifest.json"), json.dumps(other).encode())]
+
+
+DUPLICATES = {
+    "manifest": _with_second_manifest,
+    "file": lambda e: [*_valid_members(e), _valid_members(e)[1]],
+    "file-and-folder": lambda e: [*_valid_members(e), (_member(f"{e.key}/sub"), b"x")],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DUPLICATES))
+def test_a_bundle_that_names_a_member_twice_is_refused(src, dst, tmp_path, kind, extracted):
+    entry = built(src, 12)
+    with pytest.raises(BundleError, match="refusing") as err:
+        import_bundle(dst, _tar(tmp_path / "dup.tar", DUPLICATES[kind](entry)))
+    assert "twice" in str(err.value)
+    assert extracted == [] and dst.scan() == ([], [])
+
+
+# ---------------------------------------------- manifest schema, provenance --
+
+
+def _with_manifest(entry, manifest: dict) -> list[tuple[tarfile.TarInfo, bytes]]:
+    members = _valid_members(entry)
+    members[0] = (members[0][0], json.dumps(manifest).encode())
+    return members
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("created", "yesterday"), ("build_seconds", [1]), ("label", "x"), ("depends_on", "k")],
+)
+def test_a_manifest_field_of_the_wrong_type_is_refused_at_import(src, dst, tmp_path, field, value):
+    entry = built(src, 20)
+    bundle = _tar(tmp_path / "m.tar", _with_manifest(entry, dict(entry.manifest, **{field: value})))
+    with pytest.raises(BundleError, match=field) as err:
+        import_bundle(dst, bundle)
+    assert "\n" not in str(err.value)
+    assert dst.scan() == ([], []) and os.listdir(dst.base / "staging") == []
+
+
+def test_an_import_records_its_own_provenance_not_the_bundles(src, dst, tmp_path):
+    entry = built(src, 21)
+    assert entry.provenance == {"source": "built"}
+    out = tmp_path / "p.tar"
+    export(src, [entry.key], out)
+    (key,) = import_bundle(dst, out)
+    got = dst.open(key)
+    assert got.provenance == {"source": "imported", "bundle": "p.tar", "signer": None}
+    assert content(got.manifest) == content(entry.manifest)
+    # A bundle that claims its entry was pulled signed, without a signature, is not believed.
+    claim = {"source": "pulled", "remote": "s3://fleet/x", "signer": "SHA256:" + "A" * 43}
+    dst.remove([key])
+    forged = _tar(tmp_path / "f.tar", _with_manifest(entry, dict(entry.manifest, provenance=claim)))
+    import_bundle(dst, forged)
+    assert dst.open(key).provenance == {"source": "imported", "bundle": "f.tar", "signer": None}

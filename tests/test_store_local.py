@@ -88,6 +88,47 @@ def test_force_rebuild_replaces_entry(store, cache_dir):
     assert os.listdir(cache_dir / "v1" / "staging") == []
 
 
+def test_forced_rebuild_waits_for_readers_of_the_entry(store, cache_dir, monkeypatch):
+    import threading
+
+    from artifactcache.errors import EntryInUse
+    from artifactcache.store import local
+
+    key, factors = kf(30)
+    store.get_or_build(key, factors, writer(b"old"))
+    model = store.entry_path(key) / "model.bin"
+    done = threading.Event()
+
+    def force(payload: bytes) -> None:
+        LocalStore(cache_dir).get_or_build(key, factors, writer(payload), force=True)
+        done.set()
+
+    with store.reading(key):  # a loader mid-load: its files must not change under it
+        t = threading.Thread(target=force, args=(b"new!",))
+        t.start()
+        assert not done.wait(1.0)
+        assert model.read_bytes() == b"old"
+    assert done.wait(30)
+    t.join()
+    assert model.read_bytes() == b"new!"
+
+    # A rebuild asked for from inside this thread's own load (a stale artifact) does not
+    # wait for itself, and the load keeps its reader lock afterwards.
+    with store.reading(key):
+        store.get_or_build(key, factors, writer(b"mine"), force=True)
+        with _fs.flock_file(store.readers_lock_path(key), blocking=False) as free:
+            assert not free
+    assert model.read_bytes() == b"mine"
+
+    # A loader that never lets go: the rebuild gives up in one line and replaces nothing.
+    monkeypatch.setattr(local, "READERS_WAIT_S", 0.3)
+    with store.reading(key):
+        with pytest.raises(EntryInUse, match="being loaded"):
+            LocalStore(cache_dir).get_or_build(key, factors, writer(b"late"), force=True)
+    assert model.read_bytes() == b"mine" and store.get(key) is not None
+    assert os.listdir(cache_dir / "v1" / "staging") == []
+
+
 def test_build_output_with_symlink_is_rejected(store, cache_dir):
     key, factors = kf(4)
 
@@ -428,3 +469,39 @@ def test_ls_index_follows_rebuilds_and_survives_damage(store, cache_dir):
     assert [i.key for i in store.ls()[0]] == [key]
     store.remove([key])
     assert store.ls() == ([], [])
+
+
+def test_a_malformed_manifest_is_a_warning_for_scans_not_a_crash(store, cache_dir):
+    bad, factors = kf(18)
+    store.get_or_build(bad, factors, writer())
+    good, factors = kf(19)
+    store.get_or_build(good, factors, writer())
+    store.ls()  # the summary index now holds both
+    path = store.entry_path(bad) / "manifest.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps(dict(manifest, created="yesterday")))
+    os.utime(store.entry_path(bad))  # as a fresh entry dir would: its index record is stale
+    (cache_dir / "v1" / "state" / "index.json").unlink()
+    for listing in (store.ls, store.scan):
+        entries, warnings = listing()
+        assert [e.key for e in entries] == [good]
+        assert any(bad[:12] in w for w in warnings)
+    assert store.stats()["entries"] == 1
+    assert [e.key for e in store.gc_plan(max_size=0).entries] == [good]
+    with pytest.raises(IntegrityError, match="created"):
+        store.open(bad)  # every load checks the same schema: quarantined, one line
+    assert store.remove([good]) > 0 and store.ls()[0] == []
+
+
+def test_a_damaged_summary_index_record_is_reread_not_trusted(store, cache_dir):
+    key, factors = kf(20)
+    store.get_or_build(key, factors, writer())
+    store.ls()
+    index = cache_dir / "v1" / "state" / "index.json"
+    records = json.loads(index.read_text())
+    records[key]["created"] = "yesterday"
+    records[key]["size"] = "big"
+    index.write_text(json.dumps(records))
+    (info,), warnings = store.ls()
+    assert (info.key, info.size, warnings) == (key, 4096 + 2, [])
+    assert isinstance(info.created, float)

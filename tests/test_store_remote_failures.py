@@ -3,10 +3,14 @@ killed mid-push or down, and corrupted remote objects, manifests or local entrie
 
 from __future__ import annotations
 
+import tracemalloc
+
+import pytest
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
 from artifactcache.store import remote as remote_mod
+from artifactcache.store import s3 as s3_mod
 from artifactcache.store.local import LocalStore
 from artifactcache.store.remote import open_tiered, tree_id
 from artifactcache.store.s3 import S3Store
@@ -172,3 +176,34 @@ def test_push_of_a_locally_damaged_entry_sends_nothing(s3_remote):
     remote = S3Store(s3_remote)
     assert remote_manifest(remote, key) is None
     assert not [p for p in remote.list(f"v1/{key}") if p.endswith("model.bin")]
+
+
+@pytest.mark.parametrize("obj", ["file", "ranged-file", "manifest"])
+def test_an_oversized_remote_object_is_refused_without_reading_it(
+    s3_server, s3_remote, tmp_path, monkeypatch, obj
+):
+    """A bucket writer cannot make a host hold an object bigger than the signed manifest
+    declares (or a manifest bigger than any real one) in memory."""
+    key = key_of(f"oversized-{obj}")
+    host_a = open_tiered(private_store(tmp_path / "a"), s3_remote)
+    host_a.get_or_build(key, factors_of(f"oversized-{obj}"), make_build(b"big"))
+    manifest = remote_manifest(host_a.remote, key)
+    prefix = s3_remote.split("/", 3)[3]
+    name = "manifest.json" if obj == "manifest" else f"{tree_id(manifest)}/model.bin"
+    huge = 24 << 20
+    s3_server.client().put_object(Bucket=BUCKET, Key=f"{prefix}/v1/{key}/{name}", Body=b"{" * huge)
+
+    if obj == "ranged-file":  # the path of files over SINGLE bytes: parallel ranged gets
+        monkeypatch.setattr(s3_mod, "SINGLE", 1024)
+        monkeypatch.setattr(s3_mod, "PART", 1024)
+    b_dir = tmp_path / "b"
+    tracemalloc.start()
+    try:
+        res = runner.invoke(app, ["pull", key, "--remote", s3_remote, "--cache-dir", str(b_dir)])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.exit_code == 1
+    assert peak < huge // 4, f"{peak} bytes held in memory"
+    assert "larger than" in one_error_line(res)
+    assert_local_clean(LocalStore(b_dir))

@@ -57,7 +57,8 @@ def _forge(remote: S3Store, key: str, how: str, attacker_key: Path) -> bytes:
         "digest": f"blake3:{blake3.blake3(evil).hexdigest()}",
     }
     for rel in manifest["files"]:
-        data = evil if rel == "model.bin" else remote.get(f"v1/{key}/{tree_id(original)}/{rel}")
+        old = f"v1/{key}/{tree_id(original)}/{rel}"
+        data = evil if rel == "model.bin" else remote.get(old, limit=1 << 20)
         remote.put(f"v1/{key}/{tree_id(manifest)}/{rel}", data)
     payload = json.dumps(manifest, indent=1, sort_keys=True).encode()
     if how == "old-signature":  # the builder's signature kept, over the old manifest
@@ -148,7 +149,8 @@ def test_unsigned_entry_is_refused_by_default_and_used_with_trust_unsigned(
     assert_local_clean(LocalStore(tmp_path / "b"))
     res = runner.invoke(app, [*pull, "--remote-trust-unsigned"])
     assert res.exit_code == 0, res.output
-    assert tree_bytes(LocalStore(tmp_path / "b").open(key)) == tree_bytes(entry)
+    # peek: this store, without the flag, would not serve it (revocation: provenance.py)
+    assert tree_bytes(LocalStore(tmp_path / "b").peek(key)) == tree_bytes(entry)
 
     monkeypatch.setenv("ACACHE_REMOTE_TRUST_UNSIGNED", "1")  # the flag's variable
     env_host = open_tiered(private_store(tmp_path / "e"), s3_remote, read_only=True, signing_key="")
@@ -189,7 +191,8 @@ def test_entry_signed_by_an_untrusted_key_is_refused_until_its_key_is_trusted(
         + ["--trusted-keys", f"{builder_key}.pub,{other}.pub"],
     )
     assert res.exit_code == 0, res.output
-    assert tree_bytes(LocalStore(tmp_path / "f").open(key)) == tree_bytes(entry)
+    # peek: ACACHE_TRUSTED_KEYS (the builder's key only) would not serve it here
+    assert tree_bytes(LocalStore(tmp_path / "f").peek(key)) == tree_bytes(entry)
 
 
 def test_a_good_signed_entry_round_trips_to_a_host_with_only_the_public_key(
@@ -204,8 +207,15 @@ def test_a_good_signed_entry_round_trips_to_a_host_with_only_the_public_key(
     deploy = open_tiered(private_store(tmp_path / "d"), s3_remote, read_only=True, signing_key="")
     pulled, source = deploy.get_or_build(key, factors_of("signed"), never_build)
     assert source == "pulled" and tree_bytes(pulled) == tree_bytes(entry)
-    # The local manifest is the signed payload, byte for byte in meaning.
-    assert pulled.manifest == json.loads(base64.b64decode(envelope["manifest"]))
+    # The local manifest is the signed payload, byte for byte in meaning, plus where the
+    # copy came from: the signer and its envelope, never the builder's own provenance.
+    signed = json.loads(base64.b64decode(envelope["manifest"]))
+    assert "provenance" not in signed and entry.provenance == {"source": "built"}
+    assert {k: v for k, v in pulled.manifest.items() if k != "provenance"} == signed
+    assert pulled.manifest["provenance"] == {
+        "source": "pulled", "remote": s3_remote, "signer": fingerprint_of(builder_key),
+        "envelope": envelope,
+    }  # fmt: skip
 
 
 def test_a_builder_replaces_an_unsigned_remote_copy_with_a_signed_one(

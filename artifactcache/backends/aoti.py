@@ -41,6 +41,7 @@ from ..devices import device_type, is_cuda
 from ..errors import BackendError, BackendUnavailable
 from ..keys import toolchain_fingerprint
 from ..kv_buckets import kv_len_range
+from ..store.entry import entry_file
 from .aoti_jobs import build_concurrently
 from .aoti_plan import planned_jobs
 from .base import BuildContext, BuildOptions
@@ -366,11 +367,11 @@ class AotiBackend:
         return steps, timings
 
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
-        steps = meta.get("steps") or {}
-        paths = {s: entry_dir / steps.get(s, "<missing>") for s in STEPS}
-        for s, p in paths.items():
-            if not p.is_file():
-                raise BackendError(f"entry {entry_dir} has no {s} library: rebuild it with --force")
+        steps = meta.get("steps")
+        if not (isinstance(steps, dict) and all(s in steps for s in STEPS)):
+            raise BackendError(f"entry {entry_dir} has no step libraries: rebuild it with --force")
+        # The manifest names the libraries: never dlopen anything outside the verified entry.
+        paths = {s: entry_file(entry_dir, steps[s]) for s in STEPS}
         dev = device_of(ctx.opts)  # CUDA context first: see the module docstring
         check_runtime(meta)  # before any dlopen: a C++ runtime mismatch segfaults
         model = build_model_for(ctx, dev, self.name)

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..errors import AcacheError, BackendError
+from ..store.manifest import path_problem
 from .aoti_plan import JOBS_ENV, TIMEOUT_ENV, apply_process_state, build_timeout, process_state
 
 if TYPE_CHECKING:
@@ -260,9 +261,10 @@ def saved_step(w: _Worker) -> dict[str, Any] | None:
         return None
     if "error" in report:
         raise worker_failure(w.job.step, report, 1)
-    if not (w.job.workdir / report["so"]).is_file():
+    # The library's path goes into the manifest, which loaders follow: inside workdir only.
+    if path_problem(report.get("so")) or not (w.job.workdir / report["so"]).is_file():
         raise BackendError(
-            f"the aoti {w.job.step} step's build worker reported {report['so']}, which "
+            f"the aoti {w.job.step} step's build worker reported {report.get('so')!r}, which "
             f"is not there; rerun with {JOBS_ENV}=1 to build in this process"
         )
     return report

@@ -10,11 +10,12 @@ here shapes an artifact, so it is no key factor.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from ..limits import env_bool
 
 # step(*inputs) -> logits (or a list whose first item is the logits)
 Step = Callable[..., Any]
@@ -68,7 +69,7 @@ def cuda_graph_step(
     dev = examples[0][0].device
     if dev.type != "cuda":
         return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
-    if os.environ.get(CUDA_GRAPHS_ENV, "1") == "0":
+    if not env_bool(CUDA_GRAPHS_ENV, default=True):
         return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
     graphed = GraphedStep(step, dev, fresh_step)
     reason = graphed.capture(examples)

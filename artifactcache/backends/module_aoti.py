@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..devices import device_type
 from ..errors import BackendError
+from ..store.entry import entry_file
 from .aoti import MODES, inductor_configs, safe_extract, share_constants
 from .base import BuildOptions
 from .cxx import build_record, check_runtime
@@ -118,8 +119,10 @@ class AotiModuleBackend:
 
         from .torch_private import aoti_container_runner, rebuild_output
 
-        lib = str(meta.get("library", ""))
-        require_files(entry_dir, lib or "<library>")
+        if not meta.get("library"):
+            require_files(entry_dir, "<library>")  # the one-line "rebuild it" error
+        # The manifest names the library: never dlopen anything outside the verified entry.
+        lib = entry_file(entry_dir, meta["library"])
         dev = torch.device(spec.device)
         if dev.type == "cuda":
             torch.zeros(1, device=dev)  # a CUDA context before the .so loads (aoti.py)
@@ -131,7 +134,7 @@ class AotiModuleBackend:
             require_files(entry_dir, CONSTANTS)
             state.update({k: v.to(dev) for k, v in load_file(str(entry_dir / CONSTANTS)).items()})
         phases["weights_ready"] = time.perf_counter()
-        runner = aoti_container_runner(entry_dir / lib, dev)
+        runner = aoti_container_runner(lib, dev)
         share_constants(runner, state, STEP)
         tree = meta["output_tree"]
         phases["artifact_ready"] = time.perf_counter()

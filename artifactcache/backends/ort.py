@@ -28,7 +28,6 @@ it is ONNX Runtime provider options and never calls the tensorrt module.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 import time
@@ -40,6 +39,7 @@ from ..devices import device_index, is_cuda
 from ..errors import BackendError
 from ..extras import TRT_HINT, install_hint
 from ..keys import toolchain_fingerprint
+from ..limits import env_bool
 from .base import BuildContext, BuildOptions, Dependency
 from .model_options import check_quant
 from .onnx_export import (
@@ -138,7 +138,7 @@ def session_options(
     # Errors only by default: ORT warns that an ORT_ENABLE_ALL graph is specific to
     # this CPU, which the key already accounts for (hardware.cpu_isa).
     # ACACHE_ORT_VERBOSE=1 shows ORT's own log (which optimizer passes ran).
-    verbose = verbose or os.environ.get("ACACHE_ORT_VERBOSE", "") == "1"
+    verbose = verbose or env_bool("ACACHE_ORT_VERBOSE")
     so.log_severity_level = 0 if verbose else 3
     return so
 

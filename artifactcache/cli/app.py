@@ -12,6 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 from typer.core import TyperGroup
 
 from ..devices import DEVICE_HELP
@@ -24,6 +26,49 @@ ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1}
 
 console = Console()
 err_console = Console(stderr=True)
+
+# C0/C1 control characters, DEL, and the bidi overrides that reorder what a terminal shows.
+_INVISIBLE = [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+_VISIBLE = {c: (f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}") for c in _INVISIBLE}
+
+
+def visible(value: object) -> str:
+    """User data (names, labels, paths, remote text) as inert text: every control
+    character written as its escape, so nothing reaches the terminal as a command."""
+    return str(value).translate(_VISIBLE)
+
+
+def shown(value: object) -> str:
+    """``visible(value)`` with rich markup escaped, for user data inside a markup string."""
+    return escape(visible(value))
+
+
+def cell(value: object) -> Text:
+    """A table cell or title from user data: plain Text, never parsed as markup."""
+    return Text(visible(value))
+
+
+# rich lays out every cell of a table (about 2 ms a row here): past this many
+# rows, print plain aligned columns instead, so `ls` of 10,000 entries stays fast.
+RICH_MAX_ROWS = 200
+
+
+def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:
+    """The one way a command prints a table: every cell is data (see ``visible``)."""
+    cells = [[visible(x) for x in r] for r in rows]
+    if len(rows) > RICH_MAX_ROWS:
+        widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+        lines = [visible(title)] if title else []
+        for r in [cols, ["-" * w for w in widths], *cells]:
+            lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
+        sys.stdout.write("\n".join(lines) + "\n")
+        return
+    t = Table(title=cell(title) if title else None, show_lines=False)
+    for c in cols:
+        t.add_column(cell(c), overflow="fold")
+    for r in cells:
+        t.add_row(*(Text(x) for x in r))
+    console.print(t)
 
 
 class AcacheGroup(TyperGroup):
@@ -43,7 +88,7 @@ class AcacheGroup(TyperGroup):
             return super().invoke(ctx)
         except tuple(ERROR_EXIT_CODES) as e:
             code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {visible(e)}", err=True)
             raise typer.Exit(code) from None
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
@@ -85,12 +130,15 @@ CacheDir = Annotated[
         show_default=False,
     ),
 ]
+# The boolean variables (ACACHE_ALLOW_SHARED_ROOT, ACACHE_REMOTE_READ_ONLY,
+# ACACHE_REMOTE_TRUST_UNSIGNED) are read by limits.env_bool in open_store/LocalStore, not
+# by click: a value such as "maybe" is then one `error:` line naming the variable.
 AllowSharedRoot = Annotated[
     bool,
     typer.Option(
         "--allow-shared-root",
-        envvar="ACACHE_ALLOW_SHARED_ROOT",
-        help="Accept a cache root that is a symlink, another user's, or group/world-writable.",
+        help="Accept a cache root that is a symlink, another user's, or group/world-writable "
+        "(or set ACACHE_ALLOW_SHARED_ROOT=1).",
     ),
 ]
 JsonOut = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON on stdout.")]
@@ -107,8 +155,7 @@ RemoteReadOnly = Annotated[
     bool,
     typer.Option(
         "--remote-read-only",
-        envvar="ACACHE_REMOTE_READ_ONLY",
-        help="Pull from the remote, never push.",
+        help="Pull from the remote, never push (or set ACACHE_REMOTE_READ_ONLY=1).",
     ),
 ]
 SigningKeyOpt = Annotated[
@@ -134,8 +181,16 @@ RemoteTrustUnsigned = Annotated[
     bool,
     typer.Option(
         "--remote-trust-unsigned",
-        envvar="ACACHE_REMOTE_TRUST_UNSIGNED",
-        help="Use remote entries that no trusted key signed (turns off the authenticity check).",
+        help="Use remote entries that no trusted key signed (turns off the authenticity check; "
+        "or set ACACHE_REMOTE_TRUST_UNSIGNED=1).",
+    ),
+]
+RebuildUntrusted = Annotated[
+    bool,
+    typer.Option(
+        "--rebuild-untrusted",
+        help="Rebuild here an entry pulled earlier whose signer is no longer trusted "
+        "(default: refuse it with an error).",
     ),
 ]
 
@@ -166,7 +221,20 @@ WeightsOpt = Annotated[
         show_default=False,
     ),
 ]
-SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for random weights.")]
+
+
+def check_seed_option(
+    ctx: typer.Context, param: typer.CallbackParam, value: int | None
+) -> int | None:
+    """--seed and --sample-seed: torch takes 64 bits; checked as parsed, before any build."""
+    from ..limits import check_seed
+
+    return value if value is None else check_seed(value, f"--{param.name.replace('_', '-')}")
+
+
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="Seed for random weights.", callback=check_seed_option)
+]
 MaxSeqLenOpt = Annotated[
     int | None,
     typer.Option(
@@ -287,11 +355,30 @@ def open_store(
     signing_key: Path | None = None,
     trusted_keys: str | None = None,
     trust_unsigned: bool = False,
+    rebuild_untrusted: bool = False,
 ):
-    """The local store, wrapped in the remote tier when --remote / ACACHE_REMOTE is set."""
+    """The local store, wrapped in the remote tier when --remote / ACACHE_REMOTE is set.
+
+    Without a remote, the key options still say which pulled entries are served
+    (revocation, store/provenance.py); they are read at the first pulled entry.
+    """
+    from ..limits import env_bool
     from ..store.local import LocalStore
 
-    local = LocalStore(cache_dir, allow_shared_root=allow_shared_root)
+    remote_read_only = remote_read_only or env_bool("ACACHE_REMOTE_READ_ONLY")
+    trust_unsigned = trust_unsigned or env_bool("ACACHE_REMOTE_TRUST_UNSIGNED")
+
+    def trust() -> Any:
+        from ..store.signing import trust_from
+
+        return trust_from(signing_key, trusted_keys, trust_unsigned or None)
+
+    local = LocalStore(
+        cache_dir,
+        allow_shared_root=allow_shared_root,
+        trust=trust,
+        rebuild_untrusted=rebuild_untrusted,
+    )
     if not remote:
         return local
     from ..store.remote import open_tiered

@@ -29,6 +29,7 @@ from .app import (
     MaxSeqLenOpt,
     ModeOpt,
     QuantOpt,
+    RebuildUntrusted,
     RecipeArg,
     Remote,
     RemoteReadOnly,
@@ -37,12 +38,14 @@ from .app import (
     SigningKeyOpt,
     TrustedKeysOpt,
     WeightsOpt,
+    check_seed_option,
     console,
     emit_json,
     err_console,
     human_bytes,
     open_store,
     parse_extra,
+    print_table,
     refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
@@ -157,21 +160,13 @@ def register(app: typer.Typer) -> None:
                 ]
             )
             return
-        from rich.table import Table
-
-        table = Table("recipe", "family", "dim", "layers", "heads/kv", "vocab", "description")
-        for r in recs:
-            m = r.model
-            table.add_row(
-                r.name,
-                r.family,
-                str(m.dim),
-                str(m.n_layers),
-                f"{m.n_heads}/{m.n_kv_heads}",
-                str(m.vocab_size),
-                r.description,
-            )
-        console.print(table)
+        cols = ["recipe", "family", "dim", "layers", "heads/kv", "vocab", "description"]
+        rows = [
+            [r.name, r.family, r.model.dim, r.model.n_layers,
+             f"{r.model.n_heads}/{r.model.n_kv_heads}", r.model.vocab_size, r.description]
+            for r in recs
+        ]  # fmt: skip
+        print_table(None, cols, rows)
 
     @app.command("recipe")
     def recipe_cmd(recipe: RecipeArg, json_out: JsonOut = False) -> None:
@@ -210,6 +205,7 @@ def register(app: typer.Typer) -> None:
         signing_key: SigningKeyOpt = None,
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
+        rebuild_untrusted: RebuildUntrusted = False,
         inputs: InputOpt = None,
     ) -> None:
         """Build an artifact into the cache (a hit returns at once); print its key.
@@ -222,6 +218,7 @@ def register(app: typer.Typer) -> None:
             signing_key=signing_key,
             trusted_keys=trusted_keys,
             trust_unsigned=remote_trust_unsigned,
+            rebuild_untrusted=rebuild_untrusted,
         )
         if is_spec(recipe):
             from .module import compile_spec
@@ -279,7 +276,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         sample_seed: Annotated[
             int | None,
-            typer.Option("--sample-seed", help="Seed for sampling (--seed seeds random weights)."),
+            typer.Option(
+                "--sample-seed",
+                help="Seed for sampling (--seed seeds random weights).",
+                callback=check_seed_option,
+            ),
         ] = None,
         eos_id: Annotated[
             list[int] | None,
@@ -308,6 +309,7 @@ def register(app: typer.Typer) -> None:
         signing_key: SigningKeyOpt = None,
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
+        rebuild_untrusted: RebuildUntrusted = False,
         inputs: InputOpt = None,
     ) -> None:
         """Generate from the cached artifact (building it on a miss): text with a tokenizer.
@@ -326,6 +328,7 @@ def register(app: typer.Typer) -> None:
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
+                rebuild_untrusted=rebuild_untrusted,
             )  # fmt: skip
             _run_module(recipe, inputs, backend, device, dtype, mode, extra, seed, store, json_out)
             return
@@ -362,6 +365,7 @@ def register(app: typer.Typer) -> None:
             signing_key=signing_key,
             trusted_keys=trusted_keys,
             trust_unsigned=remote_trust_unsigned,
+            rebuild_untrusted=rebuild_untrusted,
         )
         # One lookup: a hit is counted once, and the key is computed once.
         t0 = time.perf_counter()

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ..errors import ArgumentError, BundleError, FilesystemError, IntegrityError
+from ..limits import SIZE_MAX
 from .app import (
     AllowSharedRoot,
     BackendOpt,
@@ -42,9 +42,12 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    print_table,
     refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
+    shown,
+    visible,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 from .remote import RemoteFlag, RemoteUrl, ls_remote
@@ -56,12 +59,14 @@ _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 def parse_size(text: str) -> int:
     """``10G``, ``500MiB``, ``1.5g``, ``2GB`` (SI), ``4096`` -> bytes. K/M/G/T are binary."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", text.lower())
+    m = re.fullmatch(r"\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgt]?)(i?b?)\s*", text.lower())
     if m and not (m.group(2) == "" and m.group(3) not in ("", "b")):
         num, unit, suffix = float(m.group(1)), m.group(2), m.group(3)
         mult = _SI[unit + "b"] if suffix == "b" and unit else _UNITS[unit]
+        if num * mult > SIZE_MAX:
+            raise ArgumentError(f"--max-size {text[:40]!r} is past 8 EiB; give a real size")
         return int(num * mult)
-    raise ArgumentError(f"--max-size {text!r} is not a size; use e.g. 10G, 500MiB or 2GB")
+    raise ArgumentError(f"--max-size {text[:40]!r} is not a size; use e.g. 10G, 500MiB or 2GB")
 
 
 def parse_duration(text: str) -> float:
@@ -105,32 +110,11 @@ def _verify_status(r: Any) -> str:
 def _warn(warnings: list[str]) -> None:
     for w in warnings:
         # One line each, however long: rich would wrap it at the terminal's width.
-        err_console.print(f"warning: {w}", highlight=False, markup=False, soft_wrap=True)
+        err_console.print(f"warning: {visible(w)}", highlight=False, markup=False, soft_wrap=True)
 
 
-# rich lays out every cell of a table (about 2 ms a row here): past this many
-# rows, print plain aligned columns instead, so `ls` of 10,000 entries stays fast.
-RICH_MAX_ROWS = 200
-
-
-def _plain_table(title: str | None, cols: list[str], rows: list[list[str]]) -> None:
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(cols)]
-    lines = [title or ""] if title else []
-    for r in [cols, ["-" * w for w in widths], *rows]:
-        lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
-    sys.stdout.write("\n".join(lines) + "\n")
-
-
-def _table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:
-    if len(rows) > RICH_MAX_ROWS:
-        _plain_table(title, cols, [[str(x) for x in r] for r in rows])
-        return
-    t = Table(title=title, show_lines=False)
-    for c in cols:
-        t.add_column(c, overflow="fold")
-    for r in rows:
-        t.add_row(*(str(x) for x in r))
-    console.print(t)
+# Labels, recipe names and paths are the user's text: app.print_table shows them as data.
+_table = print_table
 
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
@@ -197,7 +181,10 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json({**e.summary(), "manifest": e.manifest})
             return
-        _table(f"entry {e.key}", ["field", "value"], [[k, v] for k, v in e.summary().items()])
+        from ..store.provenance import describe
+
+        fields = {**e.summary(), "provenance": describe(e.provenance)}
+        _table(f"entry {e.key}", ["field", "value"], [[k, v] for k, v in fields.items()])
         _table(
             "files",
             ["path", "size", "digest"],
@@ -267,7 +254,9 @@ def register(app: typer.Typer) -> None:
         size = parse_size(max_size) if max_size is not None else None
         age = parse_duration(older_than) if older_than is not None else None
         store = _store(cache_dir, allow_shared_root)
-        plan = store.gc_plan(max_size=size, older_than=age)
+        warnings: list[str] = []
+        plan = store.gc_plan(max_size=size, older_than=age, warnings=warnings)
+        _warn(warnings)  # entries the scan skipped are never evicted by gc
         done = None if dry_run else store.execute(plan)
         evicted = [e for e in plan.entries if done is None or e.key in done.evicted]
         if done is not None:
@@ -321,7 +310,9 @@ def register(app: typer.Typer) -> None:
         json: JsonOut = False,
     ):
         """Hits, misses, builds, bytes, and build seconds saved."""
-        s = _store(cache_dir, allow_shared_root).stats()
+        warnings: list[str] = []
+        s = _store(cache_dir, allow_shared_root).stats(warnings=warnings)
+        _warn(warnings)
         if json:
             emit_json(s)
             return
@@ -336,18 +327,24 @@ def register(app: typer.Typer) -> None:
     def export(
         keys: Keys,
         out: Annotated[Path, typer.Option("-o", "--output", help="Bundle file (.tar) to write.")],
+        force: Annotated[
+            bool,
+            typer.Option(
+                "--force", help="Replace an existing file (or symlink) at --output; never a device."
+            ),
+        ] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
     ):
-        """Write entries (verified first) to a tar bundle."""
+        """Write entries (verified first) to a tar bundle; an existing file needs --force."""
         from ..store.bundle import export as do_export
 
         check_prefixes(keys)
         _check_output_file(out)
         store = _store(cache_dir, allow_shared_root)
         with _progress("exporting") as cb:
-            done = do_export(store, keys, out, progress=cb)
-        console.print(f"exported {len(done)} entries to {out}")
+            done = do_export(store, keys, out, progress=cb, overwrite=force)
+        console.print(f"exported {len(done)} entries to {shown(out)}")
 
     @app.command("import")
     def import_(

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..extras import EXTRAS, install_hint
-from .app import CacheDir, JsonOut, Remote, console, emit_json, human_bytes
+from .app import CacheDir, JsonOut, Remote, console, emit_json, human_bytes, shown
 
 DOCTOR_SCHEMA = 1
 # Rows of the backend table, in order; "trt-llm" is the --mode llm path of backend "trt".
@@ -227,12 +227,12 @@ def _render(rep: dict[str, Any]) -> None:
     )
     c = rep["cache"]
     console.print(
-        f"cache {c['dir']}  {human_bytes(c['size_bytes'])}  {c['entries']} entries  "
-        f"mode {c['mode'] or '-'}" + (f"  ({c['problem']})" if c["problem"] else ""),
+        f"cache {shown(c['dir'])}  {human_bytes(c['size_bytes'])}  {c['entries']} entries  "
+        f"mode {c['mode'] or '-'}" + (f"  ({shown(c['problem'])})" if c["problem"] else ""),
         highlight=False,
     )
     for item in c["stray"]:
-        console.print(f"warning: stray item {item} in the cache; remove it", highlight=False)
+        console.print(f"warning: stray item {shown(item)} in the cache; remove it", highlight=False)
     r = rep["remote"]
     if not r["configured"]:
         console.print("remote: not configured (--remote / ACACHE_REMOTE)")
@@ -240,7 +240,7 @@ def _render(rep: dict[str, Any]) -> None:
         state = r.get("error") or ", ".join(
             k for k in ("reachable", "readable", "writable") if r.get(k)
         )
-        console.print(f"remote {r['url']}: {state}", highlight=False)
+        console.print(f"remote {shown(r['url'])}: {shown(state)}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

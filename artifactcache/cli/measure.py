@@ -46,6 +46,7 @@ from .app import (
     refuse_max_batch,
     refuse_max_seq_len,
     refuse_quant,
+    shown,
 )
 from .module import InputOpt, is_spec, refuse_inputs
 
@@ -72,7 +73,7 @@ def _progress(total_hint: str) -> Iterator[Callable[[str, int, int], None]]:
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     if not err_console.is_terminal:
-        yield lambda msg, _d, _t: err_console.print(f"[dim]{msg}[/dim]", highlight=False)
+        yield lambda msg, _d, _t: err_console.print(f"[dim]{shown(msg)}[/dim]", highlight=False)
         return
     cols = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()]
     with Progress(*cols, console=err_console, transient=True) as bar:
@@ -80,7 +81,7 @@ def _progress(total_hint: str) -> Iterator[Callable[[str, int, int], None]]:
 
         def update(msg: str, done: int, total: int) -> None:
             bar.update(task, description=msg, completed=done, total=total)
-            bar.console.print(f"[dim]{msg}[/dim]", highlight=False)
+            bar.console.print(f"[dim]{shown(msg)}[/dim]", highlight=False)
 
         yield update
 
@@ -125,7 +126,7 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         raise MeasureError(pair["reason"])
     if backend != "eager":
         rows += [(s, pair["coldstart"]["scenarios"][s]) for s in ("cold", "warm")]
-    t = Table(title=f"coldstart {recipe} / {backend} ({report['settings']['device']})")
+    t = Table(title=f"coldstart {shown(recipe)} / {backend} ({report['settings']['device']})")
     for col in ("scenario", "imports", "entry", "weights", "artifact", "first token", "request"):
         t.add_column(col, justify="left" if col == "scenario" else "right")
     t.add_column("compiled")
@@ -358,8 +359,8 @@ def _render_bench(
     first = results[0]
     precision = f"{dtype}, {first['quant']}" if first.get("quant") else dtype
     t = Table(
-        title=f"bench {recipe} / {backend} ({device}, {precision}, {first['new_tokens']} new "
-        f"tokens, {first['iterations']} timed)"
+        title=f"bench {shown(recipe)} / {backend} ({device}, {precision}, "
+        f"{first['new_tokens']} new tokens, {first['iterations']} timed)"
     )
     t.add_column("metric")
     for r in results:
@@ -465,9 +466,9 @@ def compare_cmd(
         return
     for key, p in report["pairs"].items():
         if p["status"] != "ok":
-            err_console.print(f"{key}: {p['status']}: {p['reason']}", highlight=False)
+            err_console.print(f"{key}: {p['status']}: {shown(p['reason'])}", highlight=False)
     console.print("\n".join(seed_table(report)), highlight=False)
-    console.print("wrote " + ", ".join(str(p) for p in paths), highlight=False)
+    console.print("wrote " + ", ".join(shown(p) for p in paths), highlight=False)
 
 
 def register(app: typer.Typer) -> None:

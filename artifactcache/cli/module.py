@@ -129,7 +129,7 @@ def bench_module(
     from ..errors import MeasureError
     from ..measure import coldstart, module_probe
     from ..module_spec import check_cli_spec
-    from .app import console, emit_json, err_console
+    from .app import console, emit_json, err_console, shown
 
     sizes = parse_batches(batches)
     for b in sizes:
@@ -145,7 +145,7 @@ def bench_module(
             extra_flags=["--allow-shared-root"] if allow_shared_root else [],
         )  # fmt: skip
         log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
-        err_console.print(f"[dim]bench {spec_text}/{backend} batch {b or 'as given'}[/dim]")
+        err_console.print(f"[dim]bench {shown(spec_text)}/{backend} batch {b or 'as given'}[/dim]")
         probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
         log.unlink(missing_ok=True)
         res = module_probe.summarize([probe])
@@ -158,7 +158,8 @@ def bench_module(
     if json_out:
         emit_json({"kind": "module", "recipe": spec_text, "backend": backend, "batches": rows})
         return
-    t = Table(title=f"bench {spec_text} / {backend} ({device}, {dtype}, {iters} timed calls)")
+    title = f"bench {shown(spec_text)} / {backend} ({device}, {dtype}, {iters} timed calls)"
+    t = Table(title=title)
     for col in ("batch", "inputs", "p50 ms", "p90 ms", "p99 ms", "items/s"):
         t.add_column(col, justify="left" if col == "inputs" else "right")
     for r in rows:

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from ..errors import RemoteError
 from .app import (
@@ -42,6 +41,7 @@ from .app import (
     human_bytes,
     open_store,
     parse_extra,
+    print_table,
 )
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
@@ -107,21 +107,20 @@ def ls_remote(url: str | None, json: bool) -> None:
     if json:
         emit_json(rows)
         return
-    table = Table(title=f"{len(rows)} entries in {url}")
-    for col in ("key", "recipe", "backend", "size", "build", "signed by", "state"):
-        table.add_column(col, overflow="fold")
+    cols = ["key", "recipe", "backend", "size", "build", "signed by", "state"]
+    table = []
     for r in rows:
-        label = r.get("label", {})
-        table.add_row(
+        label = r.get("label", {})  # the remote's text: print_table shows it as data
+        table.append([
             r["key"][:12],
-            str(label.get("recipe", "-")),
-            str(label.get("backend", "-")),
+            label.get("recipe", "-"),
+            label.get("backend", "-"),
             human_bytes(r["size"]) if r["complete"] else "-",
             f"{r['build_seconds']:.1f}s" if r["complete"] else "-",
             r["signature"] if r["complete"] else "-",
             "ok" if r["complete"] else r["problem"],
-        )
-    console.print(table)
+        ])  # fmt: skip
+    print_table(f"{len(rows)} entries in {url}", cols, table)
 
 
 def register(app: typer.Typer) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import GenerationError
+from ..limits import SEED_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -59,10 +60,11 @@ class Sampling:
             object.__setattr__(self, "seed", s)  # a list from the caller, kept hashable
             if not s or not all(_is_seed(x) for x in s):
                 raise GenerationError(
-                    f"seed must be an integer >= 0 or one such integer per prompt, got {s!r}"
+                    f"seed must be an integer >= 0 or one such integer per prompt (each below "
+                    f"2**64), got {s!r}"
                 )
         elif s is not None and not _is_seed(s):
-            raise GenerationError(f"seed must be an integer >= 0, got {s!r}")
+            raise GenerationError(f"seed must be an integer >= 0 (below 2**64), got {s!r}")
         if t == 0 and (k is not None or p is not None):
             # Refused rather than ignored: greedy with a top-k is almost surely a
             # forgotten temperature.
@@ -83,6 +85,8 @@ class Sampling:
                     f"{len(s)} seeds for {rows} prompts: give one seed per prompt, or one int"
                 )
             return list(s)
+        if s is not None and s + rows - 1 > SEED_MAX:
+            raise GenerationError(f"seed {s} + {rows - 1} rows passes 2**64-1: use a smaller seed")
         return [None if s is None else s + i for i in range(rows)]
 
     def sampler(
@@ -137,7 +141,8 @@ class Sampling:
 
 
 def _is_seed(s: object) -> bool:
-    return isinstance(s, int) and not isinstance(s, bool) and s >= 0
+    # torch generators take 64 bits; row i of a batch draws from seed + i, kept below too.
+    return isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= SEED_MAX
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

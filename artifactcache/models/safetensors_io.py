@@ -36,6 +36,7 @@ import torch
 
 from ..errors import ArgumentError, WeightsError
 from ..host import usable_cores
+from ..limits import env_int
 
 THREADS_ENV = "ACACHE_LOAD_THREADS"
 CHUNK_MB_ENV = "ACACHE_LOAD_CHUNK_MB"
@@ -145,16 +146,8 @@ def _stored(path: Path, name: str, info: object, base: int, size: int) -> Stored
 
 
 def _positive_env(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ArgumentError(f"{name} must be a positive integer, got {raw!r}")
-    return value
+    # Bounded: 10**30 threads or MiB is a typo that would exhaust the host, not a setting.
+    return env_int(name, 1, 1 << 16)
 
 
 def resolve_threads(threads: int | None) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import WeightsError
+from ..limits import read_small_file
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
@@ -36,11 +37,10 @@ class CheckpointFiles:
 
 
 def _shards_from_index(index: Path) -> list[Path]:
+    raw = read_small_file(index, "shard index", WeightsError)
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise WeightsError(f"{index}: cannot read the shard index ({e.strerror or e})") from None
-    except ValueError as e:
+        data = json.loads(raw.decode("utf-8"))
+    except ValueError as e:  # UnicodeDecodeError is one
         raise WeightsError(f"{index}: not valid JSON ({e})") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
@@ -69,6 +69,8 @@ def checkpoint_files(path: Path) -> CheckpointFiles:
             )
         return CheckpointFiles([path], None)
     if not path.is_dir():
+        if path.exists():  # a FIFO or a device: hashing it would block or never end
+            raise WeightsError(f"weights {path} is not a regular file or a folder")
         raise WeightsError(f"weights not found: {path} (pass a safetensors file or HF folder)")
     index = path / INDEX_NAME
     if index.is_file():

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
+from ..limits import read_small_file
 from ..recipes import Bench, Recipe, Shapes, parse_recipe
 from ..sizing import prefill_len_within
 from .checkpoint import CONFIG_NAME
@@ -133,17 +135,21 @@ class _Config:
         return val
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
 def read_config(folder: Path) -> dict[str, Any]:
     path = folder / CONFIG_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise RecipeError(
             f"{folder} has no {CONFIG_NAME}: a recipe folder must be a Hugging Face checkpoint "
             "(config.json and *.safetensors)"
-        ) from None
-    except OSError as e:
-        raise RecipeError(f"{path}: cannot read ({e.strerror or e})") from None
+        )
+    raw = read_small_file(path, "checkpoint config", RecipeError)  # a FIFO or a huge file
+    try:
+        # json.loads takes NaN and Infinity, which no config field means: refused here.
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (UnicodeDecodeError, ValueError) as e:
         raise RecipeError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):

@@ -204,12 +204,13 @@ def lock_dir(path: Path) -> int:
 
 # ---------------------------------------------------------- atomic swaps --
 
+_RENAME_NOREPLACE = 1
 _RENAME_EXCHANGE = 2
 _libc = None
 
 
-def exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+def _renameat2(a: Path, b: Path, flags: int) -> bool:
+    """Linux renameat2(a, b, flags); False where libc, kernel or filesystem lacks it."""
     global _libc
     try:
         if _libc is None:
@@ -218,13 +219,31 @@ def exchange(a: Path, b: Path) -> bool:
     except (OSError, AttributeError):
         return False
     at_fdcwd = -100
-    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flags)
     if rc == 0:
         return True
     err = ctypes.get_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False  # filesystem or kernel without RENAME_EXCHANGE
-    raise OSError(err, os.strerror(err), str(a))
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False if unsupported."""
+    return _renameat2(a, b, _RENAME_EXCHANGE)
+
+
+def rename_noreplace(a: Path, b: Path) -> None:
+    """Rename ``a`` to ``b``; FileExistsError if anything (even a dangling link) is at ``b``.
+
+    Atomic where renameat2(RENAME_NOREPLACE) works; elsewhere a check then a rename,
+    which a path created in between would lose to.
+    """
+    if _renameat2(a, b, _RENAME_NOREPLACE):
+        return
+    if os.path.lexists(b):
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(b))
+    os.rename(a, b)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -6,26 +6,38 @@ A bundle is a plain tar whose members are ``<key>/manifest.json`` and
 * every member must be a regular file (or a directory) under ``<64-hex key>/``;
   absolute paths, ``..``, symlinks, hardlinks, devices and fifos reject the
   whole bundle before anything is written;
+* no name may appear twice (two ``manifest.json``, or a file that is also a
+  folder): a reader of the tar and the import must see the same bytes;
+* each manifest (at most MANIFEST_MAX bytes) must hash to its key, and its file
+  list and sizes must match the members' tar headers exactly, so a member larger
+  than its manifest says is refused before a byte of it is read;
 * members are written only into a staging dir inside the cache (O_NOFOLLOW,
-  O_EXCL), never extracted by ``tarfile`` itself;
-* each entry is published through :meth:`LocalStore.publish_dir`, which checks
-  every size and blake3 digest against its manifest, and the key must be the
-  hash of the manifest's factors, so a bundle cannot plant an artifact under
-  another artifact's key.
+  O_EXCL), never extracted by ``tarfile`` itself, copying exactly the declared
+  size and hashing it on the way;
+* all or nothing: only once every entry is staged and matches its manifest is
+  any published, each through :meth:`LocalStore.publish_dir` (which checks every
+  size and digest again), so a bundle cannot plant an artifact under another
+  artifact's key, nor half-import.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
+import stat
 import tarfile
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import IO
 
-from ..errors import AcacheError, BundleError, IntegrityError
+from ..errors import AcacheError, BundleError, FilesystemError, IntegrityError
 from ..keys import compute_key, is_full_key
-from . import _fs
-from .local import MANIFEST, LocalStore
+from . import _fs, provenance
+from .entry import MANIFEST, MANIFEST_MAX, check_manifest
+from .local import LocalStore
 
 Progress = Callable[[int, int], None]
 _CHUNK = 4 << 20
@@ -36,28 +48,50 @@ def export(
     keys: Iterable[str],
     out_file: str | os.PathLike[str],
     progress: Progress | None = None,
+    *,
+    overwrite: bool = False,
 ) -> list[str]:
-    """Write the (verified) entries to a tar at ``out_file``; returns their full keys."""
+    """Write the (verified) entries to a tar at ``out_file``; returns their full keys.
+
+    The tar is written to a new temp file beside ``out_file`` and renamed over it,
+    so nothing at ``out_file`` is ever written through (see ``_check_target``).
+    """
+    out = _check_target(store, Path(out_file), overwrite)  # before any entry is opened
     entries = [store.open(k) for k in keys]  # resolves prefixes; refuses corrupt entries
-    out = Path(out_file)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     total = sum(e.size for e in entries)
     done = 0
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tf:
-            for e in entries:
-                for rel in [MANIFEST, *sorted(e.files)]:
-                    fd = os.open(e.path / rel, _fs.O_READ)
-                    with open(fd, "rb") as f:
-                        info = tarfile.TarInfo(f"{e.key}/{rel}")
-                        info.size = os.fstat(f.fileno()).st_size
-                        info.mtime = int(e.created)
-                        info.mode = 0o644
-                        tf.addfile(info, f)
-                    done += info.size if rel != MANIFEST else 0
-                    if progress:
-                        progress(done, total)
-        os.replace(tmp, out)
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
+        )
+    except OSError as err:
+        raise BundleError(f"cannot write bundle {out} ({err.strerror or err})") from None
+    try:
+        with open(fd, "wb") as raw:
+            with tarfile.open(tmp, "w", fileobj=raw, format=tarfile.PAX_FORMAT) as tf:
+                for e in entries:
+                    for rel in [MANIFEST, *sorted(e.files)]:
+                        efd = os.open(e.path / rel, _fs.O_READ)
+                        with open(efd, "rb") as f:
+                            info = tarfile.TarInfo(f"{e.key}/{rel}")
+                            info.size = os.fstat(f.fileno()).st_size
+                            info.mtime = int(e.created)
+                            info.mode = 0o644
+                            tf.addfile(info, f)
+                        done += info.size if rel != MANIFEST else 0
+                        if progress:
+                            progress(done, total)
+            raw.flush()
+            os.fsync(raw.fileno())
+        if overwrite:
+            _check_target(store, out, overwrite)  # again: the path may have changed meanwhile
+            os.replace(tmp, out)  # replaces a symlink itself, never its target
+        else:
+            try:
+                _fs.rename_noreplace(tmp, out)
+            except FileExistsError:
+                raise BundleError(f"{out} appeared meanwhile; left it alone ({_REPLACE})") from None
     except OSError as err:
         tmp.unlink(missing_ok=True)
         raise BundleError(f"cannot write bundle {out} ({err.strerror or err})") from None
@@ -67,9 +101,45 @@ def export(
     return [e.key for e in entries]
 
 
+_REPLACE = "use --force to replace a file"
+
+
+def _check_target(store: LocalStore, out: Path, overwrite: bool) -> Path:
+    """``out`` made absolute, if export may put a bundle there; BundleError otherwise.
+
+    Export never writes into an existing file: the bundle is renamed onto the path.
+    Still, only a regular file or a symlink may be replaced, and only with
+    ``overwrite`` (the link itself, not its target); a device, fifo, socket or
+    directory never; nothing in the cache's root, whose files are entries.
+    """
+    out = Path(os.path.abspath(out))
+    root = os.path.realpath(store.root)
+    folder = os.path.realpath(out.parent)
+    if os.path.commonpath([root, folder]) == root:
+        raise BundleError(
+            f"cannot write bundle {out}: it is inside the cache {store.root}; "
+            "choose a path outside it"
+        )
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        return out
+    except OSError as err:
+        raise BundleError(f"cannot write bundle {out} ({_fs.describe(err)})") from None
+    if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
+        if not overwrite:
+            raise BundleError(f"{out} already exists; left it alone ({_REPLACE})")
+        return out
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, fifo or socket"
+    raise BundleError(
+        f"cannot write bundle {out}: it is {kind}, not a file; refusing to replace it"
+    )
+
+
 def _check_members(src: str, members: list[tarfile.TarInfo]) -> dict[str, list[tarfile.TarInfo]]:
     """Group members by key, refusing anything unsafe (nothing written yet)."""
     by_key: dict[str, list[tarfile.TarInfo]] = {}
+    seen: dict[str, tarfile.TarInfo] = {}
     for m in members:
         name = m.name
         if m.issym() or m.islnk():
@@ -81,8 +151,19 @@ def _check_members(src: str, members: list[tarfile.TarInfo]) -> dict[str, list[t
             raise BundleError(f"{src}: member {name!r} has an unsafe path; refusing the bundle")
         if not is_full_key(parts[0]) or (m.isreg() and len(parts) < 2):
             raise BundleError(f"{src}: member {name!r} is not inside a <key>/ folder; refusing")
+        # Two members of one name: a reader sees one, the import would use the other.
+        if "/".join(parts) in seen:
+            raise BundleError(f"{src}: member {name!r} appears twice; refusing the bundle")
+        seen["/".join(parts)] = m
         if m.isreg():
             by_key.setdefault(parts[0], []).append(m)
+    for name in seen:
+        parts = name.split("/")
+        for i in range(2, len(parts)):
+            if (parent := seen.get("/".join(parts[:i]))) is not None and parent.isreg():
+                raise BundleError(
+                    f"{src}: {parent.name!r} is named twice, as a file and as a folder; refusing"
+                )
     if not by_key:
         raise BundleError(f"{src}: the bundle holds no entries")
     for key, ms in by_key.items():
@@ -92,38 +173,119 @@ def _check_members(src: str, members: list[tarfile.TarInfo]) -> dict[str, list[t
 
 
 def _read_manifest(src: str, tf: tarfile.TarFile, key: str, ms: list[tarfile.TarInfo]) -> dict:
+    """The entry's manifest, checked against its key and its members' tar headers.
+
+    Every size is known from the headers, so a member larger (or smaller) than its
+    manifest says, or one the manifest does not list, refuses the bundle before a
+    byte of it is read.
+    """
     member = next(m for m in ms if m.name == f"{key}/{MANIFEST}")
+    if member.size > MANIFEST_MAX:
+        raise BundleError(
+            f"{src}: the manifest of entry {key[:12]} is {member.size} bytes, "
+            f"more than the {MANIFEST_MAX} a manifest may have; refusing the bundle"
+        )
     try:
-        manifest = json.loads(tf.extractfile(member).read())  # type: ignore[union-attr]
+        manifest = json.loads(tf.extractfile(member).read(MANIFEST_MAX + 1))  # type: ignore[union-attr]
         ok = manifest.get("key") == key and compute_key(manifest["factors"]) == key
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         ok = False
     if not ok:
         raise BundleError(
             f"{src}: entry {key[:12]} has a manifest that does not match its key; refusing it"
         )
-    return manifest
+    if problem := check_manifest(manifest, key):
+        raise BundleError(f"{src}: entry {key[:12]}: {problem}; refusing the bundle")
+    files = manifest["files"]
+    present = {m.name[len(key) + 1 :]: m for m in ms if m is not member}
+    for rel, m in present.items():
+        if rel not in files:
+            raise BundleError(
+                f"{src}: member {m.name!r} is not in its entry's manifest; refusing the bundle"
+            )
+        if m.size != files[rel]["size"]:
+            raise BundleError(
+                f"{src}: member {m.name!r} is {m.size} bytes but its manifest says "
+                f"{files[rel]['size']} bytes; refusing the bundle"
+            )
+    if missing := sorted(set(files) - set(present)):
+        raise BundleError(f"{src}: entry {key[:12]} lacks {missing[0]!r}; refusing the bundle")
+    # Where the entry came from is this store's finding, never the bundle's claim.
+    return {**manifest, "provenance": provenance.imported(src, key, manifest)}
 
 
-def _extract(tf: tarfile.TarFile, members: list[tarfile.TarInfo], key: str, into: Path) -> None:
-    """Write the members' bytes under ``into``, creating only new files and dirs there."""
+def _copy(src: IO[bytes], dst: IO[bytes], size: int) -> str:
+    """Copy exactly ``size`` bytes, hashing them; the blake3 digest. Never reads more."""
+    import blake3
+
+    h = blake3.blake3(max_threads=blake3.blake3.AUTO)
+    left = size
+    while left:
+        chunk = src.read(min(_CHUNK, left))
+        if not chunk:
+            raise EOFError(f"a member ends {left} bytes early")
+        h.update(chunk)
+        dst.write(chunk)
+        left -= len(chunk)
+    return f"blake3:{h.hexdigest()}"
+
+
+def _extract(
+    tf: tarfile.TarFile, members: list[tarfile.TarInfo], key: str, into: Path, files: dict
+) -> None:
+    """Write the members' bytes under ``into`` (a new dir), each checked against ``files``.
+
+    Only new files and dirs are created there; a size or digest that differs from
+    the manifest is an IntegrityError.
+    """
+    into.mkdir(mode=0o700)
     for m in members:
         rel = m.name[len(key) + 1 :]
         if rel == MANIFEST:
             continue  # publish_dir writes the manifest from the parsed dict
         target = into / rel
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        src = tf.extractfile(m)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with open(fd, "wb") as out, src:  # type: ignore[union-attr]
-            while chunk := src.read(_CHUNK):  # type: ignore[union-attr]
-                out.write(chunk)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with tf.extractfile(m) as src, open(os.open(target, flags, 0o644), "wb") as out:  # type: ignore[union-attr]
+            digest = _copy(src, out, files[rel]["size"])
+        if digest != files[rel]["digest"]:
+            raise IntegrityError(f"entry {key[:12]} does not match its manifest ({rel})")
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _write_error(store: LocalStore, src: str, e: OSError, needed: int) -> FilesystemError | None:
+    """The error for an OSError that writing into the cache raised; None if it was reading."""
+    if e.errno in _DISK_FULL:
+        try:
+            free = f", {shutil.disk_usage(store.base).free} bytes free"
+        except OSError:
+            free = ""
+        return FilesystemError(
+            f"no space left on device in {store.base} ({e.strerror}): importing {src} "
+            f"needs {needed} bytes{free}; nothing was imported"
+        )
+    # A file too large for this process or filesystem, or any error naming a path in
+    # the cache (EACCES, EROFS, ...), is the cache's; the rest come from reading the tar.
+    named = isinstance(e.filename, str) and Path(os.path.abspath(e.filename)).is_relative_to(
+        store.base
+    )
+    if e.errno == errno.EFBIG or named:
+        return FilesystemError(f"importing {src} failed ({_fs.describe(e)}); nothing was imported")
+    return None
 
 
 def import_bundle(
     store: LocalStore, file: str | os.PathLike[str], progress: Progress | None = None
 ) -> list[str]:
-    """Verify and publish every entry in the bundle; returns their keys."""
+    """Verify every entry in the bundle, then publish them all; returns their keys.
+
+    All or nothing: every member is checked against the tar headers, then copied
+    into staging with its size and digest checked, before the first entry is
+    published. Only an OS failure while publishing (a full disk) can stop it
+    midway, and its error names the entries that were published.
+    """
     src = str(file)
     try:
         tf = tarfile.open(src, "r:*")
@@ -131,28 +293,46 @@ def import_bundle(
         raise BundleError(f"bundle {src} does not exist") from None
     except (tarfile.TarError, OSError, EOFError) as e:
         raise BundleError(f"{src} is not a readable tar bundle ({e}); re-export it") from None
-    imported: list[str] = []
+    needed = 0
     with tf:
         try:
             by_key = _check_members(src, tf.getmembers())
-            total = sum(m.size for ms in by_key.values() for m in ms)
+            manifests = {key: _read_manifest(src, tf, key, ms) for key, ms in by_key.items()}
+            needed = sum(m.size for ms in by_key.values() for m in ms)
             done = 0
-            for key, ms in by_key.items():
-                manifest = _read_manifest(src, tf, key, ms)
-                with store.new_staging_dir() as staging:
+            with store.new_staging_dir() as staging:
+                for key, ms in by_key.items():
                     try:
-                        _extract(tf, ms, key, staging)
-                        store.publish_dir(staging, manifest)
-                    except FileExistsError:
-                        raise BundleError(f"{src}: entry {key[:12]} repeats a member") from None
+                        _extract(tf, ms, key, staging / key, manifests[key]["files"])
                     except IntegrityError as e:
-                        raise BundleError(f"{src}: {e}") from None
-                imported.append(key)
-                done += sum(m.size for m in ms)
-                if progress:
-                    progress(done, total)
+                        raise BundleError(f"{src}: {e}; nothing was imported") from None
+                    done += sum(m.size for m in ms)
+                    if progress:
+                        progress(done, needed)
+                return _publish_all(store, src, staging, manifests)
         except AcacheError:
             raise
         except (tarfile.TarError, OSError, EOFError) as e:
+            if isinstance(e, OSError) and (err := _write_error(store, src, e, needed)):
+                raise err from None
             raise BundleError(f"{src} is damaged ({e}); re-export it") from None
-    return imported
+
+
+def _publish_all(
+    store: LocalStore, src: str, staging: Path, manifests: dict[str, dict]
+) -> list[str]:
+    published: list[str] = []
+    for key, manifest in manifests.items():
+        try:
+            store.publish_dir(staging / key, manifest, provenance=manifest["provenance"])
+        except AcacheError as e:
+            err = BundleError(f"{src}: {e}") if isinstance(e, IntegrityError) else e
+            if published:
+                names = ", ".join(k[:12] for k in published)
+                raise type(err)(
+                    f"{err}; imported before the failure: {names} "
+                    f"({len(published)} of {len(manifests)} entries)"
+                ) from None
+            raise err from None
+        published.append(key)
+    return published

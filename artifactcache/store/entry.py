@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import functools
 import os
-import re
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import IntegrityError
 from . import _fs
+from . import manifest as schema
+from .manifest import MANIFEST
 
-MANIFEST = "manifest.json"
-_KEY = re.compile("[0-9a-f]{64}")
+# The most manifest bytes read from a bundle or a remote: a manifest lists each file's
+# path, size and digest (~150 bytes), so this is tens of thousands of files.
+MANIFEST_MAX = schema.MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,11 @@ class Entry:
     build_seconds = property(lambda self: float(self.manifest.get("build_seconds", 0.0)))
     arch_key = property(lambda self: self.manifest.get("arch_key"))
     depends_on = property(lambda self: tuple(self.manifest.get("depends_on", ())))
+    provenance = property(lambda self: public_provenance(self.manifest))
+
+    def file(self, rel: Any) -> Path:
+        """The path of a file the manifest names; IntegrityError unless it is the entry's."""
+        return entry_file(self.path, rel, self.files)
 
     @property
     def size(self) -> int:
@@ -55,6 +64,7 @@ class Entry:
             "build_seconds": self.build_seconds,
             "arch_key": self.arch_key,
             "depends_on": list(self.depends_on),
+            "provenance": self.provenance,
         }
 
 
@@ -76,6 +86,7 @@ class EntryInfo:
     arch_key: str | None
     last_used: float  # the entry dir's mtime when listed
     depends_on: tuple[str, ...] = ()  # entries this one reads at load time
+    provenance: dict[str, Any] = field(default_factory=dict)  # public_provenance()
 
     @property
     def path(self) -> Path:
@@ -93,6 +104,7 @@ class EntryInfo:
             "build_seconds": e.build_seconds,
             "arch_key": e.arch_key,
             "depends_on": list(e.depends_on),
+            "provenance": e.provenance,
         }
 
     def summary(self) -> dict[str, Any]:
@@ -107,6 +119,7 @@ class EntryInfo:
             "build_seconds": self.build_seconds,
             "arch_key": self.arch_key,
             "depends_on": list(self.depends_on),
+            "provenance": self.provenance,
         }
 
 
@@ -154,21 +167,53 @@ def tree_bytes(path: Path) -> int:
 
 
 def check_manifest(manifest: Any, key: str) -> str | None:
-    """Why a manifest is unusable, or None. Also rejects unsafe relative paths."""
-    if not isinstance(manifest, dict) or manifest.get("key") != key:
-        return "manifest.json does not describe this key"
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        return "manifest.json has no file list"
-    for rel, info in files.items():
-        parts = rel.split("/")
-        if rel == MANIFEST or rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            return f"manifest.json lists an unsafe path {rel!r}"
-        if not (isinstance(info, dict) and isinstance(info.get("size"), int)):
-            return f"manifest.json has no size for {rel}"
-        if not str(info.get("digest", "")).startswith("blake3:"):
-            return f"manifest.json has no blake3 digest for {rel}"
-    deps = manifest.get("depends_on", [])
-    if not (isinstance(deps, list) and all(isinstance(d, str) and _KEY.fullmatch(d) for d in deps)):
-        return "manifest.json has a malformed depends_on"
-    return None
+    """Why a manifest is unusable, or None: the one schema (store/manifest.py)."""
+    return schema.problem(manifest, key)
+
+
+def public_provenance(manifest: dict[str, Any]) -> dict[str, Any]:
+    """Where the entry came from, for ls and show (its envelope left out).
+
+    An entry published before provenance was recorded is ``{"source": "unknown"}``:
+    it is served as before, but never pushed (push cannot tell what it vouches for).
+    """
+    prov = manifest.get("provenance") or {"source": "unknown"}
+    return {k: v for k, v in prov.items() if k != "envelope"}
+
+
+def entry_file(entry_dir: Path, rel: Any, files: dict[str, Any] | None = None) -> Path:
+    """The path of a file a manifest names, refused unless it is one of the entry's files.
+
+    Every loader opens what its manifest's ``meta`` names through this: ``rel``
+    must be a safe relative path, listed in the manifest's (verified) ``files``,
+    and a regular file reached through no symlink, so a manifest can never make a
+    loader open (or dlopen) anything outside the verified entry. ``files`` is read
+    from the entry's manifest when not given. IntegrityError otherwise.
+    """
+    name = entry_dir.name[:12]
+    if why := schema.path_problem(rel):
+        raise IntegrityError(
+            f"entry {name} names a file outside itself ({why}); refused: rebuild it with --force"
+        )
+    if files is None:
+        try:
+            files = schema.parse(_fs.read_small(entry_dir / MANIFEST)).get("files")
+        except (OSError, ValueError, AttributeError):
+            files = None
+    if not isinstance(files, dict) or rel not in files:
+        raise IntegrityError(
+            f"entry {name} names {rel!r}, which is not one of its files; refused: "
+            "rebuild it with --force"
+        )
+    path = entry_dir / rel
+    try:
+        st = os.lstat(path)
+        inside = os.path.realpath(path) == os.path.join(os.path.realpath(entry_dir), rel)
+    except OSError:
+        st, inside = None, False
+    if st is None or not stat.S_ISREG(st.st_mode) or not inside:
+        raise IntegrityError(
+            f"entry {name}: {rel} is not a regular file inside the entry (a symlink?); "
+            "refused: run `acache verify`"
+        )
+    return path

@@ -31,15 +31,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import FilesystemError, IntegrityError, KeyLookupError
+from ..errors import EntryInUse, FilesystemError, IntegrityError, KeyLookupError
 from ..keys import is_full_key, normalize_prefix
+from ..limits import env_bool, env_choice
 from . import _fs
+from . import manifest as schema
 from .entry import MANIFEST, Entry, EntryInfo, GcPlan, PruneResult, VerifyResult, check_manifest
 from .maintenance import MaintenanceMixin
+from .provenance import BUILT, UNSIGNED_IMPORT, TrustMixin
 from .root import prepare_root
 from .stats import StatsLog
+
+if TYPE_CHECKING:
+    from .signing import Trust
 
 __all__ = ["Entry", "EntryInfo", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
 
@@ -47,6 +53,8 @@ LAYOUT = 1
 SUBDIRS = ("entries", "locks", "staging", "quarantine", "state")
 # Tests set this to observe or slow down publish stages; None in normal use.
 PUBLISH_HOOK: Callable[[str], None] | None = None
+# How long replacing an entry (a forced rebuild) waits for the loaders reading it.
+READERS_WAIT_S = 120.0
 
 
 def _hook(stage: str) -> None:
@@ -87,13 +95,15 @@ def _version() -> str:
         return "0+unknown"
 
 
-class LocalStore(MaintenanceMixin):
+class LocalStore(MaintenanceMixin, TrustMixin):
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
         *,
         allow_shared_root: bool = False,
         full_verify: bool | None = None,
+        trust: Trust | Callable[[], Trust] | None = None,
+        rebuild_untrusted: bool = False,
     ) -> None:
         if root is None:
             root = os.environ.get("ACACHE_DIR") or None
@@ -102,17 +112,19 @@ class LocalStore(MaintenanceMixin):
 
             root = platformdirs.user_cache_dir("acache")
         self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
-        env_allow = os.environ.get("ACACHE_ALLOW_SHARED_ROOT", "").lower() in ("1", "true", "yes")
+        env_allow = env_bool("ACACHE_ALLOW_SHARED_ROOT")  # "maybe": an error, not a guess
         self.allow_shared_root = allow_shared_root or env_allow
         # full_verify re-hashes every file on every hit instead of trusting the
         # stat memo (see docs/cache.md, "Verification cost").
         if full_verify is None:
-            full_verify = os.environ.get("ACACHE_VERIFY", "").lower() == "full"
+            full_verify = env_choice("ACACHE_VERIFY", ("full", "memo"), "memo") == "full"
         self.full_verify = full_verify
         self.base = self.root / "v1"
         prepare_root(self.root, self.base, SUBDIRS, allow_shared=self.allow_shared_root)
         self._stats = StatsLog(self.base)
         self._held = threading.local()
+        self.trust = trust  # checked before a pulled entry is served (provenance.py)
+        self.rebuild_untrusted = rebuild_untrusted
 
     # ---------------------------------------------------------- primitives --
 
@@ -149,14 +161,54 @@ class LocalStore(MaintenanceMixin):
 
         Wrap the lookup (which verifies) and the backend's load in it, so the entry
         cannot vanish between verification and the last file the loader opens.
-        Readers share the lock; ``rm``/``gc`` try it exclusively and never wait.
+        Readers share the lock; ``rm``/``gc`` try it exclusively and never wait; a
+        forced rebuild waits for it (``_no_readers``). Re-entrant within one thread.
         """
+        held: dict[str, contextlib.ExitStack] = self._held.__dict__.setdefault("reading", {})
+        if key in held:
+            yield
+            return
         with contextlib.ExitStack() as guard:
             try:
                 guard.enter_context(_fs.flock_file(self.readers_lock_path(key), shared=True))
             except OSError:
                 pass  # a cache we may not write (no lock file): serve the hit unguarded
-            yield
+            held[key] = guard
+            try:
+                yield
+            finally:
+                del held[key]
+
+    @contextlib.contextmanager
+    def _no_readers(self, key: str) -> Iterator[None]:
+        """The key's reader lock, exclusively: replacing an entry waits until no loader
+        holds it, so no load ever sees its files change. Gives up with EntryInUse after
+        READERS_WAIT_S (a loader may itself wait for the key's lock, which we hold).
+
+        This thread's own shared hold (a rebuild asked for during its load, e.g. a stale
+        artifact) is let go meanwhile and taken back afterwards.
+        """
+        path = self.readers_lock_path(key)
+        own = self._held.__dict__.setdefault("reading", {}).get(key)
+        if own is not None:
+            own.close()
+        deadline = time.monotonic() + READERS_WAIT_S
+        try:
+            while True:
+                with _fs.flock_file(path, blocking=False) as free:
+                    if free:
+                        yield
+                        return
+                if time.monotonic() > deadline:
+                    raise EntryInUse(
+                        f"entry {key[:12]} is still being loaded after {READERS_WAIT_S:.0f} s; "
+                        "nothing was replaced: rebuild it when the loaders are done"
+                    )
+                time.sleep(0.05)
+        finally:
+            if own is not None:
+                with contextlib.suppress(OSError):
+                    own.enter_context(_fs.flock_file(path, shared=True))
 
     def record_dependency(self, key: str) -> None:
         """Note that the entry being built in this thread reads entry ``key`` when loaded.
@@ -228,7 +280,7 @@ class LocalStore(MaintenanceMixin):
         if not stat.S_ISDIR(st.st_mode):
             return None, "the entry is not a directory"
         try:
-            manifest = json.loads(_fs.read_small(path / MANIFEST))
+            manifest = schema.parse(_fs.read_small(path / MANIFEST))
         except FileNotFoundError:
             return None, "manifest.json is missing"
         except ValueError as e:
@@ -312,6 +364,8 @@ class LocalStore(MaintenanceMixin):
     def get(self, key: str) -> Entry | None:
         """A verified entry, or None; a corrupt entry is quarantined first."""
         entry, _ = self._check(key)
+        if entry is not None:
+            entry = self._served(entry)
         if entry is None:
             self.record("miss", key)
             return None
@@ -328,7 +382,7 @@ class LocalStore(MaintenanceMixin):
             )
         if entry is None:
             raise KeyLookupError(f"no entry {key[:12]} (see `acache ls`)")
-        return self._hit(entry)
+        return self._hit(self._served(entry, rebuild=False))  # type: ignore[arg-type]
 
     def resolve(self, prefix: str) -> str:
         """The one full key starting with ``prefix`` (at least 8 hex characters)."""
@@ -362,16 +416,21 @@ class LocalStore(MaintenanceMixin):
                 memo[rel] = [*_fs.stat_sig(after), digest]
         return files, memo
 
-    def publish_dir(self, staging_dir: Path, manifest: dict[str, Any]) -> Entry:
+    def publish_dir(
+        self, staging_dir: Path, manifest: dict[str, Any], *, provenance: dict = UNSIGNED_IMPORT
+    ) -> Entry:
         """Verify staging_dir against ``manifest`` and publish it atomically.
 
         Used by bundle import and remote pull. Every file must match the
         manifest's size and digest, with nothing missing or extra; otherwise
         IntegrityError and nothing is published. An intact entry already there
-        wins and the staged copy is discarded.
+        wins and the staged copy is discarded, unless it may no longer be served
+        (:meth:`untrusted`). ``provenance`` (where the entry came from, as the
+        caller found) replaces any the manifest carries: it never vouches for itself.
         """
         key = str(manifest.get("key", ""))
         self.entry_path(key)
+        manifest = {**schema.content(manifest), "provenance": dict(provenance)}
         if problem := check_manifest(manifest, key):
             raise IntegrityError(f"cannot publish {key[:12]}: {problem}")
         with _os_errors(f"publishing entry {key[:12]}"):
@@ -389,10 +448,10 @@ class LocalStore(MaintenanceMixin):
             )
         with self.lock(key):
             existing, _ = self._check(key)
-            if existing is not None:
+            if existing is not None and self.untrusted(existing) is None:
                 _fs.rmtree(staging_dir)
                 return existing
-            return self._install(staging_dir, dict(manifest), memo, replace=False)
+            return self._install(staging_dir, dict(manifest), memo, replace=existing is not None)
 
     def _install(self, staging: Path, manifest: dict, memo: dict, *, replace: bool) -> Entry:
         """Write the manifest, fsync everything, rename into entries/. Caller holds the lock."""
@@ -412,17 +471,20 @@ class LocalStore(MaintenanceMixin):
             raise FilesystemError(
                 f"cannot publish {key[:12]}: {dst.parent} is not a directory; remove it"
             )
-        try:
-            os.rename(staging, dst)
-        except OSError as e:
-            if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not replace:
-                raise
-            if not _fs.exchange(staging, dst):  # no RENAME_EXCHANGE: brief gap, never a mix
-                aside = staging.with_name(staging.name + ".old")
-                os.rename(dst, aside)
+        # Replacing: no loader may be reading the entry being swapped out.
+        with self._no_readers(key) if replace else contextlib.nullcontext():
+            try:
                 os.rename(staging, dst)
-                staging = aside
-            _fs.rmtree(staging)  # now the old entry
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not replace:
+                    raise
+                if not _fs.exchange(staging, dst):  # no RENAME_EXCHANGE: brief gap, no mix
+                    aside = staging.with_name(staging.name + ".old")
+                    os.rename(dst, aside)
+                    os.rename(staging, dst)
+                    staging = aside
+        if staging.exists():
+            _fs.rmtree(staging)  # the old entry, deleted after the readers' lock is let go
         _hook("renamed")
         _fs.fsync_path(dst.parent, directory=True)
         with contextlib.suppress(OSError):
@@ -449,10 +511,12 @@ class LocalStore(MaintenanceMixin):
         if not force and (entry := self.get(key)) is not None:
             return entry, "local"
         with self.lock(key):
+            replace = force
             if not force:
                 entry, _ = self._check(key)  # a waiter loads what the builder published
-                if entry is not None:
+                if entry is not None and self._served(entry) is not None:
                     return self._hit(entry), "local"
+                replace = entry is not None  # one no longer trusted: rebuilt in its place
             with _os_errors(f"building {key[:12]}"), self.new_staging_dir() as work:
                 t0 = time.perf_counter()
                 meta, depends_on = self._run_build(build, work)
@@ -473,8 +537,11 @@ class LocalStore(MaintenanceMixin):
                     "created": time.time(),
                     "build_seconds": round(seconds, 6),
                     "acache_version": _version(),
+                    "provenance": dict(BUILT),
                 }
-                entry = self._install(work, manifest, memo, replace=force)
+                if problem := check_manifest(manifest, key):  # strict writing: what loads reads
+                    raise IntegrityError(f"build output rejected: {problem}")
+                entry = self._install(work, manifest, memo, replace=replace)
         self.record("build", key, seconds, entry.size)
         return entry, "built"
 

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import EntryInUse, FilesystemError, IntegrityError
 from ..keys import is_full_key
 from . import _fs
+from . import manifest as schema
 from .entry import (
     MANIFEST,
     Entry,
@@ -116,8 +117,7 @@ class MaintenanceMixin:
             except FileNotFoundError:
                 continue  # removed while we listed
             rec = index.get(name)
-            valid = isinstance(rec, dict) and rec.keys() == _INDEX_FIELDS
-            if not (valid and rec.get("ino") == st.st_ino):  # type: ignore[union-attr]
+            if not (_valid_record(rec) and rec.get("ino") == st.st_ino):  # type: ignore[union-attr]
                 manifest, warning = self._one_manifest(prefix, d)
                 if warning:
                     warnings.append(warning)
@@ -137,11 +137,12 @@ class MaintenanceMixin:
         if not _KEY.fullmatch(name) or prefix != name[:2]:
             return None, f"unexpected item entries/{prefix}/{name}; remove it"
         try:
-            manifest = json.loads(_fs.read_small(os.path.join(d.path, MANIFEST)))
-            if check_manifest(manifest, name):
-                raise ValueError("malformed")
-        except (OSError, ValueError):
-            return None, f"entry {name[:12]} has no valid manifest; run `acache verify`"
+            manifest = schema.parse(_fs.read_small(os.path.join(d.path, MANIFEST)))
+            problem = check_manifest(manifest, name)
+        except (OSError, ValueError) as e:
+            problem = f"manifest.json is unreadable ({e})"
+        if problem:
+            return None, f"entry {name[:12]} skipped: {problem}; run `acache verify`"
         return manifest, None
 
     def verify(
@@ -263,13 +264,21 @@ class MaintenanceMixin:
             raise FilesystemError(f"cannot remove entry {key[:12]} ({_fs.describe(e)})") from None
         return "removed", size
 
-    def gc_plan(self, max_size: int | None = None, older_than: float | None = None) -> GcPlan:
+    def gc_plan(
+        self,
+        max_size: int | None = None,
+        older_than: float | None = None,
+        warnings: list[str] | None = None,
+    ) -> GcPlan:
         """Entries to evict: those unused for ``older_than`` seconds, then LRU until <= max_size.
 
         An entry another one depends on is planned only together with all its
-        dependents: gc never leaves a dependent without what it loads.
+        dependents: gc never leaves a dependent without what it loads. Entries the
+        scan skipped (a malformed manifest) are never planned; ``warnings`` says which.
         """
-        entries, _ = self.ls()
+        entries, notes = self.ls()
+        if warnings is not None:
+            warnings.extend(notes)
         dependents, _ = self._dependents()
         by_age = sorted(entries, key=lambda e: e.last_used)
         now, total = time.time(), sum(e.size for e in entries)
@@ -367,10 +376,13 @@ class MaintenanceMixin:
                 warnings.append(f"could not prune {item} ({_fs.describe(e)})")
         return PruneResult(**counts, bytes=freed, warnings=warnings)
 
-    def stats(self) -> dict[str, Any]:
-        """Counters from the event log plus what the store holds now."""
+    def stats(self, warnings: list[str] | None = None) -> dict[str, Any]:
+        """Counters from the event log plus what the store holds now (``warnings``: what
+        the scan skipped)."""
         totals = self._stats.read()  # type: ignore[attr-defined]
-        entries, _ = self.ls()
+        entries, notes = self.ls()
+        if warnings is not None:
+            warnings.extend(notes)
         totals["entries"] = len(entries)
         totals["bytes"] = sum(e.size for e in entries)
         return totals
@@ -380,12 +392,29 @@ class MaintenanceMixin:
         key = self.resolve(key)  # type: ignore[attr-defined]
         path = self.entry_path(key)  # type: ignore[attr-defined]
         try:
-            manifest = json.loads(_fs.read_small(path / MANIFEST))
+            manifest = schema.parse(_fs.read_small(path / MANIFEST))
         except (OSError, ValueError):
             manifest = None
-        if check_manifest(manifest, key):
-            raise IntegrityError(f"entry {key[:12]} has no valid manifest; run `acache verify`")
+        if problem := check_manifest(manifest, key):
+            raise IntegrityError(f"entry {key[:12]}: {problem}; run `acache verify`")
         return Entry(key, path, manifest)
+
+
+def _valid_record(rec: Any) -> bool:
+    """An index record of the expected fields and types (state/index.json is a cache)."""
+    if not (isinstance(rec, dict) and rec.keys() == _INDEX_FIELDS):
+        return False
+    number = (int, float)
+    return (
+        isinstance(rec["size"], int)
+        and isinstance(rec["nfiles"], int)
+        and all(isinstance(rec[f], number) for f in ("created", "build_seconds", "ino"))
+        and isinstance(rec["label"], dict)
+        and isinstance(rec["provenance"], dict)
+        and isinstance(rec["arch_key"], (str, type(None)))
+        and isinstance(rec["depends_on"], list)
+        and all(isinstance(d, str) for d in rec["depends_on"])
+    )
 
 
 def _dependents_first(keys: list[str], needs: dict[str, tuple[str, ...]]) -> list[str]:

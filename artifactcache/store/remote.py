@@ -36,8 +36,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import IntegrityError, RemoteError
 from ..keys import compute_key, is_full_key
-from . import signing
-from .entry import Entry, check_manifest
+from . import manifest as schema
+from . import provenance, signing
+from .entry import MANIFEST_MAX, Entry, check_manifest
 from .s3 import S3Store, parse_url
 from .signing import Opened, Signer, Trust
 
@@ -61,6 +62,8 @@ __all__ = [
 
 LAYOUT_DIR = "v1"
 MANIFEST = "manifest.json"
+# The signed envelope holds the manifest in base64 (4/3 of its size) plus a signature.
+MANIFEST_OBJECT_MAX = 2 * MANIFEST_MAX
 # Tests set this to act between push stages ("file:<relpath>", "manifest"); None in normal use.
 PUSH_HOOK: Callable[[str], None] | None = None
 
@@ -70,7 +73,7 @@ class RemoteStore(Protocol):
 
     url: str
 
-    def get(self, path: str) -> bytes | None: ...
+    def get(self, path: str, *, limit: int) -> bytes | None: ...
     def put(self, path: str, data: bytes, *, create: bool = False) -> bool: ...
     def exists(self, path: str) -> bool: ...
     def list(self, prefix: str = "", *, dirs: bool = False) -> list[str]: ...
@@ -133,12 +136,12 @@ def read_manifest(remote: RemoteStore, key: str) -> tuple[dict[str, Any], Opened
     IntegrityError if the object is unusable. The signature is NOT checked against
     any trust: for listing and housekeeping only, never for a pull.
     """
-    data = remote.get(manifest_path(key))
+    data = remote.get(manifest_path(key), limit=MANIFEST_OBJECT_MAX)
     if data is None:
         return None
     opened = signing.open_envelope(data, key)
     try:
-        manifest = json.loads(opened.payload)
+        manifest = schema.parse(opened.payload)
     except ValueError:
         raise IntegrityError(f"remote manifest of {key[:12]} is not valid JSON") from None
     if problem := check_manifest(manifest, key):
@@ -205,7 +208,8 @@ def push_entry(
 
     _for_each_file(upload, manifest["files"])
     _hook("manifest")
-    data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    # Provenance is this host's record of the entry, not part of it: never signed or sent.
+    data = json.dumps(schema.content(manifest), indent=1, sort_keys=True).encode()
     if signer is not None:
         data = signer.seal(key, data)
     if remote.put(manifest_path(key), data, create=not replace):
@@ -229,9 +233,11 @@ def pull_entry(remote: RemoteStore, local: Any, key: str, trust: Trust) -> Entry
     ``trust`` refuses it, IntegrityError when the manifest or any file is corrupt;
     either way nothing is published.
     """
-    manifest = fetch_manifest(remote, key, trust)
-    if manifest is None:
+    found = read_manifest(remote, key)
+    if found is None:
         return None
+    manifest, opened = found
+    trust.check(key, opened)
     tree = tree_id(manifest)
     with local.new_staging_dir() as staging:
         for rel in manifest["files"]:
@@ -244,7 +250,10 @@ def pull_entry(remote: RemoteStore, local: Any, key: str, trust: Trust) -> Entry
             remote.download_file(file_path(key, tree, rel), staging / rel, int(info["size"]))
 
         _for_each_file(download, manifest["files"])
-        entry = local.publish_dir(staging, manifest)  # checks every digest, or publishes nothing
+        # Checks every digest, or publishes nothing; the provenance records the signer.
+        entry = local.publish_dir(
+            staging, manifest, provenance=provenance.pulled(remote.url, opened)
+        )
     local.record("pulled", key, entry.build_seconds, entry.size)
     return entry
 

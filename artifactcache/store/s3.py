@@ -30,6 +30,8 @@ from ..extras import install_hint
 PART = 32 << 20
 SINGLE = 16 << 20
 CONCURRENCY = 8
+# Chunk size of whole-object reads: the most held past a limit before the read stops.
+STREAM_CHUNK = 1 << 20
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
@@ -158,15 +160,46 @@ class S3Store:
 
     # --------------------------------------------------------- RemoteStore --
 
-    def get(self, path: str) -> bytes | None:
-        """A whole (small) object, or None if absent."""
+    def get(self, path: str, *, limit: int) -> bytes | None:
+        """A whole small object, or None if absent; IntegrityError if over ``limit`` bytes."""
+        try:
+            chunks = self._stream(path, limit)
+            return None if chunks is None else b"".join(chunks)
+        except _Absent:  # deleted while we read it
+            return None
+
+    def _stream(self, path: str, limit: int) -> Iterator[bytes] | None:
+        """The object's bytes in chunks, or None if absent: the one whole-object read.
+
+        An object that declares more than ``limit`` bytes is an IntegrityError before
+        its body is read; one that sends more than it declared, at the first chunk
+        past ``limit``. So a bucket writer cannot make a host hold more than the
+        signed manifest (or, for a manifest, MANIFEST_MAX) allows.
+        """
         import obstore
 
         try:
             result = self._call("get", path, obstore.get, self._s, path)
-            return bytes(self._call("get", path, result.bytes))
         except _Absent:
             return None
+        declared = int(result.meta["size"])
+        if declared > limit:
+            raise _too_large(path, declared, limit)
+        return self._chunks(path, iter(result.stream(min_chunk_size=STREAM_CHUNK)), limit)
+
+    def _chunks(self, path: str, stream: Iterator[bytes], limit: int) -> Iterator[bytes]:
+        seen = 0
+        while True:
+            try:
+                chunk = next(stream)
+            except StopIteration:
+                return
+            except Exception as e:
+                raise self._error("get", path, e) from None
+            seen += len(chunk)
+            if seen > limit:
+                raise _too_large(path, seen, limit)
+            yield chunk
 
     def exists(self, path: str) -> bool:
         import obstore
@@ -264,20 +297,31 @@ class S3Store:
         """Fetch exactly ``size`` bytes into a new file ``dest`` (ranged gets in parallel).
 
         Digests are checked by the caller (LocalStore.publish_dir) on the whole
-        tree; here a missing object or a size mismatch is an IntegrityError.
+        tree; here a missing object or a size mismatch is an IntegrityError, and
+        no more than ``size`` bytes of the object are ever read.
         """
         import obstore
 
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             if size <= SINGLE:
-                data = self.get(path)
-                if data is None:
+                chunks = self._stream(path, size)
+                if chunks is None:
                     raise IntegrityError(f"remote object {path} is missing")
-                if len(data) != size:
-                    raise IntegrityError(f"remote object {path} is {len(data)} bytes, not {size}")
-                os.write(fd, data)
+                got = 0
+                for chunk in chunks:
+                    _write_all(fd, chunk)
+                    got += len(chunk)
+                if got != size:
+                    raise IntegrityError(f"remote object {path} is {got} bytes, not {size}")
                 return
+            # Sized first, so an object larger than the manifest says is refused unread;
+            # each ranged get below is bounded by its range.
+            meta = self._call("head", path, obstore.head, self._s, path)
+            if int(meta["size"]) > size:
+                raise _too_large(path, int(meta["size"]), size)
+            if int(meta["size"]) < size:
+                raise IntegrityError(f"remote object {path} is {meta['size']} bytes, not {size}")
             os.ftruncate(fd, size)
 
             def fetch(start: int) -> None:
@@ -295,14 +339,20 @@ class S3Store:
             with ThreadPoolExecutor(CONCURRENCY) as pool:
                 for fut in [pool.submit(fetch, s) for s in range(0, size, PART)]:
                     fut.result()
-            # The object may be longer than the manifest says; that is corruption too.
-            meta = self._call("head", path, obstore.head, self._s, path)
-            if int(meta["size"]) != size:
-                raise IntegrityError(f"remote object {path} is {meta['size']} bytes, not {size}")
         except _Absent:
             raise IntegrityError(f"remote object {path} is missing") from None
         finally:
             os.close(fd)
+
+
+def _too_large(path: str, got: int, limit: int) -> IntegrityError:
+    return IntegrityError(f"remote object {path} is {got} bytes, larger than the {limit} expected")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _verified_chunks(src: Path, size: int, digest: str) -> Iterator[bytes]:

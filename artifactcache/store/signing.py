@@ -39,6 +39,8 @@ from typing import Any
 
 from ..errors import RemoteError, UntrustedEntry
 from ..extras import install_hint
+from ..limits import env_bool, read_small_file
+from .manifest import MAX_BYTES, parse
 
 ENVELOPE_FORMAT = "acache-signed-manifest/1"
 # Domain separation: a signature made for an acache manifest is not a valid
@@ -200,11 +202,11 @@ def load_trusted_keys(paths: Iterable[str | os.PathLike[str]]) -> dict[bytes, st
     keys: dict[bytes, str] = {}
     for raw_path in paths:
         path = Path(raw_path).expanduser()
+        raw = read_small_file(path, "trusted keys file", RemoteError, max_bytes=1 << 20)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            why = e.strerror if isinstance(e, OSError) and e.strerror else e
-            raise RemoteError(f"cannot read trusted keys file {path}: {why}") from None
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RemoteError(f"cannot read trusted keys file {path}: {e}") from None
         for n, line in enumerate(text.splitlines(), 1):
             line = line.strip()
             if not line or line.startswith("#"):
@@ -233,12 +235,13 @@ class Opened:
     signer: str | None  # the signer's fingerprint; None if unsigned
     signature_ok: bool  # the signature verifies under the signer's key (False if unsigned)
     signer_raw: bytes | None = None
+    envelope: dict[str, Any] | None = None  # the signed envelope, kept in the provenance
 
 
 def open_envelope(data: bytes, key: str) -> Opened:
     """Unwrap a remote manifest object; UntrustedEntry if it is a malformed envelope."""
     try:
-        obj = json.loads(data)
+        obj = parse(data, limit=2 * MAX_BYTES)  # base64 of a manifest, and a signature
     except ValueError:
         obj = None
     if not (isinstance(obj, dict) and "format" in obj):
@@ -259,7 +262,8 @@ def open_envelope(data: bytes, key: str) -> Opened:
         ok = True
     except InvalidSignature:
         ok = False
-    return Opened(payload, fingerprint(str(obj["signer"])), ok, _raw(public))
+    envelope = {k: obj[k] for k in ("format", "manifest", "signer", "signature")}
+    return Opened(payload, fingerprint(str(obj["signer"])), ok, _raw(public), envelope)
 
 
 @dataclass(frozen=True)
@@ -306,13 +310,25 @@ def load_trust(
     return Trust(keys, allow_unsigned)
 
 
-_TRUE = ("1", "true", "t", "yes", "y", "on")
+def trust_from(
+    signing_key: str | os.PathLike[str] | None = None,
+    trusted_keys: str | Iterable[str | os.PathLike[str]] | None = None,
+    trust_unsigned: bool | None = None,
+) -> Trust:
+    """Today's trust, as ``configure`` reads it, without requiring any key.
+
+    What a local store checks pulled entries against before serving them
+    (revocation). Reads no key file, and needs no cryptography, when nothing is set.
+    """
+    return configure(signing_key, trusted_keys, trust_unsigned, require=False)[1]
 
 
 def configure(
     signing_key: str | os.PathLike[str] | None = None,
     trusted_keys: str | Iterable[str | os.PathLike[str]] | None = None,
     trust_unsigned: bool | None = None,
+    *,
+    require: bool = True,
 ) -> tuple[Signer | None, Trust]:
     """A host's signer and trust; each argument left None comes from its variable.
 
@@ -327,13 +343,15 @@ def configure(
     if trusted_keys is None:
         trusted_keys = env.get("ACACHE_TRUSTED_KEYS")
     if trust_unsigned is None:
-        trust_unsigned = env.get("ACACHE_REMOTE_TRUST_UNSIGNED", "").strip().lower() in _TRUE
-    _crypto()
-    signer = load_signer(signing_key) if signing_key else None
+        trust_unsigned = env_bool("ACACHE_REMOTE_TRUST_UNSIGNED")
     if trusted_keys is None or isinstance(trusted_keys, str):
         trusted_keys = split_paths(trusted_keys)
+    if not require and not signing_key and not trusted_keys:
+        return None, Trust({}, trust_unsigned)  # nothing to read: no cryptography needed
+    _crypto()
+    signer = load_signer(signing_key) if signing_key else None
     trust = load_trust(trusted_keys, signer=signer, allow_unsigned=trust_unsigned)
-    if not trust.keys and not trust.allow_unsigned:
+    if require and not trust.keys and not trust.allow_unsigned:
         raise RemoteError(
             "the remote tier needs keys: set ACACHE_TRUSTED_KEYS (files of ssh-ed25519 "
             "lines) to use signed entries, ACACHE_SIGNING_KEY on a builder, or "

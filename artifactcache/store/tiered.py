@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import IntegrityError, KeyLookupError, RemoteError, UntrustedEntry
 from ..keys import is_full_key, normalize_prefix
 from .entry import Entry
+from .provenance import push_problem
 from .remote import LAYOUT_DIR, RemoteStore, pull_entry, push_entry
 from .s3 import RemoteUnreachable
 from .signing import Signer, Trust
@@ -57,6 +58,7 @@ class TieredStore:
         self.local = local
         self.remote = remote
         self.trust = trust  # which pulled entries this host uses
+        local.trust = trust  # and which of those pulled earlier it still serves
         self.signer = signer  # signs what this host pushes; None: pushes unsigned or not at all
         self.read_only = read_only
         self._corrupt: set[str] = set()  # keys whose remote copy failed verification here
@@ -169,6 +171,8 @@ class TieredStore:
     def open(self, key: str) -> Entry:
         try:
             return self.local.open(key)
+        except UntrustedEntry:
+            raise  # intact, but its signer is no longer trusted: not a miss
         except (KeyLookupError, IntegrityError):
             full = key.strip().lower()
             if not is_full_key(full) or (entry := self._pull_locked(full)) is None:
@@ -217,6 +221,8 @@ class TieredStore:
         key = self.local.resolve(key)
         self._unsigned_push(key)
         entry = self.local.peek(key)  # unverified, not a hit: the upload hashes every byte
+        if why := push_problem(entry, self.trust):  # never launder what this host cannot vouch for
+            raise RemoteError(why)
         t0 = time.perf_counter()
         try:
             status = push_entry(
@@ -247,7 +253,10 @@ class TieredStore:
         key = self.resolve_remote(key)
         t0 = time.perf_counter()
         with self.local.lock(key):
-            entry, status = self._present(key), "local"
+            try:
+                entry, status = self._present(key), "local"
+            except UntrustedEntry:  # a copy signed by a key trusted today replaces it
+                entry = None
             if entry is None:
                 try:
                     entry, status = pull_entry(self.remote, self.local, key, self.trust), "pulled"
