@@ -37,6 +37,7 @@ from typing import Any
 
 from .code_factors import acache_factors
 from .devices import device_index, device_type
+from .store._fs import INDEX_MAX, read_small, stat_sig
 
 KEY_SCHEMA = 2
 KEY_HEX_LEN = 64
@@ -168,10 +169,12 @@ def _weight_files(path: Path) -> list[Path]:
 def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -> str:
     """``blake3:<hex>`` over a checkpoint file or folder, memoized on stat.
 
-    The memo maps (resolved path, size, mtime_ns, ctime_ns, inode, device) of
-    each file to its digest, so a repeat lookup on a 13 GB checkpoint costs a few
-    ``stat`` calls. ctime is what catches a rewrite whose mtime was put back with
-    ``os.utime``: no user-space call can set it (git and ccache rely on the same).
+    The memo maps the resolved path and the stat signature (``store._fs.stat_sig``:
+    size, mtime_ns, ctime_ns, inode, device) of each file to its digest, so a repeat
+    lookup on a 13 GB checkpoint costs a few ``stat`` calls. ctime is what catches a
+    rewrite whose mtime was put back with ``os.utime``: no user-space call can set it
+    (git and ccache rely on the same). A file whose stat changed while it was hashed
+    is not memoized.
     """
     from .errors import WeightsError
 
@@ -181,23 +184,25 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
     files = _weight_files(root)  # raises WeightsError when there are none
     memo_path = (memo_dir / _MEMO_NAME) if memo_dir else None
     memo: dict[str, str] = {}
-    if memo_path and memo_path.is_file():
-        try:
-            memo = json.loads(memo_path.read_text())
+    if memo_path:
+        try:  # bounded, and a FIFO or a symlink there is refused, not followed
+            memo = json.loads(read_small(memo_path, INDEX_MAX))
+            memo = memo if isinstance(memo, dict) else {}
         except (OSError, ValueError):
-            memo = {}  # a damaged memo is only a lost speed-up
+            memo = {}  # absent or damaged: only a lost speed-up
     outer = hashlib.sha256()
     changed = False
     for f in files:
         st = f.stat()
-        memo_key = (
-            f"{f.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{st.st_dev}"
-        )
+        memo_key = "|".join([str(f.resolve()), *map(str, stat_sig(st))])
         digest = memo.get(memo_key)
         if digest is None:
             digest = _hash_file(f)
-            memo[memo_key] = digest
-            changed = True
+            # Changed while it was read: the digest is not memoized (the next call hashes
+            # it again; this one's key says the file was not a stable input).
+            if stat_sig(f.stat()) == stat_sig(st):
+                memo[memo_key] = digest
+                changed = True
         name = f.name if root.is_dir() else ""
         outer.update(f"{name}\0{st.st_size}\0{digest}\n".encode())
     if changed and memo_path:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
+from collections.abc import Callable
 
 from .errors import AcacheError, ArgumentError
 
@@ -23,6 +25,8 @@ RECIPE_INT_MAX = 2**31 - 1
 # Text files acache reads whole (recipes, config.json, trusted-keys files).
 SMALL_FILE_MAX = 16 << 20
 
+# An integer environment value: one optional sign, then ASCII digits.
+_INT = re.compile("[+-]?[0-9]{1,20}")
 # The spellings click's bool options take, so a value that worked as a flag's env still does.
 _TRUE = ("1", "true", "t", "yes", "y", "on")
 _FALSE = ("0", "false", "f", "no", "n", "off")
@@ -41,6 +45,15 @@ def check_finite(value: float, what: str, error: type[AcacheError] = ArgumentErr
     if not math.isfinite(value):
         raise error(f"{what} must be a finite number, got {value}")
     return value
+
+
+def int_to_float(value: int, fail: Callable[[str], AcacheError]) -> float:
+    """An integer given where a float is meant; ``fail(why)`` if no float holds it."""
+    try:
+        return float(value)
+    except OverflowError:  # 1 followed by 400 zeros: past the largest float
+        digits = len(str(abs(value)))
+        raise fail(f"must be a finite number, got an integer of {digits} digits") from None
 
 
 def regular_file(
@@ -112,7 +125,7 @@ def env_int(name: str, lo: int, hi: int) -> int | None:
     if raw is None or not raw.strip():
         return None
     text = raw.strip()
-    if len(text) <= 20 and text.lstrip("+-").isdigit():
+    if _INT.fullmatch(text):  # ASCII digits only: "--5" and "²" are refused, not int()ed
         value = int(text)
         if lo <= value <= hi:
             return value

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import RecipeError
-from .limits import RECIPE_INT_MAX, read_small_file
+from .limits import RECIPE_INT_MAX, int_to_float, read_small_file
 from .sizing import prefill_len_within, shape_problem
 
 if sys.version_info >= (3, 11):
@@ -224,7 +224,7 @@ def _get(
         return default
     val = table[name]
     if typ is float and isinstance(val, int) and not isinstance(val, bool):
-        val = float(val)
+        val = int_to_float(val, lambda what: _fail(src, fld, what))
     ok = isinstance(val, typ) and not (typ in (int, float) and isinstance(val, bool))
     if not ok:
         tname = typ.__name__ if isinstance(typ, type) else "/".join(t.__name__ for t in typ)

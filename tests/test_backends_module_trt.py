@@ -253,6 +253,35 @@ def test_build_then_hit_through_the_standin(monkeypatch, tmp_path):
     assert rec.called("execute_async_v3") == [((7,), {})]  # torch's current stream
 
 
+def _claim_host_code(entry) -> None:
+    """Rewrite the entry's manifest so its meta asks for host code (as an imported or
+    pulled entry could say: the manifest is the entry's own word, not its key)."""
+    import json
+
+    path = entry.path / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["meta"]["allow_host_code"] = True
+    path.write_text(json.dumps(manifest))
+
+
+def test_host_code_comes_from_the_options_never_from_the_entry(monkeypatch, tmp_path):
+    from artifactcache.errors import IntegrityError
+
+    rec = _recording()
+    _install(monkeypatch, rec)
+    store = LocalStore(tmp_path / "c")
+    spec = _spec()
+    res, _ = _compile(spec, store)
+    _claim_host_code(res.entry)
+    with pytest.raises(IntegrityError, match="runs host code .* its key does not allow") as e:
+        module_api.compile_with_result(spec, "trt", options=FAST, store=store, build_on_miss=False)
+    assert "\n" not in str(e.value)
+    assert True not in rec.assigned("engine_host_code_allowed")
+    # Asked for (and so in the key): allowed.
+    _compile(spec, store, allow_host_code=True)
+    assert rec.assigned("engine_host_code_allowed")[-1] is True
+
+
 def test_engine_inputs_cast_to_the_engines_dtype(monkeypatch, tmp_path):
     """An engine that took int64 ids as int32 (TensorRT before 10) is bound int32 tensors."""
     io = {**ENGINE_IO, "input_1": ("INPUT", "INT32")}

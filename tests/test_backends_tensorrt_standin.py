@@ -109,6 +109,29 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     assert out["error"].count("get_error") == 2  # num_errors errors, each named
 
 
+def test_an_entry_cannot_turn_on_host_code_for_itself(monkeypatch, tmp_path):
+    """engine_host_code_allowed comes from the options (which the key covers); an entry
+    whose meta claims host code they did not ask for is refused, never loaded with it."""
+    import json
+
+    from artifactcache.errors import IntegrityError
+
+    rec = Recording(STANDIN_VERSION)
+    _install(monkeypatch, rec)
+    store = LocalStore(tmp_path / "c")
+    choice = dict(
+        device="cuda", mode="onnx", extra={**EXTRA, "allow_host_code": False}, store=store
+    )
+    entry = api.build("tiny-llama", "trt", **choice).entry
+    assert entry.meta["allow_host_code"] is False
+    manifest = json.loads((entry.path / "manifest.json").read_text())
+    manifest["meta"]["allow_host_code"] = True
+    (entry.path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IntegrityError, match="runs host code .* its key does not allow"):
+        api.load("tiny-llama", "trt", **choice)
+    assert True not in rec.assigned("engine_host_code_allowed")
+
+
 def test_a_disagreeing_plan_header_is_a_note_not_a_rebuild(monkeypatch, tmp_path):
     """The stand-in's plan bytes do not follow TensorRT's layout: the load must go on."""
     rec = Recording(STANDIN_VERSION)

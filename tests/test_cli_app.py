@@ -238,7 +238,6 @@ def test_special_files_and_env_values_are_one_line_errors_at_once(
     args, env, needle, populated, tmp_path, monkeypatch
 ):
     import threading
-    import time
 
     root, key = populated
     monkeypatch.setenv("ACACHE_DIR", str(root))
@@ -257,15 +256,15 @@ def test_special_files_and_env_values_are_one_line_errors_at_once(
     os.mkfifo(tmp_path / "x.toml")
     before = snapshot(root)
     out: list = []
-    t0 = time.monotonic()
     worker = threading.Thread(
         target=lambda: out.append(runner.invoke(app, [subst.get(a, a) for a in args])),
         daemon=True,
     )
     worker.start()
-    worker.join(10)
-    elapsed = time.monotonic() - t0
-    if worker.is_alive():  # today's hang: let the reader go, then fail
+    # A hang, not a speed, is what this catches: no timed threshold (the suite shares
+    # the machine with compiles).
+    worker.join(60)
+    if worker.is_alive():  # a reader blocked on the special file: let the reader go, then fail
         for f in (fifo, tmp_path / "x.toml", tmp_path / "hf" / "config.json"):
             try:
                 os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK))
@@ -274,7 +273,6 @@ def test_special_files_and_env_values_are_one_line_errors_at_once(
         worker.join(10)
         pytest.fail(f"{args} hung on a special file")
     _assert_one_line_error(out[0], needle)
-    assert elapsed < 5, elapsed
     assert snapshot(root) == before
 
 
@@ -343,3 +341,26 @@ def test_every_help_text_shows_every_bracketed_span_it_was_written_with():
                 spans += 1
                 assert " ".join(span.split()) in out, (argv, span)
     assert spans >= 15  # [shapes] in --max-seq-len/--max-batch of seven commands, and more
+
+
+def test_tables_follow_the_width_in_effect_when_they_print(monkeypatch, capsys):
+    """A console made while COLUMNS said 60 (as pytest-xdist's workers import the app
+    under COLUMNS=80) prints at the width COLUMNS gives later: a long cell stays on one
+    line at 250 columns and folds, never crops, at 40; its markup and control
+    characters are shown as text."""
+    import importlib
+
+    cli = importlib.import_module("artifactcache.cli.app")  # the module, not the Typer app
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr(cli, "console", type(cli.console)())
+    long = "backend.options.codegen.inductor_config.aot_inductor.package_constants_in_so"
+    rows = [[long, "[bold]x[/bold]\x1b[2J"]]
+    monkeypatch.setenv("COLUMNS", "250")
+    cli.print_table(None, ["factor", "value"], rows)
+    out = capsys.readouterr().out
+    assert long in out and "[bold]x[/bold]\\x1b[2J" in out and "\x1b" not in out
+    monkeypatch.setenv("COLUMNS", "40")
+    cli.print_table(None, ["factor", "value"], rows)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 40
+    assert "".join(line.split("│")[1].strip() for line in lines[3:-1]) == long

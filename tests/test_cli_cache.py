@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -122,6 +123,21 @@ def test_export_import_cli(store, tmp_path):
     r = run("import", out, "--cache-dir", other, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout) == {"imported": [k1]}
     assert LocalStore(other).open(k1).key == k1
+
+
+def test_export_of_an_entry_pulled_with_flags_needs_no_flag(store, tmp_path, monkeypatch):
+    """Pulled with --remote-trust-unsigned: export (which has no such flag, and loads
+    nothing) copies it; the importer applies its own trust."""
+    monkeypatch.delenv("ACACHE_REMOTE_TRUST_UNSIGNED", raising=False)
+    other = LocalStore(tmp_path / "fleet")
+    key = put(other, 7)
+    staging = tmp_path / "staging"
+    shutil.copytree(other.entry_path(key), staging)
+    manifest = other.open(key).manifest
+    store.publish_dir(staging, manifest, provenance={"source": "pulled", "remote": "s3://b/x"})
+    r = run("export", key[:8], "-o", tmp_path / "p.tar")
+    assert r.exit_code == 0, r.stderr
+    assert "--remote-trust-unsigned" not in r.stdout + r.stderr
 
 
 def _bundle(path: Path, key: str, member: tarfile.TarInfo, data: bytes = b"") -> Path:

@@ -64,6 +64,53 @@ def test_malformed_eos_ids_are_one_line_errors(bad: str, tmp_path: Path):
     assert "generation_config.json" in str(e.value) and "\n" not in str(e.value)
 
 
+def _within(seconds: float, fn, release: list[Path]):
+    """fn()'s exception (or None), failing if it blocks (a reader stuck on a FIFO)."""
+    import os
+    import threading
+
+    out: list = []
+
+    def run():
+        try:
+            fn()
+            out.append(None)
+        except Exception as e:
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        for fifo in release:  # let the stuck reader go, then fail
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(10)
+        pytest.fail(f"{fn} blocked on a special file")
+    return out[0]
+
+
+@pytest.mark.parametrize("name", ["generation_config.json", "config.json", "tokenizer.json"])
+@pytest.mark.parametrize("kind", ["fifo", "huge"])
+def test_checkpoint_files_are_bounded_regular_files(name: str, kind: str, tmp_path: Path):
+    """A FIFO would hang `acache run`; a huge (here sparse) file would be read whole."""
+    import os
+
+    from artifactcache.generate.checkpoint import TOKENIZER_MAX, load_tokenizer
+    from artifactcache.limits import SMALL_FILE_MAX
+
+    path = tmp_path / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as f:
+            f.truncate((TOKENIZER_MAX if name == "tokenizer.json" else SMALL_FILE_MAX) + 1)
+    read = load_tokenizer if name == "tokenizer.json" else eos_ids_from_folder
+    err = _within(30, lambda: read(tmp_path), [path] if kind == "fifo" else [])
+    assert isinstance(err, GenerationError), err
+    want = "is not a regular file" if kind == "fifo" else "bytes; at most"
+    assert name in str(err) and want in str(err) and "\n" not in str(err)
+
+
 def test_the_runner_has_the_folders_tokenizer_and_stops_at_its_eos(tmp_path: Path, cache: Path):
     recipe, folder = make_checkpoint(tmp_path)
     runner = api.load(str(recipe), "eager", weights=folder, cache_dir=cache)

@@ -155,12 +155,51 @@ def test_weights_digest_sees_a_rewrite_whose_mtime_was_restored(tmp_path):
     memo = tmp_path / "memo"
     st0 = ckpt.stat()
     first = keys.weights_digest(ckpt, memo_dir=memo)
-    time.sleep(0.02)  # past the filesystem's timestamp granularity
     with open(ckpt, "r+b") as f:
         f.write(b"\x01" * 4096)
-    os.utime(ckpt, ns=(st0.st_atime_ns, st0.st_mtime_ns))
-    assert (ckpt.stat().st_size, ckpt.stat().st_mtime_ns) == (st0.st_size, st0.st_mtime_ns)
+    # utime itself stamps ctime with the kernel's (coarse) clock: put the mtime back until
+    # that clock has moved past the memoized ctime, however coarse this filesystem's is.
+    deadline = time.monotonic() + 10
+    while True:
+        os.utime(ckpt, ns=(st0.st_atime_ns, st0.st_mtime_ns))
+        if ckpt.stat().st_ctime_ns != st0.st_ctime_ns:
+            break
+        assert time.monotonic() < deadline, "ctime never moved"
+        time.sleep(0.005)
+    st1 = ckpt.stat()
+    assert (st1.st_size, st1.st_mtime_ns, st1.st_ino) == (st0.st_size, st0.st_mtime_ns, st0.st_ino)
     assert keys.weights_digest(ckpt, memo_dir=memo) != first
+
+
+def test_weights_digest_shares_the_stores_stat_signature_and_skips_a_moving_file(
+    tmp_path, monkeypatch
+):
+    """The memo keys on store._fs.stat_sig (one definition of "unchanged"); a file whose
+    stat changed while it was hashed is not memoized (what was read may be a mix)."""
+    import json
+
+    from artifactcache.store import _fs
+
+    ckpt = tmp_path / "model.safetensors"
+    ckpt.write_bytes(b"\x00" * 4096)
+    memo = tmp_path / "memo"
+    keys.weights_digest(ckpt, memo_dir=memo)
+    (line,) = json.loads((memo / keys._MEMO_NAME).read_text())
+    assert line == "|".join([str(ckpt.resolve()), *map(str, _fs.stat_sig(ckpt.stat()))])
+
+    moving = tmp_path / "moving.safetensors"
+    moving.write_bytes(b"\x00" * 4096)
+    real = keys._hash_file
+
+    def hash_while_written(p: Path) -> str:
+        digest = real(p)
+        with open(p, "ab") as f:  # a writer still at work
+            f.write(b"\x01")
+        return digest
+
+    monkeypatch.setattr(keys, "_hash_file", hash_while_written)
+    keys.weights_digest(moving, memo_dir=memo)
+    assert not [k for k in json.loads((memo / keys._MEMO_NAME).read_text()) if "moving" in k]
 
 
 def test_weights_digest_of_a_folder(tmp_path):

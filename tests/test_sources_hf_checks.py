@@ -173,8 +173,12 @@ def good_config(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     return d, json.loads((d / "config.json").read_text())
 
 
+# A value _write writes as the literal 1e400, which json.loads reads as inf.
+_AS_1E400 = 9.87654321e300
+
+
 def _write(d: Path, cfg: dict[str, Any]) -> None:
-    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "config.json").write_text(json.dumps(cfg).replace(repr(_AS_1E400), "1e400"))
 
 
 def _edited(cfg: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -226,6 +230,9 @@ _DROP = object()
         # json.loads reads NaN and Infinity; no config field means them
         ({"rms_norm_eps": float("nan")}, "NaN is not a finite number"),
         ({"rope_theta": float("inf")}, "Infinity is not a finite number"),
+        # numbers past the largest float: an integer, and a float literal json reads as inf
+        ({"rms_norm_eps": 10**400}, "field 'rms_norm_eps' must be a finite number, got an int"),
+        ({"rms_norm_eps": _AS_1E400}, "field 'rms_norm_eps' must be a finite number, got inf"),
     ],
 )  # fmt: skip
 def test_bad_config_is_one_line_and_caches_nothing(

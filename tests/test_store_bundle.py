@@ -6,6 +6,7 @@ import errno
 import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -281,3 +282,101 @@ def test_an_import_records_its_own_provenance_not_the_bundles(src, dst, tmp_path
     forged = _tar(tmp_path / "f.tar", _with_manifest(entry, dict(entry.manifest, provenance=claim)))
     import_bundle(dst, forged)
     assert dst.open(key).provenance == {"source": "imported", "bundle": "f.tar", "signer": None}
+
+
+def _pulled(store: LocalStore, tmp_path: Path, i: int):
+    """An entry published in ``store`` as pulled, unsigned, from a remote."""
+    elsewhere = LocalStore(tmp_path / f"elsewhere{i}")
+    entry = built(elsewhere, i)
+    staging = tmp_path / f"pulled{i}"
+    shutil.copytree(entry.path, staging)
+    prov = {"source": "pulled", "remote": "mem://fleet", "signer": None}
+    return store.publish_dir(staging, entry.manifest, provenance=prov)
+
+
+def test_export_copies_a_pulled_entry_this_host_would_not_serve(tmp_path, dst, monkeypatch):
+    """Exporting copies bytes, it loads nothing: the serve-trust check (which knows only
+    the env's trusted keys here, and so refused an entry pulled with flags, suggesting a
+    flag export lacks) is the importer's to apply. Digests are still verified."""
+    from artifactcache.errors import IntegrityError
+    from artifactcache.store.signing import Trust
+
+    monkeypatch.delenv("ACACHE_REMOTE_TRUST_UNSIGNED", raising=False)
+    src = LocalStore(tmp_path / "src", trust=Trust())  # trusts no unsigned entry
+    entry = _pulled(src, tmp_path, 30)
+    out = tmp_path / "pulled.tar"
+    assert export(src, [entry.key], out) == [entry.key]
+    (key,) = import_bundle(dst, out)
+    want = {"source": "imported", "bundle": "pulled.tar", "signer": None}
+    assert dst.open(key).provenance == want
+    # Verified all the same: a damaged entry is not exported.
+    (entry.path / "model.bin").write_bytes(b"x" * 3000)
+    with pytest.raises(IntegrityError, match="failed verification"):
+        export(src, [entry.key], tmp_path / "damaged.tar")
+    assert not (tmp_path / "damaged.tar").exists()
+
+
+def test_export_holds_the_entry_and_writes_what_it_verified(src, dst, tmp_path, monkeypatch):
+    """The reader lock is held while the tar is written (rm/gc/a forced rebuild wait or
+    skip), the manifest written is the one verified, not re-read from disk, each member
+    is copied at its manifest's size and hashed, and the bundle is private (0600)."""
+    from artifactcache.errors import EntryInUse, IntegrityError
+
+    entry = built(src, 31)
+    seen: list = []
+
+    def progress(done: int, total: int) -> None:
+        with pytest.raises(EntryInUse):  # rm of an entry being exported skips it
+            LocalStore(src.root).remove([entry.key])
+        seen.append(done)
+
+    opened = src.open
+
+    def open_then_rewrite(key: str, **kw):
+        got = opened(key, **kw)
+        on_disk = json.loads((got.path / "manifest.json").read_text())
+        on_disk["label"] = {"recipe": "planted after verification"}
+        (got.path / "manifest.json").write_text(json.dumps(on_disk))
+        return got
+
+    monkeypatch.setattr(src, "open", open_then_rewrite)
+    out = tmp_path / "held.tar"
+    export(src, [entry.key], out, progress=progress)
+    assert seen and os.stat(out).st_mode & 0o777 == 0o600
+    with tarfile.open(out) as tf:
+        written = json.loads(tf.extractfile(f"{entry.key}/manifest.json").read())  # type: ignore[union-attr]
+    assert written == entry.manifest
+    import_bundle(dst, out)
+    assert dst.open(entry.key).label == entry.label
+
+    # A file that grew after verification: refused, not copied at its new size.
+    monkeypatch.setattr(src, "open", opened)
+    src.remove([entry.key])
+    entry = built(src, 31)
+
+    def open_then_append(key: str, **kw):
+        got = opened(key, **kw)
+        with open(got.path / "model.bin", "ab") as f:
+            f.write(b"more")
+        return got
+
+    monkeypatch.setattr(src, "open", open_then_append)
+    with pytest.raises(IntegrityError, match="model.bin no longer matches its manifest"):
+        export(src, [entry.key], tmp_path / "grown.tar")
+    assert not (tmp_path / "grown.tar").exists()
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+def test_a_compressed_bundle_is_refused_unread(src, dst, tmp_path):
+    """Export writes a plain tar; a gzipped one would decompress past every bound."""
+    import gzip
+
+    entry = built(src, 32)
+    out = tmp_path / "b.tar"
+    export(src, [entry.key], out)
+    gz = tmp_path / "b.tar.gz"
+    gz.write_bytes(gzip.compress(out.read_bytes()))
+    with pytest.raises(BundleError, match="is not a readable tar bundle") as err:
+        import_bundle(dst, gz)
+    assert "\n" not in str(err.value)
+    assert dst.scan() == ([], [])

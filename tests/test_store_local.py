@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -92,7 +93,7 @@ def test_forced_rebuild_waits_for_readers_of_the_entry(store, cache_dir, monkeyp
     import threading
 
     from artifactcache.errors import EntryInUse
-    from artifactcache.store import local
+    from artifactcache.store import locks
 
     key, factors = kf(30)
     store.get_or_build(key, factors, writer(b"old"))
@@ -121,12 +122,156 @@ def test_forced_rebuild_waits_for_readers_of_the_entry(store, cache_dir, monkeyp
     assert model.read_bytes() == b"mine"
 
     # A loader that never lets go: the rebuild gives up in one line and replaces nothing.
-    monkeypatch.setattr(local, "READERS_WAIT_S", 0.3)
+    monkeypatch.setattr(locks, "READERS_WAIT_S", 0.3)
     with store.reading(key):
         with pytest.raises(EntryInUse, match="being loaded"):
             LocalStore(cache_dir).get_or_build(key, factors, writer(b"late"), force=True)
     assert model.read_bytes() == b"mine" and store.get(key) is not None
     assert os.listdir(cache_dir / "v1" / "staging") == []
+
+
+def loaders_meanwhile(first, second, *, head_start: float = 0.5):
+    """Run ``first`` in a thread; once its build has started, ``second`` in another.
+
+    Each is called with an Event that the build of ``first`` waits for: set after
+    ``second`` had ``head_start`` seconds to take its reader lock and wait for the
+    key's lock. Returns (results, errors, seconds).
+    """
+    import threading
+
+    go = threading.Event()
+    started = threading.Event()
+    results: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def run(name, fn):
+        try:
+            results[name] = fn(go, started)
+        except BaseException as e:  # reported by the test
+            errors.append(e)
+
+    t0 = time.monotonic()
+    t1 = threading.Thread(target=run, args=("first", first))
+    t1.start()
+    assert started.wait(30)
+    t2 = threading.Thread(target=run, args=("second", second))
+    t2.start()
+    time.sleep(head_start)
+    go.set()
+    t1.join(60)
+    t2.join(60)
+    return results, errors, time.monotonic() - t0
+
+
+def gated(payload: bytes, builds: list):
+    """A build that says it started, then waits for the test's go."""
+
+    def make(go, started):
+        def build(d: Path) -> dict:
+            builds.append(payload)
+            started.set()
+            assert go.wait(30)
+            return writer(payload)(d)
+
+        return build
+
+    return make
+
+
+def test_a_loader_waiting_for_a_build_does_not_stall_the_builder(cache_dir, monkeypatch):
+    """api.load holds the key's reader lock while it waits for the key's lock. A build
+    publishing where no entry is (even a forced one) must not wait for that loader,
+    and a build replacing an entry must not either: the loader lets its reader lock go
+    while it waits. Before: a 120 s stall, then EntryInUse and the build thrown away."""
+    from artifactcache.store import locks
+    from artifactcache.store.signing import Trust
+
+    monkeypatch.setattr(locks, "READERS_WAIT_S", 3.0)
+    key, factors = kf(31)
+    builds: list = []
+    make = gated(b"new", builds)
+
+    def builder(force: bool, **kw):
+        def run(go, started):
+            s = LocalStore(cache_dir, **kw)
+            with s.reading(key):
+                return s.get_or_build(key, factors, make(go, started), force=force)[1]
+
+        return run
+
+    def loader(**kw):
+        def run(go, started):
+            s = LocalStore(cache_dir, **kw)
+            with s.reading(key):
+                entry, source = s.get_or_build(key, factors, make(go, started))
+                return source, (entry.path / "model.bin").read_bytes()
+
+        return run
+
+    # A cold key: a forced build and a plain load at once.
+    results, errors, secs = loaders_meanwhile(builder(True), loader())
+    assert not errors, errors
+    assert results == {"first": "built", "second": ("local", b"new")} and len(builds) == 1
+    assert secs < 3.0
+
+    # Replacing an entry this host may no longer serve, while another loader waits.
+    staging = cache_dir.parent / "pulled"
+    old = LocalStore(cache_dir).entry_path(key)
+    shutil.copytree(old, staging)
+    manifest = json.loads((old / "manifest.json").read_text())
+    store = LocalStore(cache_dir)
+    store.remove([key])
+    store.publish_dir(staging, manifest, provenance={"source": "pulled", "remote": "mem://x"})
+    revoked = {"trust": Trust(), "rebuild_untrusted": True}
+    builds.clear()
+    results, errors, secs = loaders_meanwhile(builder(False, **revoked), loader(**revoked))
+    assert not errors, errors
+    assert results == {"first": "built", "second": ("local", b"new")} and len(builds) == 1
+    assert secs < 3.0
+    assert LocalStore(cache_dir).open(key).provenance["source"] == "built"
+
+
+def test_the_largest_pullable_manifest_loads_once_pulled(cache_dir, tmp_path):
+    """The manifest limits come from one place: a manifest as large as a remote accepts,
+    signed, pulled and stored with its envelope, loads again (before: the local read
+    limit equalled the manifest-alone one, so such an entry failed to load, was
+    quarantined and pulled again, forever). One that would not load is refused
+    before it is published."""
+    from artifactcache.store import manifest as schema
+    from artifactcache.store import provenance
+    from artifactcache.store.signing import configure, generate_key, open_envelope
+
+    generate_key(tmp_path / "k", "fleet")
+    signer, trust = configure(tmp_path / "k", [f"{tmp_path / 'k'}.pub"], False)
+    key, factors = kf(40)
+    origin = LocalStore(tmp_path / "origin")
+    entry, _ = origin.get_or_build(key, factors, writer())
+    content = schema.content(entry.manifest)
+    pushed = lambda m: json.dumps(m, indent=1, sort_keys=True).encode()  # noqa: E731
+    content["label"] = {"pad": "x" * (schema.MAX_BYTES - len(pushed(content)) - 64)}
+    payload = pushed(content)
+    assert schema.MAX_BYTES - 100 < len(payload) <= schema.MAX_BYTES  # what a remote takes
+    envelope = signer.seal(key, payload)  # type: ignore[union-attr]
+    assert len(envelope) <= schema.ENVELOPE_MAX_BYTES
+    prov = provenance.pulled("mem://fleet", open_envelope(envelope, key))
+    store = LocalStore(cache_dir, trust=trust)
+    staging = tmp_path / "staging"
+    shutil.copytree(entry.path, staging)
+    store.publish_dir(staging, content, provenance=prov)
+    stored = (store.entry_path(key) / "manifest.json").stat().st_size
+    assert stored > 2 * schema.MAX_BYTES  # the manifest and its envelope
+    got = LocalStore(cache_dir, trust=trust).get(key)
+    assert got is not None and got.label == content["label"]
+    assert os.listdir(cache_dir / "v1" / "quarantine") == []
+
+    # Past what loads: refused, nothing published.
+    other, other_factors = kf(41)
+    big = dict(schema.content(entry.manifest), key=other, factors=other_factors)
+    big["label"] = {"pad": "x" * schema.STORED_MAX_BYTES}
+    shutil.copytree(entry.path, tmp_path / "big")
+    with pytest.raises(IntegrityError, match="more than the .* a stored manifest may have"):
+        store.publish_dir(tmp_path / "big", big)
+    assert not store.entry_path(other).exists()
 
 
 def test_build_output_with_symlink_is_rejected(store, cache_dir):

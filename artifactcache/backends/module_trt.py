@@ -41,6 +41,7 @@ from .tensorrt.util import (
     EngineIncompatible,
     compat_problem,
     gpu_identity,
+    host_code_allowed,
     import_tensorrt,
     trt_major,
 )
@@ -214,6 +215,8 @@ class TrtModuleBackend:
         from .runner import device_of
 
         require_files(entry_dir, ENGINE_FILE, RECORD)
+        # Host code only if the options (which the key covers) ask for it, never the meta's say.
+        allowed = host_code_allowed(engine_options(opts).allow_host_code, meta, entry_dir.name)
         trt = import_tensorrt()
         _, cc = gpu_identity(opts.device)
         problem = compat_problem(meta, trt.__version__, cc)
@@ -221,7 +224,7 @@ class TrtModuleBackend:
             raise EngineIncompatible(f"stale entry {entry_dir.name[:12]}: {problem}")
         t0 = time.perf_counter()
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-        runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
+        runtime.engine_host_code_allowed = allowed
         engine = runtime.deserialize_cuda_engine((entry_dir / ENGINE_FILE).read_bytes())
         if engine is None:
             raise EngineIncompatible(

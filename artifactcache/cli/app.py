@@ -24,8 +24,26 @@ from ..errors import AcacheError, ArgumentError
 # user errors: one line on stderr, exit 1. Usage errors exit 2 on their own.
 ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1}
 
-console = Console()
-err_console = Console(stderr=True)
+
+class LiveConsole(Console):
+    """A rich Console whose width is measured at each print, never frozen.
+
+    rich fixes the width when a Console is made if $COLUMNS is set then; these are
+    made at import, so a COLUMNS set later (pytest-xdist sets 80 in its workers, a test
+    or an embedding program sets another) would be ignored, and a long table cell
+    folded to the stale width. Each print reads the terminal and $COLUMNS anew.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if kwargs.get("width") is None:
+            self._width = None
+        if kwargs.get("height") is None:
+            self._height = None
+
+
+console = LiveConsole()
+err_console = LiveConsole(stderr=True)
 
 # C0/C1 control characters, DEL, and the bidi overrides that reorder what a terminal shows.
 _INVISIBLE = [*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A)]

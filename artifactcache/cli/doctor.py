@@ -16,11 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from ..extras import EXTRAS, install_hint
-from .app import CacheDir, JsonOut, Remote, console, emit_json, human_bytes, shown
+from .app import (
+    CacheDir,
+    JsonOut,
+    Remote,
+    console,
+    emit_json,
+    human_bytes,
+    print_table,
+    shown,
+)
 
 DOCTOR_SCHEMA = 1
 # Rows of the backend table, in order; "trt-llm" is the --mode llm path of backend "trt".
@@ -210,12 +217,16 @@ def _render(rep: dict[str, Any]) -> None:
     )
     for g in rep["gpus"] or [{"index": "-", "name": "no CUDA GPU", "compute_capability": "-"}]:
         console.print(f"gpu {g['index']}: {g['name']} (sm {g['compute_capability']})")
-    table = Table("backend", "available", "reason / install")
-    for b in rep["backends"]:
-        why = b["reason"] if b["available"] is False else ""
-        # escape: "[trt]" in an install hint is not rich markup
-        table.add_row(b["name"], "yes" if b["available"] else "no", escape(why))
-    console.print(table)
+    # print_table: "[trt]" in an install hint is text, not rich markup; long cells fold
+    rows = [
+        [
+            b["name"],
+            "yes" if b["available"] else "no",
+            b["reason"] if b["available"] is False else "",
+        ]
+        for b in rep["backends"]
+    ]
+    print_table(None, ["backend", "available", "reason / install"], rows)
     cc = rep["compiler"]
     chosen = (
         f"{cc['chosen']} {cc['version'] or ''}".strip() if cc["chosen"] else "Inductor's default"

@@ -12,14 +12,18 @@ parsing a multi-megabyte tokenizer.json.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationError
+from ..limits import read_small_file
 
 TOKENIZER_FILE = "tokenizer.json"
+# The largest tokenizer.json read: the largest vocabularies' files are tens of MiB.
+TOKENIZER_MAX = 256 << 20
 EOS_SOURCES = ("generation_config.json", "config.json")
 
 
@@ -37,11 +41,13 @@ def checkpoint_folder(weights: str | Path | None) -> Path | None:
 
 def _eos_field(path: Path) -> tuple[bool, tuple[int, ...]]:
     """(present, ids) for one JSON file's eos_token_id; a malformed value is an error."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return False, ()
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    # A regular file of at most SMALL_FILE_MAX bytes: a FIFO or a device is an error, not a hang.
+    raw_bytes = read_small_file(path, "checkpoint file", GenerationError)
+    try:
+        data = json.loads(raw_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise GenerationError(f"{path}: cannot read it as JSON ({e})") from None
     if not isinstance(data, dict) or data.get("eos_token_id") is None:
         return False, ()
@@ -67,12 +73,13 @@ def eos_ids_from_folder(folder: str | Path) -> tuple[int, ...]:
 def load_tokenizer(folder: str | Path) -> Any:
     """A ``tokenizers.Tokenizer`` from folder/tokenizer.json, or None when there is none."""
     path = Path(folder) / TOKENIZER_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    data = read_small_file(path, "tokenizer", GenerationError, max_bytes=TOKENIZER_MAX)
     from tokenizers import Tokenizer
 
     try:
-        return Tokenizer.from_file(str(path))
+        return Tokenizer.from_str(data.decode("utf-8"))
     except Exception as e:  # the library raises a bare Exception for a malformed file
         raise GenerationError(
             f"{path}: not a tokenizer the tokenizers library reads ({e})"

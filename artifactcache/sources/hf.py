@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 
 from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
-from ..limits import read_small_file
+from ..limits import int_to_float, read_small_file
 from ..recipes import Bench, Recipe, Shapes, parse_recipe
 from ..sizing import prefill_len_within
 from .checkpoint import CONFIG_NAME
@@ -127,9 +128,11 @@ class _Config:
                 raise self.fail(prefix + name, "is missing")
             return default
         if typ is float and isinstance(val, int) and not isinstance(val, bool):
-            val = float(val)
+            val = int_to_float(val, lambda what: self.fail(prefix + name, what))
         if not isinstance(val, typ) or (typ in (int, float) and isinstance(val, bool)):
             raise self.fail(prefix + name, f"must be {typ.__name__}, got {val!r}")
+        if typ is float and not math.isfinite(val):  # 1e400 reads as inf
+            raise self.fail(prefix + name, f"must be a finite number, got {val}")
         if typ in (int, float) and val <= 0:
             raise self.fail(prefix + name, f"must be positive, got {val!r}")
         return val

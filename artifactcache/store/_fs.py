@@ -22,8 +22,16 @@ from pathlib import Path
 O_READ = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-class NotRegularFile(Exception):
-    """A path inside an entry is a symlink, device, fifo or directory."""
+class NotRegularFile(OSError):
+    """A path inside an entry (or the cache's state) is a symlink, device, fifo or
+    directory. An OSError, so callers that skip unreadable files skip it too; it
+    describes the entry's shape (:func:`is_shape_error`)."""
+
+
+# The cache's own small files (read_small): the summary index of every entry, the stats
+# totals, one entry's verification memo. Manifests have theirs in manifest.py.
+INDEX_MAX = 256 << 20
+STATE_MAX = 16 << 20
 
 
 # Errors that describe the entry's shape (a symlink, a directory where a file
@@ -34,7 +42,7 @@ _SHAPE_ERRNOS = frozenset({errno.ELOOP, errno.EISDIR, errno.ENOTDIR})
 
 
 def is_shape_error(e: OSError) -> bool:
-    return e.errno in _SHAPE_ERRNOS
+    return isinstance(e, NotRegularFile) or e.errno in _SHAPE_ERRNOS
 
 
 def describe(e: OSError) -> str:
@@ -72,15 +80,25 @@ def digest_file(path: Path) -> tuple[str, os.stat_result, os.stat_result]:
     return "blake3:" + h.hexdigest(), before, after
 
 
-def read_small(path: str | os.PathLike[str]) -> bytes:
-    """A small file's bytes (a manifest), never via a symlink, without io's wrappers."""
-    fd = os.open(path, O_READ)
+def read_small(path: str | os.PathLike[str], limit: int) -> bytes:
+    """A small file of the cache (a manifest, a state file), without io's wrappers.
+
+    Never via a symlink (ELOOP), never a fifo, device or directory (NotRegularFile;
+    O_NONBLOCK, so opening a fifo does not wait for a writer), never more than
+    ``limit`` bytes (ValueError). User-given files go through limits.read_small_file.
+    """
+    fd = os.open(path, O_READ | os.O_NONBLOCK)
     try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{os.fspath(path)} is not a regular file")
+        chunks, size = [], 0
+        while size <= limit and (chunk := os.read(fd, min(1 << 20, limit + 1 - size))):
             chunks.append(chunk)
+            size += len(chunk)
     finally:
         os.close(fd)
+    if size > limit:
+        raise ValueError(f"more than the {limit} bytes a {os.path.basename(path)} may have")
     return b"".join(chunks)
 
 

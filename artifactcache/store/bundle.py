@@ -8,7 +8,7 @@ A bundle is a plain tar whose members are ``<key>/manifest.json`` and
   whole bundle before anything is written;
 * no name may appear twice (two ``manifest.json``, or a file that is also a
   folder): a reader of the tar and the import must see the same bytes;
-* each manifest (at most MANIFEST_MAX bytes) must hash to its key, and its file
+* each manifest (at most manifest.STORED_MAX_BYTES) must hash to its key, and its file
   list and sizes must match the members' tar headers exactly, so a member larger
   than its manifest says is refused before a byte of it is read;
 * members are written only into a staging dir inside the cache (O_NOFOLLOW,
@@ -22,7 +22,9 @@ A bundle is a plain tar whose members are ``<key>/manifest.json`` and
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import json
 import os
 import shutil
@@ -36,7 +38,8 @@ from typing import IO
 from ..errors import AcacheError, BundleError, FilesystemError, IntegrityError
 from ..keys import compute_key, is_full_key
 from . import _fs, provenance
-from .entry import MANIFEST, MANIFEST_MAX, check_manifest
+from . import manifest as schema
+from .entry import MANIFEST, Entry, check_manifest
 from .local import LocalStore
 
 Progress = Callable[[int, int], None]
@@ -53,17 +56,34 @@ def export(
 ) -> list[str]:
     """Write the (verified) entries to a tar at ``out_file``; returns their full keys.
 
-    The tar is written to a new temp file beside ``out_file`` and renamed over it,
-    so nothing at ``out_file`` is ever written through (see ``_check_target``).
+    Exporting copies bytes, it loads nothing: every entry is verified, but whether
+    this host may still serve a pulled one (provenance.py) is not asked; the
+    importer applies its own trust. Each entry's reader lock is held until the tar
+    is written, so a forced rebuild, ``rm`` or ``gc`` cannot change it meanwhile;
+    its manifest is the one verified, and every member is copied at the size its
+    manifest gives and hashed on the way. The tar (mode 0600, as the cache's files)
+    is written to a new temp file beside ``out_file`` and renamed over it, so
+    nothing at ``out_file`` is ever written through (see ``_check_target``).
     """
     out = _check_target(store, Path(out_file), overwrite)  # before any entry is opened
-    entries = [store.open(k) for k in keys]  # resolves prefixes; refuses corrupt entries
+    with contextlib.ExitStack() as reading:
+        entries = []
+        for key in dict.fromkeys(store.resolve(k) for k in keys):
+            reading.enter_context(store.reading(key))
+            entries.append(store.open(key, serving=False))  # refuses corrupt entries
+        _write_bundle(store, entries, out, progress, overwrite)
+    return [e.key for e in entries]
+
+
+def _write_bundle(
+    store: LocalStore, entries: list[Entry], out: Path, progress: Progress | None, overwrite: bool
+) -> None:
     total = sum(e.size for e in entries)
     done = 0
     tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         fd = os.open(
-            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
         )
     except OSError as err:
         raise BundleError(f"cannot write bundle {out} ({err.strerror or err})") from None
@@ -71,15 +91,11 @@ def export(
         with open(fd, "wb") as raw:
             with tarfile.open(tmp, "w", fileobj=raw, format=tarfile.PAX_FORMAT) as tf:
                 for e in entries:
-                    for rel in [MANIFEST, *sorted(e.files)]:
-                        efd = os.open(e.path / rel, _fs.O_READ)
-                        with open(efd, "rb") as f:
-                            info = tarfile.TarInfo(f"{e.key}/{rel}")
-                            info.size = os.fstat(f.fileno()).st_size
-                            info.mtime = int(e.created)
-                            info.mode = 0o644
-                            tf.addfile(info, f)
-                        done += info.size if rel != MANIFEST else 0
+                    data = json.dumps(e.manifest, indent=1, sort_keys=True).encode()
+                    tf.addfile(_member(e, MANIFEST, len(data)), io.BytesIO(data))
+                    for rel in sorted(e.files):
+                        _add_file(tf, e, rel)
+                        done += e.files[rel]["size"]
                         if progress:
                             progress(done, total)
             raw.flush()
@@ -98,7 +114,43 @@ def export(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    return [e.key for e in entries]
+
+
+def _member(e: Entry, rel: str, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(f"{e.key}/{rel}")
+    info.size, info.mtime, info.mode = size, int(e.created), 0o644
+    return info
+
+
+class _Hashing:
+    """A file object that hashes what is read through it (tarfile reads exactly the size)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        import blake3
+
+        self.f, self.h = f, blake3.blake3(max_threads=blake3.blake3.AUTO)
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.f.read(n)
+        self.h.update(chunk)
+        return chunk
+
+
+def _add_file(tf: tarfile.TarFile, e: Entry, rel: str) -> None:
+    """One file of the entry, at the size its manifest gives; IntegrityError unless its
+    bytes are the ones the manifest's digest names (changed under us, or damaged)."""
+    info = e.files[rel]
+    with open(os.open(e.file(rel), _fs.O_READ), "rb") as f:
+        src = _Hashing(f)
+        intact = os.fstat(f.fileno()).st_size == info["size"]
+        if intact:
+            tf.addfile(_member(e, rel, info["size"]), src)
+            intact = not f.read(1) and f"blake3:{src.h.hexdigest()}" == info["digest"]
+    if not intact:
+        raise IntegrityError(
+            f"entry {e.key[:12]}: {rel} no longer matches its manifest; nothing was "
+            "written: run `acache verify`, then export again"
+        )
 
 
 _REPLACE = "use --force to replace a file"
@@ -180,13 +232,14 @@ def _read_manifest(src: str, tf: tarfile.TarFile, key: str, ms: list[tarfile.Tar
     byte of it is read.
     """
     member = next(m for m in ms if m.name == f"{key}/{MANIFEST}")
-    if member.size > MANIFEST_MAX:
+    limit = schema.STORED_MAX_BYTES  # what export writes: a local manifest.json
+    if member.size > limit:
         raise BundleError(
             f"{src}: the manifest of entry {key[:12]} is {member.size} bytes, "
-            f"more than the {MANIFEST_MAX} a manifest may have; refusing the bundle"
+            f"more than the {limit} a manifest may have; refusing the bundle"
         )
     try:
-        manifest = json.loads(tf.extractfile(member).read(MANIFEST_MAX + 1))  # type: ignore[union-attr]
+        manifest = schema.parse(tf.extractfile(member).read(limit + 1), limit)  # type: ignore[union-attr]
         ok = manifest.get("key") == key and compute_key(manifest["factors"]) == key
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         ok = False
@@ -288,7 +341,9 @@ def import_bundle(
     """
     src = str(file)
     try:
-        tf = tarfile.open(src, "r:*")
+        # "r:", not "r:*": export writes a plain tar, and a compressed one would
+        # decompress without the bounds every read here keeps (a gzip bomb).
+        tf = tarfile.open(src, "r:")
     except FileNotFoundError:
         raise BundleError(f"bundle {src} does not exist") from None
     except (tarfile.TarError, OSError, EOFError) as e:

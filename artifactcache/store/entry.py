@@ -15,9 +15,15 @@ from . import _fs
 from . import manifest as schema
 from .manifest import MANIFEST
 
-# The most manifest bytes read from a bundle or a remote: a manifest lists each file's
-# path, size and digest (~150 bytes), so this is tens of thousands of files.
-MANIFEST_MAX = schema.MAX_BYTES
+
+def read_stored_manifest(path: str | os.PathLike[str]) -> Any:
+    """The parsed manifest.json of a local entry (the manifest plus its provenance).
+
+    OSError if unreadable, a symlink or not a regular file; ValueError past
+    ``schema.STORED_MAX_BYTES`` or not JSON. Not checked against the schema.
+    """
+    limit = schema.STORED_MAX_BYTES
+    return schema.parse(_fs.read_small(path, limit), limit)
 
 
 @dataclass(frozen=True)
@@ -197,7 +203,7 @@ def entry_file(entry_dir: Path, rel: Any, files: dict[str, Any] | None = None) -
         )
     if files is None:
         try:
-            files = schema.parse(_fs.read_small(entry_dir / MANIFEST)).get("files")
+            files = read_stored_manifest(entry_dir / MANIFEST).get("files")
         except (OSError, ValueError, AttributeError):
             files = None
     if not isinstance(files, dict) or rel not in files:

@@ -33,16 +33,26 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import EntryInUse, FilesystemError, IntegrityError, KeyLookupError
+from ..errors import FilesystemError, IntegrityError, KeyLookupError
 from ..keys import is_full_key, normalize_prefix
 from ..limits import env_bool, env_choice
 from . import _fs
 from . import manifest as schema
-from .entry import MANIFEST, Entry, EntryInfo, GcPlan, PruneResult, VerifyResult, check_manifest
+from .entry import (
+    MANIFEST,
+    Entry,
+    EntryInfo,
+    GcPlan,
+    PruneResult,
+    VerifyResult,
+    check_manifest,
+)
+from .locks import KeyLocksMixin
 from .maintenance import MaintenanceMixin
 from .provenance import BUILT, UNSIGNED_IMPORT, TrustMixin
 from .root import prepare_root
 from .stats import StatsLog
+from .verify import VerifyMixin
 
 if TYPE_CHECKING:
     from .signing import Trust
@@ -53,8 +63,6 @@ LAYOUT = 1
 SUBDIRS = ("entries", "locks", "staging", "quarantine", "state")
 # Tests set this to observe or slow down publish stages; None in normal use.
 PUBLISH_HOOK: Callable[[str], None] | None = None
-# How long replacing an entry (a forced rebuild) waits for the loaders reading it.
-READERS_WAIT_S = 120.0
 
 
 def _hook(stage: str) -> None:
@@ -79,13 +87,6 @@ def _os_errors(what: str) -> Iterator[None]:
         ) from None
 
 
-def _read_error(key: str, e: OSError) -> FilesystemError:
-    return FilesystemError(
-        f"cannot read entry {key[:12]} ({_fs.describe(e)}); it was left in place "
-        "(an OS error is not corruption): fix the cause and retry"
-    )
-
-
 def _version() -> str:
     from importlib import metadata
 
@@ -95,7 +96,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-class LocalStore(MaintenanceMixin, TrustMixin):
+class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
     def __init__(
         self,
         root: str | os.PathLike[str] | None = None,
@@ -135,80 +136,6 @@ class LocalStore(MaintenanceMixin, TrustMixin):
 
     def _memo_path(self, key: str) -> Path:
         return self.base / "state" / f"{key}.verified"
-
-    @contextlib.contextmanager
-    def lock(self, key: str) -> Iterator[None]:
-        """The per-key lock across processes; re-entrant within one thread."""
-        self.entry_path(key)  # validates the key before it becomes a file name
-        held: set[str] = self._held.__dict__.setdefault("keys", set())
-        if key in held:
-            yield
-            return
-        with _fs.flock_file(self.base / "locks" / f"{key}.lock"):
-            held.add(key)
-            try:
-                yield
-            finally:
-                held.discard(key)
-
-    def readers_lock_path(self, key: str) -> Path:
-        self.entry_path(key)  # validates the key before it becomes a file name
-        return self.base / "locks" / f"{key}.readers"
-
-    @contextlib.contextmanager
-    def reading(self, key: str) -> Iterator[None]:
-        """Hold the key's shared reader lock; ``gc`` and ``rm`` leave the entry alone meanwhile.
-
-        Wrap the lookup (which verifies) and the backend's load in it, so the entry
-        cannot vanish between verification and the last file the loader opens.
-        Readers share the lock; ``rm``/``gc`` try it exclusively and never wait; a
-        forced rebuild waits for it (``_no_readers``). Re-entrant within one thread.
-        """
-        held: dict[str, contextlib.ExitStack] = self._held.__dict__.setdefault("reading", {})
-        if key in held:
-            yield
-            return
-        with contextlib.ExitStack() as guard:
-            try:
-                guard.enter_context(_fs.flock_file(self.readers_lock_path(key), shared=True))
-            except OSError:
-                pass  # a cache we may not write (no lock file): serve the hit unguarded
-            held[key] = guard
-            try:
-                yield
-            finally:
-                del held[key]
-
-    @contextlib.contextmanager
-    def _no_readers(self, key: str) -> Iterator[None]:
-        """The key's reader lock, exclusively: replacing an entry waits until no loader
-        holds it, so no load ever sees its files change. Gives up with EntryInUse after
-        READERS_WAIT_S (a loader may itself wait for the key's lock, which we hold).
-
-        This thread's own shared hold (a rebuild asked for during its load, e.g. a stale
-        artifact) is let go meanwhile and taken back afterwards.
-        """
-        path = self.readers_lock_path(key)
-        own = self._held.__dict__.setdefault("reading", {}).get(key)
-        if own is not None:
-            own.close()
-        deadline = time.monotonic() + READERS_WAIT_S
-        try:
-            while True:
-                with _fs.flock_file(path, blocking=False) as free:
-                    if free:
-                        yield
-                        return
-                if time.monotonic() > deadline:
-                    raise EntryInUse(
-                        f"entry {key[:12]} is still being loaded after {READERS_WAIT_S:.0f} s; "
-                        "nothing was replaced: rebuild it when the loaders are done"
-                    )
-                time.sleep(0.05)
-        finally:
-            if own is not None:
-                with contextlib.suppress(OSError):
-                    own.enter_context(_fs.flock_file(path, shared=True))
 
     def record_dependency(self, key: str) -> None:
         """Note that the entry being built in this thread reads entry ``key`` when loaded.
@@ -257,80 +184,6 @@ class LocalStore(MaintenanceMixin, TrustMixin):
 
     # -------------------------------------------------------------- verify --
 
-    def _load_memo(self, key: str) -> dict[str, Any]:
-        try:
-            memo = json.loads(self._memo_path(key).read_text())
-            return memo if isinstance(memo, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def _verify(self, key: str, path: Path, *, full: bool) -> tuple[dict | None, str | None]:
-        """(manifest, None): intact; (None, problem): corrupt; (None, None): absent.
-
-        Only what the entry itself shows (a size, digest or manifest mismatch, a
-        missing file, a symlink) is a problem. An OS refusal to read (EACCES,
-        EMFILE, EIO, ...) raises FilesystemError and leaves the entry alone.
-        """
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None, None  # NotADirectory: a stray file where entries/ab/ belongs
-        except OSError as e:
-            raise _read_error(key, e) from None
-        if not stat.S_ISDIR(st.st_mode):
-            return None, "the entry is not a directory"
-        try:
-            manifest = schema.parse(_fs.read_small(path / MANIFEST))
-        except FileNotFoundError:
-            return None, "manifest.json is missing"
-        except ValueError as e:
-            return None, f"manifest.json is unreadable ({e})"
-        except OSError as e:
-            if not _fs.is_shape_error(e):
-                raise _read_error(key, e) from None
-            return None, f"manifest.json is not a regular file ({e.strerror})"
-        if problem := check_manifest(manifest, key):
-            return None, problem
-        try:
-            return self._verify_files(key, path, manifest, full=full)
-        except FileNotFoundError:
-            return None, None  # removed or replaced while we looked: treat as absent
-        except _fs.NotRegularFile as e:
-            return None, str(e)
-        except OSError as e:
-            if not _fs.is_shape_error(e):
-                raise _read_error(key, e) from None
-            return None, f"{e.filename or 'a file'} is not a regular file ({e.strerror})"
-
-    def _verify_files(self, key: str, path: Path, manifest: dict, *, full: bool):
-        found, problems = _fs.walk_files(path)
-        if problems:
-            return None, problems[0]
-        want = manifest["files"]
-        if missing := sorted(set(want) - set(found)):
-            return None, f"{missing[0]} is missing"
-        if extra := sorted(set(found) - set(want) - {MANIFEST}):
-            return None, f"unexpected file {extra[0]}"
-        memo = {} if full else self._load_memo(key)
-        fresh: dict[str, list] = {}
-        for rel, info in want.items():
-            st = found[rel]
-            if st.st_size != info["size"]:
-                return None, f"{rel} is {st.st_size} bytes, manifest says {info['size']}"
-            sig = [*_fs.stat_sig(st), info["digest"]]
-            if memo.get(rel) == sig:
-                fresh[rel] = sig
-                continue
-            digest, before, after = _fs.digest_file(path / rel)
-            if digest != info["digest"]:
-                return None, f"{rel} does not match its digest"
-            if _fs.stat_sig(before) == _fs.stat_sig(after) == sig[:-1]:
-                fresh[rel] = sig
-        if fresh != memo:
-            with contextlib.suppress(OSError):  # a read-only cache just re-hashes next time
-                _fs.write_atomic(self._memo_path(key), json.dumps(fresh).encode())
-        return manifest, None
-
     def _quarantine(self, key: str, path: Path, problem: str) -> None:
         """Move a bad entry aside. The caller holds the key's lock."""
         dst = self.base / "quarantine" / f"{key}.{time.time_ns()}"
@@ -371,8 +224,12 @@ class LocalStore(MaintenanceMixin, TrustMixin):
             return None
         return self._hit(entry)
 
-    def open(self, key: str) -> Entry:
-        """Like get, for a key or unique prefix; raises KeyLookupError / IntegrityError."""
+    def open(self, key: str, *, serving: bool = True) -> Entry:
+        """Like get, for a key or unique prefix; raises KeyLookupError / IntegrityError.
+
+        ``serving=False`` (export: copying bytes, not loading them) verifies the entry
+        but does not ask whether this host may still serve it (``untrusted``).
+        """
         key = self.resolve(key)
         entry, problem = self._check(key)
         if problem is not None:
@@ -382,7 +239,7 @@ class LocalStore(MaintenanceMixin, TrustMixin):
             )
         if entry is None:
             raise KeyLookupError(f"no entry {key[:12]} (see `acache ls`)")
-        return self._hit(self._served(entry, rebuild=False))  # type: ignore[arg-type]
+        return self._hit(self._served(entry, rebuild=False) if serving else entry)  # type: ignore[arg-type]
 
     def resolve(self, prefix: str) -> str:
         """The one full key starting with ``prefix`` (at least 8 hex characters)."""
@@ -451,13 +308,25 @@ class LocalStore(MaintenanceMixin, TrustMixin):
             if existing is not None and self.untrusted(existing) is None:
                 _fs.rmtree(staging_dir)
                 return existing
-            return self._install(staging_dir, dict(manifest), memo, replace=existing is not None)
+            return self._install(staging_dir, dict(manifest), memo)
 
-    def _install(self, staging: Path, manifest: dict, memo: dict, *, replace: bool) -> Entry:
-        """Write the manifest, fsync everything, rename into entries/. Caller holds the lock."""
+    def _install(self, staging: Path, manifest: dict, memo: dict) -> Entry:
+        """Write the manifest, fsync everything, rename into entries/. Caller holds the lock.
+
+        Replacing an entry that is there waits for its loaders (``no_readers``); a
+        first publish waits for nobody: a loader may hold the key's readers lock
+        while it waits for ours, to load what we publish.
+        """
         key = manifest["key"]
+        data = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        if len(data) > schema.STORED_MAX_BYTES:  # it could not be loaded: refuse it now
+            raise IntegrityError(
+                f"cannot publish {key[:12]}: its manifest.json would be {len(data)} bytes, "
+                f"more than the {schema.STORED_MAX_BYTES} a stored manifest may have; "
+                "nothing was published"
+            )
         _hook("manifest")
-        (staging / MANIFEST).write_bytes(json.dumps(manifest, indent=1, sort_keys=True).encode())
+        (staging / MANIFEST).write_bytes(data)
         found, _ = _fs.walk_files(staging)
         for rel in found:
             _fs.fsync_path(staging / rel)
@@ -472,7 +341,8 @@ class LocalStore(MaintenanceMixin, TrustMixin):
                 f"cannot publish {key[:12]}: {dst.parent} is not a directory; remove it"
             )
         # Replacing: no loader may be reading the entry being swapped out.
-        with self._no_readers(key) if replace else contextlib.nullcontext():
+        replace = os.path.lexists(dst)
+        with self.no_readers(key) if replace else contextlib.nullcontext():
             try:
                 os.rename(staging, dst)
             except OSError as e:
@@ -501,22 +371,23 @@ class LocalStore(MaintenanceMixin, TrustMixin):
         *,
         force: bool = False,
         label: dict[str, Any] | None = None,
+        miss_counted: bool = False,
     ) -> tuple[Entry, str]:
         """(entry, "local" | "built"): one build per key across processes.
 
         ``build(workdir)`` writes the artifact into a fresh staging dir and returns
         metadata for the manifest. If it raises, nothing is published and the
         staging dir is removed; force=True rebuilds and swaps the entry atomically.
+        ``miss_counted``: the caller (the tiered store) already looked the key up and
+        counted its miss; it is looked up again under the lock, without counting.
         """
-        if not force and (entry := self.get(key)) is not None:
+        if not force and not miss_counted and (entry := self.get(key)) is not None:
             return entry, "local"
-        with self.lock(key):
-            replace = force
+        with self.lock(key):  # lets this thread's reader lock go while it waits
             if not force:
                 entry, _ = self._check(key)  # a waiter loads what the builder published
                 if entry is not None and self._served(entry) is not None:
                     return self._hit(entry), "local"
-                replace = entry is not None  # one no longer trusted: rebuilt in its place
             with _os_errors(f"building {key[:12]}"), self.new_staging_dir() as work:
                 t0 = time.perf_counter()
                 meta, depends_on = self._run_build(build, work)
@@ -541,7 +412,7 @@ class LocalStore(MaintenanceMixin, TrustMixin):
                 }
                 if problem := check_manifest(manifest, key):  # strict writing: what loads reads
                     raise IntegrityError(f"build output rejected: {problem}")
-                entry = self._install(work, manifest, memo, replace=replace)
+                entry = self._install(work, manifest, memo)
         self.record("build", key, seconds, entry.size)
         return entry, "built"
 

@@ -20,7 +20,6 @@ from typing import Any
 from ..errors import EntryInUse, FilesystemError, IntegrityError
 from ..keys import is_full_key
 from . import _fs
-from . import manifest as schema
 from .entry import (
     MANIFEST,
     Entry,
@@ -30,6 +29,7 @@ from .entry import (
     PruneResult,
     VerifyResult,
     check_manifest,
+    read_stored_manifest,
     tree_bytes,
 )
 
@@ -103,7 +103,7 @@ class MaintenanceMixin:
         """
         index_path = self.base / "state" / "index.json"
         try:
-            index = json.loads(_fs.read_small(index_path))
+            index = json.loads(_fs.read_small(index_path, _fs.INDEX_MAX))
             index = index if isinstance(index, dict) else {}
         except (OSError, ValueError):
             index = {}
@@ -137,7 +137,7 @@ class MaintenanceMixin:
         if not _KEY.fullmatch(name) or prefix != name[:2]:
             return None, f"unexpected item entries/{prefix}/{name}; remove it"
         try:
-            manifest = schema.parse(_fs.read_small(os.path.join(d.path, MANIFEST)))
+            manifest = read_stored_manifest(os.path.join(d.path, MANIFEST))
             problem = check_manifest(manifest, name)
         except (OSError, ValueError) as e:
             problem = f"manifest.json is unreadable ({e})"
@@ -392,7 +392,7 @@ class MaintenanceMixin:
         key = self.resolve(key)  # type: ignore[attr-defined]
         path = self.entry_path(key)  # type: ignore[attr-defined]
         try:
-            manifest = schema.parse(_fs.read_small(path / MANIFEST))
+            manifest = read_stored_manifest(path / MANIFEST)
         except (OSError, ValueError):
             manifest = None
         if problem := check_manifest(manifest, key):

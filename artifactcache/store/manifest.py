@@ -42,9 +42,18 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 LAYOUT = 1
-# The most manifest bytes parsed: each file costs ~150 bytes, so this is tens of
-# thousands of files (an Inductor entry carries a few thousand at most).
+# Every size limit on a manifest, here and derived from one number.
+# A manifest alone (pushed, signed, in a bundle): each file costs ~150 bytes, so this is
+# tens of thousands of files (an Inductor entry carries a few thousand at most).
 MAX_BYTES = 8 << 20
+# A remote manifest object: the signed envelope holds the manifest in base64 (4/3 of its
+# size), a signature and a public key.
+ENVELOPE_MAX_BYTES = 2 * MAX_BYTES
+# A local manifest.json (and a bundle's, which export writes from it): the manifest,
+# indented, plus the envelope a pulled or signed-imported entry keeps in its provenance.
+# The local store refuses to publish a manifest.json larger than this, so every entry
+# it publishes loads again.
+STORED_MAX_BYTES = 2 * MAX_BYTES + ENVELOPE_MAX_BYTES
 SOURCES = ("built", "pulled", "imported")
 # meta fields whose string values name files of the entry: aoti's {"step": relpath}
 # and the module aoti backend's library. Inductor's "steps" maps names to sizes (ints).

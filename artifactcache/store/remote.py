@@ -38,7 +38,7 @@ from ..errors import IntegrityError, RemoteError
 from ..keys import compute_key, is_full_key
 from . import manifest as schema
 from . import provenance, signing
-from .entry import MANIFEST_MAX, Entry, check_manifest
+from .entry import Entry, check_manifest
 from .s3 import S3Store, parse_url
 from .signing import Opened, Signer, Trust
 
@@ -62,8 +62,6 @@ __all__ = [
 
 LAYOUT_DIR = "v1"
 MANIFEST = "manifest.json"
-# The signed envelope holds the manifest in base64 (4/3 of its size) plus a signature.
-MANIFEST_OBJECT_MAX = 2 * MANIFEST_MAX
 # Tests set this to act between push stages ("file:<relpath>", "manifest"); None in normal use.
 PUSH_HOOK: Callable[[str], None] | None = None
 
@@ -136,7 +134,7 @@ def read_manifest(remote: RemoteStore, key: str) -> tuple[dict[str, Any], Opened
     IntegrityError if the object is unusable. The signature is NOT checked against
     any trust: for listing and housekeeping only, never for a pull.
     """
-    data = remote.get(manifest_path(key), limit=MANIFEST_OBJECT_MAX)
+    data = remote.get(manifest_path(key), limit=schema.ENVELOPE_MAX_BYTES)
     if data is None:
         return None
     opened = signing.open_envelope(data, key)
@@ -199,6 +197,13 @@ def push_entry(
     if old is not None and not replace:
         return "exists"  # first manifest wins, whatever its bytes
     tree = tree_id(manifest)
+    # Provenance is this host's record of the entry, not part of it: never signed or sent.
+    data = json.dumps(schema.content(manifest), indent=1, sort_keys=True).encode()
+    if len(data) > schema.MAX_BYTES:  # no host would pull it: refused before any upload
+        raise IntegrityError(
+            f"push of {key[:12]} refused: its manifest is {len(data)} bytes, more than the "
+            f"{schema.MAX_BYTES} a remote manifest may have"
+        )
 
     def upload(rel: str, info: dict) -> None:
         remote.upload_file(
@@ -208,8 +213,6 @@ def push_entry(
 
     _for_each_file(upload, manifest["files"])
     _hook("manifest")
-    # Provenance is this host's record of the entry, not part of it: never signed or sent.
-    data = json.dumps(schema.content(manifest), indent=1, sort_keys=True).encode()
     if signer is not None:
         data = signer.seal(key, data)
     if remote.put(manifest_path(key), data, create=not replace):

@@ -174,7 +174,7 @@ class S3Store:
         An object that declares more than ``limit`` bytes is an IntegrityError before
         its body is read; one that sends more than it declared, at the first chunk
         past ``limit``. So a bucket writer cannot make a host hold more than the
-        signed manifest (or, for a manifest, MANIFEST_MAX) allows.
+        signed manifest (or, for a manifest object, manifest.ENVELOPE_MAX_BYTES) allows.
         """
         import obstore
 

@@ -40,7 +40,7 @@ from typing import Any
 from ..errors import RemoteError, UntrustedEntry
 from ..extras import install_hint
 from ..limits import env_bool, read_small_file
-from .manifest import MAX_BYTES, parse
+from .manifest import ENVELOPE_MAX_BYTES, parse
 
 ENVELOPE_FORMAT = "acache-signed-manifest/1"
 # Domain separation: a signature made for an acache manifest is not a valid
@@ -241,7 +241,7 @@ class Opened:
 def open_envelope(data: bytes, key: str) -> Opened:
     """Unwrap a remote manifest object; UntrustedEntry if it is a malformed envelope."""
     try:
-        obj = parse(data, limit=2 * MAX_BYTES)  # base64 of a manifest, and a signature
+        obj = parse(data, limit=ENVELOPE_MAX_BYTES)  # base64 of a manifest, and a signature
     except ValueError:
         obj = None
     if not (isinstance(obj, dict) and "format" in obj):

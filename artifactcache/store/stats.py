@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ._fs import flock_file, write_atomic
+from ._fs import STATE_MAX, flock_file, read_small, write_atomic
 
 EVENTS = ("hit", "miss", "build", "pulled", "push", "remote_error")
 COMPACT_BYTES = 256 << 10
@@ -98,7 +98,7 @@ class StatsLog:
     def _read_totals(self) -> dict[str, Any]:
         totals = _zero()
         try:
-            saved = json.loads(self.totals.read_text())
+            saved = json.loads(read_small(self.totals, STATE_MAX))
             for k in totals:
                 totals[k] = type(totals[k])(saved.get(k, totals[k]))
         except (OSError, ValueError, TypeError):

@@ -199,9 +199,9 @@ class TieredStore:
                     return entry, "local"
                 if (entry := self._pull_locked(key)) is not None:
                     return entry, "pulled"
-                # We hold the lock and saw no entry: force only skips a second miss count.
+                # We hold the lock and counted the miss: local looks again, without counting.
                 entry, source = self.local.get_or_build(
-                    key, factors, build, force=True, label=label
+                    key, factors, build, label=label, miss_counted=True
                 )
         if source == "built":
             # After the lock: local waiters need not wait for uploads. A forced rebuild

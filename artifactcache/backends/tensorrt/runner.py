@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
+from .options import engine_options
 from .util import (
     PLAN_HEADER_BYTES,
     EngineIncompatible,
     compat_problem,
     gpu_identity,
     header_note,
+    host_code_allowed,
     import_tensorrt,
 )
 
@@ -109,6 +111,10 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     from ...dtypes import torch_dtype
     from ..runner import StepRunner, device_of
 
+    # Host code only if the options (which the key covers) ask for it, never the meta's say.
+    allowed = host_code_allowed(
+        engine_options(ctx.opts).allow_host_code, meta, engine_path.parent.name
+    )
     trt = import_tensorrt()
     dev = device_of(ctx.opts)
     _, cc = gpu_identity(ctx.opts.device)
@@ -120,7 +126,7 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     if note and ctx.progress:
         ctx.progress(note)
     runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
-    runtime.engine_host_code_allowed = bool(meta.get("allow_host_code", False))
+    runtime.engine_host_code_allowed = allowed
     engine = runtime.deserialize_cuda_engine(blob)
     if engine is None:
         raise EngineIncompatible(

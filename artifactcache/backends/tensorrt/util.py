@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...devices import device_index
-from ...errors import BackendUnavailable, StaleArtifact
+from ...errors import BackendUnavailable, IntegrityError, StaleArtifact
 from ...extras import TRT_HINT
 
 
@@ -26,6 +26,20 @@ def import_tensorrt() -> Any:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise BackendUnavailable(f"tensorrt does not import ({first}): {TRT_HINT}") from None
     return tensorrt
+
+
+def host_code_allowed(requested: bool, meta: dict[str, Any], entry: str) -> bool:
+    """``engine_host_code_allowed`` for loading an engine: the caller's build options
+    (``requested``: allow_host_code, which the entry's key covers), never the entry's
+    own ``meta``. An entry whose meta claims host code the options did not ask for was
+    not built under this key: refused (a bundle or a bucket could otherwise turn on
+    host code for itself)."""
+    if meta.get("allow_host_code") and not requested:
+        raise IntegrityError(
+            f"entry {entry[:12]} says its engine runs host code (allow_host_code), which its "
+            "key does not allow; refused: remove it (`acache rm`) and build it here"
+        )
+    return requested
 
 
 def gpu_identity(device: str) -> tuple[str, str]:
