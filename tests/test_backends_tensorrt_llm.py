@@ -1,14 +1,19 @@
-"""backends/tensorrt/llm.py: the checkpoint handed to TensorRT-LLM, as transformers reads it."""
+"""backends/tensorrt/llm.py: the checkpoint handed to TensorRT-LLM, as transformers reads it,
+and the refusal of a TensorRT-LLM without its TensorRT engine backend (1.3 on)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from _trt_standin import Recording, StandinModule
+from typer.testing import CliRunner
 
 from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.backends.tensorrt import BACKEND as TRT
+from artifactcache.backends.tensorrt import llm
 from artifactcache.backends.tensorrt.llm import (
     hf_config,
     write_hf_checkpoint,
@@ -48,3 +53,69 @@ def test_trtllm_refuses_a_family_it_has_no_config_for(recipe):
         TRT.factors(r, BuildOptions(device="cuda", mode="llm"))
     with pytest.raises(BackendError, match="use --mode onnx"):
         hf_config(r, "fp32")
+
+
+def _install_trtllm(monkeypatch, root: Path, version: str, engine_api: bool) -> None:
+    """A stand-in tensorrt_llm laid out as pip installs it (package + dist-info) on sys.path;
+    ``engine_api``: whether it has tensorrt_llm/_tensorrt_engine, the LLM this path uses."""
+    pkg = root / "tensorrt_llm"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
+    if engine_api:
+        (pkg / "_tensorrt_engine").mkdir()
+        (pkg / "_tensorrt_engine" / "__init__.py").write_text("class LLM: ...\n")
+    info = root / f"tensorrt_llm-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: tensorrt-llm\nVersion: {version}\n"
+    )
+    monkeypatch.delitem(sys.modules, "tensorrt_llm", raising=False)
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_trtllm_without_engine_backend_is_refused_before_the_cache_is_opened(
+    monkeypatch, tmp_path, cache_dir
+):
+    """TensorRT-LLM 1.3 (its main branch from July 2026) has no TensorRT engine backend:
+    one line at argument time, naming the version and both ways out; nothing written."""
+    _install_trtllm(monkeypatch, tmp_path / "site", "1.3.0", engine_api=False)
+    from artifactcache.cli.app import app
+
+    r = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", "trt"])
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1, r.output
+    assert lines[0].startswith(
+        "error: backend 'trt' is unavailable: TensorRT-LLM 1.3.0 has no TensorRT engine backend"
+    )
+    assert "pip install 'artifactcache[trtllm]' (pins tensorrt-llm<1.3)" in lines[0]
+    assert "--mode onnx" in lines[0]
+    assert list(cache_dir.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "version, engine_api, refused",
+    [
+        ("1.3.0", False, True),
+        ("1.3.0rc2", False, True),  # a main-branch pre-release: PEP 440 sorts it below 1.3
+        ("1.3.0", True, True),
+        ("1.2.0", False, True),  # 1.x without tensorrt_llm._tensorrt_engine
+        ("1.2.0", True, False),
+        ("1.2.1", True, False),
+        ("0.17.0.post1", False, False),  # 0.x: tensorrt_llm.LLM is the engine LLM
+    ],
+)
+def test_trtllm_engine_backend_check(monkeypatch, tmp_path, version, engine_api, refused):
+    _install_trtllm(monkeypatch, tmp_path / "site", version, engine_api)
+    monkeypatch.setitem(sys.modules, "tensorrt", StandinModule(Recording("10.13.0")))
+    problem = llm.engine_backend_problem()
+    ok, reason = TRT.available(BuildOptions(device="cuda", mode="llm"))
+    if refused:
+        assert problem is not None and problem.startswith(f"TensorRT-LLM {version} has no")
+        assert (ok, reason) == (False, problem)
+    else:
+        assert problem is None
+        assert (ok, reason) == (True, "")
+    # The plain TensorRT path does not need TensorRT-LLM at all.
+    assert TRT.available(BuildOptions(device="cuda", mode="onnx")) == (True, "")
+    assert "tensorrt_llm" not in sys.modules  # read without importing it

@@ -41,12 +41,19 @@ class TrtBackend:
     weights_external = False
 
     def available(self, opts: BuildOptions) -> tuple[bool, str]:
-        if not _importable("tensorrt"):
-            return False, TRT_MISSING
         try:
             mode = resolve_mode(opts)
         except BackendError as e:
             return False, str(e)
+        if mode == "llm":
+            from .llm import engine_backend_problem
+
+            # First: TensorRT-LLM 1.3+ no longer brings tensorrt, and the fix is its own.
+            problem = engine_backend_problem()
+            if problem:
+                return False, problem
+        if not _importable("tensorrt"):
+            return False, TRT_MISSING
         if mode == "llm" and not _importable("tensorrt_llm"):
             return False, TRTLLM_MISSING
         if not is_cuda(opts.device):

@@ -12,9 +12,10 @@ logits, which the engine only returns because it is built with
 ``gather_context_logits=True``.
 
 UNVERIFIED: written to the TensorRT-LLM LLM API documentation and source
-(``tensorrt_llm._tensorrt_engine.LLM`` on 1.x, where ``tensorrt_llm.LLM`` is the
-PyTorch backend; ``tensorrt_llm.LLM`` on 0.x); TensorRT-LLM cannot be installed
-on any machine this project has. The checkpoint writer is tested here against
+(``tensorrt_llm._tensorrt_engine.LLM`` on 1.0-1.2, where ``tensorrt_llm.LLM`` is the
+PyTorch backend; ``tensorrt_llm.LLM`` on 0.x). TensorRT-LLM 1.3 on has no engine
+backend: engine_backend_problem() refuses it at argument time. TensorRT-LLM cannot
+be installed on any machine this project has. The checkpoint writer is tested here against
 transformers (tests/test_backends_tensorrt_llm.py), since that is what TensorRT-LLM reads.
 """
 
@@ -143,6 +144,42 @@ def sampling_kwargs(max_new_tokens: int, context_logits: bool = False) -> dict[s
         "detokenize": False,
         "return_context_logits": context_logits,
     }
+
+
+# TensorRT-LLM 1.3 (its main branch from July 2026) removed the TensorRT engine backend
+# (tensorrt_llm._tensorrt_engine, trtllm-build); the trtllm extra pins tensorrt-llm<1.3.
+ENGINE_BACKEND_BEFORE = (1, 3)
+
+
+def engine_backend_problem() -> str | None:
+    """Why the installed TensorRT-LLM cannot build or run engines (one line), else None.
+
+    Read without importing it (slow, and it prints a banner): the distribution's version,
+    and on 1.x whether ``tensorrt_llm/_tensorrt_engine`` (the LLM _llm_class uses) is
+    there. None when it is not installed (available() says so) or has no version.
+    """
+    import importlib.machinery
+    import importlib.util
+    import re
+
+    from ...extras import install_hint
+    from ...keys import package_version
+
+    version = package_version("tensorrt_llm")
+    m = re.match(r"(\d+)\.(\d+)", version or "")
+    spec = importlib.util.find_spec("tensorrt_llm") if m else None
+    if m is None or spec is None:
+        return None
+    release = (int(m[1]), int(m[2]))  # 1.3.0rc1 counts as 1.3, though PEP 440 sorts it lower
+    where = list(spec.submodule_search_locations or [])
+    engine = importlib.machinery.PathFinder.find_spec("tensorrt_llm._tensorrt_engine", where)
+    if release < ENGINE_BACKEND_BEFORE and (release < (1, 0) or engine is not None):
+        return None
+    return (
+        f"TensorRT-LLM {version} has no TensorRT engine backend (tensorrt_llm._tensorrt_engine; "
+        f"removed in 1.3), which --mode llm builds and runs: {install_hint('trt-llm')} "
+        "(pins tensorrt-llm<1.3), or use --mode onnx (plain TensorRT, no TensorRT-LLM)"
+    )
 
 
 def _llm_class() -> Any:
