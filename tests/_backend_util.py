@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,3 +115,31 @@ def assert_rows_match_alone(batched: Any, alone: Any, prompts: Any, new_tokens: 
         assert rel_err(got, want) <= 1e-4, (len(p), rel_err(got, want))
     want_tokens = [alone.generate(p, new_tokens, eos_token_ids=()) for p in prompts]
     assert batched.generate_batch(prompts, new_tokens, eos_token_ids=()) == want_tokens
+
+
+# Every switch torch.set_float32_matmul_precision writes. Restoring through that legacy
+# call alone leaves the new-API values changed ("none" comes back as "ieee"), and
+# Inductor's FX-graph key holds torch.backends.cuda.matmul.fp32_precision: every later
+# build in the process (a pytest-xdist worker) would then key its graphs differently from
+# a fresh process, whose warm load would miss.
+_PRECISION_SWITCHES = [
+    (torch.backends, "fp32_precision"),
+    (torch.backends.cuda.matmul, "fp32_precision"),
+    (torch.backends.cudnn, "fp32_precision"),
+    (torch.backends.cuda.matmul, "allow_tf32"),
+    (torch.backends.cudnn, "allow_tf32"),
+]
+
+
+@contextlib.contextmanager
+def matmul_precision_kept() -> Iterator[None]:
+    """Restore the fp32 matmul precision and every switch behind it on exit."""
+    before = torch.get_float32_matmul_precision()
+    switches = [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES]
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+        for (obj, name), value in zip(_PRECISION_SWITCHES, switches, strict=True):
+            if value is not None and getattr(obj, name) != value:
+                setattr(obj, name, value)

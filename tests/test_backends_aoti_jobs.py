@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _backend_util import private_dir
+from _backend_util import _PRECISION_SWITCHES, matmul_precision_kept, private_dir
 from typer.testing import CliRunner
 
 from artifactcache import api
@@ -190,37 +190,15 @@ def test_a_worker_reports_what_it_raised(tmp_path: Path, monkeypatch):
     assert isinstance(worker_failure("decode", report, 1), BuildWorkerFailed)
 
 
-# Every switch apply_process_state may touch. Left changed, they would change the
-# FX-graph cache keys of every later build in this pytest process, whose warm children
-# (fresh processes) would then miss.
-_PRECISION_SWITCHES = [
-    (torch.backends, "fp32_precision"),
-    (torch.backends.cuda.matmul, "fp32_precision"),
-    (torch.backends.cudnn, "fp32_precision"),
-    (torch.backends.cuda.matmul, "allow_tf32"),
-    (torch.backends.cudnn, "allow_tf32"),
-]
-
-
-def _precision_switches() -> list:
-    return [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES]
-
-
 def test_process_state_carries_the_matmul_precision():
-    before = torch.get_float32_matmul_precision()
-    switches = _precision_switches()
-    try:
+    switches = [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES]
+    with matmul_precision_kept():
         torch.set_float32_matmul_precision("medium")
         state = aoti_plan.process_state()
         torch.set_float32_matmul_precision("highest")
         aoti_plan.apply_process_state(state)
         assert torch.get_float32_matmul_precision() == "medium"
-    finally:
-        torch.set_float32_matmul_precision(before)
-        for (obj, name), value in zip(_PRECISION_SWITCHES, switches, strict=True):
-            if value is not None and getattr(obj, name) != value:
-                setattr(obj, name, value)
-    assert _precision_switches() == switches
+    assert [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES] == switches
 
 
 # ------------------------------------------------------ real workers, no compile --

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
 from artifactcache.cli.doctor import BACKEND_ROWS, DOCTOR_SCHEMA
+from artifactcache.settings import SETTINGS
 
 TOP_KEYS = {
     "schema",
@@ -26,8 +27,10 @@ TOP_KEYS = {
     "compiler",
     "cache",
     "remote",
+    "settings",
 }
 BACKEND_KEYS = {"name", "available", "reason", "install"}
+SETTING_KEYS = {"name", "kind", "value", "default", "doc", "internal", "problem"}
 CACHE_KEYS = {"dir", "exists", "mode", "owner_is_you", "size_bytes", "entries", "problem", "stray"}
 
 
@@ -52,6 +55,12 @@ def test_schema_is_stable(cache_dir):
     assert set(rep["compiler"]) == {"cxx_env", "chosen", "version", "runtime", "passed_over"}
     for g in rep["gpus"]:
         assert set(g) == {"index", "name", "compute_capability", "memory_bytes"}
+    assert [s["name"] for s in rep["settings"]] == list(SETTINGS)
+    for s in rep["settings"]:
+        assert set(s) == SETTING_KEYS and s["doc"] and s["problem"] is None
+    by_name = {s["name"]: s for s in rep["settings"]}
+    assert by_name["ACACHE_DIR"]["value"] == str(cache_dir)
+    assert by_name["ACACHE_VERIFY"]["default"] == "memo"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt present")
@@ -130,3 +139,27 @@ def test_stray_items_in_entries_are_reported_not_fatal(cache_dir):
     assert rep["cache"]["stray"] == ["entries/ab/junk", "entries/cd"]
     r = CliRunner().invoke(app, ["doctor"])
     assert r.exit_code == 0 and "stray item entries/cd" in r.stdout
+
+
+def test_settings_in_effect_and_a_refused_value_are_reported_not_fatal(cache_dir, monkeypatch):
+    monkeypatch.setenv("ACACHE_VERIFY", "bogus")
+    monkeypatch.setenv("ACACHE_LOAD_THREADS", "3")
+    monkeypatch.delenv("ACACHE_ORT_VERBOSE", raising=False)
+    rows = {s["name"]: s for s in _doctor()["settings"]}
+    assert (
+        rows["ACACHE_LOAD_THREADS"]["value"] == "3"
+        and rows["ACACHE_LOAD_THREADS"]["problem"] is None
+    )
+    assert rows["ACACHE_VERIFY"]["value"] == "bogus"
+    assert "ACACHE_VERIFY='bogus'" in rows["ACACHE_VERIFY"]["problem"]
+    assert rows["ACACHE_ORT_VERBOSE"]["value"] is None
+    r = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "400"})
+    assert r.exit_code == 0, r.output
+    lines = {
+        m[0]: (m[1], m[2])
+        for m in re.findall(r"^│ (ACACHE_\w+)\s+│ (.*?)\s+│ (.*?)\s*│$", r.output, re.M)
+    }
+    assert list(lines) == list(SETTINGS)
+    assert lines["ACACHE_LOAD_THREADS"] == ("3", SETTINGS["ACACHE_LOAD_THREADS"].doc)
+    assert lines["ACACHE_ORT_VERBOSE"] == ("(default: False)", SETTINGS["ACACHE_ORT_VERBOSE"].doc)
+    assert lines["ACACHE_VERIFY"][1].startswith("refused: ACACHE_VERIFY='bogus'")

@@ -314,21 +314,18 @@ def test_an_inductor_codegen_variable_changes_the_key_and_cache_dirs_do_not(tmp_
 
 def test_fp32_matmul_precision_and_tf32_change_the_key():
     import torch
+    from _backend_util import matmul_precision_kept
 
     before = {b: key_of(b) for b in ("inductor", "aoti")}
-    saved = torch.get_float32_matmul_precision()
-    try:
+    with matmul_precision_kept():
+        saved = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision("high" if saved != "high" else "highest")
         assert all(key_of(b) != k for b, k in before.items())
-    finally:
-        torch.set_float32_matmul_precision(saved)
     assert {b: key_of(b) for b in before} == before
-    saved_tf32 = torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cudnn.allow_tf32 = not saved_tf32
+    with matmul_precision_kept():
+        torch.backends.cudnn.allow_tf32 = not torch.backends.cudnn.allow_tf32
         assert all(key_of(b) != k for b, k in before.items())
-    finally:
-        torch.backends.cudnn.allow_tf32 = saved_tf32
+    assert {b: key_of(b) for b in before} == before
 
 
 def test_the_cpu_compiler_is_a_factor_of_inductor_cpu(tmp_path):
@@ -404,6 +401,9 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                "artifactcache.sizing",
                # the host's CPU and memory limits: thread counts and refusals
                "artifactcache.host",
+               # the ACACHE_* declarations; a value that shapes an artifact is a key factor
+               # where it is read (warm_path, cuda graphs are captured at load)
+               "artifactcache.settings",
                # bounds on user input and env parsing: what passes is unchanged, or refused
                "artifactcache.limits")  # fmt: skip
 
@@ -411,6 +411,7 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
 def _acache_imports(path: Path, module: str) -> set[str]:
     """artifactcache modules a file imports, anywhere in it (lazy imports too)."""
     import ast
+    import importlib.util
 
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: set[str] = set()
@@ -421,8 +422,14 @@ def _acache_imports(path: Path, module: str) -> set[str]:
                 parts = package.split(".")
                 base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             if base.startswith("artifactcache"):
-                out.add(base)
-                out.update(f"{base}.{a.name}" for a in node.names)  # `from . import x`
+                # `from .. import x` of a submodule x imports x, not the package's own code
+                # (its __init__, which the key need not cover); anything else imports base.
+                subs = {f"{base}.{a.name}" for a in node.names}
+                is_package = importlib.util.find_spec(base).submodule_search_locations
+                subs = {s for s in subs if is_package and importlib.util.find_spec(s)}
+                out.update(subs)
+                if len(subs) < len(node.names):
+                    out.add(base)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("artifactcache"))
     return out

@@ -12,10 +12,10 @@ the torch state that shapes the generated code, so it is in the key's sources.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..devices import is_cuda
 from ..errors import BackendError
 from ..host import usable_cores
@@ -25,14 +25,16 @@ if TYPE_CHECKING:
 
 JOBS_ENV = "ACACHE_BUILD_JOBS"
 TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
-DEFAULT_TIMEOUT_S = 7200.0
+DEFAULT_TIMEOUT_S = settings.SETTINGS[TIMEOUT_ENV].default  # 7200.0
 # Usable cores from which a CPU build runs its steps concurrently by default. On the
 # 2-core dev VM the concurrent tiny-llama build was no faster than the serial one
 # (docs/perf-notes.md, attempt 12): one compile already keeps more than one core busy,
 # and the workers' start-up costs CPU time of its own. 8 allows ~4 cores per worker.
 MIN_CPU_CORES = 8
+
+
 def _jobs_asked() -> str:
-    return os.environ.get(JOBS_ENV, "").strip()
+    return settings.raw(JOBS_ENV).strip()
 
 
 def build_jobs(device: str, n_steps: int) -> int:
@@ -101,7 +103,7 @@ def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
 
 
 def build_timeout() -> float:
-    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    raw = settings.raw(TIMEOUT_ENV).strip()
     if not raw:
         return DEFAULT_TIMEOUT_S
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ..limits import env_bool
+from .. import settings
 
 # step(*inputs) -> logits (or a list whose first item is the logits)
 Step = Callable[..., Any]
@@ -69,7 +69,7 @@ def cuda_graph_step(
     dev = examples[0][0].device
     if dev.type != "cuda":
         return step, {"cuda_graph": False, "cuda_graph_reason": "not a CUDA device"}
-    if not env_bool(CUDA_GRAPHS_ENV, default=True):
+    if not settings.get(CUDA_GRAPHS_ENV):
         return step, {"cuda_graph": False, "cuda_graph_reason": f"{CUDA_GRAPHS_ENV}=0"}
     graphed = GraphedStep(step, dev, fresh_step)
     reason = graphed.capture(examples)

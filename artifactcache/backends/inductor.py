@@ -39,11 +39,11 @@ kernel objects to keep are exactly the files that compile produced.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..code_factors import codegen_factors
 from ..devices import device_index, device_type, is_cuda
 from ..errors import BackendError
@@ -120,7 +120,7 @@ def warm_path(device: str) -> str:
     re-tuning kernels whose saved static autotuners look up the build's absolute
     paths (docs/perf-notes.md, attempt 16); nothing measured favours switching.
     """
-    chosen = os.environ.get(WARM_PATH_ENV, "").strip()
+    chosen = settings.raw(WARM_PATH_ENV).strip()
     if chosen:
         if chosen not in WARM_PATHS:
             raise BackendError(

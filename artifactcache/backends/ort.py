@@ -35,11 +35,11 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..devices import device_index, is_cuda
 from ..errors import BackendError
 from ..extras import TRT_HINT, install_hint
 from ..keys import toolchain_fingerprint
-from ..limits import env_bool
 from .base import BuildContext, BuildOptions, Dependency
 from .model_options import check_quant
 from .onnx_export import (
@@ -138,7 +138,7 @@ def session_options(
     # Errors only by default: ORT warns that an ORT_ENABLE_ALL graph is specific to
     # this CPU, which the key already accounts for (hardware.cpu_isa).
     # ACACHE_ORT_VERBOSE=1 shows ORT's own log (which optimizer passes ran).
-    verbose = verbose or env_bool("ACACHE_ORT_VERBOSE")
+    verbose = verbose or settings.get("ACACHE_ORT_VERBOSE")
     so.log_severity_level = 0 if verbose else 3
     return so
 

@@ -149,7 +149,7 @@ CacheDir = Annotated[
     ),
 ]
 # The boolean variables (ACACHE_ALLOW_SHARED_ROOT, ACACHE_REMOTE_READ_ONLY,
-# ACACHE_REMOTE_TRUST_UNSIGNED) are read by limits.env_bool in open_store/LocalStore, not
+# ACACHE_REMOTE_TRUST_UNSIGNED) are read by settings.get in open_store/LocalStore, not
 # by click: a value such as "maybe" is then one `error:` line naming the variable.
 AllowSharedRoot = Annotated[
     bool,
@@ -380,11 +380,11 @@ def open_store(
     Without a remote, the key options still say which pulled entries are served
     (revocation, store/provenance.py); they are read at the first pulled entry.
     """
-    from ..limits import env_bool
+    from .. import settings
     from ..store.local import LocalStore
 
-    remote_read_only = remote_read_only or env_bool("ACACHE_REMOTE_READ_ONLY")
-    trust_unsigned = trust_unsigned or env_bool("ACACHE_REMOTE_TRUST_UNSIGNED")
+    remote_read_only = remote_read_only or settings.get("ACACHE_REMOTE_READ_ONLY")
+    trust_unsigned = trust_unsigned or settings.get("ACACHE_REMOTE_TRUST_UNSIGNED")
 
     def trust() -> Any:
         from ..store.signing import trust_from

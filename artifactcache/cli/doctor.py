@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 
+from .. import settings
 from ..extras import EXTRAS, install_hint
 from .app import (
     CacheDir,
@@ -84,7 +85,7 @@ def backend_status(name: str, device: str) -> dict[str, Any]:
 def _cache_root(cache_dir: Path | None) -> Path:
     if cache_dir is not None:
         return Path(os.path.abspath(os.path.expanduser(cache_dir)))
-    env = os.environ.get("ACACHE_DIR")
+    env = settings.get("ACACHE_DIR")
     if env:
         return Path(os.path.abspath(os.path.expanduser(env)))
     import platformdirs
@@ -205,7 +206,12 @@ def doctor_report(cache_dir: Path | None, remote: str | None) -> dict[str, Any]:
         "compiler": compiler_status(memo_dir),
         "cache": cache,
         "remote": remote_status(remote),
+        "settings": settings.report(),
     }
+
+
+def _default(value: Any) -> str:
+    return "(default)" if value is None else f"(default: {value})"
 
 
 def _render(rep: dict[str, Any]) -> None:
@@ -252,6 +258,15 @@ def _render(rep: dict[str, Any]) -> None:
             k for k in ("reachable", "readable", "writable") if r.get(k)
         )
         console.print(f"remote {shown(r['url'])}: {shown(state)}", highlight=False)
+    rows = [
+        [
+            s["name"],
+            s["value"] if s["value"] is not None else _default(s["default"]),
+            f"refused: {s['problem']}" if s["problem"] else s["doc"],
+        ]
+        for s in rep["settings"]
+    ]
+    print_table(None, ["setting", "value", "what it does"], rows)
 
 
 def register(app: typer.Typer) -> None:
@@ -261,7 +276,8 @@ def register(app: typer.Typer) -> None:
         cache_dir: CacheDir = None,
         remote: Remote = None,
     ) -> None:
-        """What works here: versions, GPUs, each backend (and why not), the cache, the remote."""
+        """What works here: versions, GPUs, each backend (and why not), the cache, the remote,
+        and the ACACHE_* settings in effect."""
         rep = doctor_report(cache_dir, remote)
         if json_out:
             emit_json(rep)

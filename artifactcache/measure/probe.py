@@ -93,7 +93,9 @@ def _t0() -> tuple[float, str, float | None]:
         time.get_clock_info("perf_counter").implementation
         == time.get_clock_info("monotonic").implementation
     )
-    raw = os.environ.get(T0_ENV)
+    from .. import settings  # here: nothing more to import before python_ready
+
+    raw = settings.raw(T0_ENV)
     if raw and same_clock:
         try:
             return float(raw), "parent_spawn_monotonic", proc

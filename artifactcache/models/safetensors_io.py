@@ -34,14 +34,14 @@ from pathlib import Path
 
 import torch
 
+from .. import settings
 from ..errors import ArgumentError, WeightsError
 from ..host import usable_cores
-from ..limits import env_int
 
 THREADS_ENV = "ACACHE_LOAD_THREADS"
 CHUNK_MB_ENV = "ACACHE_LOAD_CHUNK_MB"
 DEFAULT_MAX_THREADS = 8  # page-cache copies stop scaling well before a host's core count
-DEFAULT_CHUNK_MB = 16
+DEFAULT_CHUNK_MB = settings.SETTINGS[CHUNK_MB_ENV].default  # 16
 _HEADER_LIMIT = 100_000_000  # safetensors' own bound on the JSON header
 _ALIGN = 4096  # pieces start at multiples of this inside a tensor: element-aligned for any dtype
 
@@ -146,8 +146,9 @@ def _stored(path: Path, name: str, info: object, base: int, size: int) -> Stored
 
 
 def _positive_env(name: str) -> int | None:
-    # Bounded: 10**30 threads or MiB is a typo that would exhaust the host, not a setting.
-    return env_int(name, 1, 1 << 16)
+    # Bounded (settings: 1 to 2**16): 10**30 threads or MiB is a typo that would exhaust
+    # the host, not a setting.
+    return settings.get(name)
 
 
 def resolve_threads(threads: int | None) -> int:

@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..errors import FilesystemError, IntegrityError, KeyLookupError
 from ..keys import is_full_key, normalize_prefix
-from ..limits import env_bool, env_choice
 from . import _fs
 from . import manifest as schema
 from .entry import (
@@ -107,18 +107,18 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
         rebuild_untrusted: bool = False,
     ) -> None:
         if root is None:
-            root = os.environ.get("ACACHE_DIR") or None
+            root = settings.get("ACACHE_DIR")
         if root is None:
             import platformdirs
 
             root = platformdirs.user_cache_dir("acache")
         self.root = Path(os.path.abspath(os.path.expanduser(os.fspath(root))))
-        env_allow = env_bool("ACACHE_ALLOW_SHARED_ROOT")  # "maybe": an error, not a guess
+        env_allow = settings.get("ACACHE_ALLOW_SHARED_ROOT")  # "maybe": an error, not a guess
         self.allow_shared_root = allow_shared_root or env_allow
         # full_verify re-hashes every file on every hit instead of trusting the
         # stat memo (see docs/cache.md, "Verification cost").
         if full_verify is None:
-            full_verify = env_choice("ACACHE_VERIFY", ("full", "memo"), "memo") == "full"
+            full_verify = settings.get("ACACHE_VERIFY") == "full"
         self.full_verify = full_verify
         self.base = self.root / "v1"
         prepare_root(self.root, self.base, SUBDIRS, allow_shared=self.allow_shared_root)

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..errors import RemoteError, UntrustedEntry
 from ..extras import install_hint
-from ..limits import env_bool, read_small_file
+from ..limits import read_small_file
 from .manifest import ENVELOPE_MAX_BYTES, parse
 
 ENVELOPE_FORMAT = "acache-signed-manifest/1"
@@ -337,13 +338,12 @@ def configure(
     could never use a pulled entry (no key trusted, unsigned not allowed) is a
     RemoteError, since every pull would be refused.
     """
-    env = os.environ
     if signing_key is None:
-        signing_key = env.get("ACACHE_SIGNING_KEY", "").strip() or None
+        signing_key = settings.raw("ACACHE_SIGNING_KEY").strip() or None
     if trusted_keys is None:
-        trusted_keys = env.get("ACACHE_TRUSTED_KEYS")
+        trusted_keys = settings.get("ACACHE_TRUSTED_KEYS")
     if trust_unsigned is None:
-        trust_unsigned = env_bool("ACACHE_REMOTE_TRUST_UNSIGNED")
+        trust_unsigned = settings.get("ACACHE_REMOTE_TRUST_UNSIGNED")
     if trusted_keys is None or isinstance(trusted_keys, str):
         trusted_keys = split_paths(trusted_keys)
     if not require and not signing_key and not trusted_keys:
