@@ -233,3 +233,19 @@ def test_a_second_build_in_a_process_compiles_the_probes_a_fresh_process_does(
     if not all(verdicts):
         pytest.skip(f"this compiler cannot build every AVX-512 bf16 probe: {verdicts}")
     assert second == _probe_libraries(fresh)
+
+
+def test_restoring_inductor_config_prints_no_deprecation_warnings():
+    """torch 2.15 warns for each deprecated entry (use_mixed_mm, ...) a whole-config copy
+    holds when it is loaded back; an acache build's restore must not print them, since
+    every user error is one line on stderr (CI runs this on the newest torch)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with tp.inductor_config_kept():
+            pass
+        from torch._inductor import config
+
+        tp.load_inductor_config(config.get_config_copy())
+    assert not [w for w in seen if "torch._inductor.config" in str(w.message)], seen

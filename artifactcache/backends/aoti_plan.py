@@ -169,6 +169,6 @@ def apply_process_state(state: dict[str, Any]) -> None:
     ):  # only then: setting it imports torch._dynamo and Inductor (seconds)
         torch.use_deterministic_algorithms(wanted[0], warn_only=wanted[1])
     if state["inductor_config"] is not None:
-        from torch._inductor import config
+        from .torch_private import load_inductor_config
 
-        config.load_config(state["inductor_config"])
+        load_inductor_config(state["inductor_config"])

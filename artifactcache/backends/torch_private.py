@@ -16,6 +16,7 @@ import functools
 import inspect
 import json
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -278,6 +279,19 @@ def inductor_config_kept() -> Iterator[None]:
     try:
         yield
     finally:
+        load_inductor_config(saved)
+
+
+def load_inductor_config(saved: Any) -> None:
+    """``config.load_config(saved)`` without the FutureWarning that torch 2.15 prints for
+    each deprecated entry the whole-config copy holds (``use_mixed_mm``, ...): restoring
+    a copy is not the user setting them, and the warnings broke one-line errors."""
+    from torch._inductor import config
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"torch\._inductor\.config\.\S+ is deprecated", category=FutureWarning
+        )
         config.load_config(saved)
 
 
