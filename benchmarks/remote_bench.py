@@ -46,8 +46,8 @@ sys.path.insert(0, str(REPO))
 from artifactcache.keys import compute_key  # noqa: E402
 from artifactcache.store import s3 as s3_mod  # noqa: E402
 from artifactcache.store.local import LocalStore  # noqa: E402
-from artifactcache.store.remote import open_tiered  # noqa: E402
 from artifactcache.store.signing import generate_key  # noqa: E402
+from artifactcache.store.tiered import open_tiered  # noqa: E402
 from tests.s3_server import BUCKET, SeaweedServer, find_weed  # noqa: E402
 
 GiB = 1 << 30

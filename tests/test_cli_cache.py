@@ -421,6 +421,18 @@ def _symlink_to_outside(tmp_path: Path, store: LocalStore, key: str) -> Path:
     return tmp_path / "link.tar"
 
 
+def _symlink_to_dir(tmp_path: Path, store: LocalStore, key: str) -> Path:
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "keep.txt").write_bytes(b"keep me")
+    (tmp_path / "dirlink.tar").symlink_to(tmp_path / "precious", target_is_directory=True)
+    return tmp_path / "dirlink.tar"
+
+
+def _directory(tmp_path: Path, store: LocalStore, key: str) -> Path:
+    (tmp_path / "adir.tar").mkdir()
+    return tmp_path / "adir.tar"
+
+
 def _fifo(tmp_path: Path, store: LocalStore, key: str) -> Path:
     os.mkfifo(tmp_path / "pipe.tar")
     return tmp_path / "pipe.tar"
@@ -429,7 +441,9 @@ def _fifo(tmp_path: Path, store: LocalStore, key: str) -> Path:
 EXPORT_TARGETS = {
     # kind: (make the path, replaced with --force?)
     "file": (lambda t, s, k: _old_bundle(t), True),
-    "symlink": (_symlink_to_outside, True),  # the link itself, never its target
+    "symlink": (_symlink_to_outside, False),  # a link is never written through nor replaced
+    "symlink-to-dir": (_symlink_to_dir, False),
+    "directory": (_directory, False),
     "fifo": (_fifo, False),
     "file-in-an-entry": (lambda t, s, k: s.open(k).path / "model.bin", False),
     "new-file-in-the-cache": (lambda t, s, k: s.base / "x.tar", False),
@@ -452,9 +466,20 @@ def test_export_never_replaces_what_is_at_the_output_path(store, tmp_path, kind)
         return
     assert r.exit_code == 0, r.stderr
     assert not out.is_symlink() and tarfile.is_tarfile(out)
-    if kind == "symlink":
-        assert (tmp_path / "precious.txt").read_bytes() == b"keep me"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_export_to_a_symlink_to_a_directory_is_one_line_and_writes_nothing(store, tmp_path, force):
+    """The CLI and the store once disagreed here (is_dir() follows the link, lstat does
+    not); now one check refuses any symlink before the store is even opened."""
+    k1 = put(store, 1)
+    out = _symlink_to_dir(tmp_path, store, k1)
+    before_tmp, before_cache = snapshot(tmp_path), snapshot(store.root)
+    r = run("export", k1[:8], "-o", out, *(["--force"] if force else []))
+    assert_user_error(r, contains="is a symlink to a directory, not a file")
+    assert out.is_symlink() and os.listdir(tmp_path / "precious") == ["keep.txt"]
+    assert snapshot(tmp_path) == before_tmp and snapshot(store.root) == before_cache
 
 
 def test_a_malformed_manifest_never_crashes_a_command(store, tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from artifactcache.errors import BundleError, FilesystemError
 from artifactcache.keys import compute_key
 from artifactcache.store import bundle as bundle_mod
-from artifactcache.store.bundle import export, import_bundle
+from artifactcache.store.bundle import check_export_target, export, import_bundle
 from artifactcache.store.local import LocalStore
 from artifactcache.store.manifest import content
 
@@ -149,6 +149,37 @@ def test_truncated_bundle(src, dst, tmp_path):
 def test_missing_bundle(dst, tmp_path):
     with pytest.raises(BundleError, match="does not exist"):
         import_bundle(dst, tmp_path / "nope.tar")
+
+
+def test_export_target_check_is_one_rule(src, tmp_path):
+    """One check for the CLI and the store: a regular file only with overwrite; a
+    symlink (to a file or a directory), a directory or a missing folder never."""
+    entry = built(src, 7)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f.tar").write_bytes(b"old")
+    (tmp_path / "to-dir").symlink_to(tmp_path / "d", target_is_directory=True)
+    (tmp_path / "to-file").symlink_to(tmp_path / "f.tar")
+    assert check_export_target(tmp_path / "new.tar") == tmp_path / "new.tar"
+    assert check_export_target(tmp_path / "f.tar", overwrite=True) == tmp_path / "f.tar"
+    refused = {
+        "f.tar": "already exists",
+        "d": "is a directory, not a file",
+        "to-dir": "is a symlink to a directory, not a file",
+        "to-file": "is a symlink, not a file",
+        "no/x.tar": "does not exist",
+    }
+    for name, words in refused.items():
+        for overwrite in (False, True):
+            if name == "f.tar" and overwrite:
+                continue
+            with pytest.raises(BundleError, match=words) as ei:
+                check_export_target(tmp_path / name, overwrite=overwrite)
+            assert "\n" not in str(ei.value)
+            with pytest.raises(BundleError, match=words):
+                export(src, [entry.key], tmp_path / name, overwrite=overwrite)
+    with pytest.raises(BundleError, match="inside the cache"):
+        check_export_target(src.root / "x.tar", root=src.root)
+    assert os.listdir(tmp_path / "d") == [] and (tmp_path / "f.tar").read_bytes() == b"old"
 
 
 # ------------------------------------------------------- trust boundaries --

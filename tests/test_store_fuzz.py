@@ -48,8 +48,9 @@ json_values = st.recursive(
     | st.floats(allow_nan=True, allow_infinity=True)
     | st.text(max_size=12)
     | st.sampled_from(["/etc/passwd", "../x", "a/../b", "", ".", "manifest.json", "blake3:"]),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -250,8 +251,17 @@ member_names = st.one_of(
         lambda rel: f"{KEY}/{rel}"
     ),
     st.sampled_from(
-        [f"{KEY}/../x", "/tmp/acache-fuzz-escape", f"{KEY}//a", f"{KEY}/./a", "x" * 64 + "/a",
-         f"{KEY}\\a", KEY, f"{KEY}/sub/lib.so/x", f"{'0' * 64}/manifest.json"]
+        [
+            f"{KEY}/../x",
+            "/tmp/acache-fuzz-escape",
+            f"{KEY}//a",
+            f"{KEY}/./a",
+            "x" * 64 + "/a",
+            f"{KEY}\\a",
+            KEY,
+            f"{KEY}/sub/lib.so/x",
+            f"{'0' * 64}/manifest.json",
+        ]
     ),  # fmt: skip
     st.text(min_size=1, max_size=20).map(lambda t: f"{KEY}/{t}"),
 )

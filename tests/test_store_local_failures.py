@@ -137,7 +137,7 @@ def test_gc_and_rm_skip_an_entry_another_process_is_loading(store, cache_dir, tm
 def test_api_load_holds_the_reader_lock_until_loaded(store, monkeypatch):
     pytest.importorskip("torch")
     from artifactcache import api
-    from artifactcache.backends import eager
+    from artifactcache.backends.eager import backend as eager
 
     result = api.build("tiny-llama", "eager", store=store)
     seen: list[str] = []

@@ -9,8 +9,7 @@ import pytest
 from artifactcache.measure.probe import RecordingStore
 from artifactcache.store.local import LocalStore
 from artifactcache.store.protocol import Store
-from artifactcache.store.remote import open_tiered
-from artifactcache.store.tiered import TieredStore
+from artifactcache.store.tiered import TieredStore, open_tiered
 
 IMPLEMENTATIONS = (LocalStore, TieredStore, RecordingStore)
 METHODS = ("get", "open", "get_or_build", "record_dependency", "reading")

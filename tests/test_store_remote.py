@@ -17,8 +17,9 @@ from typer.testing import CliRunner
 from artifactcache.cli.app import app
 from artifactcache.store import s3 as s3_mod
 from artifactcache.store.local import LocalStore
-from artifactcache.store.remote import check_remote, list_remote, open_tiered, tree_id
+from artifactcache.store.remote import check_remote, list_remote, tree_id
 from artifactcache.store.s3 import S3Store
+from artifactcache.store.tiered import open_tiered
 from tests import _remote_util as util
 from tests import s3_server as srv
 from tests._remote_util import (
@@ -97,7 +98,7 @@ import json, os, sys, time
 from pathlib import Path
 from artifactcache.store import remote
 from artifactcache.store.local import LocalStore
-from artifactcache.store.remote import open_tiered
+from artifactcache.store.tiered import open_tiered
 
 cache, url, key, payload, sync, name = sys.argv[1:7]
 

@@ -12,8 +12,9 @@ from artifactcache.cli.app import app
 from artifactcache.store import remote as remote_mod
 from artifactcache.store import s3 as s3_mod
 from artifactcache.store.local import LocalStore
-from artifactcache.store.remote import open_tiered, tree_id
+from artifactcache.store.remote import tree_id
 from artifactcache.store.s3 import S3Store
+from artifactcache.store.tiered import open_tiered
 from tests import _remote_util as util
 from tests import s3_server as srv
 from tests._remote_util import (

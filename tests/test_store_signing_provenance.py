@@ -142,9 +142,7 @@ def test_rebuild_untrusted_replaces_a_revoked_entry_with_a_local_build(tmp_path,
     assert host(tmp_path / "b", fleet, trusted=(keys["other"],)).get(KEY) is not None
 
 
-def test_an_explicit_pull_replaces_a_revoked_copy_with_one_signed_by_a_trusted_key(
-    tmp_path, keys
-):
+def test_an_explicit_pull_replaces_a_revoked_copy_with_one_signed_by_a_trusted_key(tmp_path, keys):
     fleet = MemoryBucket()
     host(tmp_path / "a", fleet, signer=keys["fleet"], trusted=(keys["fleet"],)).get_or_build(
         KEY, FACTORS, build()
@@ -177,9 +175,12 @@ def test_a_signed_entry_keeps_its_verified_signer_through_export_and_import(tmp_
     assert c.open(KEY).provenance == want
     # C may push it on (signed by C) while it trusts the fleet key.
     mirror = MemoryBucket("mem://mirror")
-    assert host(tmp_path / "c", mirror, signer=keys["other"], trusted=(keys["fleet"],)).push(
-        KEY
-    )["status"] == "pushed"
+    assert (
+        host(tmp_path / "c", mirror, signer=keys["other"], trusted=(keys["fleet"],)).push(KEY)[
+            "status"
+        ]
+        == "pushed"
+    )
     # A bundle whose manifest was changed under the carried signature is refused.
     with tarfile.open(out) as tf:
         members = [(m, tf.extractfile(m).read()) for m in tf.getmembers()]  # type: ignore[union-attr]

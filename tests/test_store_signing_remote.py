@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 from artifactcache.cli.app import app
 from artifactcache.errors import KeyLookupError
 from artifactcache.store.local import LocalStore
-from artifactcache.store.remote import open_tiered, tree_id
+from artifactcache.store.remote import tree_id
 from artifactcache.store.s3 import S3Store
 from artifactcache.store.signing import fingerprint, generate_key, load_signer
+from artifactcache.store.tiered import open_tiered
 from tests import _remote_util as util
 from tests import s3_server as srv
 from tests._remote_util import (

@@ -15,9 +15,7 @@ FACTORS = {"test": "tiered", "n": 1}
 KEY = compute_key(FACTORS)
 
 
-def test_concurrent_cold_loads_through_the_tier_build_once_without_a_stall(
-    cache_dir, monkeypatch
-):
+def test_concurrent_cold_loads_through_the_tier_build_once_without_a_stall(cache_dir, monkeypatch):
     """Two loaders of a key neither the host nor the remote has: one builds, the other
     (holding its reader lock while it waits for the key's lock) loads what it published.
     Before: the tier built with force=True, which waited for that reader: a stall of

@@ -399,7 +399,7 @@ def open_store(
     )
     if not remote:
         return local
-    from ..store.remote import open_tiered
+    from ..store.tiered import open_tiered
 
     return open_tiered(
         local,

@@ -7,7 +7,6 @@ rich table or ``--json``. Errors are AcacheError subclasses; app.py prints them.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 import time
@@ -118,16 +117,6 @@ _table = print_table
 
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
-
-
-def _check_output_file(out: Path) -> None:
-    """The bundle's path can be written, checked before any entry is opened."""
-    if out.is_dir():
-        raise ArgumentError(f"--output {out} is a directory: give a file, e.g. {out}/bundle.tar")
-    if not out.parent.is_dir():
-        raise ArgumentError(f"--output {out}: directory {out.parent} does not exist")
-    if not os.access(out.parent, os.W_OK | os.X_OK):
-        raise ArgumentError(f"--output {out}: directory {out.parent} is not writable")
 
 
 def register(app: typer.Typer) -> None:
@@ -330,17 +319,20 @@ def register(app: typer.Typer) -> None:
         force: Annotated[
             bool,
             typer.Option(
-                "--force", help="Replace an existing file (or symlink) at --output; never a device."
+                "--force",
+                help="Replace an existing regular file at --output; never a symlink, "
+                "directory or device.",
             ),
         ] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
     ):
         """Write entries (verified first) to a tar bundle; an existing file needs --force."""
+        from ..store.bundle import check_export_target
         from ..store.bundle import export as do_export
 
         check_prefixes(keys)
-        _check_output_file(out)
+        check_export_target(out, overwrite=force)  # before the store is opened
         store = _store(cache_dir, allow_shared_root)
         with _progress("exporting") as cb:
             done = do_export(store, keys, out, progress=cb, overwrite=force)

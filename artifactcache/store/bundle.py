@@ -63,9 +63,10 @@ def export(
     its manifest is the one verified, and every member is copied at the size its
     manifest gives and hashed on the way. The tar (mode 0600, as the cache's files)
     is written to a new temp file beside ``out_file`` and renamed over it, so
-    nothing at ``out_file`` is ever written through (see ``_check_target``).
+    nothing at ``out_file`` is ever written through (see ``check_export_target``).
     """
-    out = _check_target(store, Path(out_file), overwrite)  # before any entry is opened
+    # Before any entry is opened (the CLI checked it already, without the cache root).
+    out = check_export_target(out_file, overwrite=overwrite, root=store.root)
     with contextlib.ExitStack() as reading:
         entries = []
         for key in dict.fromkeys(store.resolve(k) for k in keys):
@@ -101,8 +102,9 @@ def _write_bundle(
             raw.flush()
             os.fsync(raw.fileno())
         if overwrite:
-            _check_target(store, out, overwrite)  # again: the path may have changed meanwhile
-            os.replace(tmp, out)  # replaces a symlink itself, never its target
+            # Again: the path may have changed meanwhile.
+            check_export_target(out, overwrite=overwrite, root=store.root)
+            os.replace(tmp, out)  # replaces a regular file (a symlink is refused above)
         else:
             try:
                 _fs.rename_noreplace(tmp, out)
@@ -156,36 +158,59 @@ def _add_file(tf: tarfile.TarFile, e: Entry, rel: str) -> None:
 _REPLACE = "use --force to replace a file"
 
 
-def _check_target(store: LocalStore, out: Path, overwrite: bool) -> Path:
+def check_export_target(
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    root: str | os.PathLike[str] | None = None,
+) -> Path:
     """``out`` made absolute, if export may put a bundle there; BundleError otherwise.
 
-    Export never writes into an existing file: the bundle is renamed onto the path.
-    Still, only a regular file or a symlink may be replaced, and only with
-    ``overwrite`` (the link itself, not its target); a device, fifo, socket or
-    directory never; nothing in the cache's root, whose files are entries.
+    The one check of an export path: the CLI calls it before the store is opened
+    (so a bad ``--output`` costs no verification), and :func:`export` again with the
+    cache ``root``, and once more just before it renames the bundle into place.
+    Export never writes into an existing file: the bundle is renamed onto the path,
+    and only a regular file is ever replaced, and only with ``overwrite``. A symlink
+    (to anything, a directory included), a directory, a device, fifo or socket is
+    refused even with ``overwrite``; so is any path in the cache ``root``, whose
+    files are entries, and a path whose directory is missing or not writable.
     """
     out = Path(os.path.abspath(out))
-    root = os.path.realpath(store.root)
-    folder = os.path.realpath(out.parent)
-    if os.path.commonpath([root, folder]) == root:
-        raise BundleError(
-            f"cannot write bundle {out}: it is inside the cache {store.root}; "
-            "choose a path outside it"
-        )
+    folder = out.parent
+    if root is not None:
+        real_root = os.path.realpath(root)
+        if os.path.commonpath([real_root, os.path.realpath(folder)]) == real_root:
+            raise BundleError(
+                f"cannot write bundle {out}: it is inside the cache {root}; "
+                "choose a path outside it"
+            )
     try:
         st = os.lstat(out)
     except FileNotFoundError:
-        return out
+        st = None
+    except NotADirectoryError:
+        st = None  # the folder check below names the problem
     except OSError as err:
         raise BundleError(f"cannot write bundle {out} ({_fs.describe(err)})") from None
-    if stat.S_ISLNK(st.st_mode) or stat.S_ISREG(st.st_mode):
-        if not overwrite:
-            raise BundleError(f"{out} already exists; left it alone ({_REPLACE})")
-        return out
-    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, fifo or socket"
-    raise BundleError(
-        f"cannot write bundle {out}: it is {kind}, not a file; refusing to replace it"
-    )
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
+            kind = "a symlink to a directory" if os.path.isdir(out) else "a symlink"
+            hint = "give the path of a file, not a link"
+        elif stat.S_ISDIR(st.st_mode):
+            kind, hint = "a directory", f"give a file, e.g. {out}/bundle.tar"
+        else:
+            kind, hint = "a device, fifo or socket", "give the path of a file"
+        raise BundleError(f"cannot write bundle {out}: it is {kind}, not a file; {hint}")
+    if not os.path.isdir(folder):
+        why = "is not a directory" if os.path.lexists(folder) else "does not exist"
+        raise BundleError(f"cannot write bundle {out}: directory {folder} {why}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise BundleError(
+            f"cannot write bundle {out}: directory {folder} is not writable (Permission denied)"
+        )
+    if st is not None and not overwrite:
+        raise BundleError(f"{out} already exists; left it alone ({_REPLACE})")
+    return out
 
 
 def _check_members(src: str, members: list[tarfile.TarInfo]) -> dict[str, list[tarfile.TarInfo]]:

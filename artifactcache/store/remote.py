@@ -28,11 +28,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ..errors import IntegrityError, RemoteError
 from ..keys import compute_key, is_full_key
@@ -42,10 +41,6 @@ from .entry import Entry, check_manifest
 from .s3 import S3Store, parse_url
 from .signing import Opened, Signer, Trust
 
-if TYPE_CHECKING:
-    from .local import LocalStore
-    from .tiered import TieredStore
-
 __all__ = [
     "RemoteStore",
     "S3Store",
@@ -53,7 +48,6 @@ __all__ = [
     "fetch_manifest",
     "list_entries",
     "list_remote",
-    "open_tiered",
     "parse_url",
     "pull_entry",
     "push_entry",
@@ -303,28 +297,6 @@ def list_entries(remote: RemoteStore) -> list[dict[str, Any]]:
 def open_remote(url: str) -> S3Store:
     """The remote for ``url`` (s3://bucket/prefix); RemoteError if the URL is malformed."""
     return S3Store(url)
-
-
-def open_tiered(
-    local: LocalStore,
-    url: str,
-    read_only: bool = False,
-    *,
-    signing_key: str | os.PathLike[str] | None = None,
-    trusted_keys: str | list[str] | None = None,
-    trust_unsigned: bool | None = None,
-) -> TieredStore:
-    """``local`` with the remote at ``url`` behind it.
-
-    Signing and trust come from the arguments, else from ACACHE_SIGNING_KEY,
-    ACACHE_TRUSTED_KEYS and ACACHE_REMOTE_TRUST_UNSIGNED (see ``signing.configure``).
-    Every key file is read here, so a bad one fails before any build or transfer.
-    """
-    from .tiered import TieredStore
-
-    remote = open_remote(url)
-    signer, trust = signing.configure(signing_key, trusted_keys, trust_unsigned)
-    return TieredStore(local, remote, read_only=read_only, signer=signer, trust=trust)
 
 
 def list_remote(url: str) -> list[dict[str, Any]]:

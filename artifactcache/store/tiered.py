@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError, KeyLookupError, RemoteError, UntrustedEntry
 from ..keys import is_full_key, normalize_prefix
+from . import signing
 from .entry import Entry
 from .provenance import push_problem
-from .remote import LAYOUT_DIR, RemoteStore, pull_entry, push_entry
+from .remote import LAYOUT_DIR, RemoteStore, open_remote, pull_entry, push_entry
 from .s3 import RemoteUnreachable
 from .signing import Signer, Trust
 
@@ -278,3 +279,23 @@ class TieredStore:
 
 
 # ---------------------------------------------------------- entry points --
+
+
+def open_tiered(
+    local: LocalStore,
+    url: str,
+    read_only: bool = False,
+    *,
+    signing_key: str | os.PathLike[str] | None = None,
+    trusted_keys: str | list[str] | None = None,
+    trust_unsigned: bool | None = None,
+) -> TieredStore:
+    """``local`` with the remote at ``url`` behind it.
+
+    Signing and trust come from the arguments, else from ACACHE_SIGNING_KEY,
+    ACACHE_TRUSTED_KEYS and ACACHE_REMOTE_TRUST_UNSIGNED (see ``signing.configure``).
+    Every key file is read here, so a bad one fails before any build or transfer.
+    """
+    remote = open_remote(url)
+    signer, trust = signing.configure(signing_key, trusted_keys, trust_unsigned)
+    return TieredStore(local, remote, read_only=read_only, signer=signer, trust=trust)
