@@ -25,8 +25,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from artifactcache import api
-    from artifactcache.backends import onnx_export as ox
-    from artifactcache.backends import ort as ortb
+    from artifactcache.backends.onnx import backend as ortb
+    from artifactcache.backends.onnx import export as ox
     from artifactcache.store.local import LocalStore
 
     root = Path(tempfile.mkdtemp(prefix="ortbench-"))

@@ -53,7 +53,7 @@ def _estimate(recipe: str, backend: str, runs: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "seed-h200")
+    p.add_argument("--out", type=Path, required=True, help="results folder (resumable)")
     p.add_argument("--recipes", default=",".join(SEED_RECIPES))
     p.add_argument("--backends", default=",".join(SEED_BACKENDS) + ",trt")
     p.add_argument("--device", default="cuda")

@@ -1,0 +1,152 @@
+"""A cold aoti build with its two steps (prefill, decode) compiled concurrently, against
+the same build done serially, on one GPU.
+
+Each build runs in its own ``acache build`` process with empty acache, Inductor and
+Triton caches (fresh folders under ``--work-dir``): first with the default (concurrent
+steps on CUDA), then with ``ACACHE_BUILD_JOBS=1``. Between the two, ``acache bench``
+runs on the concurrent build's entry, so a faster build is not bought with a slower
+artifact. Run it alone on the machine: build seconds are wall-clock.
+
+    python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
+
+Writes ``OUT/build-{concurrent,serial}.json`` (``acache build --json``),
+``OUT/timings-{concurrent,serial}.json`` (the entry's own ``build_jobs`` and
+``compile_seconds`` from its ``aoti.json``), ``OUT/bench-concurrent.json``, each step's
+stderr as ``OUT/*.log``, and ``OUT/coldbuild.json`` (command, date, machine, the three
+results) last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _acache(args: list[str], out: Path, name: str, env: dict[str, str]) -> tuple[int, float, Any]:
+    """Runs ``acache ARGS`` in a fresh process; stdout to OUT/NAME.json, stderr to .log."""
+    start = time.perf_counter()
+    with open(out / f"{name}.json", "w") as so, open(out / f"{name}.log", "w") as se:
+        rc = subprocess.call(
+            [sys.executable, "-m", "artifactcache.cli", *args],
+            stdout=so,
+            stderr=se,
+            env=env,
+            cwd=REPO,
+        )
+    seconds = time.perf_counter() - start
+    try:
+        result = json.loads((out / f"{name}.json").read_text())
+    except ValueError:
+        result = None
+    print(f"{name}: rc {rc}, {seconds:.1f} s", flush=True)
+    return rc, seconds, result
+
+
+def _fresh_env(work: Path, name: str, serial: bool) -> tuple[dict[str, str], Path]:
+    """Empty acache, Inductor and Triton caches for one build."""
+    root = work / name
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    env = dict(
+        os.environ,
+        TORCHINDUCTOR_CACHE_DIR=str(root / "inductor"),
+        TRITON_CACHE_DIR=str(root / "triton"),
+    )
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    if serial:
+        env["ACACHE_BUILD_JOBS"] = "1"
+    else:
+        env.pop("ACACHE_BUILD_JOBS", None)
+    return env, root / "acache"
+
+
+def _timings(result: Any) -> dict[str, Any] | None:
+    """The entry's own record of where the build's time went."""
+    if not isinstance(result, dict) or "path" not in result:
+        return None
+    meta = json.loads((Path(result["path"]) / "aoti.json").read_text())
+    return {"build_jobs": meta.get("build_jobs"), "compile_seconds": meta.get("compile_seconds")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True, help="results folder")
+    ap.add_argument(
+        "--work-dir",
+        type=Path,
+        required=True,
+        help="scratch folder for the empty caches (emptied per build)",
+    )
+    ap.add_argument("--recipe", default="llama-7b")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--iters", type=int, default=3, help="timed requests of the bench")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    common = [
+        args.recipe,
+        "--backend",
+        "aoti",
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+        "--json",
+    ]
+    report: dict[str, Any] = {
+        "command": "python benchmarks/coldbuild.py " + " ".join(sys.argv[1:]),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {
+            "host": platform.node(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "runs": {},
+    }
+    for name, serial in (("concurrent", False), ("serial", True)):
+        env, cache = _fresh_env(args.work_dir, name, serial)
+        rc, seconds, result = _acache(
+            ["build", *common, "--cache-dir", str(cache)], args.out, f"build-{name}", env
+        )
+        timings = _timings(result) if rc == 0 else None
+        (args.out / f"timings-{name}.json").write_text(json.dumps(timings, indent=1) + "\n")
+        report["runs"][f"build-{name}"] = {
+            "rc": rc,
+            "wall_seconds": round(seconds, 1),
+            "timings": timings,
+        }
+        if not serial:  # bench the concurrent build's entry before the serial build
+            rc, seconds, _ = _acache(
+                [
+                    "bench",
+                    *common,
+                    "--cache-dir",
+                    str(cache),
+                    "--iters",
+                    str(args.iters),
+                    "--warmup",
+                    "1",
+                ],
+                args.out,
+                "bench-concurrent",
+                env,
+            )
+            report["runs"]["bench-concurrent"] = {"rc": rc, "wall_seconds": round(seconds, 1)}
+    (args.out / "coldbuild.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report["runs"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
