@@ -27,7 +27,7 @@ from .backends.base import (
     get_backend,
     require_available,
 )
-from .backends.model_options import check_recipe_options
+from .backends.shared.model_options import check_recipe_options
 from .devices import check_device
 from .errors import ShapeError, StaleArtifact, WeightsError
 from .keys import (

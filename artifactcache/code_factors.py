@@ -21,67 +21,85 @@ from typing import Any
 
 # ------------------------------------------------------------ acache's code --
 
-# acache's own source that shapes each kind of artifact: model code, the step
-# inputs a build compiles, the backend's module(s), the ONNX export. A dotted
-# name is a module, or a package standing for all its .py files. An upgrade of
-# acache that changes any of them then misses instead of serving an artifact the
-# old code made (most of all through a shared remote tier).
+# acache's own source that shapes every kind of artifact: model code, the step
+# inputs a build compiles, what the backends share. A dotted name is a module, or a
+# package standing for all its .py files. An upgrade of acache that changes any of
+# them then misses instead of serving an artifact the old code made (most of all
+# through a shared remote tier).
 SHARED_SOURCES = (
     "artifactcache.models",
     "artifactcache.dtypes",  # which torch dtype a --dtype name builds in
     "artifactcache.kv_buckets",  # the cache slots and decode's read lengths
+    "artifactcache.module_spec",  # how any nn.Module is traced and fingerprinted
     "artifactcache.backends.base",
-    "artifactcache.backends.runner",
-    "artifactcache.backends.model_options",  # which fusion/quantization a build applies
+    "artifactcache.backends.shared",
 )
-# The any-module path (artifactcache.compile) shares each backend's name, so its own
-# modules are listed beside the LLM path's: a change to either misses both, which is
-# safe (one rebuild), where a narrower list could serve stale code.
-_MODULE_PATH = (
-    "artifactcache.module_spec",
-    "artifactcache.backends.module_common",
-    "artifactcache.backends.torch_private",
-)
-BACKEND_SOURCES: dict[str, tuple[str, ...] | None] = {
-    "eager": ("artifactcache.backends.eager", *_MODULE_PATH),
-    "inductor": (
-        "artifactcache.backends.inductor",
-        "artifactcache.backends.inductor_files",
-        "artifactcache.backends.module_inductor",
-        "artifactcache.backends.cxx",
-        "artifactcache.backends.torch_private",
-        "artifactcache.backends.tuning",
-        *_MODULE_PATH,
-    ),
-    "aoti": (
-        "artifactcache.backends.aoti",
-        # Its build workers rebuild the model and the process state the steps compile in.
-        "artifactcache.backends.aoti_jobs",
-        "artifactcache.backends.aoti_plan",
-        "artifactcache.backends.module_aoti",
-        "artifactcache.backends.cxx",
-        "artifactcache.backends.torch_private",
-        "artifactcache.backends.tuning",
-        *_MODULE_PATH,
-    ),
-    "onnx-export": ("artifactcache.backends.onnx_export",),
-    "ort": (
-        "artifactcache.backends.ort",
-        "artifactcache.backends.module_ort",
-        "artifactcache.backends.module_onnx",
-        "artifactcache.backends.onnx_export",
-        *_MODULE_PATH,
-    ),
-    "trt": (
-        "artifactcache.backends.tensorrt",
-        "artifactcache.backends.onnx_export",
-        "artifactcache.backends.module_trt",
-        "artifactcache.backends.module_onnx",
-        *_MODULE_PATH,
-    ),
-    # TensorRT's timing cache holds per-layer timings: no acache code shapes them.
+BACKENDS_PACKAGE = "artifactcache.backends"
+# The folder under backends/ of each kind of artifact. A backend's key covers its
+# whole folder (the LLM and the nn.Module paths together) and every other backend
+# folder its code imports (trt reads onnx's export), found by reading the imports:
+# no hand-kept file list to drift. None: no acache code shapes that kind (TensorRT's
+# timing cache holds per-layer timings).
+BACKEND_FOLDERS: dict[str, str | None] = {
+    "eager": "eager",
+    "inductor": "inductor",
+    "aoti": "aoti",
+    "ort": "onnx",
+    "trt": "tensorrt",
+    "onnx-export": "onnx",
     "trt-timing-cache": None,
 }
+
+
+def _imported_folders(package: str) -> set[str]:
+    """Backend folders (dotted) that ``package``'s files import, itself included."""
+    import ast
+
+    found: set[str] = set()
+    todo = [package]
+    while todo:
+        pkg = todo.pop()
+        if pkg in found:
+            continue
+        found.add(pkg)
+        for rel, path in _source_files(pkg):
+            here = f"{pkg}.{rel.removesuffix('.py').replace('/', '.')}".rpartition(".")[0]
+            for node in ast.walk(ast.parse(path.read_bytes())):
+                if isinstance(node, ast.ImportFrom):
+                    base = here.split(".")
+                    if node.level:
+                        base = base[: len(base) - node.level + 1]
+                        names = [".".join([*base, node.module] if node.module else base)]
+                    else:
+                        names = [node.module or ""]
+                    names += [f"{names[0]}.{a.name}" for a in node.names]
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    parts = name.split(".")
+                    if name.startswith(BACKENDS_PACKAGE + ".") and len(parts) > 2:
+                        folder = ".".join(parts[:3])
+                        if folder not in SHARED_SOURCES and _is_package(folder):
+                            todo.append(folder)
+    return found
+
+
+def _is_package(name: str) -> bool:
+    spec = importlib.util.find_spec(name)
+    return bool(spec and spec.submodule_search_locations)
+
+
+@functools.cache
+def backend_sources(kind: str) -> tuple[str, ...] | None:
+    """The packages whose source shapes ``kind``'s artifacts, besides SHARED_SOURCES."""
+    if kind not in BACKEND_FOLDERS:
+        raise LookupError(f"code_factors.BACKEND_FOLDERS has no folder for backend {kind!r}")
+    folder = BACKEND_FOLDERS[kind]
+    if folder is None:
+        return None
+    return tuple(sorted(_imported_folders(f"{BACKENDS_PACKAGE}.{folder}")))
 
 
 def _source_files(name: str) -> list[tuple[str, Path]]:
@@ -92,7 +110,7 @@ def _source_files(name: str) -> list[tuple[str, Path]]:
     """
     spec = importlib.util.find_spec(name)
     if spec is None or (spec.origin is None and not spec.submodule_search_locations):
-        raise LookupError(f"keys.BACKEND_SOURCES names {name!r}, which is not importable")
+        raise LookupError(f"code_factors cannot find the source of {name!r}")
     if spec.submodule_search_locations:
         files = []
         for loc in spec.submodule_search_locations:
@@ -116,9 +134,7 @@ def module_digest(name: str) -> str:
 
 def acache_factors(backend: str) -> dict[str, Any] | None:
     """acache's version and the digest of each source module that shapes ``backend``."""
-    if backend not in BACKEND_SOURCES:
-        raise LookupError(f"keys.BACKEND_SOURCES has no source list for backend {backend!r}")
-    names = BACKEND_SOURCES[backend]
+    names = backend_sources(backend)
     if names is None:
         return None
     from . import __version__

@@ -31,7 +31,7 @@ def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> B
 
 def module_key_for(backend: str, spec: Any, opts: BuildOptions) -> tuple[Any, KeyInfo]:
     """(module backend, key) for a ModuleSpec; checks options and availability first."""
-    from .backends.module_common import get_module_backend
+    from .backends.base import get_module_backend
     from .module_spec import state_digest
 
     mb = get_module_backend(backend)
@@ -66,7 +66,7 @@ def compile_with_result(
     phases: dict[str, float] | None = None,
 ) -> tuple[BuildResult, Any]:
     """compile() from a ModuleSpec, plus how the entry was found (the CLI and probe use it)."""
-    from .backends.module_common import CompiledModule
+    from .backends.shared.any_module import CompiledModule
 
     t0 = time.perf_counter()
     phases = phases if phases is not None else {}

@@ -51,7 +51,7 @@ def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
 def test_a_stale_entry_is_rebuilt_once_not_fatal(cache_dir, monkeypatch):
     """A backend that finds its intact entry unusable here (StaleArtifact, e.g. a TensorRT
     engine from another TensorRT version) gets one forced rebuild from api.load()."""
-    from artifactcache.backends import eager
+    from artifactcache.backends.eager import backend as eager
     from artifactcache.errors import StaleArtifact
 
     calls = {"load": 0, "build": 0}

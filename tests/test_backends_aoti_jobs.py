@@ -23,9 +23,12 @@ from _backend_util import _PRECISION_SWITCHES, matmul_precision_kept, private_di
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends import aoti, aoti_jobs, aoti_plan
-from artifactcache.backends.aoti_jobs import BuildWorkerFailed, StepJob, worker_failure
-from artifactcache.backends.aoti_plan import (
+from artifactcache.backends.aoti import backend as aoti
+from artifactcache.backends.aoti import jobs as aoti_jobs
+from artifactcache.backends.aoti import plan as aoti_plan
+from artifactcache.backends.aoti import worker as aoti_worker
+from artifactcache.backends.aoti.jobs import BuildWorkerFailed, StepJob, worker_failure
+from artifactcache.backends.aoti.plan import (
     JOBS_ENV,
     TIMEOUT_ENV,
     build_jobs,
@@ -67,7 +70,7 @@ def _our_workers() -> list[int]:
             cmd = (d / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"artifactcache.backends.aoti_jobs" in cmd:
+        if ppid == os.getpid() and b"artifactcache.backends.aoti.worker" in cmd:
             found.append(int(d.name))
     return found
 
@@ -180,10 +183,10 @@ def test_a_worker_reports_what_it_raised(tmp_path: Path, monkeypatch):
     def broken(*_args):
         raise RuntimeError("inductor fell over")
 
-    monkeypatch.setattr(aoti_jobs, "_run", broken)
-    monkeypatch.setattr(aoti_jobs, "_exit_with_parent", lambda pid: None)  # not pytest
+    monkeypatch.setattr(aoti_worker, "_run", broken)
+    monkeypatch.setattr(aoti_worker, "_exit_with_parent", lambda pid: None)  # not pytest
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(pickle.dumps(job))))
-    assert aoti_jobs.main() == 1
+    assert aoti_worker.main() == 1
     report = pickle.loads(job.result.read_bytes())
     assert report["error"]["acache"] is False and report["error"]["type"] == "RuntimeError"
     assert "inductor fell over" in report["error"]["traceback"]
@@ -254,7 +257,7 @@ def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
 _STAND_IN = """
 import os, pickle, signal, sys, time
 sys.path[0] = {root!r}
-from artifactcache.backends.aoti_jobs import WAITING_FOR_PROBE, StepJob
+from artifactcache.backends.aoti.jobs import WAITING_FOR_PROBE, StepJob
 started = time.monotonic()
 job: StepJob = pickle.load(sys.stdin.buffer)
 job.mark(WAITING_FOR_PROBE)
@@ -266,7 +269,7 @@ report = dict(so=so, timings={{}}, started=started, finished=time.monotonic())
 job.result.write_bytes(pickle.dumps(report))
 {ending}
 """
-_ROOT = str(Path(aoti_jobs.__file__).resolve().parents[2])
+_ROOT = str(Path(aoti_jobs.__file__).resolve().parents[3])
 
 
 def _stand_in_build(tmp_path: Path, monkeypatch, ending: str, probe=dict, progress=None):
@@ -351,10 +354,10 @@ def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypat
         seen.append(message())
         return f"{name}/{name}.so"
 
-    monkeypatch.setattr(aoti_jobs, "apply_process_state", lambda state: None)  # this process's
-    monkeypatch.setattr("artifactcache.backends.runner.build_model_for", model_for)
+    monkeypatch.setattr(aoti_worker, "apply_process_state", lambda state: None)  # this process's
+    monkeypatch.setattr("artifactcache.backends.shared.runner.build_model_for", model_for)
     monkeypatch.setattr(aoti, "build_step", step)
-    aoti_jobs._run(job, io.BytesIO(pickle.dumps({})), 0.0, 0.0)
+    aoti_worker._run(job, io.BytesIO(pickle.dumps({})), 0.0, 0.0)
     phases = [m.split("the decode step (", 1)[1].split(")", 1)[0] for m in seen]
     assert phases == ["starting", "building the model", "exporting", "compiling"]
     assert all("compiler probe" not in m for m in seen)  # the probe was done

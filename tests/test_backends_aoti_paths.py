@@ -12,8 +12,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from artifactcache.backends import aoti, module_aoti, torch_private
+from artifactcache.backends.aoti import backend as aoti
+from artifactcache.backends.aoti import module as module_aoti
 from artifactcache.backends.base import BuildOptions
+from artifactcache.backends.shared import torch_private
 from artifactcache.errors import IntegrityError
 from artifactcache.keys import compute_key
 from artifactcache.store.local import LocalStore
@@ -72,9 +74,7 @@ def test_the_aoti_loader_refuses_a_library_outside_the_entry(entry, evil, how, m
 
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "symlink"])
-def test_the_module_aoti_loader_refuses_a_library_outside_the_entry(
-    entry, evil, how, monkeypatch
-):
+def test_the_module_aoti_loader_refuses_a_library_outside_the_entry(entry, evil, how, monkeypatch):
     monkeypatch.setattr(torch_private, "aoti_container_runner", _spy)
     spec = SimpleNamespace(module=torch.nn.Linear(2, 2), device="cpu")
     rel = _escapes(entry, evil)[how]

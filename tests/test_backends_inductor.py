@@ -27,8 +27,8 @@ from _backend_util import (
 )
 
 from artifactcache import api
-from artifactcache.backends import inductor
 from artifactcache.backends.base import BuildOptions, get_backend
+from artifactcache.backends.inductor import backend as inductor
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import load_recipe
 

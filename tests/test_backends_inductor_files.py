@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.backends import inductor_files
-from artifactcache.backends.inductor_files import (
+from artifactcache.backends.inductor import files as inductor_files
+from artifactcache.backends.inductor.files import (
     TRITON_DIR_PLACEHOLDER,
     install_compiled_files,
     save_compiled_files,

@@ -9,9 +9,9 @@ from _backend_util import BATCH_PROMPTS, assert_rows_match_alone
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends import onnx_export as ox
-from artifactcache.backends import ort as ortb
 from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.onnx import backend as ortb
+from artifactcache.backends.onnx import export as ox
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.models import WeightsSpec
 from artifactcache.recipes import list_recipes, load_recipe
@@ -150,7 +150,7 @@ def test_cli_bad_inputs_exit_1(cache_dir):
 
 
 def test_ort_tensorrt_ep_takes_the_same_prefill_profile(tmp_path):
-    """The EP's one profile is the trt backend's prefill profile (onnx_export.step_profiles)."""
+    """The EP's one profile is the trt backend's prefill profile (onnx/export.py step_profiles)."""
     recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)  # prefill_len 8
     o = ortb.trt_ep_options(recipe, tmp_path, 0)
     assert o["trt_profile_min_shapes"] == "input_ids:2x1,input_pos:1"

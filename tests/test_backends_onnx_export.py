@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from artifactcache import api
-from artifactcache.backends import onnx_export as ox
 from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.onnx import export as ox
 from artifactcache.errors import BackendError
 from artifactcache.keys import compute_key
 from artifactcache.models import WeightsSpec, build_model

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from artifactcache.backends.cuda_graph import cuda_graph_step
-from artifactcache.backends.runner import StepRunner, decode_examples
+from artifactcache.backends.shared.cuda_graph import cuda_graph_step
+from artifactcache.backends.shared.runner import StepRunner, decode_examples
 from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 

@@ -8,7 +8,7 @@ import pytest
 from _backend_util import CRASHING_PROBE, fake_cxx
 
 from artifactcache import keys
-from artifactcache.backends import cxx
+from artifactcache.backends.shared import cxx
 from artifactcache.errors import BackendError
 
 HAS_GXX = shutil.which("g++") is not None
@@ -250,7 +250,7 @@ def test_doctor_probes_once_per_cache(monkeypatch, tmp_path):
 def test_aoti_builds_get_the_stores_memo_dir(tmp_path, monkeypatch):
     """api hands the store's v1 dir to the build, where the aoti build keeps verdicts."""
     from artifactcache import api
-    from artifactcache.backends import aoti
+    from artifactcache.backends.aoti import backend as aoti
 
     seen: list = []
 

@@ -9,7 +9,7 @@ import pytest
 
 from artifactcache import api
 from artifactcache.backends.base import BuildOptions, get_backend
-from artifactcache.backends.model_options import (
+from artifactcache.backends.shared.model_options import (
     check_quant,
     fuse_projections,
     model_build_args,

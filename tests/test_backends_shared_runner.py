@@ -6,7 +6,7 @@ import pytest
 import torch
 from _backend_util import BATCH_PROMPTS, TINY, assert_rows_match_alone
 
-from artifactcache.backends.runner import (
+from artifactcache.backends.shared.runner import (
     EOS_CHECK_EVERY,
     StepRunner,
     decode_examples,

@@ -181,7 +181,7 @@ def test_the_megacache_path_warms_one_dynamic_decode(
 def test_a_padded_batch_reads_only_its_bucket(long_recipe: Path):
     """Two left-padded rows (row_start 0 and 10) decode across 256 -> 512 with NaN past
     the bucket: each row's logits are its own sequence's full forward."""
-    from artifactcache.backends.runner import StepRunner
+    from artifactcache.backends.shared.runner import StepRunner
     from artifactcache.models import build_model
 
     recipe = load_recipe(long_recipe).with_shapes(max_batch=2)

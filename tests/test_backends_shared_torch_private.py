@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from artifactcache.backends import torch_private as tp  # noqa: E402
+from artifactcache.backends.shared import torch_private as tp  # noqa: E402
 from artifactcache.errors import AcacheError  # noqa: E402
 
 

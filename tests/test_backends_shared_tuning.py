@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from artifactcache.backends.base import BuildOptions, get_backend
-from artifactcache.backends.tuning import inductor_tuning
+from artifactcache.backends.shared.tuning import inductor_tuning
 from artifactcache.errors import AcacheError
 from artifactcache.recipes import load_recipe
 
@@ -16,7 +16,7 @@ CUDA = BuildOptions(device="cuda", dtype="bf16")
 
 
 def test_inductor_defaults_to_cuda_graphs_on_cuda_and_plain_on_cpu():
-    from artifactcache.backends.inductor import _compile_options, _mode
+    from artifactcache.backends.inductor.backend import _compile_options, _mode
 
     assert _mode(CUDA) == "reduce-overhead"
     assert _mode(BuildOptions()) == "default"

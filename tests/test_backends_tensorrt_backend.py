@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from artifactcache import api
 from artifactcache.backends.base import BuildOptions
-from artifactcache.backends.onnx_export import ExportSpec
+from artifactcache.backends.onnx.export import ExportSpec
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.errors import BackendError, BackendUnavailable
 from artifactcache.recipes import load_recipe

@@ -73,8 +73,8 @@ def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
     fixed sizes are the graph's, for a context and batch chosen at build."""
     import onnx
 
-    from artifactcache.backends import onnx_export as ox
     from artifactcache.backends.base import BuildContext, BuildOptions
+    from artifactcache.backends.onnx import export as ox
     from artifactcache.models import WeightsSpec
 
     recipe = load_recipe("tiny-llama").with_shapes(max_seq_len=40, max_batch=max_batch)

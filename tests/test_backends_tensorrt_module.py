@@ -22,10 +22,10 @@ from torch import nn
 from typer.testing import CliRunner
 
 from artifactcache import module_api
-from artifactcache.backends import module_trt
-from artifactcache.backends import runner as runner_mod
 from artifactcache.backends.base import BuildOptions
-from artifactcache.backends.module_onnx import export_module
+from artifactcache.backends.onnx.export_module import export_module
+from artifactcache.backends.shared import runner as runner_mod
+from artifactcache.backends.tensorrt import module as module_trt
 from artifactcache.dtypes import INPUT_DTYPES
 from artifactcache.errors import BackendError, BackendUnavailable, StaleArtifact
 from artifactcache.module_spec import make_spec

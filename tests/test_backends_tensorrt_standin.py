@@ -19,9 +19,9 @@ import torch
 from _trt_standin import Recording, StandinModule, bindings_names, bindings_wheel
 
 from artifactcache import api
-from artifactcache.backends import onnx_export as ox
-from artifactcache.backends import runner as runner_mod
 from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.onnx import export as ox
+from artifactcache.backends.shared import runner as runner_mod
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt import loader
 from artifactcache.errors import BackendError
@@ -169,7 +169,7 @@ def test_trt_and_ort_share_one_export(monkeypatch, tmp_path):
         weights=WeightsSpec(None, 0),
     )
     trt_export = TRT.dependencies(ctx, "random:0", for_load=False)[0]
-    from artifactcache.backends.ort import BACKEND as ORT
+    from artifactcache.backends.onnx.backend import BACKEND as ORT
 
     ctx.opts = BuildOptions()
     (ort_export,) = ORT.dependencies(ctx, "random:0", for_load=False)

@@ -10,7 +10,7 @@ from _backend_util import BATCH_PROMPTS, private_dir, runner_cache
 from _generate_util import naive_greedy
 from torch.overrides import TorchFunctionMode
 
-from artifactcache.backends.runner import StepRunner
+from artifactcache.backends.shared.runner import StepRunner
 from artifactcache.errors import GenerationError
 from artifactcache.generate import Sampling, cut_at_eos, resolve_eos_ids
 from artifactcache.models import build_model

@@ -241,7 +241,7 @@ NEW_FACTORS = {
         ("acache", "version"),
         ("acache", "source", "models"),
         ("acache", "source", "backends.base"),
-        ("acache", "source", "backends.runner"),
+        ("acache", "source", "backends.shared"),
         ("acache", "source", "backends.inductor"),
         (*CODEGEN, "inductor_env", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"),
         (*CODEGEN, "matmul", "fp32_precision"),
@@ -252,7 +252,7 @@ NEW_FACTORS = {
     ],
     "aoti": [
         ("acache", "source", "backends.aoti"),
-        ("acache", "source", "backends.cxx"),
+        ("acache", "source", "backends.shared"),
         (*CODEGEN, "inductor_config", "aot_inductor.package_constants_in_so"),
         (*CODEGEN, "inductor_env", "TORCHINDUCTOR_MAX_AUTOTUNE_GEMM"),
         (*CODEGEN, "matmul", "fp32_precision"),
@@ -395,7 +395,7 @@ NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code
                # the device type is a factor of its own; install hints are messages
                "artifactcache.devices", "artifactcache.extras",
                # CUDA graphs are captured at load, from an artifact already built
-               "artifactcache.backends.cuda_graph",
+               "artifactcache.backends.shared.cuda_graph",
                # shape rules and memory fit: what they decide is the recipe's shapes (key
                # factors themselves), a refusal, or whether aoti's steps build concurrently
                "artifactcache.sizing",
@@ -443,7 +443,7 @@ def test_every_backend_names_the_sources_it_imports():
     import pytest
 
     from artifactcache import code_factors
-    from artifactcache.backends.base import BACKEND_MODULES, BACKEND_NAMES
+    from artifactcache.backends.base import BACKEND_NAMES
 
     def is_module(name: str) -> bool:
         try:
@@ -455,8 +455,8 @@ def test_every_backend_names_the_sources_it_imports():
         return any(name == m or name.startswith(m + ".") for m in (*listed, *NOT_SHAPING))
 
     for backend in (*BACKEND_NAMES, "onnx-export"):
-        listed = (*code_factors.SHARED_SOURCES, *code_factors.BACKEND_SOURCES[backend])
-        own = "artifactcache.backends." + BACKEND_MODULES.get(backend, backend).replace("-", "_")
+        listed = (*code_factors.SHARED_SOURCES, *code_factors.backend_sources(backend))
+        own = "artifactcache.backends." + code_factors.BACKEND_FOLDERS[backend]
         assert covered(own, listed), backend
         for name in listed:
             is_package = bool(importlib.util.find_spec(name).submodule_search_locations)
@@ -470,12 +470,12 @@ def test_every_backend_names_the_sources_it_imports():
                         assert covered(imported, listed), (backend, mod, imported)
         assert code_factors.acache_factors(backend) is not None
     assert code_factors.acache_factors("trt-timing-cache") is None
-    with pytest.raises(LookupError, match="no source list"):
+    with pytest.raises(LookupError, match="no folder"):
         code_factors.acache_factors("no-such-backend")
 
 
 def test_aoti_keys_exactly_the_config_its_build_passes(monkeypatch):
-    from artifactcache.backends import aoti
+    from artifactcache.backends.aoti import backend as aoti
     from artifactcache.backends.base import BuildOptions
     from artifactcache.recipes import load_recipe
 
@@ -524,3 +524,37 @@ def test_key_explain_prints_the_new_factors(monkeypatch):
         "toolchain.libstdcxx",
     ):
         assert row in res.output, row
+
+
+def test_a_backend_key_covers_its_folder_and_the_folders_it_imports(tmp_path, monkeypatch):
+    """backend_sources reads the folder's imports: a new file or a new cross-folder import
+    reaches the key without anyone editing a list."""
+    import importlib
+
+    from artifactcache import code_factors
+
+    root = tmp_path / "fakepkg" / "backends"
+    for folder in ("a", "b", "c", "shared"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "__init__.py").write_text("")
+    (root.parent / "__init__.py").write_text("")
+    (root / "__init__.py").write_text("")
+    (root / "a" / "backend.py").write_text("from ..b import thing\nfrom ..shared import x\n")
+    (root / "b" / "thing.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    monkeypatch.setattr(code_factors, "BACKENDS_PACKAGE", "fakepkg.backends")
+    monkeypatch.setattr(code_factors, "SHARED_SOURCES", ("fakepkg.backends.shared",))
+    monkeypatch.setattr(code_factors, "BACKEND_FOLDERS", {"a": "a", "c": "c"})
+    code_factors.backend_sources.cache_clear()
+    code_factors.module_digest.cache_clear()
+    try:
+        assert code_factors.backend_sources("a") == ("fakepkg.backends.a", "fakepkg.backends.b")
+        assert code_factors.backend_sources("c") == ("fakepkg.backends.c",)
+        before = code_factors.module_digest("fakepkg.backends.a")
+        (root / "a" / "new_helper.py").write_text("Y = 2\n")
+        code_factors.module_digest.cache_clear()
+        assert code_factors.module_digest("fakepkg.backends.a") != before
+    finally:
+        code_factors.backend_sources.cache_clear()
+        code_factors.module_digest.cache_clear()

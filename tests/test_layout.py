@@ -78,7 +78,7 @@ def test_every_test_file_names_the_module_it_tests() -> None:
 
 
 def test_the_mapping() -> None:
-    assert _mirrored("test_backends_torch_private.py") == "backends/torch_private.py"
+    assert _mirrored("test_backends_shared_torch_private.py") == "backends/shared/torch_private.py"
     assert _mirrored("test_backends_tensorrt_standin.py") == "backends/tensorrt"
     assert _mirrored("test_store_local_failures.py") == "store/local.py"
     assert _mirrored("test_api.py") == "api.py"

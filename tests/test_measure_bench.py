@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from artifactcache.backends.runner import StepRunner
+from artifactcache.backends.shared.runner import StepRunner
 from artifactcache.errors import MeasureError
 from artifactcache.measure import bench
 from artifactcache.models import build_model

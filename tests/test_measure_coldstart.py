@@ -87,7 +87,7 @@ def test_journal_resumes_without_respawning(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch):
-    from artifactcache.backends.inductor import warm_path
+    from artifactcache.backends.inductor.backend import warm_path
 
     # A framework cache in OUR environment must not leak into the children.
     leaked = tmp_path / "parent-inductor-cache"

@@ -42,7 +42,11 @@ def _child_env() -> dict[str, str]:
 def test_the_kernel_matches_sdpa_in_every_case():
     env = _child_env()
     done = subprocess.run(
-        [sys.executable, str(CHILD)], env=env, cwd=REPO, capture_output=True, text=True,
+        [sys.executable, str(CHILD)],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
         timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
@@ -145,8 +149,8 @@ def test_dynamo_traces_a_split_kv_model_whole():
     the op must be one node of that graph, not something Dynamo refuses to trace."""
     import torch
 
-    from artifactcache.backends.inductor import register_model_ops
-    from artifactcache.backends.runner import example_inputs
+    from artifactcache.backends.inductor.backend import register_model_ops
+    from artifactcache.backends.shared.runner import example_inputs
     from artifactcache.models import build_model
     from artifactcache.recipes import load_recipe
 

@@ -163,8 +163,11 @@ def test_weights_in_a_recipe_are_relative_to_its_file(tmp_path: Path):
         ("n_kv_heads = 2", "n_kv_heads = 2\nrope_theta = inf", "'model.rope_theta' must be a fin"),
         ("n_kv_heads = 2", "n_kv_heads = 2\npartial_rotary_factor = nan", "partial_rotary_factor"),
         # an integer past the largest float, where a float is meant
-        ("n_kv_heads = 2", "n_kv_heads = 2\nnorm_eps = 1" + "0" * 400,
-         "'model.norm_eps' must be a finite number, got an integer of 401 digits"),
+        (
+            "n_kv_heads = 2",
+            "n_kv_heads = 2\nnorm_eps = 1" + "0" * 400,
+            "'model.norm_eps' must be a finite number, got an integer of 401 digits",
+        ),
     ],
 )
 def test_numbers_past_any_model_and_nan_inf_are_refused(tmp_path: Path, old, new, needle):

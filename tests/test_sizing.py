@@ -49,7 +49,7 @@ def test_max_seq_len_is_a_key_factor_and_the_recipes_own_is_the_default():
 
 
 def test_a_context_shorter_than_the_prefill_chunk_takes_shorter_chunks():
-    from artifactcache.backends.runner import example_inputs
+    from artifactcache.backends.shared.runner import example_inputs
 
     s = load_recipe("tiny-llama").with_shapes(max_seq_len=4).shapes  # prefill_len 8
     assert (s.max_seq_len, s.prefill_len, s.max_batch) == (4, 3, 1)
@@ -119,7 +119,7 @@ def test_max_batch_is_a_key_factor_of_every_entry_and_the_export():
     assert ctx.recipe.shapes.max_batch == 2
     assert api.key_for(b, ctx).factors["recipe"]["shapes"]["max_batch"] == 2
     pytest.importorskip("onnxruntime")
-    from artifactcache.backends import onnx_export as ox
+    from artifactcache.backends.onnx import export as ox
     from artifactcache.keys import compute_key
 
     exports = {

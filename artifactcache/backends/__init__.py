@@ -1,0 +1,25 @@
+"""Backends: one folder each, holding its LLM-recipe path and its nn.Module path.
+
+::
+
+    backends/
+      base.py            the Backend and ModuleBackend protocols, BuildOptions, the registry
+      shared/            what more than one backend uses
+        runner.py          StepRunner: generation over compiled prefill/decode steps
+        model_options.py   fusion, quantization, split-KV decode: checks and key factors
+        cuda_graph.py      CUDA-graph capture of a decode step (at load)
+        cxx.py             C++ compiler probes for Inductor and AOTInductor
+        tuning.py          Inductor autotuning options
+        torch_private.py   every private torch API acache touches, in one place
+        any_module.py      the reference run, records and CompiledModule of the nn.Module path
+      eager/             backend.py, module.py
+      inductor/          backend.py, module.py, files.py (Mega-Cache and kernel files)
+      aoti/              backend.py, module.py, plan.py and jobs.py (concurrent step builds)
+      onnx/              the "ort" backend: backend.py, module.py; export.py and
+                         export_module.py (the ONNX export TensorRT reads too)
+      tensorrt/          the "trt" backend: backend.py, module.py, loader.py, runner.py,
+                         options.py, util.py, llm.py (TensorRT-LLM)
+
+A backend's key covers its folder, every backend folder it imports, and shared/
+(``code_factors.backend_sources``).
+"""

@@ -1,11 +1,12 @@
-"""The Backend protocol, the Runner interface, and the backend registry.
+"""The two backend protocols, the Runner interface, and the backend registry.
 
-One module per backend (``backends/<name>.py``; TensorRT is the package
-``backends/tensorrt/``), each exposing ``BACKEND``, an object that satisfies
-:class:`Backend`. Modules are imported lazily by
-:func:`get_backend`, and heavy imports (torch._inductor, onnxruntime, tensorrt)
-happen inside the methods, so a missing optional dependency never breaks the
-rest of the CLI: ``available()`` reports it instead.
+Each backend is a folder (see backends/__init__.py) holding both of its paths:
+``backend.py`` exposes ``BACKEND`` (a :class:`Backend`: LLM recipes, step functions
+over a KV cache) and ``module.py`` exposes ``MODULE_BACKEND`` (a
+:class:`ModuleBackend`: one ``forward`` of any nn.Module). :func:`get_backend` and
+:func:`get_module_backend` import them lazily, and heavy imports (torch._inductor,
+onnxruntime, tensorrt) happen inside the methods, so a missing optional dependency
+never breaks the rest of the CLI: ``available()`` reports it instead.
 
 Flow (see ``artifactcache/api.py``)::
 
@@ -27,18 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ..code_factors import BACKEND_FOLDERS
 from ..errors import BackendError, BackendUnavailable
 
 if TYPE_CHECKING:
     import torch
 
     from ..models import WeightsSpec
+    from ..module_spec import ModuleSpec
     from ..recipes import Recipe
     from ..store.entry import Entry
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
-# The module of each backend whose module is not named after it.
-BACKEND_MODULES = {"trt": "tensorrt"}
 
 
 @dataclass(frozen=True)
@@ -175,14 +176,57 @@ class Backend(Protocol):
         ...
 
 
-def get_backend(name: str) -> Backend:
+class ModuleBackend(Protocol):
+    name: str
+    # True when the artifact holds the weights: the key then covers their digest.
+    weights_in_artifact: bool
+
+    def check_options(self, opts: BuildOptions) -> None:
+        """One-line BackendError for options this backend does not take for modules."""
+        ...
+
+    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+        """What, besides the module fingerprint, shapes the artifact (backend.options)."""
+        ...
+
+    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+        """Write the artifact into workdir; return the manifest's meta."""
+        ...
+
+    def load(
+        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        phases: dict[str, float],
+    ) -> Callable[..., Any]:  # fmt: skip
+        """A callable with the module's outputs, from a verified entry; stamps phases.
+
+        May raise StaleArtifact (an intact entry that cannot run here): api.compile
+        then rebuilds it once.
+        """
+        ...
+
+    # Optional: sibling_options(opts) -> BuildOptions, the options the LLM sibling's
+    # available() and toolchain() are asked with when they differ from the module's
+    # (trt: its onnx mode, whatever mode the module path was given).
+
+
+def _folder(name: str) -> str:
     if name not in BACKEND_NAMES:
         raise BackendError(f"unknown backend {name!r}: choose one of {', '.join(BACKEND_NAMES)}")
+    return f"{__package__}.{BACKEND_FOLDERS[name]}"
+
+
+def get_backend(name: str) -> Backend:
+    """The LLM-recipe Backend of ``name`` (``backends/<folder>/backend.py``)."""
     try:
-        module = importlib.import_module(f"{__package__}.{BACKEND_MODULES.get(name, name)}")
+        module = importlib.import_module(_folder(name) + ".backend")
     except ImportError as e:  # only the backend's own module missing: a packaging bug
         raise BackendUnavailable(f"backend {name!r} could not be imported ({e})") from None
     return module.BACKEND
+
+
+def get_module_backend(name: str) -> ModuleBackend:
+    """The nn.Module path of ``name`` (``backends/<folder>/module.py``)."""
+    return importlib.import_module(_folder(name) + ".module").MODULE_BACKEND
 
 
 def require_available(backend: Backend, opts: BuildOptions) -> None:

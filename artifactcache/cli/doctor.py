@@ -169,7 +169,7 @@ def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
     This is what to look at when AOTInductor libraries crash at load: on the GPU
     image $CXX named a compiler whose code segfaults in this process.
     """
-    from ..backends import cxx
+    from ..backends.shared import cxx
 
     try:
         import torch  # noqa: F401  (maps libstdc++ the way a build process has it)

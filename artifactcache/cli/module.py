@@ -83,7 +83,7 @@ def output_summary(out: Any) -> list[dict[str, Any]]:
     """Each output tensor's path in the output structure, shape, dtype and checksum."""
     import torch
 
-    from ..backends.torch_private import output_leaves
+    from ..backends.shared.torch_private import output_leaves
 
     rows = []
     for path, t in output_leaves(out):

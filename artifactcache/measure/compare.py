@@ -88,7 +88,7 @@ def check_out_dir(out: Path) -> None:
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
     from ..backends.base import BACKEND_NAMES, get_backend
-    from ..backends.model_options import check_recipe_options
+    from ..backends.shared.model_options import check_recipe_options
     from ..recipes import load_recipe
 
     if spec.runs < 1:

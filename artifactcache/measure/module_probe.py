@@ -27,7 +27,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     import torch
 
     from .. import module_api
-    from ..backends.module_common import get_module_backend
+    from ..backends.base import get_module_backend
     from ..module_spec import spec_from_cli
     from ..store.local import LocalStore
     from . import bench

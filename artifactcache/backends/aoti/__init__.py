@@ -1,0 +1,1 @@
+"""aoti: AOTInductor packages, one per step, built concurrently in worker processes."""

@@ -36,19 +36,17 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ..code_factors import codegen_factors
-from ..devices import device_type, is_cuda
-from ..errors import BackendError, BackendUnavailable
-from ..keys import toolchain_fingerprint
-from ..kv_buckets import kv_len_range
-from ..store.entry import entry_file
-from .aoti_jobs import build_concurrently
-from .aoti_plan import planned_jobs
-from .base import BuildContext, BuildOptions
-from .cuda_graph import cuda_graph_step
-from .cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
-from .model_options import check_model_options, model_factors
-from .runner import (
+from ...code_factors import codegen_factors
+from ...devices import device_type, is_cuda
+from ...errors import BackendError, BackendUnavailable
+from ...keys import toolchain_fingerprint
+from ...kv_buckets import kv_len_range
+from ...store.entry import entry_file
+from ..base import BuildContext, BuildOptions
+from ..shared.cuda_graph import cuda_graph_step
+from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
+from ..shared.model_options import check_model_options, model_factors
+from ..shared.runner import (
     StepRunner,
     build_model_for,
     check_device_dtype,
@@ -57,14 +55,16 @@ from .runner import (
     example_inputs,
     kv_buckets_of,
 )
-from .torch_private import (
+from ..shared.torch_private import (
     aoti_container_runner,
     aoti_runner_missing,
     export_user_error,
     inductor_config_kept,
     release_export_state,
 )
-from .tuning import check_extra, inductor_tuning
+from ..shared.tuning import check_extra, inductor_tuning
+from .jobs import build_concurrently
+from .plan import planned_jobs
 
 RECORD = "aoti.json"
 FORMAT = 1

@@ -2,7 +2,7 @@
 process, or each in a worker process of its own at the same time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the
-GIL, so two threads would take turns. Why a fresh interpreter running this module's
+GIL, so two threads would take turns. Why a fresh interpreter running worker.py's
 ``main`` (``worker_argv``) rather than a fork: the building
 process may hold a CUDA context, which a forked child cannot use. Why not
 multiprocessing's spawn: it re-imports the caller's main module, and a script that
@@ -11,7 +11,7 @@ calls ``build()`` without a ``__main__`` guard would then build again inside eac
 A worker is told (pickled on its stdin) the recipe, the options, the weights and the
 codegen-relevant process state the key names (fp32 matmul precision, TF32), plus the
 deterministic-algorithms switch and, where this process imported Inductor, its portable
-config (where that leaves a change behind, a custom pass say, aoti_plan keeps the build
+config (where that leaves a change behind, a custom pass say, plan.py keeps the build
 serial). It rebuilds the model as the serial path does (``build_model_for``: the same
 weights, fused projections, quantization) and runs the serial path's own
 ``aoti.build_step``.
@@ -53,14 +53,14 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
-from ..errors import AcacheError, BackendError
-from ..store.manifest import path_problem
-from .aoti_plan import JOBS_ENV, TIMEOUT_ENV, apply_process_state, build_timeout, process_state
+from ...errors import AcacheError, BackendError
+from ...store.manifest import path_problem
+from .plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
 
 if TYPE_CHECKING:
-    from .base import BuildContext, BuildOptions
+    from ..base import BuildContext, BuildOptions
 
 _POLL_S = 0.1
 LOG_TAIL_LINES = 40
@@ -122,8 +122,9 @@ def worker_argv() -> list[str]:
     """The worker's command line. It imports the acache this process runs (the key names
     its sources), wherever that came from: the folder holding this package goes first on
     its path, in place of the working directory that `-m` or `-c` would put there."""
-    here = str(Path(__file__).resolve().parents[2])
-    boot = f"import sys; sys.path[0] = {here!r}; from {__name__} import main; sys.exit(main())"
+    here = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+    worker = __name__.rpartition(".")[0] + ".worker"
+    boot = f"import sys; sys.path[0] = {here!r}; from {worker} import main; sys.exit(main())"
     return [sys.executable, "-c", boot]
 
 
@@ -380,75 +381,3 @@ def build_concurrently(
             timings[f"{step}_worker"] = round(report["finished"] - w.spawned, 3)
             timings.update(report["timings"])
     return sos, timings
-
-
-# ------------------------------------------------------------------ worker --
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """A worker outlives no parent: its build could never be published."""
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="acache-parent-watch").start()
-
-
-def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dict[str, Any]:
-    job.mark("importing")
-    from .aoti import BACKEND, build_step
-    from .base import BuildContext
-    from .runner import build_model_for, device_of
-
-    # From this worker's first line: unpickling the job imported torch already.
-    timings = {f"{job.step}_imports": round(time.perf_counter() - t_imports, 3)}
-    apply_process_state(job.state)
-    job.mark("building the model")
-    t0 = time.perf_counter()
-    ctx = BuildContext(recipe=job.recipe, opts=job.opts, weights=job.weights)
-    dev = device_of(job.opts)
-    model = build_model_for(ctx, dev, BACKEND.name)
-    timings[f"{job.step}_model"] = round(time.perf_counter() - t0, 3)
-
-    def config() -> dict[str, Any]:
-        job.mark(WAITING_FOR_PROBE)
-        cfg = pickle.load(stdin)  # sent once the parent's compiler probe is done
-        job.mark("compiling")
-        return cfg
-
-    job.mark("exporting")
-    so = build_step(model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings)
-    return {"so": so, "timings": timings, "started": started, "finished": time.monotonic()}
-
-
-def main() -> int:
-    started, t_imports = time.monotonic(), time.perf_counter()
-    stdin = sys.stdin.buffer
-    job: StepJob = pickle.load(stdin)
-    _exit_with_parent(job.parent_pid)
-    try:
-        report = _run(job, stdin, started, t_imports)
-        code = 0
-    except BaseException as e:  # reported to the parent, which decides how it surfaces
-        import traceback
-
-        report = {
-            "error": {
-                "acache": isinstance(e, AcacheError),
-                "module": type(e).__module__,
-                "type": type(e).__qualname__,
-                "message": str(e),
-                "traceback": "".join(traceback.format_exception(e)),
-            }
-        }
-        code = 1
-    tmp = job.result.with_suffix(".tmp")
-    tmp.write_bytes(pickle.dumps(report))
-    os.replace(tmp, job.result)  # whole or absent: the parent never reads half a report
-    return code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

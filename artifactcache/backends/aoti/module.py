@@ -21,22 +21,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..devices import device_type
-from ..errors import BackendError
-from ..store.entry import entry_file
-from .aoti import MODES, inductor_configs, safe_extract, share_constants
-from .base import BuildOptions
-from .cxx import build_record, check_runtime
-from .module_common import (
+from ...devices import device_type
+from ...errors import BackendError
+from ...store.entry import entry_file
+from ..base import BuildOptions
+from ..shared.any_module import (
     FORMAT,
     export_dynamic_shapes,
     reference_run,
     require_files,
     write_record,
 )
+from ..shared.cxx import build_record, check_runtime
+from .backend import MODES, inductor_configs, safe_extract, share_constants
 
 if TYPE_CHECKING:
-    from ..module_spec import ModuleSpec
+    from ...module_spec import ModuleSpec
 
 STEP = "module"
 CONSTANTS = "constants.safetensors"
@@ -65,7 +65,7 @@ class AotiModuleBackend:
     def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
         import torch
 
-        from .torch_private import inductor_config_kept, release_export_state
+        from ..shared.torch_private import inductor_config_kept, release_export_state
 
         flat, tree = reference_run(spec)
         cfg = inductor_configs(opts)
@@ -117,7 +117,7 @@ class AotiModuleBackend:
     ) -> Callable[..., Any]:  # fmt: skip
         import torch
 
-        from .torch_private import aoti_container_runner, rebuild_output
+        from ..shared.torch_private import aoti_container_runner, rebuild_output
 
         if not meta.get("library"):
             require_files(entry_dir, "<library>")  # the one-line "rebuild it" error

@@ -1,6 +1,6 @@
 """How an aoti build is scheduled, and what a worker takes from the building process.
 
-How many of its steps build at once, each in a worker process (aoti_jobs.py), and how
+How many of its steps build at once, each in a worker process (aoti/jobs.py), and how
 long the workers may take: ACACHE_BUILD_JOBS, else the device, the CPUs this process
 may use (its affinity, capped by a cgroup CPU quota, as in a container), the free
 memory, and whether this process's Inductor config can be carried to a worker at all.
@@ -15,13 +15,13 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .. import settings
-from ..devices import is_cuda
-from ..errors import BackendError
-from ..host import usable_cores
+from ... import settings
+from ...devices import is_cuda
+from ...errors import BackendError
+from ...host import usable_cores
 
 if TYPE_CHECKING:
-    from .base import BuildOptions
+    from ..base import BuildOptions
 
 JOBS_ENV = "ACACHE_BUILD_JOBS"
 TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
@@ -62,7 +62,7 @@ def inductor_config_left_behind() -> list[str]:
     get (process_state sends the portable config only): custom passes and the like."""
     if "torch._inductor.config" not in sys.modules:  # unimported: nothing changed
         return []
-    from .torch_private import portable_inductor_config
+    from ..shared.torch_private import portable_inductor_config
 
     return portable_inductor_config()[1]
 
@@ -80,7 +80,7 @@ def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
     per worker, where the serial path (and the fit check before any build) needs it
     once. On memory, an explicit ACACHE_BUILD_JOBS is taken as asked.
     """
-    from ..sizing import FIT_FRACTION, available_memory, memory_needed
+    from ...sizing import FIT_FRACTION, available_memory, memory_needed
 
     jobs = build_jobs(opts.device, n_steps)
     if jobs == 1:
@@ -125,7 +125,7 @@ def process_state() -> dict[str, Any]:
     user may have changed it; otherwise the worker's defaults are this process's)."""
     import torch
 
-    from ..code_factors import matmul_precision
+    from ...code_factors import matmul_precision
 
     state: dict[str, Any] = {
         "matmul": matmul_precision(),
@@ -134,7 +134,7 @@ def process_state() -> dict[str, Any]:
         "inductor_config": None,
     }
     if "torch._inductor.config" in sys.modules:
-        from .torch_private import portable_inductor_config
+        from ..shared.torch_private import portable_inductor_config
 
         # Where this leaves a change behind, planned_jobs chose the serial path.
         state["inductor_config"] = portable_inductor_config()[0]
@@ -146,7 +146,7 @@ def apply_process_state(state: dict[str, Any]) -> None:
     stick is a BackendError, since the key would then describe another artifact."""
     import torch
 
-    from ..code_factors import matmul_precision
+    from ...code_factors import matmul_precision
 
     m = state["matmul"]
     # Only what differs: torch refuses to report a precision set through both its
@@ -169,6 +169,6 @@ def apply_process_state(state: dict[str, Any]) -> None:
     ):  # only then: setting it imports torch._dynamo and Inductor (seconds)
         torch.use_deterministic_algorithms(wanted[0], warn_only=wanted[1])
     if state["inductor_config"] is not None:
-        from .torch_private import load_inductor_config
+        from ..shared.torch_private import load_inductor_config
 
         load_inductor_config(state["inductor_config"])

@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..devices import device_type, is_cuda
-from ..errors import BackendError
-from ..keys import toolchain_fingerprint
-from .base import BuildContext, BuildOptions
-from .model_options import backend_extra, check_model_options, model_factors
-from .runner import StepRunner, build_model_for, check_device_dtype, device_of
+from ...devices import device_type, is_cuda
+from ...errors import BackendError
+from ...keys import toolchain_fingerprint
+from ..base import BuildContext, BuildOptions
+from ..shared.model_options import backend_extra, check_model_options, model_factors
+from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of
 
 RECORD = "eager.json"
 # Bumped when what build() writes or what load() expects changes.

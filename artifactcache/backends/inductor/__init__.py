@@ -1,0 +1,1 @@
+"""inductor: torch.compile, with its Mega-Cache and kernel files kept in the entry."""

@@ -24,7 +24,7 @@ traces the model while the FX-graph and AOTAutograd caches hit.
 Both paths carry:
 
 ``kernels/``       what the build compiled that a fresh process with empty framework
-                   caches would compile again (inductor_files.py): the C++ kernel
+                   caches would compile again (files.py): the C++ kernel
                    objects on CPU (measured: 21 g++ runs for tiny-llama without
                    them), and on CUDA the Triton kernels and the autotuning winners.
 ``megacache.bin``  on the aot_compile path too when torch recorded anything beyond
@@ -43,18 +43,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import settings
-from ..code_factors import codegen_factors
-from ..devices import device_index, device_type, is_cuda
-from ..errors import BackendError
-from ..keys import toolchain_fingerprint
-from ..kv_buckets import kv_len_range
-from .base import BuildContext, BuildOptions
-from .cuda_graph import cuda_graph_step
-from .cxx import identity, inductor_default_cxx, missing_compiler
-from .inductor_files import install_compiled_files, save_compiled_files
-from .model_options import check_model_options, model_factors, split_kv_decode
-from .runner import (
+from ... import settings
+from ...code_factors import codegen_factors
+from ...devices import device_index, device_type, is_cuda
+from ...errors import BackendError
+from ...keys import toolchain_fingerprint
+from ...kv_buckets import kv_len_range
+from ..base import BuildContext, BuildOptions
+from ..shared.cuda_graph import cuda_graph_step
+from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
+from ..shared.model_options import check_model_options, model_factors, split_kv_decode
+from ..shared.runner import (
     StepRunner,
     build_model_for,
     check_device_dtype,
@@ -64,7 +63,7 @@ from .runner import (
     kv_buckets_of,
     sync,
 )
-from .torch_private import (
+from ..shared.torch_private import (
     aot_compile_missing,
     aot_compile_step,
     forget_inductor_process_caches,
@@ -77,7 +76,8 @@ from .torch_private import (
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
-from .tuning import check_extra, inductor_tuning
+from ..shared.tuning import check_extra, inductor_tuning
+from .files import install_compiled_files, save_compiled_files
 
 MEGACACHE = "megacache.bin"
 KERNELS = "kernels"

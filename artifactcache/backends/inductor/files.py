@@ -29,7 +29,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from .torch_private import TorchPrivateAPIMissing, inductor_cache_dir, triton_cache_dir
+from ..shared.torch_private import TorchPrivateAPIMissing, inductor_cache_dir, triton_cache_dir
 
 TRITON = "triton"
 # Files of Inductor's own cache dir worth carrying (the .o files are needed too:

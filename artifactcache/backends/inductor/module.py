@@ -20,16 +20,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..devices import device_index, device_type, is_cuda
-from ..errors import BackendError
-from .base import BuildOptions
-from .inductor import KERNELS, MEGACACHE, MODES
-from .inductor_files import install_compiled_files, save_compiled_files
-from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
-from .torch_private import inductor_tuning_results_kept
+from ...devices import device_index, device_type, is_cuda
+from ...errors import BackendError
+from ..base import BuildOptions
+from ..shared.any_module import FORMAT, no_extra, reference_run, require_files, write_record
+from ..shared.torch_private import inductor_tuning_results_kept
+from .backend import KERNELS, MEGACACHE, MODES
+from .files import install_compiled_files, save_compiled_files
 
 if TYPE_CHECKING:
-    from ..module_spec import ModuleSpec
+    from ...module_spec import ModuleSpec
 
 EXTRA_KEYS = ("fullgraph",)
 _RECOMPILE_LIMIT = 64
@@ -43,7 +43,7 @@ def compile_and_run(spec: ModuleSpec, opts: BuildOptions) -> Any:
     """torch.compile the module and run the example inputs (3 times for CUDA graphs)."""
     import torch
 
-    from .torch_private import raise_dynamo_recompile_limit
+    from ..shared.torch_private import raise_dynamo_recompile_limit
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     mode = _mode(opts)
@@ -89,7 +89,7 @@ class InductorModuleBackend:
     def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
         import torch
 
-        from .torch_private import (
+        from ..shared.torch_private import (
             forget_inductor_process_caches,
             fresh_cache_artifact_manager,
             fresh_inductor_cache,

@@ -1,6 +1,6 @@
 """ort: ONNX Runtime over the cached ONNX export, with the optimized graph as the artifact.
 
-Build: take the shared export (a dependency, ``onnx_export.export_dependency``:
+Build: take the shared export (a dependency, ``export.export_dependency``:
 its own cache entry, which artifactcache/api.py opens or builds, so ``ort`` and
 ``trt`` export once), create a session with graph
 optimizations on and ``SessionOptions.optimized_model_filepath`` pointing into
@@ -10,7 +10,7 @@ the staging dir. ORT writes the graph after its optimizers ran
 Load: a session over ``model.opt.onnx`` with ``ORT_DISABLE_ALL``: the graph is
 already optimized, so a warm process skips the optimizer passes (ORT's verbose
 log then says "No graph transformers registered for level 1/2/3"; see
-tests/test_backends_ort.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
+tests/test_backends_onnx.py). Because ORT_ENABLE_ALL layout passes (NCHWc) are
 specific to the CPU they ran on, the key's hardware factor carries the CPU ISA.
 
 Execution providers (``--mode``): ``cpu`` (default on --device cpu), ``cuda``
@@ -35,14 +35,14 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import settings
-from ..devices import device_index, is_cuda
-from ..errors import BackendError
-from ..extras import TRT_HINT, install_hint
-from ..keys import toolchain_fingerprint
-from .base import BuildContext, BuildOptions, Dependency
-from .model_options import check_quant
-from .onnx_export import (
+from ... import settings
+from ...devices import device_index, is_cuda
+from ...errors import BackendError
+from ...extras import TRT_HINT, install_hint
+from ...keys import toolchain_fingerprint
+from ..base import BuildContext, BuildOptions, Dependency
+from ..shared.model_options import check_quant
+from .export import (
     EXPORT_DEP,
     OUTPUT_NAMES,
     STEP_INPUT_NAMES,
@@ -54,8 +54,8 @@ from .onnx_export import (
 )
 
 if TYPE_CHECKING:
-    from ..recipes import Recipe
-    from .runner import StepRunner
+    from ...recipes import Recipe
+    from ..shared.runner import StepRunner
 
 OPT_MODEL = "model.opt.onnx"
 OPT_DATA = "model.opt.onnx.data"
@@ -145,7 +145,7 @@ def session_options(
 
 def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str, str]:
     """TensorRT EP options: engine and timing caches in cache_dir, and the prefill profile
-    of the step graph (onnx_export.step_profiles: T over 1..prefill_len, the batch static
+    of the step graph (onnx/export.py step_profiles: T over 1..prefill_len, the batch static
     at max_batch), the same ranges the trt backend's engines take."""
     prefill = step_profiles(recipe)[0]
 
@@ -267,7 +267,7 @@ class OrtBackend:
         # The export's own key is a function of the recipe and weights (already in this
         # key) and of these export factors, so this key determines the export key too;
         # the export key itself is recorded in the manifest's meta.
-        from .onnx_export import export_toolchain
+        from .export import export_toolchain
 
         return {
             "format": FORMAT,
@@ -342,7 +342,7 @@ class OrtBackend:
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
         import torch
 
-        from .runner import StepRunner
+        from ..shared.runner import StepRunner
 
         opts = ctx.opts
         ep = resolve_ep(opts)
@@ -385,7 +385,7 @@ def _device_id(opts: BuildOptions) -> int:
 def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
     import torch
 
-    from .runner import example_inputs
+    from ..shared.runner import example_inputs
 
     cpu = torch.device("cpu")
     steps.prefill(*example_inputs(recipe, cpu, decode=False))

@@ -44,15 +44,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
-from ..keys import make_factors, toolchain_fingerprint
-from .base import Dependency
+from ...errors import BackendError
+from ...keys import make_factors, toolchain_fingerprint
+from ..base import Dependency
 
 if TYPE_CHECKING:
     import torch
 
-    from ..recipes import Recipe
-    from .base import BuildContext, BuildOptions
+    from ...recipes import Recipe
+    from ..base import BuildContext, BuildOptions
 
 EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built_from"]
 MODEL_FILE = "model.onnx"
@@ -387,8 +387,8 @@ def export_to(workdir: Path, ctx: BuildContext, spec: ExportSpec) -> dict[str, A
     import onnx
     import torch
 
-    from ..dtypes import torch_dtype
-    from ..models import build_model
+    from ...dtypes import torch_dtype
+    from ...models import build_model
 
     t0 = time.perf_counter()
     tdtype = torch_dtype(spec.dtype)

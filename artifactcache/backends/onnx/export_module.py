@@ -17,13 +17,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import BackendError
-from .base import BuildOptions
-from .module_common import export_dynamic_shapes
-from .onnx_export import export_spec
+from ...errors import BackendError
+from ..base import BuildOptions
+from ..shared.any_module import export_dynamic_shapes
+from .export import export_spec
 
 if TYPE_CHECKING:
-    from ..module_spec import ModuleSpec
+    from ...module_spec import ModuleSpec
 
 EXPORT_FILE = "export.onnx"
 

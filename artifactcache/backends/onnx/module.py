@@ -1,6 +1,6 @@
 """ort for any module: the ONNX export, optimized by ONNX Runtime once, weights inside.
 
-Build: the module's ONNX export (module_onnx.py: inputs ``input_0..``, outputs
+Build: the module's ONNX export (onnx/export_module.py: inputs ``input_0..``, outputs
 ``output_0..`` in the order of the flattened output structure). A session with graph
 optimizations on writes the optimized graph (``model.opt.onnx``); that file is the
 artifact and the raw export is dropped. Load: a session over it with optimizations
@@ -19,16 +19,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..devices import device_index
-from ..errors import BackendError
-from .base import BuildOptions
-from .module_common import FORMAT, no_extra, reference_run, require_files, write_record
-from .module_onnx import EXPORT_FILE, export_module, input_name
-from .onnx_export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchain
-from .ort import EP_DTYPES, OPT_MODEL, graph_level, onnxruntime_module, resolve_ep, session_options
+from ...devices import device_index
+from ...errors import BackendError
+from ..base import BuildOptions
+from ..shared.any_module import FORMAT, no_extra, reference_run, require_files, write_record
+from .backend import (
+    EP_DTYPES,
+    OPT_MODEL,
+    graph_level,
+    onnxruntime_module,
+    resolve_ep,
+    session_options,
+)
+from .export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchain
+from .export_module import EXPORT_FILE, export_module, input_name
 
 if TYPE_CHECKING:
-    from ..module_spec import ModuleSpec
+    from ...module_spec import ModuleSpec
 
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
 
@@ -115,7 +122,7 @@ class OrtModuleBackend:
     ) -> Callable[..., Any]:  # fmt: skip
         import torch
 
-        from .torch_private import rebuild_output
+        from ..shared.torch_private import rebuild_output
 
         ep = resolve_ep(opts)
         if meta.get("ep") != ep:

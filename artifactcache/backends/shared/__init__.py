@@ -1,0 +1,1 @@
+"""Pieces more than one backend uses (see backends/__init__.py)."""

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .. import settings
+from ... import settings
 
 # step(*inputs) -> logits (or a list whose first item is the logits)
 Step = Callable[..., Any]

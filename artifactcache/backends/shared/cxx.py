@@ -129,7 +129,7 @@ def _file_id(path: str) -> str | None:
 
 def _memo_key(cxx: str, runtime: str) -> str | None:
     """What a verdict depends on: compiler, runtime, torch, and the probe itself."""
-    from ..keys import package_version
+    from ...keys import package_version
 
     compiler, lib = _file_id(shutil.which(cxx) or cxx), _file_id(runtime)
     if compiler is None or lib is None:
@@ -321,7 +321,7 @@ def check_runtime(meta: dict) -> None:
     is the kind outcome. A user who preloads the matching runtime (LD_PRELOAD),
     which makes such a wrapper load, is trusted.
     """
-    from ..errors import BackendError
+    from ...errors import BackendError
 
     built = meta.get("libstdcxx")
     loaded = loaded_libstdcxx()

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..devices import is_cuda
-from ..errors import BackendError
-from ..kv_buckets import kv_len_range
+from ...devices import is_cuda
+from ...errors import BackendError
+from ...kv_buckets import kv_len_range
 
 if TYPE_CHECKING:
-    from ..recipes import Recipe
-    from .base import BuildOptions
+    from ...recipes import Recipe
+    from ..base import BuildOptions
 
 MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"

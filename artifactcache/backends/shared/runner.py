@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..devices import parse_device
-from ..dtypes import check_dtype
-from ..errors import BackendError, ShapeError
-from ..generate import (
+from ...devices import parse_device
+from ...dtypes import check_dtype
+from ...errors import BackendError, ShapeError
+from ...generate import (
     PAD_ID,
     Checkpoint,
     Sampling,
@@ -45,16 +45,16 @@ from ..generate import (
     plan_chunks,
     resolve_eos_ids,
 )
-from ..kv_buckets import kv_bucket
-from ..models.common import key_positions
+from ...kv_buckets import kv_bucket
+from ...models.common import key_positions
 
 # A step takes its inputs positionally: (idx, input_pos, row_start[, kv_pos]) -> logits.
 from .cuda_graph import Inputs, Step
 from .cuda_graph import step_output as _as_tensor
 
 if TYPE_CHECKING:
-    from ..recipes import Recipe
-    from .base import BuildContext, BuildOptions
+    from ...recipes import Recipe
+    from ..base import BuildContext, BuildOptions
 
 
 def check_device_dtype(opts: BuildOptions) -> None:
@@ -121,7 +121,7 @@ def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch
     CUDA context by now, so it splits the "weights" segment into context creation
     and weight materialization, which the warm-start analysis needs.
     """
-    from ..models import build_model
+    from ...models import build_model
     from .model_options import model_build_args
 
     sync(dev)

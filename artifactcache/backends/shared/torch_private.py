@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..errors import BackendError, BackendUnavailable
+from ...errors import BackendError, BackendUnavailable
 
 
 class TorchPrivateAPIMissing(BackendUnavailable):

@@ -10,9 +10,9 @@ here is passed to the compile and is part of the key through the codegen factor.
 
 from __future__ import annotations
 
-from ..devices import is_cuda
-from ..errors import BackendError
-from .base import BuildOptions
+from ...devices import is_cuda
+from ...errors import BackendError
+from ..base import BuildOptions
 from .model_options import MODEL_EXTRA_KEYS, parse_flag
 
 EXTRA_KEYS = ("coordinate_descent_tuning",)

@@ -16,7 +16,7 @@ Modules, Polygraphy-style; ``tensorrt`` is imported only inside functions:
   util.py     versions, the plan header, the compatibility check before deserializing
   llm.py      ``--mode llm`` (the default): TensorRT-LLM's LLM API, build and run
 
-Any nn.Module reaches TensorRT through backends/module_trt.py, which reuses
+Any nn.Module reaches TensorRT through tensorrt/module.py, which reuses
 ``loader.build_engine`` and util's compatibility check.
 """
 

@@ -4,7 +4,7 @@ Modes:
   ``--mode llm`` (the default; every recipe we have is an LLM): TensorRT-LLM's LLM
       API builds the engine directory from a Hugging Face checkpoint written from
       the recipe's model (llm.py).
-  ``--mode onnx``: the shared ONNX export (backends/onnx_export.py) goes through
+  ``--mode onnx``: the shared ONNX export (backends/onnx/export.py) goes through
       TensorRT's ONNX parser and builder into one serialized engine with two
       optimization profiles, prefill and decode (loader.py, run by runner.py).
 """
@@ -20,7 +20,7 @@ from ...errors import BackendError
 from ...extras import TRT_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
 from ..base import BuildContext, BuildOptions, Dependency
-from ..model_options import check_quant
+from ..shared.model_options import check_quant
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
 
@@ -85,7 +85,7 @@ class TrtBackend:
             out["build_config"] = build_config_kwargs(recipe, opts)
             out["allow_host_code"] = engine_options(opts).allow_host_code
             return out
-        from ..onnx_export import export_spec, export_toolchain
+        from ..onnx.export import export_spec, export_toolchain
 
         eo = engine_options(opts)
         plan = precision_plan(opts.dtype, trt_major(package_version("tensorrt")), eo.typing, True)

@@ -28,13 +28,13 @@ TIMING_CACHE_DEP = "timing_cache"  # its name in ctx.deps
 def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
     """Optimization profiles over the step graph's dynamic inputs: (min, opt, max) shapes.
 
-    From the export's own dimensions (onnx_export.step_profiles), so an engine
+    From the export's own dimensions (onnx/export.py step_profiles), so an engine
     profile never asks for a range the graph fixed. Profile 0 serves prefill (T over
     1..prefill_len, tuned for prefill_len, what the runner sends); profile 1 serves
     decode (T = 1). The batch axis is static at max_batch (the runner pads rows), and
     so are row_start and the KV cache: inputs without a dynamic axis need no entry.
     """
-    from ..onnx_export import step_profiles
+    from ..onnx.export import step_profiles
 
     return step_profiles(recipe)
 
@@ -147,7 +147,7 @@ def timing_cache_dependency(factors: dict[str, Any], merge=None) -> Dependency:
 
 def step_dependencies(ctx: BuildContext, weights: str) -> list[Dependency]:
     """What a ``--mode onnx`` build reads: the shared ONNX export, and the timing cache."""
-    from ..onnx_export import export_dependency, export_spec
+    from ..onnx.export import export_dependency, export_spec
 
     trt = import_tensorrt()
     eo = engine_options(ctx.opts)
@@ -164,7 +164,7 @@ def step_dependencies(ctx: BuildContext, weights: str) -> list[Dependency]:
 
 def build_step_engine(ctx: BuildContext, out_path: Path) -> dict[str, Any]:
     """The shared ONNX export -> one engine with a prefill and a decode profile."""
-    from ..onnx_export import exported, has_qdq
+    from ..onnx.export import exported, has_qdq
 
     trt = import_tensorrt()
     opts = ctx.opts

@@ -4,9 +4,9 @@ UNVERIFIED on real TensorRT: written to NVIDIA's documented Python API (Builder,
 OnnxParser, IOptimizationProfile, Runtime, ICudaEngine, IExecutionContext), but
 TensorRT cannot be installed on any machine this project has, so no engine has been
 built or run by this code. Its logic runs against a recording stand-in
-(tests/test_backends_module_trt.py); see docs/tensorrt.md.
+(tests/test_backends_tensorrt_module.py); see docs/tensorrt.md.
 
-Build: the module's ONNX export, as for ort (module_onnx.py: inputs
+Build: the module's ONNX export, as for ort (onnx/export_module.py: inputs
 ``input_<i>``, outputs ``output_<i>`` in the flattened output order, the dynamic
 dimensions as export dims) into a temporary folder, then the LLM path's
 ``loader.build_engine``: a strongly typed network in the module's dtype and one
@@ -30,14 +30,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
-from ..keys import package_version
-from .base import BuildOptions
-from .module_common import FORMAT, RECORD, no_extra, reference_run, require_files, write_record
-from .module_onnx import EXPORT_FILE, export_module, input_name, output_name
-from .onnx_export import EXTERNAL_DATA_BYTES, export_spec, export_toolchain
-from .tensorrt.options import engine_options, precision_plan
-from .tensorrt.util import (
+from ...errors import BackendError
+from ...keys import package_version
+from ..base import BuildOptions
+from ..onnx.export import EXTERNAL_DATA_BYTES, export_spec, export_toolchain
+from ..onnx.export_module import EXPORT_FILE, export_module, input_name, output_name
+from ..shared.any_module import FORMAT, RECORD, no_extra, reference_run, require_files, write_record
+from .options import engine_options, precision_plan
+from .util import (
     EngineIncompatible,
     compat_problem,
     gpu_identity,
@@ -49,7 +49,7 @@ from .tensorrt.util import (
 if TYPE_CHECKING:
     import torch
 
-    from ..module_spec import ModuleSpec
+    from ...module_spec import ModuleSpec
 
 ENGINE_FILE = "model.plan"
 MODE = "onnx"  # the one way a module reaches TensorRT
@@ -164,7 +164,7 @@ class TrtModuleBackend:
         }
 
     def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
-        from .tensorrt.loader import build_engine
+        from .loader import build_engine
 
         flat, tree = reference_run(spec)
         trt = import_tensorrt()
@@ -212,7 +212,7 @@ class TrtModuleBackend:
         self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
-        from .runner import device_of
+        from ..shared.runner import device_of
 
         require_files(entry_dir, ENGINE_FILE, RECORD)
         # Host code only if the options (which the key covers) ask for it, never the meta's say.
@@ -277,7 +277,7 @@ class EngineModule:
     def __call__(self, *args: Any) -> Any:
         import torch
 
-        from .torch_private import rebuild_output
+        from ..shared.torch_private import rebuild_output
 
         ctx = self.context
         bound = self.bind_inputs(args)  # noqa: F841 (alive until execute_async_v3 is queued)

@@ -54,7 +54,7 @@ class _EngineSteps:
     def __init__(self, engine: Any, recipe: Recipe, device: Any, dtype: Any) -> None:
         import torch
 
-        from ..onnx_export import cache_shape
+        from ..onnx.export import cache_shape
         from .loader import profiles_for
 
         self.engine, self.recipe, self.device = engine, recipe, device
@@ -74,7 +74,7 @@ class _EngineSteps:
         """One step: the runner's inputs (STEP_INPUT_NAMES, in order), then the cache."""
         import torch
 
-        from ..onnx_export import STEP_INPUT_NAMES
+        from ..onnx.export import STEP_INPUT_NAMES
 
         step = dict(zip(STEP_INPUT_NAMES, (t.contiguous() for t in inputs), strict=True))
         rows, n = (int(d) for d in step["input_ids"].shape)
@@ -109,7 +109,7 @@ class _EngineSteps:
 
 def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
     from ...dtypes import torch_dtype
-    from ..runner import StepRunner, device_of
+    from ..shared.runner import StepRunner, device_of
 
     # Host code only if the options (which the key covers) ask for it, never the meta's say.
     allowed = host_code_allowed(
