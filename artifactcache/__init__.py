@@ -22,8 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import AcacheError
-
-__version__ = "0.1.0"
+from .version import __version__ as __version__
 
 __all__ = [
     "AcacheError",
@@ -40,7 +39,7 @@ __all__ = [
 _LAZY = {
     "build": ("api", "build"),
     "load": ("api", "load"),
-    "compile": ("module_api", "compile"),
+    "compile": ("api", "compile"),
     "BuildResult": ("api", "BuildResult"),
     "Runner": ("backends.base", "Runner"),
     "LocalStore": ("store.local", "LocalStore"),
@@ -49,9 +48,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .api import BuildResult, build, load
+    from .api import BuildResult, build, compile, load
     from .backends.base import Runner
-    from .module_api import compile
     from .recipes import load_recipe
     from .store.local import Entry, LocalStore
 

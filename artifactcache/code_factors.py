@@ -137,7 +137,7 @@ def acache_factors(backend: str) -> dict[str, Any] | None:
     names = backend_sources(backend)
     if names is None:
         return None
-    from . import __version__
+    from .version import __version__
 
     modules = dict.fromkeys((*SHARED_SOURCES, *names))  # ordered, no repeats
     return {

@@ -16,10 +16,13 @@ EXTRAS = {
 }
 
 
-def install_hint(what: str) -> str:
-    """The pip command for one entry of EXTRAS."""
-    return f"pip install 'artifactcache[{EXTRAS[what]}]'"
+def install_hint(*what: str) -> str:
+    """The pip command for entries of EXTRAS (several: one command, extras joined)."""
+    return f"pip install 'artifactcache[{','.join(EXTRAS[w] for w in what)}]'"
 
 
-# TensorRT's LLM recipes go through TensorRT-LLM, a second extra on top of trt.
-TRT_HINT = f"{install_hint('trt')} (and 'artifactcache[{EXTRAS['trt-llm']}]' for LLM recipes)"
+# Plain TensorRT: the trt backend's default (--mode onnx, every recipe and module) and
+# ONNX Runtime's TensorRT EP need the `trt` extra only.
+TRT_HINT = install_hint("trt")
+# trt --mode llm (TensorRT-LLM) needs the `trtllm` extra as well.
+TRTLLM_HINT = install_hint("trt", "trt-llm")

@@ -16,10 +16,10 @@ Compiler settings that change generated code (Inductor config and environment,
 fp32 matmul precision, the C++ compiler) are backend options: see
 ``code_factors.codegen_factors`` and each backend's ``factors()``.
 
-``compute_key`` hashes the canonical JSON of that object. Floats are written
-with ``repr`` (shortest round-trip form), so ``1e-5`` and ``0.00001`` hash the
-same, and dict order never matters. This module must not import torch at module
-level: the store and the CLI's cache commands stay torch-free.
+The key itself is the format in ``store/keyformat.py``: ``compute_key`` hashes
+the canonical JSON of that object (floats as their ``repr``, dict order never
+matters). This module must not import torch at module level: the CLI's cache
+commands stay torch-free.
 """
 
 from __future__ import annotations
@@ -38,36 +38,9 @@ from typing import Any
 from .code_factors import acache_factors
 from .devices import device_index, device_type
 from .store._fs import INDEX_MAX, read_small, stat_sig
+from .store.keyformat import canonical_value
 
 KEY_SCHEMA = 2
-KEY_HEX_LEN = 64
-
-
-def _normalize(obj: Any) -> Any:
-    """Turn factors into JSON-safe values with one spelling per value."""
-    if isinstance(obj, Mapping):
-        return {str(k): _normalize(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_normalize(v) for v in obj]
-    if isinstance(obj, bool) or obj is None or isinstance(obj, (int, str)):
-        return obj
-    if isinstance(obj, float):
-        # repr is the shortest round-trip spelling, so equal floats hash equal
-        # whatever literal wrote them; the wrapper keeps 1.0 apart from 1.
-        return {"__float__": repr(obj)}
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"cannot use {type(obj).__name__} as a key factor")
-
-
-def canonical_json(factors: Mapping[str, Any]) -> str:
-    """Canonical JSON: sorted keys, no whitespace, floats as repr strings."""
-    return json.dumps(_normalize(factors), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def compute_key(factors: Mapping[str, Any]) -> str:
-    """The sha256 hex of the factors' canonical JSON."""
-    return hashlib.sha256(canonical_json(factors).encode()).hexdigest()
 
 
 def make_factors(
@@ -123,7 +96,7 @@ def diff_factors(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str = "") -
         va, vb = a.get(k, _MISSING), b.get(k, _MISSING)
         if isinstance(va, Mapping) and isinstance(vb, Mapping):
             out.extend(diff_factors(va, vb, prefix=path + "."))
-        elif _normalize(va) != _normalize(vb):
+        elif canonical_value(va) != canonical_value(vb):
             out.append(FactorDiff(path, va, vb))
     return out
 
@@ -322,23 +295,3 @@ def cuda_driver_version() -> str | None:
         return buf.value.decode() if rc == 0 else None
     except OSError:
         return None
-
-
-MIN_PREFIX = 8
-
-
-def normalize_prefix(prefix: str, *, hint: str = "see `acache ls`") -> str:
-    """A key prefix, lower-cased: 8 to 64 hex characters, else a one-line KeyLookupError."""
-    from .errors import KeyLookupError
-
-    p = prefix.strip().lower()
-    if len(p) < MIN_PREFIX or len(p) > KEY_HEX_LEN or any(c not in "0123456789abcdef" for c in p):
-        raise KeyLookupError(
-            f"{prefix!r} is not a key prefix: give {MIN_PREFIX} to {KEY_HEX_LEN} hex characters "
-            f"({hint})"
-        )
-    return p
-
-
-def is_full_key(text: str) -> bool:
-    return len(text) == KEY_HEX_LEN and all(c in "0123456789abcdef" for c in text)

@@ -85,7 +85,7 @@ _ALL = (
     # -- internal
     Setting("ACACHE_PROBE_T0", "float", None,
             "the parent's spawn time, written by `acache measure` for its probe child",
-            parsed_by="measure/probe.py", internal=True),
+            parsed_by="measure/child/probe.py", internal=True),
 )  # fmt: skip
 SETTINGS: dict[str, Setting] = {s.name: s for s in _ALL}
 

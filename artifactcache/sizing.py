@@ -1,7 +1,6 @@
-"""Which shapes a model can be built for, what it then needs in memory, whether that fits.
+"""What a recipe's model needs in memory, and whether that fits the device.
 
-``shape_problem`` is the one rule for a recipe file's [shapes] and for a
-``max_seq_len`` chosen at build.
+Which shapes a model can be built for at all is config.py's ``shape_problem``.
 
 Weights are counted from the architecture built on the ``meta`` device (exact for
 every family, no memory used); the KV cache from the recipe's shapes. A build or a
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,63 +27,10 @@ from .errors import ShapeError
 from .host import cgroup_memory_available
 
 if TYPE_CHECKING:
-    from .recipes import ModelConfig, Recipe, Shapes
+    from .config import Recipe
 
 DTYPE_BYTES = {name: d.bytes for name, d in DTYPES.items()}
 FIT_FRACTION = 0.9
-# A one-token prompt plus one new token: the shortest context that decodes at all.
-MIN_MAX_SEQ_LEN = 2
-
-
-def prefill_len_within(prefill_len: int, max_seq_len: int) -> int:
-    """``prefill_len`` shrunk to fit a context of ``max_seq_len`` (>= MIN_MAX_SEQ_LEN).
-
-    A full chunk must leave a position for decode: the steps are compiled with decode's
-    example at position ``prefill_len``, which has to be a slot of the cache.
-    """
-    return max(1, min(prefill_len, max_seq_len - 1))
-
-
-def shape_problem(model: ModelConfig, shapes: Shapes) -> tuple[str, str] | None:
-    """(field, what is wrong) for shapes the model cannot be built for, else None.
-
-    One rule for a recipe file and for a ``max_seq_len``/``max_batch`` override, so
-    shapes that a TOML may not ask for cannot be reached from the command line either.
-    """
-    for k, v in asdict(shapes).items():
-        if v <= 0:
-            return k, f"must be positive, got {v}"
-    if shapes.max_seq_len < MIN_MAX_SEQ_LEN:
-        return "max_seq_len", (
-            f"must be at least {MIN_MAX_SEQ_LEN} (a one-token prompt and one new token), "
-            f"got {shapes.max_seq_len}"
-        )
-    if shapes.prefill_len >= shapes.max_seq_len:
-        # Decode's first position follows a full chunk; it must be inside the cache.
-        return "prefill_len", (
-            f"({shapes.prefill_len}) must be below shapes.max_seq_len ({shapes.max_seq_len})"
-        )
-    max_pos = model.max_position_embeddings
-    if shapes.max_seq_len > max_pos:
-        # Plain RoPE was trained up to max_pos, and the scaled types (llama3, linear,
-        # dynamic) already state their extended length there: nothing extrapolates past it.
-        return (
-            "max_seq_len",
-            f"({shapes.max_seq_len}) exceeds model.max_position_embeddings ({max_pos})",
-        )
-    rs = model.rope_scaling
-    if (
-        rs
-        and rs["type"] == "longrope"
-        and shapes.max_seq_len > rs["original_max_position_embeddings"]
-    ):
-        # transformers switches every position to long_factor once a sequence passes
-        # it: frequencies that change with the length, which a static KV cache cannot hold.
-        return "max_seq_len", (
-            f"({shapes.max_seq_len}) exceeds model.rope_scaling.original_max_position_embeddings "
-            f"({rs['original_max_position_embeddings']}): longrope's long factors are not supported"
-        )
-    return None
 
 
 def kv_bytes_per_position(recipe: Recipe, dtype: str, batch: int = 1) -> int:

@@ -57,7 +57,8 @@ def run_cell(
     spec: str, backend: str, batch: int, args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
     from artifactcache.errors import AcacheError
-    from artifactcache.measure import coldstart, module_probe
+    from artifactcache.measure import bench as measure_bench
+    from artifactcache.measure import coldstart
 
     device, dtype, mode, label = cell_settings(backend, args.device, args.dtype)
     ps = coldstart.ProbeSpec(
@@ -78,7 +79,7 @@ def run_cell(
         return {**row, "status": "failed", "reason": str(e)}
     row["wall_s"] = round(time.perf_counter() - t0, 1)
     steady = runs["eager"] if backend == "eager" else runs["warm"]
-    bench = module_probe.summarize(steady)
+    bench = measure_bench.summarize_module(steady)
     first = {s: r[0]["phases"]["first_result"] for s, r in runs.items()}
     row.update(
         status="ok",

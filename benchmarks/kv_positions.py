@@ -45,9 +45,8 @@ import json, statistics, sys, time
 import torch
 import artifactcache
 from artifactcache.recipes import load_recipe
-from artifactcache.measure.bench import (
-    bytes_per_token, copy_bandwidth, measure_requests, resolve_new_tokens, roofline, sync,
-)
+from artifactcache.measure.bench import bytes_per_token, resolve_new_tokens, roofline
+from artifactcache.measure.child.timing import copy_bandwidth, measure_requests, sync
 
 name, backend, device, dtype, max_seq_len, cache_dir, windows, iters = sys.argv[1:9]
 max_seq_len, windows, iters = int(max_seq_len), json.loads(windows), int(iters)

@@ -43,8 +43,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from artifactcache.keys import compute_key  # noqa: E402
 from artifactcache.store import s3 as s3_mod  # noqa: E402
+from artifactcache.store.keyformat import compute_key  # noqa: E402
 from artifactcache.store.local import LocalStore  # noqa: E402
 from artifactcache.store.signing import generate_key  # noqa: E402
 from artifactcache.store.tiered import open_tiered  # noqa: E402

@@ -38,6 +38,7 @@ from pathlib import Path
 
 from artifactcache import keys
 from artifactcache.store import _fs
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 CHUNK = 8 << 20
@@ -139,7 +140,7 @@ def synthetic_entries(store: LocalStore, n: int) -> None:
     tmpl = {"layout": 1, "arch_key": None, "label": {"recipe": "tiny-llama", "backend": "eager"}}
     for i in range(n):
         factors = {"schema": 1, "recipe": {"family": "llama", "i": i}, "weights": "random:0"}
-        key = keys.compute_key(factors)
+        key = compute_key(factors)
         d = store.entry_path(key)
         d.mkdir(parents=True)
         (d / "model.bin").write_bytes(b"x")
@@ -190,7 +191,7 @@ def main() -> None:
         src = work / "artifact.bin"
         write_random(src, size)
         store = LocalStore(work / "cache")
-        key, factors = keys.compute_key({"bench": 1}), {"bench": 1}
+        key, factors = compute_key({"bench": 1}), {"bench": 1}
         build = lambda d: shutil.copyfile(src, d / "model.bin") and None  # noqa: E731
 
         def put() -> None:
@@ -274,7 +275,7 @@ def main() -> None:
 
             def lookup(ck=ck, memo=memo) -> str:
                 w = keys.weights_digest(ck, memo_dir=memo)
-                return keys.compute_key({**factors, "weights": w})
+                return compute_key({**factors, "weights": w})
 
             r[f"{label}_memo_lookup_s"] = timed(lookup, 20)
     finally:

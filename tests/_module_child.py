@@ -24,7 +24,7 @@ torch.onnx.export = _forbidden
 
 
 def main() -> None:
-    from artifactcache import module_api
+    from artifactcache.api import module as module_api
     from artifactcache.module_spec import spec_from_cli
 
     root, spec_text, backend = sys.argv[1:4]

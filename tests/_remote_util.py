@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.keys import compute_key
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.remote import read_manifest
 from artifactcache.store.s3 import S3Store

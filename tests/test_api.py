@@ -1,78 +1,58 @@
-"""api.py: device validation, one lookup per load, and hardware keys by device type."""
+"""The front door (artifactcache.api): one build/load/compile for recipes and model specs."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from pathlib import Path
 
 import pytest
+import torch
 
+import artifactcache
 from artifactcache import api
-from artifactcache.errors import BackendError
-from artifactcache.keys import hardware_fingerprint
-from artifactcache.store.local import LocalStore
+from artifactcache.errors import AcacheError
+
+SPEC = str(Path(__file__).resolve().parents[1] / "examples" / "vision.py") + ":tiny_convnet"
 
 
-@pytest.mark.parametrize("device", ["gpu", "cpu:1", "cuda:x", "cuda0", ""])
-def test_malformed_devices_are_rejected_before_anything_is_written(device, cache_dir):
-    with pytest.raises(BackendError, match="unknown device|use cpu"):
-        api.build("tiny-llama", "eager", device=device)
-    assert not list((cache_dir / "v1" / "entries").glob("*/*"))  # nothing written
+def test_build_and_load_take_a_model_spec(tmp_path):
+    built = api.build(SPEC, "eager", cache_dir=tmp_path, inputs=["2x3x32x32"])
+    assert built.built and built.entry.meta["outputs"] >= 1
+    again = api.build(SPEC, "eager", cache_dir=tmp_path, inputs=["2x3x32x32"])
+    assert not again.built and again.key == built.key
+    compiled = api.load(SPEC, "eager", cache_dir=tmp_path, inputs=["2x3x32x32"])
+    assert compiled.key == built.key and compiled.source == "local"
+    out = compiled(torch.randn(2, 3, 32, 32))
+    assert isinstance(out, torch.Tensor | tuple | list | dict)
 
 
-def test_hardware_key_uses_the_device_type_and_reads_the_named_gpu(monkeypatch):
-    import torch
-
-    asked = []
-
-    def properties(index):
-        asked.append(index)
-        return SimpleNamespace(name=f"GPU {index}", major=9, minor=0)
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
-    second, default = hardware_fingerprint("cuda:1"), hardware_fingerprint("cuda")
-    # cuda:1 and cuda key as "cuda"; each reads its own GPU's name and capability
-    assert second["device"] == default["device"] == "cuda" and asked == [1, 0]
-    assert (second["gpu"], default["gpu"]) == ("GPU 1", "GPU 0")
-    assert second["compute_capability"] == "9.0" and "cpu_isa" not in second
-    assert "cpu_isa" in hardware_fingerprint("cpu")
+def test_build_and_load_take_a_recipe(tmp_path):
+    built = api.build("tiny-llama", "eager", cache_dir=tmp_path)
+    runner = api.load("tiny-llama", "eager", cache_dir=tmp_path, build_on_miss=False)
+    assert built.built
+    assert len(runner.generate([1, 2, 3], 2, eos_token_ids=())) == 2
 
 
-def test_load_with_result_reports_built_then_hit_and_counts_one_hit(cache_dir):
-    store = LocalStore(cache_dir)
-    first, runner = api.load_with_result("tiny-llama", "eager", store=store)
-    assert first.built and first.source == "built"
-    again, runner2 = api.load_with_result("tiny-llama", "eager", store=store)
-    assert not again.built and again.source == "local" and again.key == first.key
-    assert runner2.generate([1, 15043], 3) == runner.generate([1, 15043], 3)
-    assert store.stats()["hits"] == 1
+def test_compile_takes_a_spec_a_module_or_a_recipe(tmp_path):
+    from artifactcache.module_spec import call_factory
+
+    by_spec = api.compile(SPEC, backend="eager", cache_dir=tmp_path)
+    module, inputs = call_factory(SPEC)
+    by_module = artifactcache.compile(module, inputs, backend="eager", cache_dir=tmp_path)
+    assert by_spec.key == by_module.key  # the same module, the same key
+    runner = api.compile("tiny-llama", backend="eager", cache_dir=tmp_path)
+    assert hasattr(runner, "generate")
 
 
-def test_a_stale_entry_is_rebuilt_once_not_fatal(cache_dir, monkeypatch):
-    """A backend that finds its intact entry unusable here (StaleArtifact, e.g. a TensorRT
-    engine from another TensorRT version) gets one forced rebuild from api.load()."""
-    from artifactcache.backends.eager import backend as eager
-    from artifactcache.errors import StaleArtifact
-
-    calls = {"load": 0, "build": 0}
-
-    class Flaky(type(eager.BACKEND)):
-        def build(self, ctx, workdir):
-            calls["build"] += 1
-            return super().build(ctx, workdir)
-
-        def load(self, ctx, entry_dir, meta):
-            calls["load"] += 1
-            if calls["load"] == 1:
-                raise StaleArtifact("engine from another runtime")
-            return super().load(ctx, entry_dir, meta)
-
-    monkeypatch.setattr(api, "get_backend", lambda name: Flaky())
-    store = LocalStore(cache_dir)
-    api.build("tiny-llama", "eager", store=store)
-    result, runner = api.load_with_result("tiny-llama", "eager", store=store)
-    assert calls == {"load": 2, "build": 2} and result.built
-    assert len(runner.generate([1, 15043], 2)) == 2
-    with pytest.raises(StaleArtifact):  # without build_on_miss it is reported, not hidden
-        calls["load"] = 0
-        api.load("tiny-llama", "eager", store=store, build_on_miss=False)
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda d: api.build(SPEC, "eager", cache_dir=d, max_seq_len=64), "max_seq_len shape a"),
+        (lambda d: api.load(SPEC, "eager", cache_dir=d, quant="int8wo"), "quant shape a"),
+        (lambda d: api.build("tiny-llama", "eager", cache_dir=d, inputs=["1x4"]), "inputs are"),
+        (lambda d: api.compile("tiny-llama", (1,), backend="eager", cache_dir=d), "example in"),
+    ],
+)
+def test_a_choice_of_the_other_path_is_one_line_and_writes_nothing(tmp_path, call, message):
+    with pytest.raises(AcacheError, match=message):
+        call(tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

@@ -17,7 +17,7 @@ from artifactcache.backends.aoti import module as module_aoti
 from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.shared import torch_private
 from artifactcache.errors import IntegrityError
-from artifactcache.keys import compute_key
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 FACTORS = {"schema": 1, "aoti-paths": 1}

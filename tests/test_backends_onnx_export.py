@@ -7,13 +7,13 @@ import onnxruntime
 import pytest
 import torch
 
-from artifactcache import api
+from artifactcache.api import recipe as recipe_api
 from artifactcache.backends.base import BuildContext, BuildOptions
 from artifactcache.backends.onnx import export as ox
 from artifactcache.errors import BackendError
-from artifactcache.keys import compute_key
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 
@@ -25,13 +25,13 @@ def _ctx(recipe: str = "tiny-llama", seed: int = 0, **extra) -> BuildContext:
 
 def _export(ctx: BuildContext, spec: ox.ExportSpec, store: LocalStore):
     """(model.onnx, key, meta, source): the export opened the way api.py opens it for a backend."""
-    dep = ox.export_dependency(ctx, api.weights_factor(ctx), spec)
-    entry, source = api.open_dependency(dep, store)
+    dep = ox.export_dependency(ctx, recipe_api.weights_factor(ctx), spec)
+    entry, source = recipe_api.open_dependency(dep, store)
     return entry.path / ox.MODEL_FILE, entry.key, entry.meta, source
 
 
 def _export_key(ctx: BuildContext, spec: ox.ExportSpec) -> str:
-    return compute_key(ox.export_factors(ctx.recipe, api.weights_factor(ctx), spec))
+    return compute_key(ox.export_factors(ctx.recipe, recipe_api.weights_factor(ctx), spec))
 
 
 def _feeds(*tensors) -> dict:
@@ -108,7 +108,7 @@ def test_torchscript_exporter_on_request(tmp_path):
 
 def test_export_key_factors():
     ctx = _ctx()
-    factors = ox.export_factors(ctx.recipe, api.weights_factor(ctx), ox.ExportSpec())
+    factors = ox.export_factors(ctx.recipe, recipe_api.weights_factor(ctx), ox.ExportSpec())
     base = compute_key(factors)
     assert factors["backend"]["name"] == "onnx-export"
     assert set(factors["toolchain"]) >= {"torch", "onnx", "onnxscript"}

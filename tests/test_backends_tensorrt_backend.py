@@ -9,6 +9,7 @@ stand-in in tests/test_backends_tensorrt_standin.py.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 import torch
@@ -18,6 +19,7 @@ from artifactcache import api
 from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.onnx.export import ExportSpec
 from artifactcache.backends.tensorrt import BACKEND as TRT
+from artifactcache.backends.tensorrt.options import resolve_mode
 from artifactcache.errors import BackendError, BackendUnavailable
 from artifactcache.recipes import load_recipe
 from artifactcache.store.local import LocalStore
@@ -51,10 +53,35 @@ def test_key_factors_onnx_mode():
     assert set(b.toolchain(opts)) >= {"python", "torch", "cuda", "tensorrt"}
 
 
+@pytest.mark.parametrize("recipe", ["tiny-llama", "llama-7b"])
+def test_the_default_mode_is_onnx_and_keys_as_onnx(monkeypatch, recipe):
+    """Plain TensorRT is the default for a recipe, and the key records the resolved mode:
+    no --mode, --mode default and --mode onnx are one entry; --mode llm is another."""
+    from artifactcache.backends.base import BuildContext
+    from artifactcache.models import WeightsSpec
+
+    assert resolve_mode(BuildOptions()) == "onnx"
+    # The key's hardware factor needs a GPU; the same stand-in GPU for every mode.
+    key_module = sys.modules[api.key_for.__module__]
+    monkeypatch.setattr(key_module, "hardware_fingerprint", lambda device, **kw: {"gpu": "x"})
+    r = load_recipe(recipe)
+
+    def key(**kw):
+        ctx = BuildContext(r, BuildOptions(device="cuda", dtype="fp16", **kw), WeightsSpec())
+        return api.key_for(TRT, ctx)
+
+    default = key()
+    assert default.factors["backend"]["options"]["mode"] == "onnx"
+    assert "tensorrt_llm" not in default.factors["toolchain"]
+    assert key(mode="default").key == key(mode="onnx").key == default.key
+    llm = key(mode="llm")
+    assert llm.factors["backend"]["options"]["mode"] == "llm" and llm.key != default.key
+
+
 def test_key_factors_llm_mode():
     b = TRT
     r = load_recipe("llama-7b")  # prefill_len 16, max_seq_len 256, max_batch 1
-    opts = BuildOptions(device="cuda", dtype="bf16")
+    opts = BuildOptions(device="cuda", dtype="bf16", mode="llm")
     f = b.factors(r, opts)
     assert f["mode"] == "llm" and f["dtype"] == "bf16"
     assert f["build_config"] == {
@@ -71,10 +98,11 @@ def test_key_factors_llm_mode():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"dtype": "int8"}, "TensorRT-LLM) supports dtype fp32, fp16, bf16, not 'int8'"),
+        ({"dtype": "int8"}, "int8 needs an explicitly quantized ONNX graph"),  # the default
         ({"dtype": "int8", "mode": "onnx"}, "int8 needs an explicitly quantized ONNX graph"),
-        ({"mode": "plan"}, "backend 'trt' has modes llm, onnx"),
-        ({"extra": {"opset": 19}}, "apply to --mode onnx only"),
+        ({"dtype": "int8", "mode": "llm"}, "TensorRT-LLM) supports dtype fp32, fp16, bf16"),
+        ({"mode": "plan"}, "backend 'trt' has modes onnx, llm (got --mode plan)"),
+        ({"extra": {"opset": 19}, "mode": "llm"}, "apply to --mode onnx only"),
     ],
 )
 def test_bad_options_are_one_line_errors(kwargs, message):
@@ -85,8 +113,13 @@ def test_bad_options_are_one_line_errors(kwargs, message):
 
 @pytest.mark.skipif(HAVE_TRT, reason="tensorrt is importable here")
 def test_unavailable_without_tensorrt(cache_dir):
+    # The default needs the trt extra only; --mode llm names the trtllm extra as well.
     ok, reason = TRT.available(BuildOptions(device="cuda"))
-    assert not ok and reason.startswith("tensorrt not importable: pip install 'artifactcache[trt]'")
+    assert (ok, reason) == (False, "tensorrt not importable: pip install 'artifactcache[trt]'")
+    ok, reason = TRT.available(BuildOptions(device="cuda", mode="llm"))
+    assert not ok and reason.startswith(
+        "tensorrt not importable: pip install 'artifactcache[trt,trtllm]' (--mode llm"
+    )
     with pytest.raises(BackendUnavailable, match="tensorrt not importable"):
         api.make_context("tiny-llama", "trt")
     from artifactcache.cli.app import app

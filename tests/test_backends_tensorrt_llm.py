@@ -3,6 +3,7 @@ and the refusal of a TensorRT-LLM without its TensorRT engine backend (1.3 on)."
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from artifactcache.errors import BackendError
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import list_recipes, load_recipe
 
+HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 TINY = [r.name for r in list_recipes() if r.name.startswith("tiny-")]
 # The families trt --mode llm writes a config for (the others are refused, tested below).
 TINY_TRTLLM = [n for n in TINY if load_recipe(n).family not in ("qwen2", "qwen3")]
@@ -51,8 +53,10 @@ def test_trtllm_refuses_a_family_it_has_no_config_for(recipe):
     r = load_recipe(recipe)
     with pytest.raises(BackendError, match=f"does not build family {r.family} yet"):
         TRT.factors(r, BuildOptions(device="cuda", mode="llm"))
-    with pytest.raises(BackendError, match="use --mode onnx"):
+    with pytest.raises(BackendError, match=r"drop --mode llm \(the default, --mode onnx"):
         hf_config(r, "fp32")
+    # The default, plain TensorRT, keys (and so builds) every family.
+    assert TRT.factors(r, BuildOptions(device="cuda"))["mode"] == "onnx"
 
 
 def _install_trtllm(monkeypatch, root: Path, version: str, engine_api: bool) -> None:
@@ -77,11 +81,12 @@ def test_trtllm_without_engine_backend_is_refused_before_the_cache_is_opened(
     monkeypatch, tmp_path, cache_dir
 ):
     """TensorRT-LLM 1.3 (its main branch from July 2026) has no TensorRT engine backend:
-    one line at argument time, naming the version and both ways out; nothing written."""
+    --mode llm gets one line at argument time, naming the version and both ways out;
+    nothing written."""
     _install_trtllm(monkeypatch, tmp_path / "site", "1.3.0", engine_api=False)
     from artifactcache.cli.app import app
 
-    r = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", "trt"])
+    r = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", "trt", "--mode", "llm"])
     assert r.exit_code == 1
     lines = r.output.strip().splitlines()
     assert len(lines) == 1, r.output
@@ -116,6 +121,25 @@ def test_trtllm_engine_backend_check(monkeypatch, tmp_path, version, engine_api,
     else:
         assert problem is None
         assert (ok, reason) == (True, "")
-    # The plain TensorRT path does not need TensorRT-LLM at all.
+    # The plain TensorRT path, the default, does not need TensorRT-LLM at all.
     assert TRT.available(BuildOptions(device="cuda", mode="onnx")) == (True, "")
+    assert TRT.available(BuildOptions(device="cuda")) == (True, "")
     assert "tensorrt_llm" not in sys.modules  # read without importing it
+
+
+@pytest.mark.skipif(HAVE_TRT, reason="tensorrt is importable here: the default would build")
+def test_the_default_mode_never_looks_at_trtllm(monkeypatch, tmp_path, cache_dir):
+    """A TensorRT-LLM without engines installed: a plain --backend trt goes the plain
+    TensorRT way (here: no tensorrt, so that is what it names), not the TensorRT-LLM check."""
+    _install_trtllm(monkeypatch, tmp_path / "site", "1.3.0", engine_api=False)
+    monkeypatch.setattr(llm, "engine_backend_problem", lambda: pytest.fail("llm check ran"))
+    from artifactcache.cli.app import app
+
+    r = CliRunner().invoke(app, ["build", "tiny-llama", "--backend", "trt"])
+    assert r.exit_code == 1
+    (line,) = r.output.strip().splitlines()
+    assert line == (
+        "error: backend 'trt' is unavailable: tensorrt not importable: "
+        "pip install 'artifactcache[trt]'"
+    )
+    assert list(cache_dir.iterdir()) == []

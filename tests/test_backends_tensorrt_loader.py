@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from artifactcache import api
+from artifactcache.api import recipe as recipe_api
 from artifactcache.backends.tensorrt import loader, options
 from artifactcache.backends.tensorrt import runner as trt_runner
 from artifactcache.backends.tensorrt.loader import TIMING_CACHE_FILE
 from artifactcache.errors import ShapeError
-from artifactcache.keys import compute_key
 from artifactcache.recipes import load_recipe
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 
@@ -57,9 +57,12 @@ def test_timing_cache_entry_is_merged_after_each_build(tmp_path):
         return b"\n".join(sorted(set((old or b"").split()) | set(new.split())))
 
     dep = loader.timing_cache_dependency(factors, merge=union)
-    assert api.open_dependency(dep, store) == (None, "absent")  # optional: never built for it
-    api.refresh_dependency(dep, store, b"tactic-a")
-    api.refresh_dependency(dep, store, b"tactic-b")
+    assert recipe_api.open_dependency(dep, store) == (
+        None,
+        "absent",
+    )  # optional: never built for it
+    recipe_api.refresh_dependency(dep, store, b"tactic-a")
+    recipe_api.refresh_dependency(dep, store, b"tactic-b")
     entry = store.get(compute_key(factors))
     assert (entry.path / TIMING_CACHE_FILE).read_bytes() == b"tactic-a\ntactic-b"
     assert entry.meta["merged_builds"] == 2 and entry.label["backend"] == "trt-timing-cache"

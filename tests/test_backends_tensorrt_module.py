@@ -21,7 +21,7 @@ from _trt_standin import Recording, StandinModule, bindings_names, bindings_whee
 from torch import nn
 from typer.testing import CliRunner
 
-from artifactcache import module_api
+from artifactcache.api import module as module_api
 from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.onnx.export_module import export_module
 from artifactcache.backends.shared import runner as runner_mod

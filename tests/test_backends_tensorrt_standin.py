@@ -25,9 +25,9 @@ from artifactcache.backends.shared import runner as runner_mod
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt import loader
 from artifactcache.errors import BackendError
-from artifactcache.keys import compute_key
 from artifactcache.models import WeightsSpec
 from artifactcache.recipes import load_recipe
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 STANDIN_VERSION = "11.4.0.106"  # the served bindings' version; the wheel's own when given
@@ -107,6 +107,22 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     bound = {a[0] for a, _ in rec.called("set_tensor_address")}
     assert bound == set(ox.INPUT_NAMES) | set(ox.OUTPUT_NAMES)
     assert out["error"].count("get_error") == 2  # num_errors errors, each named
+
+
+def test_a_plain_trt_build_is_the_onnx_engine(monkeypatch, tmp_path):
+    """No --mode builds the plain TensorRT engine (model.plan, no TensorRT-LLM), and
+    --mode onnx then finds that same entry: the key records the resolved mode."""
+    rec = Recording(STANDIN_VERSION)
+    _install(monkeypatch, rec)
+    monkeypatch.delitem(sys.modules, "tensorrt_llm", raising=False)
+    store = LocalStore(tmp_path / "c")
+    choice = dict(device="cuda", extra={"exporter": "torchscript"}, store=store)
+    default = api.build("tiny-llama", "trt", **choice)
+    assert default.built and "model.plan" in default.entry.files
+    assert rec.called("parse_from_file") and "tensorrt_llm" not in sys.modules
+    onnx = api.build("tiny-llama", "trt", mode="onnx", **choice)
+    assert not onnx.built and onnx.entry.key == default.entry.key
+    assert api.load("tiny-llama", "trt", mode="onnx", **choice).generate([1, 2, 3], 2)
 
 
 def test_an_entry_cannot_turn_on_host_code_for_itself(monkeypatch, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
-from artifactcache.keys import compute_key
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 runner = CliRunner()

@@ -66,11 +66,14 @@ def test_schema_is_stable(cache_dir):
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt present")
 def test_says_trt_and_trtllm_are_unavailable_with_reason(cache_dir):
     rows = {b["name"]: b for b in _doctor()["backends"]}
+    # The trt row is the default (plain TensorRT): the trt extra, no TensorRT-LLM.
     assert rows["trt"]["available"] is False
-    assert rows["trt"]["reason"].startswith("tensorrt not importable: pip install")
+    assert rows["trt"]["reason"] == "tensorrt not importable: pip install 'artifactcache[trt]'"
     assert rows["trt"]["install"] == "pip install 'artifactcache[trt]'"
+    # The trt-llm row is --mode llm: the trtllm extra, and the way back to the default.
     assert rows["trt-llm"]["available"] is False
     assert rows["trt-llm"]["reason"].startswith("tensorrt_llm not importable")
+    assert "drop --mode llm" in rows["trt-llm"]["reason"]
     assert rows["trt-llm"]["install"] == "pip install 'artifactcache[trtllm]'"
     assert rows["eager"]["available"] is True and rows["eager"]["install"] is None
     assert rows["ort"]["available"] is (importlib.util.find_spec("onnxruntime") is not None)

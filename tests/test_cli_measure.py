@@ -178,7 +178,7 @@ def test_bench_measures_each_batch_size_and_says_how_the_artifact_was_found(tmp_
 
 
 def test_probe_spec_carries_extra_options_with_their_types():
-    from artifactcache.measure import probe
+    from artifactcache.measure.child import probe
 
     spec = coldstart.ProbeSpec(
         recipe="tiny-llama", backend="ort", extra={"opset": 19, "flag": True, "exporter": "x"}
@@ -258,7 +258,7 @@ def test_coldstart_and_compare_pass_extra_to_the_backend_probes(args, monkeypatc
 
 
 def test_probe_spec_and_child_carry_quant():
-    from artifactcache.measure import probe
+    from artifactcache.measure.child import probe
 
     argv = coldstart.ProbeSpec(recipe="tiny-llama", backend="aoti", quant="int8wo").argv(None)
     assert probe._parse(argv[argv.index("--recipe") :]).quant == "int8wo"

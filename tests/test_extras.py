@@ -7,7 +7,7 @@ from pathlib import Path
 
 import artifactcache
 from artifactcache.cli.doctor import INSTALL
-from artifactcache.extras import EXTRAS, TRT_HINT, install_hint
+from artifactcache.extras import EXTRAS, TRT_HINT, TRTLLM_HINT, install_hint
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,7 +28,10 @@ def test_every_extra_is_declared() -> None:
 def test_hints() -> None:
     assert install_hint("trt-llm") == "pip install 'artifactcache[trtllm]'"
     assert install_hint("ort-gpu") == "pip install 'artifactcache[ort-gpu]'"
-    assert TRT_HINT.startswith("pip install 'artifactcache[trt]' (and 'artifactcache[trtllm]'")
+    assert install_hint("trt", "trt-llm") == "pip install 'artifactcache[trt,trtllm]'"
+    # The trt default (plain TensorRT) needs the trt extra only; --mode llm both.
+    assert TRT_HINT == "pip install 'artifactcache[trt]'"
+    assert TRTLLM_HINT == "pip install 'artifactcache[trt,trtllm]'"
 
 
 def test_doctor_rows_read_the_table() -> None:

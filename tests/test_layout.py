@@ -81,7 +81,41 @@ def test_the_mapping() -> None:
     assert _mirrored("test_backends_shared_torch_private.py") == "backends/shared/torch_private.py"
     assert _mirrored("test_backends_tensorrt_standin.py") == "backends/tensorrt"
     assert _mirrored("test_store_local_failures.py") == "store/local.py"
-    assert _mirrored("test_api.py") == "api.py"
+    assert _mirrored("test_api.py") == "api"
     assert _mirrored("test_bundle.py") is None
     assert _mirrored("test_benchmarks_checkpoint_folder.py") == "../benchmarks/checkpoint_folder.py"
     assert _mirrored("test_benchmarks_nothing_here.py") is None
+
+
+# What store/ may import from the rest of the package: leaves that know no torch.
+STORE_MAY_IMPORT = {"errors", "settings", "limits", "extras"}
+
+
+def _store_reaches(path: Path) -> set[str]:
+    """The top-level artifactcache modules outside store/ a store file imports (lazy too)."""
+    dotted: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            dotted += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative to artifactcache.store
+                up = ["artifactcache", "store"][: 3 - node.level]
+                base = ".".join([*up, base] if base else up)
+            # `from artifactcache import keys` names the module in the imported names
+            dotted += (
+                [f"{base}.{a.name}" for a in node.names] if base == "artifactcache" else [base]
+            )
+    parts = [d.split(".") for d in dotted]
+    return {p[1] for p in parts if p[0] == "artifactcache" and len(p) > 1 and p[1] != "store"}
+
+
+def test_the_store_imports_only_torch_free_leaves() -> None:
+    """store/ never imports keys, api or any module that knows torch (issue 29, item 5)."""
+    store = PACKAGE / "store"
+    offenders = {
+        f"store/{path.name}": sorted(bad)
+        for path in sorted(store.glob("*.py"))
+        if (bad := _store_reaches(path) - STORE_MAY_IMPORT)
+    }
+    assert offenders == {}

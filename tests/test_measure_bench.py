@@ -1,16 +1,13 @@
-"""measure/bench.py: batched requests, step latency, and the FLOP roofline beside the
-bandwidth one. Counts are worked out by hand for Llama-2-7B, so a change in the
-counting shows as a wrong number."""
+"""measure/bench.py: batch summaries, and the FLOP roofline beside the bandwidth one.
+Counts are worked out by hand for Llama-2-7B, so a change in the counting shows as a
+wrong number. The timed loops' tests are in test_measure_child_timing.py."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
-from artifactcache.backends.shared.runner import StepRunner
 from artifactcache.errors import MeasureError
 from artifactcache.measure import bench
-from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 
 PARAMS_7B = 6_738_415_616 - 32000 * 4096  # Llama-2-7B without its input embedding table
@@ -68,33 +65,6 @@ def test_a_batch_summary_counts_per_request_and_aggregate():
     flops = four["flops_per_step"]["total"]
     assert four["flop_roofline_pct"] == pytest.approx(100 * flops * 10 / 1e12 / 0.5)
     assert four["roofline_bound"] in ("bandwidth", "compute")
-
-
-def test_requests_are_batches_and_steps_are_timed_one_by_one():
-    recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)
-    model = build_model(recipe)
-    calls: list[int] = []
-
-    def step(*inputs):
-        calls.append(inputs[0].shape[0])
-        return model(*inputs)
-
-    runner = StepRunner(recipe, step, step, torch.device("cpu"))
-    prompts = [list(recipe.bench.prompt_ids)] * 2
-    cpu = torch.device("cpu")
-    out = bench.measure_requests(runner, prompts, 5, iters=1, warmup=1, device=cpu)
-    assert out["batch"] == 2 and len(out["tokens"]) == 5
-    assert out["tokens"] == runner.generate(prompts[0], 5, eos_token_ids=())
-    calls.clear()
-    steps = bench.measure_step_latency(runner, prompts, 5, cpu)
-    assert len(steps) == 4 and all(t > 0 for t in steps)  # decode steps only
-    assert len(calls) == 5  # the prefill, then one call per timed step
-    assert bench.measure_step_latency(object(), prompts, 5, cpu) is None
-
-
-def test_the_matmul_peak_is_measured_in_the_runs_dtype():
-    got = bench.matmul_flops(torch.device("cpu"), "bf16", n=64, rounds=1)
-    assert got["n"] == 64 and got["dtype"] == "bf16" and got["tflops"] > 0
 
 
 @pytest.mark.parametrize(

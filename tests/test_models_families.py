@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 
 from artifactcache import api
 from artifactcache.cli.app import app
+from artifactcache.config import parse_recipe
 from artifactcache.errors import RecipeError, WeightsError
-from artifactcache.recipes import load_recipe, parse_recipe
+from artifactcache.recipes import load_recipe
 
 transformers = pytest.importorskip("transformers")
 T = transformers

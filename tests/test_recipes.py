@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.errors import RecipeError, ShapeError
+from artifactcache.config import FAMILIES
+from artifactcache.errors import RecipeError
 from artifactcache.recipes import (
-    FAMILIES,
     builtin_names,
     list_recipes,
     load_recipe,
@@ -179,13 +179,3 @@ def test_not_toml_and_unknown_name(tmp_path: Path):
     assert "not valid TOML" in _bad(tmp_path, "name = \n")
     with pytest.raises(RecipeError, match="unknown recipe 'nope'"):
         load_recipe("nope")
-
-
-def test_check_fits():
-    r = load_recipe("tiny-llama")
-    r.check_fits(r.shapes.prefill_len, r.shapes.max_seq_len - r.shapes.prefill_len)
-    r.check_fits(r.shapes.prefill_len + 1, 1)  # longer prompts run in chunks
-    with pytest.raises(ShapeError, match="max_seq_len"):
-        r.check_fits(2, r.shapes.max_seq_len)
-    with pytest.raises(ShapeError, match="empty"):
-        r.check_fits(0, 1)

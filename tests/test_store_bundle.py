@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from artifactcache.errors import BundleError, FilesystemError
-from artifactcache.keys import compute_key
 from artifactcache.store import bundle as bundle_mod
 from artifactcache.store.bundle import check_export_target, export, import_bundle
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.manifest import content
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.keys import compute_key
 from artifactcache.store import _fs
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 

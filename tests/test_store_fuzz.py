@@ -25,9 +25,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from artifactcache.errors import AcacheError
-from artifactcache.keys import compute_key
 from artifactcache.store.bundle import export, import_bundle
 from artifactcache.store.entry import Entry, EntryInfo, check_manifest
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.manifest import parse
 

@@ -17,8 +17,8 @@ import blake3
 import pytest
 
 from artifactcache.errors import CacheRootError, IntegrityError, KeyLookupError
-from artifactcache.keys import compute_key
 from artifactcache.store import _fs
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 WORKER = str(Path(__file__).with_name("_store_worker.py"))

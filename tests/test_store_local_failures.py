@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from artifactcache.errors import EntryInUse, FilesystemError
-from artifactcache.keys import compute_key
 from artifactcache.store import _fs
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 WORKER = str(Path(__file__).with_name("_store_worker.py"))

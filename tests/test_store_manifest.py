@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from artifactcache.errors import IntegrityError
-from artifactcache.keys import compute_key
 from artifactcache.store.entry import check_manifest
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
 FACTORS = {"schema": 1, "manifest": "test"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.measure.probe import RecordingStore
+from artifactcache.measure.child.recording import RecordingStore
 from artifactcache.store.local import LocalStore
 from artifactcache.store.protocol import Store
 from artifactcache.store.tiered import TieredStore, open_tiered

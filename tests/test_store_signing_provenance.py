@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from artifactcache.errors import BundleError, RemoteError, UntrustedEntry
-from artifactcache.keys import compute_key
 from artifactcache.store.bundle import export, import_bundle
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.signing import configure, fingerprint, generate_key
 from artifactcache.store.tiered import TieredStore

@@ -3,8 +3,8 @@ for S3 (the remote protocol is tested against SeaweedFS in test_store_remote*.py
 
 from __future__ import annotations
 
-from artifactcache.keys import compute_key
 from artifactcache.store import locks
+from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.signing import Trust
 from artifactcache.store.tiered import TieredStore

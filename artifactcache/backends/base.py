@@ -8,7 +8,7 @@ over a KV cache) and ``module.py`` exposes ``MODULE_BACKEND`` (a
 onnxruntime, tensorrt) happen inside the methods, so a missing optional dependency
 never breaks the rest of the CLI: ``available()`` reports it instead.
 
-Flow (see ``artifactcache/api.py``)::
+Flow (see ``artifactcache/api/recipe.py``)::
 
     opts   = BuildOptions(device="cuda", dtype="bf16", mode="reduce-overhead")
     key    = compute_key(make_factors(..., options=b.factors(recipe, opts),
@@ -17,7 +17,7 @@ Flow (see ``artifactcache/api.py``)::
     runner = b.load(ctx, entry.path, entry.meta)
 
 A backend that reads other entries declares them (``dependencies()`` returning
-:class:`Dependency`); api.py opens them into ``ctx.deps`` before build/load.
+:class:`Dependency`); api/recipe.py opens them into ``ctx.deps`` before build/load.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from ..errors import BackendError, BackendUnavailable
 if TYPE_CHECKING:
     import torch
 
+    from ..config import Recipe
     from ..models import WeightsSpec
     from ..module_spec import ModuleSpec
-    from ..recipes import Recipe
     from ..store.entry import Entry
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
@@ -60,7 +60,7 @@ class BuildContext:
     recipe: Recipe
     opts: BuildOptions
     weights: WeightsSpec
-    # The entries this backend's dependencies() declared, by name, opened by api.py
+    # The entries this backend's dependencies() declared, by name, opened by api/recipe.py
     # before build()/load(): an Entry, or None for an optional one that is absent.
     deps: dict[str, Entry | None] = field(default_factory=dict)
     dep_sources: dict[str, str] = field(default_factory=dict)  # name -> "local"/"built"/"pulled"
@@ -68,7 +68,7 @@ class BuildContext:
     produced: dict[str, Any] = field(default_factory=dict)
     progress: Any = None  # optional callable(str) for status lines
     # A directory of the cache where a build may keep small per-machine memos (the
-    # compiler-probe verdicts); None outside a store. Set by api.py.
+    # compiler-probe verdicts); None outside a store. Set by api/recipe.py.
     memo_dir: Path | None = None
     # Phase timestamps (time.perf_counter()) a backend's load() records, read by
     # the measurement probe: "weights_ready" and "artifact_ready", plus any
@@ -78,11 +78,11 @@ class BuildContext:
 
 @dataclass(frozen=True)
 class Dependency:
-    """Another cache entry a backend reads; api.py keys it, opens or builds it, passes it in.
+    """Another cache entry a backend reads; api/recipe.py keys it, opens or builds it, passes it in.
 
     A backend declares its dependencies (optional method ``dependencies(ctx, weights,
     for_load=...)``, ``weights`` the weights factor of the key) and never touches the
-    store: api.py computes the key from ``factors``, builds it on a miss with
+    store: api/recipe.py computes the key from ``factors``, builds it on a miss with
     ``build`` (or, when ``build`` is None, passes the entry only if it is present),
     puts the Entry in ``ctx.deps[name]``, and records in the dependent's manifest
     the keys it was built from (``meta["built_from"]``) and, through the store's

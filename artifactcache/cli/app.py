@@ -353,7 +353,7 @@ def parse_backend_extras(items: list[str] | None) -> dict[str, dict[str, object]
 
 def check_prefixes(keys: list[str], hint: str = "see `acache ls`") -> None:
     """Every key's syntax, before a store is opened: a bad one leaves the cache as it was."""
-    from ..keys import normalize_prefix
+    from ..store.keyformat import normalize_prefix
 
     for k in keys:
         normalize_prefix(k, hint=hint)

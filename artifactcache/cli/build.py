@@ -318,8 +318,9 @@ def register(app: typer.Typer) -> None:
         and print each output's shape and checksum.
         """
         from .. import api
-        from ..generate import Checkpoint, Sampling, check_eos_ids, checkpoint_folder
+        from ..generate import Checkpoint, Sampling, check_eos_ids
         from ..recipes import load_recipe
+        from ..sources.checkpoint import checkpoint_folder
 
         if is_spec(recipe):
             refuse_max_seq_len(max_seq_len)

@@ -31,7 +31,8 @@ from .app import (
 )
 
 DOCTOR_SCHEMA = 1
-# Rows of the backend table, in order; "trt-llm" is the --mode llm path of backend "trt".
+# Rows of the backend table, in order. "trt" is backend trt as a plain build runs it (its
+# default, --mode onnx: TensorRT only); "trt-llm" its --mode llm path (TensorRT-LLM too).
 BACKEND_ROWS = ("eager", "inductor", "aoti", "ort", "trt", "trt-llm")
 INSTALL = {name: install_hint(name) if name in EXTRAS else None for name in BACKEND_ROWS}
 
@@ -64,8 +65,6 @@ def backend_status(name: str, device: str) -> dict[str, Any]:
 
     row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
     backend_name, mode = ("trt", "llm") if name == "trt-llm" else (name, None)
-    if name == "trt":
-        mode = "onnx"
     if name == "trt-llm" and importlib.util.find_spec("tensorrt_llm") is None:
         from ..backends.tensorrt.backend import TRTLLM_MISSING
 

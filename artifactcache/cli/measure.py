@@ -2,7 +2,7 @@
 
 Every argument is validated (recipe, backend, numbers, shapes, --out writable)
 before any child process is spawned; the measuring happens in fresh probe
-processes (artifactcache/measure/probe.py), never in this one.
+processes (artifactcache/measure/child/probe.py), never in this one.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def compile_spec(
     batch: int | None = None,
 ) -> tuple[Any, Any, Any]:
     """(BuildResult, CompiledModule, ModuleSpec): the factory, the key, then hit or build."""
-    from .. import module_api
+    from ..api import module as module_api
     from ..module_spec import spec_from_cli
 
     spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed, batch=batch)
@@ -71,7 +71,7 @@ def key_info(
     spec_text: str, inputs: list[str] | None, backend: str, *, device: str, dtype: str,
     mode: str | None, seed: int, extra: dict[str, Any] | None = None,
 ) -> Any:  # fmt: skip
-    from .. import module_api
+    from ..api import module as module_api
     from ..module_spec import spec_from_cli
 
     spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed)
@@ -127,7 +127,7 @@ def bench_module(
     from rich.table import Table
 
     from ..errors import MeasureError
-    from ..measure import coldstart, module_probe
+    from ..measure import bench, coldstart
     from ..module_spec import check_cli_spec
     from .app import console, emit_json, err_console, shown
 
@@ -148,7 +148,7 @@ def bench_module(
         err_console.print(f"[dim]bench {shown(spec_text)}/{backend} batch {b or 'as given'}[/dim]")
         probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
         log.unlink(missing_ok=True)
-        res = module_probe.summarize([probe])
+        res = bench.summarize_module([probe])
         res.update(
             recipe=spec_text, backend=backend, device=device, dtype=dtype, mode=mode,
             key=probe.get("key"), phases=probe["phases"], memory=probe["memory"],

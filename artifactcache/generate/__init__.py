@@ -5,8 +5,8 @@
   to the longest (``left_pad``);
 - ``sampling``: greedy, or temperature / top-k / top-p sampling on the device with no
   host sync per token (``Sampling`` validates, ``Sampler`` draws);
-- ``checkpoint``: what a checkpoint folder says about generation: its EOS ids
-  (generation_config.json / config.json) and its ``tokenizer.json``.
+- ``checkpoint``: what a checkpoint folder says about generation (its EOS ids and
+  tokenizer, read by sources/checkpoint.py), and text to ids and back.
 
 Nothing here imports torch at module level, so the CLI can validate its options
 before anything heavy is imported.
@@ -14,7 +14,7 @@ before anything heavy is imported.
 
 from __future__ import annotations
 
-from .checkpoint import Checkpoint, TextStream, checkpoint_folder, eos_ids_from_folder
+from .checkpoint import Checkpoint, TextStream
 from .prefill import PAD_ID, Chunk, left_pad, plan_chunks
 from .sampling import Sampling, check_eos_ids, cut_at_eos, resolve_eos_ids
 
@@ -25,9 +25,7 @@ __all__ = [
     "Sampling",
     "TextStream",
     "check_eos_ids",
-    "checkpoint_folder",
     "cut_at_eos",
-    "eos_ids_from_folder",
     "left_pad",
     "plan_chunks",
     "resolve_eos_ids",

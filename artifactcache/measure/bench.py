@@ -1,9 +1,11 @@
-"""Steady-state measurement: request latency, prefill, decode tokens/s, roofline.
+"""Steady-state results: request latency, prefill, decode tokens/s, roofline.
 
-The timed loop is kept apart from everything that may compile or warm up
-(gpt-fast style): the caller loads the Runner, ``measure_requests`` first runs
-``warmup`` whole requests that are excluded, then times ``iters`` requests.
-Every timer is bracketed by a device synchronize.
+This is the parent's side: it pools the timings the probe children report and
+works out the rooflines. The timed loops run in the child (child/timing.py),
+kept apart from everything that may compile or warm up (gpt-fast style): the
+probe loads the Runner, ``measure_requests`` first runs ``warmup`` whole
+requests that are excluded, then times ``iters`` requests. Every timer is
+bracketed by a device synchronize.
 
 One "request" is the seed's setup: ``recipe.bench.prompt_ids``, N new tokens,
 greedy, no early stop (``eos_token_ids=()``: a checkpoint's EOS ids would
@@ -43,7 +45,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,17 +52,7 @@ from .. import sizing
 from ..errors import MeasureError
 
 if TYPE_CHECKING:
-    import torch
-
-    from ..recipes import Recipe
-
-NO_EOS: tuple[int, ...] = ()  # the seed benchmark never stops early
-# CPU copy buffer: far beyond any last-level cache, so the copy streams DRAM.
-CPU_COPY_BYTES = 512 << 20
-CUDA_COPY_BYTES = 2 << 30
-# Square matmul sides for the FLOP peak: large enough to reach the device's dense rate.
-CPU_MATMUL_N = 1024
-CUDA_MATMUL_N = 8192
+    from ..config import Recipe
 
 
 def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) -> int:
@@ -82,13 +73,6 @@ def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) ->
         raise MeasureError(f"--new-tokens must be at least 1, got {n}")
     recipe.check_fits(n_prompt, n, batch)
     return n
-
-
-def sync(dev: torch.device) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -112,84 +96,6 @@ def latency_stats(values: Sequence[float]) -> dict[str, float]:
     }
 
 
-def measure_requests(
-    runner: Any,
-    prompts: Sequence[Sequence[int]],
-    new_tokens: int,
-    *,
-    iters: int,
-    warmup: int,
-    device: torch.device,
-) -> dict[str, Any]:
-    """Warm-up requests (excluded), then ``iters`` timed (prefill, request) pairs.
-
-    A request is ``generate_batch(prompts, ...)``; ``tokens`` is its first row.
-    """
-    if iters < 1:
-        raise MeasureError(f"iterations must be at least 1, got {iters}")
-    if warmup < 1:
-        # The first full request is also how first_request is stamped; a backend
-        # that compiles its decode step lazily would otherwise pollute the timings.
-        raise MeasureError(f"warm-up must be at least 1 request, got {warmup}")
-    rows = [list(p) for p in prompts]
-    first_end = None
-    for _ in range(warmup):
-        runner.generate_batch(rows, new_tokens, eos_token_ids=NO_EOS)
-        sync(device)
-        if first_end is None:
-            first_end = time.perf_counter()
-    prefill: list[float] = []
-    request: list[float] = []
-    out: list[list[int]] = []
-    for _ in range(iters):
-        sync(device)
-        t = time.perf_counter()
-        runner.generate_batch(rows, 1, eos_token_ids=NO_EOS)
-        sync(device)
-        prefill.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        out = runner.generate_batch(rows, new_tokens, eos_token_ids=NO_EOS)
-        sync(device)
-        request.append(time.perf_counter() - t)
-    counts = sorted({len(r) for r in out})
-    if len(out) != len(rows) or counts != [new_tokens]:
-        raise MeasureError(
-            f"the runner returned {len(out)} rows of {counts} tokens for {len(rows)} rows "
-            f"of {new_tokens} asked"
-        )
-    return {
-        "first_request_end": first_end,
-        "iters": iters,
-        "warmup": warmup,
-        "new_tokens": new_tokens,
-        "batch": len(rows),
-        "prefill_s": prefill,
-        "request_s": request,
-        "tokens": out[0],
-        **derived_rates(prefill, request, new_tokens),
-    }
-
-
-def measure_step_latency(
-    runner: Any, prompts: Sequence[Sequence[int]], new_tokens: int, device: torch.device
-) -> list[float] | None:
-    """Seconds of each decode step of one request (pick included), each step between
-    device synchronizes; None for a runner that cannot run one step at a time."""
-    steps = getattr(runner, "decode_tokens", None)
-    if steps is None or new_tokens < 2:
-        return None
-    tokens = steps(prompts, new_tokens)
-    next(tokens)  # prefill and the first pick: not a decode step
-    times = []
-    for _ in range(new_tokens - 1):
-        sync(device)
-        t = time.perf_counter()
-        next(tokens)
-        sync(device)
-        times.append(time.perf_counter() - t)
-    return times
-
-
 def derived_rates(
     prefill: Sequence[float], request: Sequence[float], new_tokens: int
 ) -> dict[str, Any]:
@@ -207,64 +113,6 @@ def derived_rates(
     if new_tokens > 1 and decode > 0:
         out["decode_tok_s"] = (new_tokens - 1) / decode
     return out
-
-
-def copy_bandwidth(dev: torch.device, nbytes: int | None = None, rounds: int = 5) -> dict[str, Any]:
-    """Best-of-``rounds`` device copy bandwidth, counting bytes read + written."""
-    import torch
-
-    if nbytes is None:
-        nbytes = CUDA_COPY_BYTES if dev.type == "cuda" else CPU_COPY_BYTES
-        if dev.type == "cuda":
-            free, _ = torch.cuda.mem_get_info(dev)
-            nbytes = min(nbytes, int(free * 0.4))  # two buffers, leave headroom
-    n = max(nbytes // 4, 1)
-    src = torch.ones(n, dtype=torch.float32, device=dev)
-    dst = torch.empty_like(src)
-    # Enough copies per timed round that a synchronize's latency is noise.
-    per_round = 20 if dev.type == "cuda" else 2
-    dst.copy_(src)
-    sync(dev)
-    best = math.inf
-    for _ in range(rounds):
-        sync(dev)
-        t = time.perf_counter()
-        for _ in range(per_round):
-            dst.copy_(src)
-        sync(dev)
-        best = min(best, (time.perf_counter() - t) / per_round)
-    moved = 2 * n * 4
-    del src, dst
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-    return {"bytes": n * 4, "seconds": best, "gbps": moved / best / 1e9, "rounds": rounds}
-
-
-def matmul_flops(dev: torch.device, dtype: str, n: int | None = None, rounds: int = 5) -> dict:
-    """Best-of-``rounds`` dense matmul rate (n x n @ n x n in ``dtype``): the FLOP peak."""
-    import torch
-
-    from ..dtypes import torch_dtype
-
-    if n is None:
-        n = CUDA_MATMUL_N if dev.type == "cuda" else CPU_MATMUL_N
-    a = torch.randn(n, n, device=dev).to(torch_dtype(dtype))
-    b = torch.randn(n, n, device=dev).to(torch_dtype(dtype))
-    per_round = 10 if dev.type == "cuda" else 2
-    a @ b  # lazy init (cuBLAS handles, thread pools) outside the timer
-    best = math.inf
-    for _ in range(rounds):
-        sync(dev)
-        t = time.perf_counter()
-        for _ in range(per_round):
-            a @ b
-        sync(dev)
-        best = min(best, (time.perf_counter() - t) / per_round)
-    del a, b
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
-    return {"n": n, "dtype": dtype, "seconds": best, "tflops": 2 * n**3 / best / 1e12,
-            "rounds": rounds}  # fmt: skip
 
 
 def mean_attended_positions(
@@ -424,6 +272,35 @@ def summarize(
         **roofline(bpt["total"], per_row, copy_gbps),
         **flop_roofline(fps["total"], per_row, peak_tflops),
         "roofline_bound": roofline_bound(bpt["total"], fps["total"], copy_gbps, peak_tflops),
+    }
+
+
+def summarize_module(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A module bench result: latency percentiles and items/s at the probes' batch size.
+
+    The LLM-only fields (tokens/s, roofline) are there as None so reports that
+    show both kinds render a dash for them.
+    """
+    lat = [x for p in probes for x in p["steady"]["request_s"]]
+    batch = probes[0]["steady"]["batch"]
+    med = statistics.median(lat)
+    stats = latency_stats(lat)
+    return {
+        "kind": "module",
+        "iterations": len(lat),
+        "processes": len(probes),
+        "batch": batch,
+        "inputs": probes[0].get("inputs"),
+        "latency": stats,
+        "items_per_s": batch / med if med > 0 else None,
+        "request": stats,
+        "prefill": stats,
+        "request_median_s": med,
+        "decode_tok_s": None,
+        "request_tok_s": None,
+        "achieved_gbps": None,
+        "roofline_pct": None,
+        "copy_gbps": None,
     }
 
 

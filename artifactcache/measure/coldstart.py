@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MeasureError
-from .probe import PHASE_ORDER, T0_ENV
+from .phases import PHASE_ORDER, T0_ENV
 
 # Framework caches a cold/warm run must not inherit from the user's machine.
 FRAMEWORK_CACHE_VARS = (
@@ -97,7 +97,7 @@ class ProbeSpec:
     batch: int | None = None
 
     def argv(self, cache_dir: Path | None) -> list[str]:
-        cmd = [sys.executable, "-m", "artifactcache.measure.probe", "--recipe", self.recipe]
+        cmd = [sys.executable, "-m", "artifactcache.measure.child.probe", "--recipe", self.recipe]
         cmd += ["--backend", self.backend, "--device", self.device, "--dtype", self.dtype]
         cmd += ["--seed", str(self.seed)]
         if cache_dir is not None:

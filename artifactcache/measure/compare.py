@@ -26,7 +26,7 @@ from .. import sizing
 from ..devices import is_cuda, parse_device
 from ..dtypes import check_dtype
 from ..errors import AcacheError, BackendError, MeasureError
-from . import bench, coldstart, module_probe
+from . import bench, coldstart
 
 Progress = Callable[[str, int, int], None]  # (message, units done, units total)
 
@@ -262,7 +262,7 @@ def pair_result(
         "coldstart": summary,
         "bench": bench.summarize(recipe_obj, spec.dtype, steady_from, quant=spec.quant)
         if recipe_obj is not None
-        else module_probe.summarize(steady_from),
+        else bench.summarize_module(steady_from),
     }
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..config import Recipe
 from ..dtypes import torch_dtype
-from ..recipes import Recipe
 from .weights import init_random, load_checkpoint
 
 

@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..config import ModelConfig
 from ..kv_buckets import cache_slots
-from ..recipes import ModelConfig
 
 
 def llama3_inv_freq(inv: torch.Tensor, rs: dict) -> torch.Tensor:

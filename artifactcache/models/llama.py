@@ -15,7 +15,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn import functional as F
 
-from ..recipes import ModelConfig
+from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, RMSNorm, apply_rope, cached_attention, embedding
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from torch import nn
 from torch.nn import functional as F
 
-from ..recipes import ModelConfig
+from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, apply_rope, cached_attention, embedding
 
 

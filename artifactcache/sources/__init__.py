@@ -5,8 +5,10 @@
 - A Hugging Face checkpoint folder: ``sources.hf`` turns its config.json into a
   recipe (``load_recipe(DIR)`` calls it), and checks a ``--weights`` folder's
   config.json against a recipe.
-- ``sources.checkpoint``: which files of a checkpoint the loader reads, the one
-  rule that the weights digest (keys.py) and the loader (models/weights.py) share.
+- ``sources.checkpoint``: the only code that reads a checkpoint folder's files:
+  which of them the loader reads (the one rule that the weights digest, keys.py,
+  and the loader, models/weights.py, share), its config.json, and what it says
+  about generation (EOS ids, tokenizer.json).
 
 Nothing here imports torch.
 """

@@ -21,17 +21,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import Bench, Recipe, Shapes, parse_recipe, prefill_len_within
 from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
-from ..limits import int_to_float, read_small_file
-from ..recipes import Bench, Recipe, Shapes, parse_recipe
-from ..sizing import prefill_len_within
-from .checkpoint import CONFIG_NAME
+from ..limits import int_to_float
+from .checkpoint import CONFIG_NAME, has_config, read_config
 
 # model_type -> our family. `architectures` is read only when model_type is absent.
 # Qwen2.5 checkpoints say model_type "qwen2": one architecture.
@@ -68,7 +66,7 @@ class FamilyDefaults:
     # (or on the layers that layer_types names).
     reads_layer_windows: bool = False
     # The bias flags config.json may set; other families' biases are fixed (phi-2: all,
-    # qwen2: q/k/v; see recipes._parse_model).
+    # qwen2: q/k/v; see config._parse_model).
     bias_fields: tuple[str, ...] = ()
     head_dim: int | None = None  # None: dim // n_heads
     rope_types: tuple[str, ...] = ("llama3", "linear", "dynamic")
@@ -136,28 +134,6 @@ class _Config:
         if typ in (int, float) and val <= 0:
             raise self.fail(prefix + name, f"must be positive, got {val!r}")
         return val
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a finite number")
-
-
-def read_config(folder: Path) -> dict[str, Any]:
-    path = folder / CONFIG_NAME
-    if not os.path.lexists(path):
-        raise RecipeError(
-            f"{folder} has no {CONFIG_NAME}: a recipe folder must be a Hugging Face checkpoint "
-            "(config.json and *.safetensors)"
-        )
-    raw = read_small_file(path, "checkpoint config", RecipeError)  # a FIFO or a huge file
-    try:
-        # json.loads takes NaN and Infinity, which no config field means: refused here.
-        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise RecipeError(f"{path}: not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise RecipeError(f"{path}: must hold a JSON object, got {type(data).__name__}")
-    return data
 
 
 def family_of(c: _Config) -> str:
@@ -393,7 +369,7 @@ def check_weights_agree(recipe: Recipe, weights: Path) -> None:
     A folder without config.json (or a single .safetensors file) has no config to
     disagree with: the loader still checks every tensor's name and shape.
     """
-    if not weights.is_dir() or not (weights / CONFIG_NAME).is_file():
+    if not has_config(weights):
         return
     theirs = recipe_from_folder(weights)
     where = f"--weights {weights / CONFIG_NAME}"

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import AcacheError, BundleError, FilesystemError, IntegrityError
-from ..keys import compute_key, is_full_key
 from . import _fs, provenance
 from . import manifest as schema
 from .entry import MANIFEST, Entry, check_manifest
+from .keyformat import compute_key, is_full_key
 from .local import LocalStore
 
 Progress = Callable[[int, int], None]

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from ..errors import FilesystemError, IntegrityError, KeyLookupError
-from ..keys import is_full_key, normalize_prefix
 from . import _fs
 from . import manifest as schema
 from .entry import (
@@ -47,6 +46,7 @@ from .entry import (
     VerifyResult,
     check_manifest,
 )
+from .keyformat import is_full_key, normalize_prefix
 from .locks import KeyLocksMixin
 from .maintenance import MaintenanceMixin
 from .provenance import BUILT, UNSIGNED_IMPORT, TrustMixin

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EntryInUse, FilesystemError, IntegrityError
-from ..keys import is_full_key
 from . import _fs
 from .entry import (
     MANIFEST,
@@ -32,6 +31,7 @@ from .entry import (
     read_stored_manifest,
     tree_bytes,
 )
+from .keyformat import is_full_key
 
 _KEY = re.compile("[0-9a-f]{64}")
 _INDEX_FIELDS = frozenset(EntryInfo.record({"key": "0" * 64})) | {"ino"}

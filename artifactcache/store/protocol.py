@@ -1,4 +1,4 @@
-"""The Store protocol: what api.py (and so every backend's dependencies) asks of a store.
+"""The Store protocol: what api/recipe.py (and so every backend's dependencies) asks of a store.
 
 A small set of methods, like sccache's ``Storage`` trait: look up (``get``,
 ``open``), build once (``get_or_build``), note a load-time dependency, and hold

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import IntegrityError, RemoteError
-from ..keys import compute_key, is_full_key
 from . import manifest as schema
 from . import provenance, signing
 from .entry import Entry, check_manifest
+from .keyformat import compute_key, is_full_key
 from .s3 import S3Store, parse_url
 from .signing import Opened, Signer, Trust
 

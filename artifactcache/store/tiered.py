@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import IntegrityError, KeyLookupError, RemoteError, UntrustedEntry
-from ..keys import is_full_key, normalize_prefix
 from . import signing
 from .entry import Entry
+from .keyformat import is_full_key, normalize_prefix
 from .provenance import push_problem
 from .remote import LAYOUT_DIR, RemoteStore, open_remote, pull_entry, push_entry
 from .s3 import RemoteUnreachable
@@ -155,7 +155,7 @@ class TieredStore:
                 entry.key,
             )
 
-    # ----------------------------------------- what api.py and the CLI use --
+    # ----------------------------------------- what api/recipe.py and the CLI use --
 
     def reading(self, key: str) -> AbstractContextManager[None]:
         return self.local.reading(key)

@@ -14,7 +14,7 @@ and the RoPE table. load() builds our model once and hands the same tensors to
 both runners with ``update_constant_buffer(..., user_managed=True)``: the
 runners keep pointers to our storage instead of copying, so prefill writes the
 KV cache that decode then reads, and the weights exist once in memory. Because
-no weights are in the artifact, ``weights_external = True``: api.py keys the
+no weights are in the artifact, ``weights_external = True``: api/recipe.py keys the
 entry by architecture, and one build serves every checkpoint of that shape.
 
 The runner is constructed directly (``torch._C._aoti.AOTIModelContainerRunner

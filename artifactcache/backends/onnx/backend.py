@@ -1,7 +1,7 @@
 """ort: ONNX Runtime over the cached ONNX export, with the optimized graph as the artifact.
 
 Build: take the shared export (a dependency, ``export.export_dependency``:
-its own cache entry, which artifactcache/api.py opens or builds, so ``ort`` and
+its own cache entry, which artifactcache/api/recipe.py opens or builds, so ``ort`` and
 ``trt`` export once), create a session with graph
 optimizations on and ``SessionOptions.optimized_model_filepath`` pointing into
 the staging dir. ORT writes the graph after its optimizers ran
@@ -54,7 +54,7 @@ from .export import (
 )
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..shared.runner import StepRunner
 
 OPT_MODEL = "model.opt.onnx"

@@ -33,7 +33,7 @@ since torch 2.9, so it is only the fallback when the dynamo exporter raises
 Exporting is its own cache entry (backend name ``onnx-export``), keyed by the
 recipe, the weights, the opset, the dtype, the exporter and the exporter
 toolchain, so the ORT and TRT backends share one export. A backend declares it
-with :func:`export_dependency`; artifactcache/api.py opens or builds it.
+with :func:`export_dependency`; artifactcache/api/recipe.py opens or builds it.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from ..base import Dependency
 if TYPE_CHECKING:
     import torch
 
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildContext, BuildOptions
 
 EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built_from"]
@@ -126,7 +126,7 @@ def export_factors(recipe: Recipe, wfactor: str, spec: ExportSpec) -> dict[str, 
 def export_dependency(
     ctx: BuildContext, wfactor: str, spec: ExportSpec, *, at_load: bool = False
 ) -> Dependency:
-    """The export as a dependency of a backend's entry (api.py opens or builds it).
+    """The export as a dependency of a backend's entry (api/recipe.py opens or builds it).
 
     ``wfactor`` is the weights factor of the dependent's key, so both entries name
     the same weights.
@@ -153,7 +153,7 @@ def export_dependency(
 
 
 def exported(ctx: BuildContext) -> tuple[Path, Any]:
-    """(model.onnx path, export Entry) of the export api.py opened for this backend."""
+    """(model.onnx path, export Entry) of the export api/recipe.py opened for this backend."""
     entry = ctx.deps.get(EXPORT_DEP)
     if entry is None:
         raise BackendError("the ONNX export was not opened (call through artifactcache.api)")

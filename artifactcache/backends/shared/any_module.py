@@ -64,7 +64,7 @@ def no_extra(name: str, opts: BuildOptions, allowed: tuple[str, ...] = ()) -> No
 
 
 class CompiledModule:
-    """What module_api.compile() returns: call it like the module.
+    """What api.compile() returns: call it like the module.
 
     Inputs are checked against the shapes and dtypes the artifact was built for
     (a static AOTInductor kernel would otherwise read past a smaller tensor).

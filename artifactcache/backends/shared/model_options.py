@@ -31,7 +31,7 @@ from ...errors import BackendError
 from ...kv_buckets import kv_len_range
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildOptions
 
 MODEL_BACKENDS = ("eager", "inductor", "aoti")

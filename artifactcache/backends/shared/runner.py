@@ -53,7 +53,7 @@ from .cuda_graph import Inputs, Step
 from .cuda_graph import step_output as _as_tensor
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildContext, BuildOptions
 
 

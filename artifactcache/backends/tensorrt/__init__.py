@@ -1,4 +1,4 @@
-"""trt: TensorRT engines, and TensorRT-LLM for LLM recipes.
+"""trt: TensorRT engines (ONNX -> engine, the default), and TensorRT-LLM on request.
 
 UNVERIFIED on real TensorRT: this backend is written to NVIDIA's documented Python
 APIs (TensorRT 10.x/11.x, the TensorRT-LLM LLM API), but TensorRT cannot be
@@ -10,11 +10,11 @@ Modules, Polygraphy-style; ``tensorrt`` is imported only inside functions:
   backend.py  the Backend (registered as ``trt``): availability, options, key factors,
               dispatch to the two modes
   options.py  the mode, the --extra options and the precision plan
-  loader.py   ``--mode onnx`` build: ONNX parser -> builder config, profiles, timing cache
-              -> serialized engine (``build_engine`` takes any ONNX file)
+  loader.py   ``--mode onnx`` (the default) build: ONNX parser -> builder config, profiles,
+              timing cache -> serialized engine (``build_engine`` takes any ONNX file)
   runner.py   ``--mode onnx`` load: runtime -> engine -> execution contexts -> StepRunner
   util.py     versions, the plan header, the compatibility check before deserializing
-  llm.py      ``--mode llm`` (the default): TensorRT-LLM's LLM API, build and run
+  llm.py      ``--mode llm`` (asked for by name): TensorRT-LLM's LLM API, build and run
 
 Any nn.Module reaches TensorRT through tensorrt/module.py, which reuses
 ``loader.build_engine`` and util's compatibility check.

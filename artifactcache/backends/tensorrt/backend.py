@@ -1,12 +1,16 @@
 """The trt Backend: availability, option checks, key factors, dispatch to the two modes.
 
 Modes:
-  ``--mode llm`` (the default; every recipe we have is an LLM): TensorRT-LLM's LLM
-      API builds the engine directory from a Hugging Face checkpoint written from
-      the recipe's model (llm.py).
-  ``--mode onnx``: the shared ONNX export (backends/onnx/export.py) goes through
-      TensorRT's ONNX parser and builder into one serialized engine with two
+  ``--mode onnx`` (the default, for every recipe; needs ``tensorrt`` only): the shared
+      ONNX export (backends/onnx/export.py) goes through TensorRT's ONNX parser and
+      builder into one serialized engine with the KV cache as engine I/O and two
       optimization profiles, prefill and decode (loader.py, run by runner.py).
+  ``--mode llm`` (asked for by name; needs TensorRT-LLM < 1.3 as well): TensorRT-LLM's
+      LLM API builds the engine directory from a Hugging Face checkpoint written from
+      the recipe's model (llm.py). It stays while a TensorRT-LLM with engines installs.
+
+The key records the resolved mode (options.resolve_mode), so no --mode and --mode onnx
+are one entry.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 from ...devices import is_cuda
 from ...errors import BackendError
-from ...extras import TRT_HINT, install_hint
+from ...extras import TRT_HINT, TRTLLM_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
 from ..base import BuildContext, BuildOptions, Dependency
 from ..shared.model_options import check_quant
@@ -29,7 +33,13 @@ ENGINE_FILE = "model.plan"
 ENGINE_DIR = "engine"  # TensorRT-LLM's engine directory inside the entry
 
 TRT_MISSING = f"tensorrt not importable: {TRT_HINT}"
-TRTLLM_MISSING = f"tensorrt_llm not importable: {install_hint('trt-llm')}"
+TRT_MISSING_LLM = (
+    f"tensorrt not importable: {TRTLLM_HINT} (--mode llm; the default needs only tensorrt)"
+)
+TRTLLM_MISSING = (
+    f"tensorrt_llm not importable: {install_hint('trt-llm')} for --mode llm, "
+    "or drop --mode llm (the default, --mode onnx, needs only tensorrt)"
+)
 
 
 def _importable(name: str) -> bool:
@@ -53,7 +63,7 @@ class TrtBackend:
             if problem:
                 return False, problem
         if not _importable("tensorrt"):
-            return False, TRT_MISSING
+            return False, TRT_MISSING_LLM if mode == "llm" else TRT_MISSING
         if mode == "llm" and not _importable("tensorrt_llm"):
             return False, TRTLLM_MISSING
         if not is_cuda(opts.device):

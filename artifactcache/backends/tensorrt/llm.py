@@ -1,4 +1,5 @@
-"""TensorRT-LLM path of ``--backend trt`` (``--mode llm``, the default for LLM recipes).
+"""TensorRT-LLM path of ``--backend trt`` (``--mode llm``, asked for by name; the default
+is ``--mode onnx``, plain TensorRT, loader.py/runner.py).
 
 Build: the recipe's model (seeded or from ``--weights``) is written as a Hugging
 Face checkpoint (config.json + model.safetensors; our module names mirror
@@ -33,7 +34,7 @@ from ...dtypes import DTYPES
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildContext, BuildOptions
 
 _ARCH = {
@@ -49,7 +50,8 @@ def check_family(recipe: Recipe) -> None:
     if recipe.family not in _ARCH:
         raise BackendError(
             f"trt --mode llm does not build family {recipe.family} yet "
-            f"(it builds {', '.join(_ARCH)}); use --mode onnx, or backend aoti"
+            f"(it builds {', '.join(_ARCH)}); drop --mode llm (the default, --mode onnx, "
+            "is plain TensorRT), or use backend aoti"
         )
 
 
@@ -178,7 +180,8 @@ def engine_backend_problem() -> str | None:
     return (
         f"TensorRT-LLM {version} has no TensorRT engine backend (tensorrt_llm._tensorrt_engine; "
         f"removed in 1.3), which --mode llm builds and runs: {install_hint('trt-llm')} "
-        "(pins tensorrt-llm<1.3), or use --mode onnx (plain TensorRT, no TensorRT-LLM)"
+        "(pins tensorrt-llm<1.3), or drop --mode llm (the default, --mode onnx, is plain "
+        "TensorRT: no TensorRT-LLM)"
     )
 
 

@@ -18,7 +18,7 @@ from .options import EngineOptions, PrecisionPlan, engine_options, precision_pla
 from .util import gpu_identity, import_tensorrt, trt_major
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildContext
 
 TIMING_CACHE_FILE = "timing.cache"

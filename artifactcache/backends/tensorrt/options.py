@@ -1,4 +1,5 @@
-"""What the user asks of the trt backend: its mode, its --extra options, the precision plan.
+"""What the user asks of the trt backend: its mode (onnx unless told), its --extra options,
+the precision plan.
 
 Precision. TensorRT 11 removed weak typing and the FP16/BF16/INT8/FP8 builder
 flags; 10.12+ deprecates them. So the default is a strongly typed network whose
@@ -17,7 +18,11 @@ from typing import Any
 from ...errors import BackendError
 from ..base import BuildOptions
 
-MODES = ("llm", "onnx")
+# The default first: plain TensorRT (ONNX -> engine), for every recipe and module. "llm"
+# (TensorRT-LLM) is asked for by name; it lasts as long as a TensorRT-LLM with engines
+# installs (llm.engine_backend_problem()).
+MODES = ("onnx", "llm")
+DEFAULT_MODE = "onnx"
 ONNX_DTYPES = ("fp32", "fp16", "bf16", "int8", "fp8")
 LLM_DTYPES = ("fp32", "fp16", "bf16")
 TYPINGS = ("strong", "weak")
@@ -34,9 +39,11 @@ DEFAULT_OPT_LEVEL = 3  # TensorRT's own default builder optimization level
 
 
 def resolve_mode(opts: BuildOptions) -> str:
-    mode = opts.mode or "llm"
+    """The mode a build runs in; what the key records, so no --mode, --mode default and
+    --mode onnx are one entry."""
+    mode = opts.mode or DEFAULT_MODE
     if mode == "default":
-        mode = "llm"
+        mode = DEFAULT_MODE
     if mode not in MODES:
         raise BackendError(f"backend 'trt' has modes {', '.join(MODES)} (got --mode {mode})")
     return mode

@@ -24,7 +24,7 @@ from .util import (
 )
 
 if TYPE_CHECKING:
-    from ...recipes import Recipe
+    from ...config import Recipe
     from ..base import BuildContext
 
 

@@ -1,8 +1,8 @@
-"""compile(): any nn.Module through a backend, keyed, built once, loaded from the cache.
+"""The nn.Module path: any module through a backend, keyed, built once, loaded from the cache.
 
-The nn.Module counterpart of api.py: it joins module_spec (the module's source and
-fingerprint) with a module backend (backends/module_*.py), the keys and the store, as
-build()/load() do for recipes. The LLM Backend of the same name supplies what both
+It joins module_spec (the module's source and fingerprint) with a module backend
+(``backends/<folder>/module.py``), the keys and the store, as recipe.py does for
+recipes. The LLM Backend of the same name supplies what both
 share: availability and toolchain.
 """
 
@@ -12,15 +12,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .api import BuildResult, KeyInfo, resolve_store
-from .backends.base import BuildOptions, get_backend, require_available
-from .devices import check_device
-from .errors import StaleArtifact
-from .keys import compute_key, hardware_fingerprint, make_factors
+from ..backends.base import BuildOptions, get_backend, require_available
+from ..devices import check_device
+from ..errors import StaleArtifact
+from ..keys import hardware_fingerprint, make_factors
+from ..store.keyformat import compute_key
+from .results import BuildResult, KeyInfo, resolve_store
 
 if TYPE_CHECKING:
-    from .store.entry import Entry
-    from .store.protocol import Store
+    from ..store.entry import Entry
+    from ..store.protocol import Store
 
 
 def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildOptions:
@@ -31,8 +32,8 @@ def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> B
 
 def module_key_for(backend: str, spec: Any, opts: BuildOptions) -> tuple[Any, KeyInfo]:
     """(module backend, key) for a ModuleSpec; checks options and availability first."""
-    from .backends.base import get_module_backend
-    from .module_spec import state_digest
+    from ..backends.base import get_module_backend
+    from ..module_spec import state_digest
 
     mb = get_module_backend(backend)
     b = get_backend(backend)
@@ -66,7 +67,7 @@ def compile_with_result(
     phases: dict[str, float] | None = None,
 ) -> tuple[BuildResult, Any]:
     """compile() from a ModuleSpec, plus how the entry was found (the CLI and probe use it)."""
-    from .backends.shared.any_module import CompiledModule
+    from ..backends.shared.any_module import CompiledModule
 
     t0 = time.perf_counter()
     phases = phases if phases is not None else {}
@@ -137,7 +138,7 @@ def compile(
     ``name``/``version`` are key factors of your own: change ``version`` when
     something the fingerprint cannot see changes (docs/modules.md lists what).
     """
-    from .module_spec import make_spec
+    from ..module_spec import make_spec
 
     spec = make_spec(
         model, example_inputs, device=device, dtype=dtype, dynamic_shapes=dynamic_shapes,

@@ -8,7 +8,7 @@ import pytest
 
 from artifactcache.errors import MeasureError
 from artifactcache.measure.coldstart import ProbeSpec, spawn_probe
-from artifactcache.measure.probe import PHASE_ORDER
+from artifactcache.measure.phases import PHASE_ORDER
 
 
 @pytest.fixture(scope="module")

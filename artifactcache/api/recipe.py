@@ -1,10 +1,10 @@
-"""build() and load(): recipe + backend + options -> key -> cached artifact -> Runner.
+"""The recipe path: recipe + backend + choices -> key -> cached artifact -> Runner.
 
-This and module_api.py (compile(), the same for any nn.Module) are the only modules
-that join the store, the keys and the backends. The store never sees torch; backends
-never see the store: a backend that reads another entry (the ONNX export, the TensorRT
-timing cache) declares it as a ``Dependency`` and this module keys it, opens or builds
-it, and hands it over in ``ctx.deps`` (see ``_open_dependencies``, the one place
+With module.py (the same for any nn.Module) this is the only code that joins the
+store, the keys and the backends. The store never sees torch; backends never see the
+store: a backend that reads another entry (the ONNX export, the TensorRT timing
+cache) declares it as a ``Dependency`` and this module keys it, opens or builds it,
+and hands it over in ``ctx.deps`` (see ``_open_dependencies``, the one place
 dependencies are known).
 """
 
@@ -14,11 +14,10 @@ import contextlib
 import functools
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import (
+from ..backends.base import (
     Backend,
     BuildContext,
     BuildOptions,
@@ -27,57 +26,31 @@ from .backends.base import (
     get_backend,
     require_available,
 )
-from .backends.shared.model_options import check_recipe_options
-from .devices import check_device
-from .errors import ShapeError, StaleArtifact, WeightsError
-from .keys import (
+from ..backends.shared.model_options import check_recipe_options
+from ..config import Recipe
+from ..devices import check_device
+from ..errors import ShapeError, StaleArtifact, WeightsError
+from ..keys import (
     architecture_factors,
-    compute_key,
     hardware_fingerprint,
     make_factors,
     weights_digest,
 )
-from .recipes import Recipe, load_recipe
+from ..recipes import load_recipe
+from ..store.keyformat import compute_key
+from .results import BuildResult, KeyInfo, resolve_store
 
 if TYPE_CHECKING:
-    from .store.entry import Entry
-    from .store.protocol import Store
-
-
-@dataclass(frozen=True)
-class KeyInfo:
-    key: str
-    factors: dict[str, Any]
-    full_key: str  # with the weights digest, even where the entry is keyed by architecture
-    arch_key: str | None  # set when the backend keeps weights outside the artifact
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    key: str
-    built: bool  # False: the entry was already there (a hit, or pulled from the remote)
-    seconds: float  # wall time of this call
-    bytes: int
-    entry: Entry
-    source: str = "local"  # "local" | "built" | "pulled"
+    from ..store.entry import Entry
+    from ..store.protocol import Store
 
 
 def _weights_spec(weights: str | Path | None, seed: int):
-    from .limits import check_seed
-    from .models import WeightsSpec
+    from ..limits import check_seed
+    from ..models import WeightsSpec
 
     check_seed(seed, "seed")
     return WeightsSpec(Path(weights) if weights is not None else None, seed)
-
-
-def resolve_store(
-    store: Store | None, cache_dir: str | Path | None, allow_shared_root: bool
-) -> Store:
-    if store is not None:
-        return store
-    from .store.local import LocalStore
-
-    return LocalStore(cache_dir, allow_shared_root=allow_shared_root)
 
 
 def make_context(
@@ -114,7 +87,7 @@ def make_context(
     if weights is not None and not Path(weights).exists():
         raise WeightsError(f"weights not found: {weights} (pass a safetensors file or HF folder)")
     if weights is not None:
-        from .sources.hf import check_weights_agree
+        from ..sources.hf import check_weights_agree
 
         check_weights_agree(rec, Path(weights))
     opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}),
@@ -125,7 +98,7 @@ def make_context(
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
     check_device(device)
     if check_memory:
-        from .sizing import check_fits_memory
+        from ..sizing import check_fits_memory
 
         check_fits_memory(rec, dtype, device)
     return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
@@ -368,7 +341,8 @@ def load_with_result(
 
 def _attach_checkpoint(runner: Runner, ctx: BuildContext) -> None:
     """Give the runner its checkpoint folder: EOS ids and tokenizer, read when first used."""
-    from .generate import Checkpoint, checkpoint_folder
+    from ..generate import Checkpoint
+    from ..sources.checkpoint import checkpoint_folder
 
     folder = checkpoint_folder(ctx.weights.path)
     if folder is not None:
@@ -407,16 +381,3 @@ def load(
         build_on_miss=build_on_miss, cache_dir=cache_dir,
         allow_shared_root=allow_shared_root, store=store, context=context,
     )[1]  # fmt: skip
-
-
-# compile() and its helpers live in module_api.py; they stay importable from here, the
-# module that holds the rest of the public API.
-_MODULE_API = ("compile", "compile_with_result", "module_key_for", "module_options")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MODULE_API:
-        from . import module_api
-
-        return getattr(module_api, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The measurement probe: one fresh process, one load, one JSON line.
 
-Run as ``python -m artifactcache.measure.probe --recipe R --backend B ...`` by
-coldstart.py (which controls the environment: empty or warm caches). It prints
+Run as ``python -m artifactcache.measure.child.probe --recipe R --backend B ...`` by
+measure/coldstart.py (which controls the environment: empty or warm caches). It prints
 exactly one JSON line on stdout; everything else anything prints goes to stderr.
 
 Clock: every timestamp is seconds since *process start*, on CLOCK_MONOTONIC.
@@ -47,27 +47,10 @@ import json  # noqa: E402
 import resource  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
+from typing import Any  # noqa: E402
 
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from ..store.entry import Entry
-    from ..store.protocol import BuildFn, Store
-
-T0_ENV = "ACACHE_PROBE_T0"
-SCHEMA = 1
-PHASE_ORDER = (
-    "python_ready",
-    "imports_done",
-    "load_called",
-    "entry_ready",
-    "weights_ready",
-    "artifact_ready",
-    "first_result",
-    "first_request",
-    "done",
-)
+from ..phases import PHASE_ORDER, SCHEMA, T0_ENV  # noqa: E402
+from .recording import RecordingStore  # noqa: E402
 
 
 def _proc_start_perf() -> float | None:
@@ -93,7 +76,7 @@ def _t0() -> tuple[float, str, float | None]:
         time.get_clock_info("perf_counter").implementation
         == time.get_clock_info("monotonic").implementation
     )
-    from .. import settings  # here: nothing more to import before python_ready
+    from ... import settings  # here: nothing more to import before python_ready
 
     raw = settings.raw(T0_ENV)
     if raw and same_clock:
@@ -107,7 +90,7 @@ def _t0() -> tuple[float, str, float | None]:
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m artifactcache.measure.probe")
+    p = argparse.ArgumentParser(prog="python -m artifactcache.measure.child.probe")
     p.add_argument("--recipe", required=True)
     p.add_argument("--backend", required=True)
     p.add_argument("--device", default="cpu")
@@ -139,58 +122,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "of every input",
     )  # fmt: skip
     return p.parse_args(argv)
-
-
-class RecordingStore:
-    """A Store around another that timestamps the lookup and sees whether we built.
-
-    api.load() calls get_or_build(); the other methods go to the inner store as they are.
-    """
-
-    def __init__(self, inner: Store, stamps: dict[str, float]) -> None:
-        self._inner = inner
-        self._stamps = stamps
-        self.source: str | None = None
-        self.entry: Entry | None = None
-
-    @property
-    def base(self) -> Path:
-        return self._inner.base
-
-    def get(self, key: str) -> Entry | None:
-        return self._inner.get(key)
-
-    def open(self, key: str) -> Entry:
-        return self._inner.open(key)
-
-    def record_dependency(self, key: str) -> None:
-        self._inner.record_dependency(key)
-
-    def reading(self, key: str) -> AbstractContextManager[None]:
-        return self._inner.reading(key)
-
-    def get_or_build(
-        self,
-        key: str,
-        factors: dict[str, Any],
-        build: BuildFn,
-        *,
-        force: bool = False,
-        label: dict[str, Any] | None = None,
-    ) -> tuple[Entry, str]:
-        def timed_build(workdir: Path) -> dict[str, Any] | None:
-            self._stamps["build_start"] = time.perf_counter()
-            meta = build(workdir)
-            self._stamps["build_done"] = time.perf_counter()
-            return meta
-
-        self._stamps["store_call"] = time.perf_counter()
-        entry, source = self._inner.get_or_build(
-            key, factors, timed_build, force=force, label=label
-        )
-        self.source = source
-        self.entry = entry
-        return entry, source
 
 
 def _compile_report(backend: str, built: bool) -> dict[str, Any]:
@@ -244,7 +175,7 @@ def _environment(dev: Any) -> dict[str, Any]:
 
     import torch
 
-    from ..keys import package_version
+    from ...keys import package_version
 
     # Read from metadata: importing triton would cost start-up time, and it is absent
     # from CPU builds of torch.
@@ -262,20 +193,21 @@ def _environment(dev: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None) -> dict[str, Any]:
     stamps: dict[str, float] = {"python_ready": _PY_READY}
-    from ..module_spec import is_module_spec
+    from ...module_spec import is_module_spec
 
     if is_module_spec(args.recipe):
-        from .module_probe import measure
+        from .module import measure
 
         result, dev = measure(args, stamps)
         return _finish(args, result, stamps, dev, t0, t0_source, proc)
     import torch
 
-    from .. import api
-    from ..backends.base import BuildContext, get_backend
-    from ..recipes import load_recipe
-    from ..store.local import LocalStore
-    from . import bench
+    from ... import api
+    from ...backends.base import BuildContext, get_backend
+    from ...recipes import load_recipe
+    from ...store.local import LocalStore
+    from .. import bench
+    from . import timing
 
     get_backend(args.backend)  # imports the backend module: part of "imports done"
     stamps["imports_done"] = time.perf_counter()
@@ -325,17 +257,17 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
             build_on_miss=not args.no_build,
             **common,
         )
-        bench.sync(dev)
+        timing.sync(dev)
         backend_stamps = dict(ctx.phases)
         first = runner.generate(prompt, 1)
-        bench.sync(dev)
+        timing.sync(dev)
         stamps["first_result"] = time.perf_counter()
         prompts = [prompt] * batch
-        steady = bench.measure_requests(
+        steady = timing.measure_requests(
             runner, prompts, new_tokens, iters=args.iters, warmup=args.warmup, device=dev
         )
         if args.step_latency:
-            steady["step_s"] = bench.measure_step_latency(runner, prompts, new_tokens, dev)
+            steady["step_s"] = timing.measure_step_latency(runner, prompts, new_tokens, dev)
         stamps["first_request"] = steady.pop("first_request_end")
         stamps["done"] = time.perf_counter()
         for k in ("entry_ready", "weights_ready", "artifact_ready"):
@@ -370,16 +302,16 @@ def _finish(
     proc: float | None,
 ) -> dict[str, Any]:
     """Memory, compile report, environment and the phases relative to t0."""
-    from . import bench
+    from . import timing
 
     result["t0_source"] = t0_source
     result["memory"] = _memory(dev)  # before the copy test, whose buffers are not the model's
     result["compile"] = _compile_report(args.backend, bool(result.get("built")))
     result["environment"] = _environment(dev)
     if args.copy_bandwidth:
-        result["copy_bandwidth"] = bench.copy_bandwidth(dev)
+        result["copy_bandwidth"] = timing.copy_bandwidth(dev)
     if args.matmul_flops:
-        result["matmul_flops"] = bench.matmul_flops(dev, args.dtype)
+        result["matmul_flops"] = timing.matmul_flops(dev, args.dtype)
     main_phases = {k: stamps.pop(k) - t0 for k in PHASE_ORDER if k in stamps}
     result["phases"] = main_phases
     result["subphases"] = dict(
@@ -400,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     args = _parse(argv)
-    from ..errors import AcacheError
+    from ...errors import AcacheError
 
     try:
         result = run(args, t0, t0_source, proc)

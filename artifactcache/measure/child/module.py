@@ -1,6 +1,6 @@
 """The probe's path for a user module (``--recipe pkg.mod:factory``): one load, timed calls.
 
-Phases are the probe's (probe.py); for a module they mean:
+Phases are the probe's (probe.py, measure/phases.py); for a module they mean:
 
 ``load_called``     the factory is about to run (the module is built with its weights)
 ``entry_ready``     the store returned the entry: the factory, the key (no tracing)
@@ -11,7 +11,8 @@ Phases are the probe's (probe.py); for a module they mean:
 ``done``            the timed calls are over
 
 ``steady.request_s`` holds one latency per timed call, so coldstart's request
-latency and break-even read a module's calls as they read an LLM's requests.
+latency and break-even read a module's calls as they read an LLM's requests;
+the parent pools them with bench.summarize_module.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     """(the probe's result fields, the torch device) for a module spec."""
     import torch
 
-    from .. import module_api
-    from ..backends.base import get_module_backend
-    from ..module_spec import spec_from_cli
-    from ..store.local import LocalStore
-    from . import bench
-    from .probe import RecordingStore
+    from ...api import module as module_api
+    from ...backends.base import get_module_backend
+    from ...module_spec import spec_from_cli
+    from ...store.local import LocalStore
+    from .recording import RecordingStore
+    from .timing import measure_calls, sync
 
     get_module_backend(args.backend)
     stamps["imports_done"] = time.perf_counter()
@@ -41,7 +42,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
         batch=args.batch,
     )  # fmt: skip
     dev = torch.device(spec.device)
-    bench.sync(dev)
+    sync(dev)
     stamps["model_ready"] = time.perf_counter()
     store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
@@ -74,7 +75,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     )  # fmt: skip
     x = spec.example_inputs
     compiled(*x)
-    bench.sync(dev)
+    sync(dev)
     stamps["first_result"] = time.perf_counter()
     steady = measure_calls(compiled, x, iters=args.iters, warmup=args.warmup, device=dev)
     stamps["first_request"] = steady.pop("first_request_end")
@@ -93,61 +94,3 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
         steady={**steady, "batch": batch},
     )
     return result, dev
-
-
-def measure_calls(
-    fn: Any, inputs: tuple[Any, ...], *, iters: int, warmup: int, device: Any
-) -> dict[str, Any]:
-    """``warmup`` excluded calls, then ``iters`` timed ones, each bracketed by a sync."""
-    from ..errors import MeasureError
-    from .bench import sync
-
-    if iters < 1 or warmup < 1:
-        raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
-    first_end = None
-    for _ in range(warmup):
-        fn(*inputs)
-        sync(device)
-        if first_end is None:
-            first_end = time.perf_counter()
-    lat = []
-    for _ in range(iters):
-        sync(device)
-        t = time.perf_counter()
-        fn(*inputs)
-        sync(device)
-        lat.append(time.perf_counter() - t)
-    return {"first_request_end": first_end, "iters": iters, "warmup": warmup, "request_s": lat}
-
-
-def summarize(probes: list[dict[str, Any]]) -> dict[str, Any]:
-    """A module bench result: latency percentiles and items/s at the probes' batch size.
-
-    The LLM-only fields (tokens/s, roofline) are there as None so reports that
-    show both kinds render a dash for them.
-    """
-    import statistics
-
-    from .bench import latency_stats
-
-    lat = [x for p in probes for x in p["steady"]["request_s"]]
-    batch = probes[0]["steady"]["batch"]
-    med = statistics.median(lat)
-    stats = latency_stats(lat)
-    return {
-        "kind": "module",
-        "iterations": len(lat),
-        "processes": len(probes),
-        "batch": batch,
-        "inputs": probes[0].get("inputs"),
-        "latency": stats,
-        "items_per_s": batch / med if med > 0 else None,
-        "request": stats,
-        "prefill": stats,
-        "request_median_s": med,
-        "decode_tok_s": None,
-        "request_tok_s": None,
-        "achieved_gbps": None,
-        "roofline_pct": None,
-        "copy_gbps": None,
-    }

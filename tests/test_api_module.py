@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from artifactcache import module_api
+from artifactcache.api import module as module_api
 from artifactcache.errors import ModelSpecError, ShapeError
 from artifactcache.module_spec import parse_input, spec_from_cli
 
@@ -59,8 +59,8 @@ def test_compile_is_reachable_from_every_public_path():
     from artifactcache import api
     from artifactcache.api import compile as api_compile
 
-    assert artifactcache.compile is module_api.compile is api_compile is api.compile
-    assert api.compile_with_result is module_api.compile_with_result
+    assert artifactcache.compile is api_compile is api.compile
+    assert artifactcache.build is api.build and artifactcache.load is api.load
     with pytest.raises(AttributeError):
         api.no_such_name  # noqa: B018
 

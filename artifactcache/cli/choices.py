@@ -1,0 +1,83 @@
+"""The build-choice options of every command that builds or measures, from BuildChoices.
+
+``@with_choices`` adds one typer option per field of :class:`BuildChoices` (its flag and
+help come from the field) to a command, and hands the command ``choices``, a
+BuildChoices, in their place. So a new choice is declared once, in choices.py, and
+every such command takes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ..choices import BuildChoices
+from .app import ArgumentError, parse_extra
+
+# How each kind of field reads from the command line: (annotation, to the field's value).
+_PARSERS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
+    "path": (Path | None, lambda v: None if v is None else str(v)),
+    "key=value": (list[str] | None, parse_extra),
+    "list": (list[str] | None, lambda v: tuple(v or ())),
+}
+
+
+_TYPES = {"str": str, "int": int, "str | None": str | None, "int | None": int | None}
+
+
+def _annotation(f: dataclasses.Field) -> Any:
+    kind = f.metadata["cli"]
+    return _PARSERS[kind][0] if kind in _PARSERS else _TYPES[str(f.type)]
+
+
+def _parameter(f: dataclasses.Field) -> inspect.Parameter:
+    repeatable = f.metadata["cli"] in ("key=value", "list")
+    default = None if repeatable or f.metadata["cli"] == "path" else f.default
+    option = typer.Option(f.metadata["flag"], help=f.metadata["help"],
+                          show_default=default is not None)  # fmt: skip
+    return inspect.Parameter(
+        f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+        annotation=Annotated[_annotation(f), option],
+    )  # fmt: skip
+
+
+def choices_from_cli(values: dict[str, Any]) -> BuildChoices:
+    """BuildChoices from the parsed options; bad values are one-line ArgumentErrors."""
+    from ..limits import check_seed
+
+    given = {}
+    for f in dataclasses.fields(BuildChoices):
+        value = values[f.name]
+        kind = f.metadata["cli"]
+        given[f.name] = _PARSERS[kind][1](value) if kind in _PARSERS else value
+    try:
+        check_seed(given["seed"], "--seed")
+    except Exception as e:
+        raise ArgumentError(str(e)) from None
+    return BuildChoices(**given)
+
+
+def with_choices(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` (which takes ``choices: BuildChoices``) one option per choice."""
+    sig = inspect.signature(command)
+    own = [p for name, p in sig.parameters.items() if name != "choices"]
+    added = [_parameter(f) for f in dataclasses.fields(BuildChoices)]
+    names = [p.name for p in added]
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        values = {n: kwargs.pop(n) for n in names}
+        return command(*args, choices=choices_from_cli(values), **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {
+        **{k: v for k, v in command.__annotations__.items() if k != "choices"},
+        **{p.name: p.annotation for p in added},
+    }
+    return wrapper

@@ -1,0 +1,3 @@
+"""acache's version, a key factor of every artifact (code_factors.acache_factors)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,38 @@
+"""measure/child/timing.py: the probe's timed loops (batched requests, decode steps one by
+one) and the device's matmul peak."""
+
+from __future__ import annotations
+
+import torch
+
+from artifactcache.backends.shared.runner import StepRunner
+from artifactcache.measure.child import timing
+from artifactcache.models import build_model
+from artifactcache.recipes import load_recipe
+
+
+def test_requests_are_batches_and_steps_are_timed_one_by_one():
+    recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)
+    model = build_model(recipe)
+    calls: list[int] = []
+
+    def step(*inputs):
+        calls.append(inputs[0].shape[0])
+        return model(*inputs)
+
+    runner = StepRunner(recipe, step, step, torch.device("cpu"))
+    prompts = [list(recipe.bench.prompt_ids)] * 2
+    cpu = torch.device("cpu")
+    out = timing.measure_requests(runner, prompts, 5, iters=1, warmup=1, device=cpu)
+    assert out["batch"] == 2 and len(out["tokens"]) == 5
+    assert out["tokens"] == runner.generate(prompts[0], 5, eos_token_ids=())
+    calls.clear()
+    steps = timing.measure_step_latency(runner, prompts, 5, cpu)
+    assert len(steps) == 4 and all(t > 0 for t in steps)  # decode steps only
+    assert len(calls) == 5  # the prefill, then one call per timed step
+    assert timing.measure_step_latency(object(), prompts, 5, cpu) is None
+
+
+def test_the_matmul_peak_is_measured_in_the_runs_dtype():
+    got = timing.matmul_flops(torch.device("cpu"), "bf16", n=64, rounds=1)
+    assert got["n"] == 64 and got["dtype"] == "bf16" and got["tflops"] > 0
