@@ -46,9 +46,9 @@ def test_compile_takes_a_spec_a_module_or_a_recipe(tmp_path):
 @pytest.mark.parametrize(
     "call, message",
     [
-        (lambda d: api.build(SPEC, "eager", cache_dir=d, max_seq_len=64), "max_seq_len shape a"),
-        (lambda d: api.load(SPEC, "eager", cache_dir=d, quant="int8wo"), "quant shape a"),
-        (lambda d: api.build("tiny-llama", "eager", cache_dir=d, inputs=["1x4"]), "inputs are"),
+        (lambda d: api.build(SPEC, "eager", cache_dir=d, max_seq_len=64), "--max-seq-len is for"),
+        (lambda d: api.load(SPEC, "eager", cache_dir=d, quant="int8wo"), "--quant is for a recipe"),
+        (lambda d: api.build("tiny-llama", "eager", cache_dir=d, inputs=["1x4"]), "--input is for"),
         (lambda d: api.compile("tiny-llama", (1,), backend="eager", cache_dir=d), "example in"),
     ],
 )

@@ -50,7 +50,7 @@ def _key(model: nn.Module, backend: str, x: torch.Tensor, **kw) -> str:
     from artifactcache.module_spec import make_spec
 
     spec = make_spec(model, (x,), **kw)
-    opts = module_api.module_options(backend, spec, None)
+    opts = module_api.module_choices(backend, spec, None)
     return module_api.module_key_for(backend, spec, opts)[1].key
 
 

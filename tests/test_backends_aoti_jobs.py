@@ -35,7 +35,8 @@ from artifactcache.backends.aoti.plan import (
     build_timeout,
     planned_jobs,
 )
-from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.base import BuildContext
+from artifactcache.choices import BuildChoices
 from artifactcache.cli.app import app
 from artifactcache.errors import BackendError, WeightsError
 from artifactcache.models import WeightsSpec, build_model
@@ -99,7 +100,7 @@ def test_the_default_is_serial_where_two_workers_would_not_fit(monkeypatch):
     from artifactcache.sizing import memory_needed
 
     recipe = load_recipe("tiny-llama")
-    opts = BuildOptions(device="cuda", dtype="fp32")
+    opts = BuildChoices(device="cuda", dtype="fp32")
     need = memory_needed(recipe, "fp32")["total"]
     monkeypatch.delenv(JOBS_ENV, raising=False)
     monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: 3 * need)
@@ -177,7 +178,7 @@ def test_a_worker_that_died_is_one_line():
 
 def test_a_worker_reports_what_it_raised(tmp_path: Path, monkeypatch):
     """main() turns any exception into a report (and exit 1), printing nothing."""
-    job = StepJob("decode", load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(),
+    job = StepJob("decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
                   tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
 
     def broken(*_args):
@@ -275,7 +276,7 @@ _ROOT = str(Path(aoti_jobs.__file__).resolve().parents[3])
 def _stand_in_build(tmp_path: Path, monkeypatch, ending: str, probe=dict, progress=None):
     argv = [sys.executable, "-c", _STAND_IN.format(root=_ROOT, ending=ending)]
     monkeypatch.setattr(aoti_jobs, "worker_argv", lambda: argv)
-    ctx = BuildContext(load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(), progress=progress)
+    ctx = BuildContext(load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(), progress=progress)
     workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
     workdir.mkdir()
     scratch.mkdir()
@@ -334,7 +335,7 @@ def test_a_hung_compiler_probe_is_named_not_the_steps(tmp_path: Path, monkeypatc
 
 def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypatch):
     """A real worker's _run marks each phase; past the timeout, the message reads them."""
-    job = StepJob("decode", load_recipe("tiny-llama"), BuildOptions(), WeightsSpec(),
+    job = StepJob("decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
                   tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
     done: Future = Future()
     done.set_result({})

@@ -14,8 +14,8 @@ import torch
 
 from artifactcache.backends.aoti import backend as aoti
 from artifactcache.backends.aoti import module as module_aoti
-from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.shared import torch_private
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import IntegrityError
 from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
@@ -63,7 +63,7 @@ def _escapes(entry, evil: Path) -> dict[str, str]:
 def test_the_aoti_loader_refuses_a_library_outside_the_entry(entry, evil, how, monkeypatch):
     monkeypatch.setattr(aoti, "aoti_container_runner", _spy)
     monkeypatch.setattr(aoti, "build_model_for", lambda *a: torch.nn.Linear(2, 2))
-    ctx = SimpleNamespace(opts=BuildOptions(), recipe=None, phases={})
+    ctx = SimpleNamespace(opts=BuildChoices(), recipe=None, phases={})
     rel = _escapes(entry, evil)[how]
     meta = {"steps": {"prefill": rel, "decode": "decode.so"}}
     with pytest.raises(IntegrityError, match="outside|not one of|symlink"):
@@ -81,6 +81,6 @@ def test_the_module_aoti_loader_refuses_a_library_outside_the_entry(entry, evil,
     meta = {"library": rel, "output_tree": None}
     load = module_aoti.MODULE_BACKEND.load
     with pytest.raises(IntegrityError, match="outside|not one of|symlink"):
-        load(spec, BuildOptions(), entry.path, meta, {})  # type: ignore[arg-type]
+        load(spec, BuildChoices(), entry.path, meta, {})  # type: ignore[arg-type]
     with pytest.raises(Opened, match=str(entry.path / "prefill.so")):
-        load(spec, BuildOptions(), entry.path, entry.meta, {})  # type: ignore[arg-type]
+        load(spec, BuildChoices(), entry.path, entry.meta, {})  # type: ignore[arg-type]

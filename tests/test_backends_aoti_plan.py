@@ -17,7 +17,7 @@ from artifactcache.backends.aoti.plan import (
     inductor_config_left_behind,
     planned_jobs,
 )
-from artifactcache.backends.base import BuildOptions
+from artifactcache.choices import BuildChoices
 from artifactcache.cli.app import app
 from artifactcache.errors import BackendError
 from artifactcache.recipes import load_recipe
@@ -38,7 +38,7 @@ def post_grad_pass(graph) -> None:
 
 
 def test_a_config_a_worker_cannot_take_keeps_the_build_in_this_process(monkeypatch):
-    recipe, opts = load_recipe("tiny-llama"), BuildOptions(device="cuda")  # concurrent
+    recipe, opts = load_recipe("tiny-llama"), BuildChoices(device="cuda")  # concurrent
     monkeypatch.delenv(JOBS_ENV, raising=False)
     monkeypatch.setattr("artifactcache.sizing.available_memory", lambda device: None)
     assert planned_jobs(recipe, opts, 2) == 2

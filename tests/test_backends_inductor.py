@@ -27,8 +27,9 @@ from _backend_util import (
 )
 
 from artifactcache import api
-from artifactcache.backends.base import BuildOptions, get_backend
+from artifactcache.backends.base import get_backend
 from artifactcache.backends.inductor import backend as inductor
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import load_recipe
 
@@ -71,14 +72,14 @@ def test_this_torch_warms_from_saved_compiled_functions():
     # CUDA keeps the Mega-Cache (both paths measured equally slow on the H200): the
     # key says which.
     assert inductor.warm_path("cuda:0") == "megacache"
-    cuda = BuildOptions(device="cuda", dtype="bf16")
+    cuda = BuildChoices(device="cuda", dtype="bf16")
     assert inductor.BACKEND.factors(load_recipe("tiny-llama"), cuda)["warm_path"] == "megacache"
 
 
 def test_the_warm_path_can_be_chosen_and_the_key_follows(monkeypatch):
     """$ACACHE_INDUCTOR_WARM_PATH picks the path to measure against the default; the
     key names the path, so the two entries never mix."""
-    tiny, cuda = load_recipe("tiny-llama"), BuildOptions(device="cuda", dtype="bf16")
+    tiny, cuda = load_recipe("tiny-llama"), BuildChoices(device="cuda", dtype="bf16")
     monkeypatch.setenv(inductor.WARM_PATH_ENV, "aot_compile")
     assert inductor.warm_path("cuda") == "aot_compile"
     assert inductor.BACKEND.factors(tiny, cuda)["warm_path"] == "aot_compile"

@@ -9,9 +9,10 @@ from _backend_util import BATCH_PROMPTS, assert_rows_match_alone
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import backend as ortb
 from artifactcache.backends.onnx import export as ox
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.models import WeightsSpec
 from artifactcache.recipes import list_recipes, load_recipe
@@ -87,9 +88,9 @@ def test_the_export_is_a_recorded_dependency(store):
 
 
 def test_the_tensorrt_ep_needs_the_export_at_load():
-    ctx = BuildContext(recipe=list_recipes()[0], opts=BuildOptions(), weights=WeightsSpec(None, 0))
+    ctx = BuildContext(recipe=list_recipes()[0], opts=BuildChoices(), weights=WeightsSpec(None, 0))
     for mode, device, at_load in [("cpu", "cpu", False), ("tensorrt", "cuda", True)]:
-        ctx.opts = BuildOptions(device=device, mode=mode)
+        ctx.opts = BuildChoices(device=device, mode=mode)
         (dep,) = ortb.BACKEND.dependencies(ctx, "random:0", for_load=False)
         assert (dep.name, dep.at_load) == (ox.EXPORT_DEP, at_load)
 

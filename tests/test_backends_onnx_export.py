@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from artifactcache.api import recipe as recipe_api
-from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import export as ox
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
@@ -19,7 +20,7 @@ from artifactcache.store.local import LocalStore
 
 def _ctx(recipe: str = "tiny-llama", seed: int = 0, **extra) -> BuildContext:
     return BuildContext(
-        recipe=load_recipe(recipe), opts=BuildOptions(extra=extra), weights=WeightsSpec(None, seed)
+        recipe=load_recipe(recipe), opts=BuildChoices(extra=extra), weights=WeightsSpec(None, seed)
     )
 
 
@@ -134,7 +135,7 @@ def test_export_key_factors():
 )
 def test_export_spec_rejects_bad_options(extra, dtype, message):
     with pytest.raises(BackendError, match=message) as e:
-        ox.export_spec(BuildOptions(dtype=dtype, extra=extra))
+        ox.export_spec(BuildChoices(dtype=dtype, extra=extra))
     assert "\n" not in str(e.value)
 
 

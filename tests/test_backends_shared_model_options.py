@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from artifactcache import api
-from artifactcache.backends.base import BuildOptions, get_backend
+from artifactcache.backends.base import get_backend
 from artifactcache.backends.shared.model_options import (
     check_quant,
     fuse_projections,
@@ -17,6 +17,7 @@ from artifactcache.backends.shared.model_options import (
     parse_flag,
     split_kv_decode,
 )
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 from artifactcache.recipes import load_recipe
 
@@ -33,14 +34,14 @@ from artifactcache.recipes import load_recipe
     ],
 )
 def test_fused_by_default(backend: str, device: str, recipe: str, fused: bool):
-    opts = BuildOptions(device=device)
+    opts = BuildChoices(device=device)
     assert fuse_projections(backend, load_recipe(recipe), opts) is fused
 
 
 def test_the_flag_overrides_the_default():
     llama = load_recipe("tiny-llama")
-    on = BuildOptions(extra={"fuse_projections": 1})
-    off = BuildOptions(device="cuda", extra={"fuse_projections": "0"})
+    on = BuildChoices(extra={"fuse_projections": 1})
+    off = BuildChoices(device="cuda", extra={"fuse_projections": "0"})
     assert fuse_projections("eager", llama, on) is True
     assert fuse_projections("aoti", llama, off) is False
     assert fuse_projections("eager", load_recipe("tiny-phi-3"), on) is True
@@ -55,7 +56,7 @@ def test_the_flag_overrides_the_default():
     ],
 )
 def test_impossible_fusion_is_one_line(recipe: str, value: object, says: str):
-    opts = BuildOptions(extra={"fuse_projections": value})
+    opts = BuildChoices(extra={"fuse_projections": value})
     with pytest.raises(BackendError, match=says):
         fuse_projections("eager", load_recipe(recipe), opts)
 
@@ -77,23 +78,23 @@ def test_parse_flag():
 )
 def test_quant_refusals_are_one_line(backend: str, quant: str, says: str):
     with pytest.raises(BackendError, match=says):
-        check_quant(backend, BuildOptions(quant=quant))
+        check_quant(backend, BuildChoices(quant=quant))
     # The backend's own option check refuses it too (compare validates through it).
     with pytest.raises(BackendError, match=says):
-        get_backend(backend).check_options(BuildOptions(quant=quant))
+        get_backend(backend).check_options(BuildChoices(quant=quant))
 
 
 def test_ort_refuses_the_fusion_flag():
     with pytest.raises(BackendError, match="fuse_projections"):
-        get_backend("ort").check_options(BuildOptions(extra={"fuse_projections": 1}))
+        get_backend("ort").check_options(BuildChoices(extra={"fuse_projections": 1}))
 
 
 @pytest.mark.parametrize("backend", ["eager", "inductor", "aoti"])
 def test_the_factors_name_the_model_as_built(backend: str):
     b, rec = get_backend(backend), load_recipe("tiny-llama")
-    plain = b.factors(rec, BuildOptions())
+    plain = b.factors(rec, BuildChoices())
     assert (plain["fused_projections"], plain["quant"]) == (False, "none")
-    opts = BuildOptions(quant="int8wo", extra={"fuse_projections": 1})
+    opts = BuildChoices(quant="int8wo", extra={"fuse_projections": 1})
     assert b.factors(rec, opts) == {**plain, "fused_projections": True, "quant": "int8wo"}
     assert model_factors(backend, rec, opts) == {
         "fused_projections": True,
@@ -119,24 +120,24 @@ def _long(name: str = "tiny-llama", max_seq_len: int = 1024, max_batch: int = 1)
 def test_split_kv_decode_is_the_cuda_default_of_the_compiled_backends(
     backend: str, device: str, expected: bool
 ):
-    opts, rec = BuildOptions(device=device), _long()
+    opts, rec = BuildChoices(device=device), _long()
     assert split_kv_decode(backend, opts, rec) is expected
     factors = model_factors(backend, rec, opts)
     assert factors["decode_attention"] == ("split_kv" if expected else "sdpa")
-    off = BuildOptions(device=device, extra={"split_kv_decode": 0})
+    off = BuildChoices(device=device, extra={"split_kv_decode": 0})
     assert split_kv_decode(backend, off, rec) is False
 
 
 def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
     with pytest.raises(BackendError, match="needs --device cuda"):
-        get_backend("aoti").check_options(BuildOptions(extra={"split_kv_decode": 1}))
+        get_backend("aoti").check_options(BuildChoices(extra={"split_kv_decode": 1}))
     with pytest.raises(BackendError, match="expected 0 or 1"):
-        get_backend("inductor").check_options(BuildOptions(extra={"split_kv_decode": "maybe"}))
+        get_backend("inductor").check_options(BuildChoices(extra={"split_kv_decode": "maybe"}))
     with pytest.raises(BackendError, match="ONNX export"):
-        split_kv_decode("ort", BuildOptions(device="cuda", extra={"split_kv_decode": 1}))
+        split_kv_decode("ort", BuildChoices(device="cuda", extra={"split_kv_decode": 1}))
     # What a user meets: ort's own option check refuses the flag in one line.
     with pytest.raises(BackendError, match="split_kv_decode"):
-        get_backend("ort").check_options(BuildOptions(extra={"split_kv_decode": 1}))
+        get_backend("ort").check_options(BuildChoices(extra={"split_kv_decode": 1}))
 
 
 def _key(backend: str, **kw: object) -> api.KeyInfo:
@@ -163,19 +164,19 @@ def test_split_kv_decode_is_the_default_for_long_contexts_at_any_batch(
 ):
     """Several KV buckets, one row or 32: split-KV's static step is the default."""
     rec = _long(max_seq_len=max_seq_len, max_batch=max_batch)
-    cuda = BuildOptions(device="cuda")
+    cuda = BuildChoices(device="cuda")
     assert model_factors("aoti", rec, cuda)["decode_attention"] == "split_kv"
     assert model_build_args("inductor", rec, cuda)["split_kv_decode"] is True
-    off = BuildOptions(device="cuda", extra={"split_kv_decode": 0})
+    off = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
     assert model_factors("aoti", rec, off)["decode_attention"] == "sdpa"
 
 
 @pytest.mark.parametrize("max_seq_len", [256, 64])
 def test_split_kv_decode_is_not_the_default_where_decode_is_static_already(max_seq_len: int):
     """One KV bucket (max_seq_len <= 256): the SDPA step is static, and was faster."""
-    cuda = BuildOptions(device="cuda")
+    cuda = BuildChoices(device="cuda")
     rec = _long(max_seq_len=max_seq_len, max_batch=32)
     assert split_kv_decode("aoti", cuda, rec) is False
     assert model_factors("inductor", rec, cuda)["decode_attention"] == "sdpa"
-    asked = BuildOptions(device="cuda", extra={"split_kv_decode": 1})
+    asked = BuildChoices(device="cuda", extra={"split_kv_decode": 1})
     assert split_kv_decode("aoti", asked, rec) is True

@@ -5,24 +5,25 @@ from __future__ import annotations
 
 import pytest
 
-from artifactcache.backends.base import BuildOptions, get_backend
+from artifactcache.backends.base import get_backend
 from artifactcache.backends.shared.tuning import inductor_tuning
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import AcacheError
 from artifactcache.recipes import load_recipe
 
 pytest.importorskip("torch")
 
-CUDA = BuildOptions(device="cuda", dtype="bf16")
+CUDA = BuildChoices(device="cuda", dtype="bf16")
 
 
 def test_inductor_defaults_to_cuda_graphs_on_cuda_and_plain_on_cpu():
     from artifactcache.backends.inductor.backend import _compile_options, _mode
 
     assert _mode(CUDA) == "reduce-overhead"
-    assert _mode(BuildOptions()) == "default"
+    assert _mode(BuildChoices()) == "default"
     assert _compile_options(CUDA) == {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
-    assert _compile_options(BuildOptions()) == {}
-    off = BuildOptions(device="cuda", dtype="bf16", mode="default",
+    assert _compile_options(BuildChoices()) == {}
+    off = BuildChoices(device="cuda", dtype="bf16", mode="default",
                        extra={"coordinate_descent_tuning": "0"})  # fmt: skip
     assert _compile_options(off) == {}
 
@@ -32,14 +33,14 @@ def test_tuning_is_a_key_factor_and_can_be_turned_off(backend):
     b = get_backend(backend)
     recipe = load_recipe("tiny-llama")
     on = b.factors(recipe, CUDA)
-    off_opts = BuildOptions(device="cuda", dtype="bf16", extra={"coordinate_descent_tuning": 0})
+    off_opts = BuildChoices(device="cuda", dtype="bf16", extra={"coordinate_descent_tuning": 0})
     b.check_options(off_opts)
     off = b.factors(recipe, off_opts)
     assert on["codegen"]["inductor_config"]["coordinate_descent_tuning"] is True
     assert "coordinate_descent_tuning" not in off["codegen"]["inductor_config"]
     assert (
         "coordinate_descent_tuning"
-        not in b.factors(recipe, BuildOptions())["codegen"]["inductor_config"]
+        not in b.factors(recipe, BuildChoices())["codegen"]["inductor_config"]
     )
 
 
@@ -47,9 +48,9 @@ def test_tuning_is_a_key_factor_and_can_be_turned_off(backend):
 @pytest.mark.parametrize(
     ("opts", "message"),
     [
-        (BuildOptions(extra={"coordinate_descent_tuning": 1}), "only CUDA builds have"),
-        (BuildOptions(device="cuda", extra={"coordinate_descent_tuning": "maybe"}), "0 or 1"),
-        (BuildOptions(extra={"unroll": 1}), "takes no extra option unroll"),
+        (BuildChoices(extra={"coordinate_descent_tuning": 1}), "only CUDA builds have"),
+        (BuildChoices(device="cuda", extra={"coordinate_descent_tuning": "maybe"}), "0 or 1"),
+        (BuildChoices(extra={"unroll": 1}), "takes no extra option unroll"),
     ],
 )
 def test_bad_tuning_options_are_one_line(backend, opts, message):
@@ -60,7 +61,7 @@ def test_bad_tuning_options_are_one_line(backend, opts, message):
 
 def test_flag_spellings():
     def tuned(value: object) -> bool:
-        opts = BuildOptions(device="cuda", extra={"coordinate_descent_tuning": value})
+        opts = BuildChoices(device="cuda", extra={"coordinate_descent_tuning": value})
         return bool(inductor_tuning(opts))
 
     assert all(tuned(v) for v in (True, 1, "1", "true", "on"))

@@ -16,10 +16,10 @@ import torch
 from typer.testing import CliRunner
 
 from artifactcache import api
-from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.onnx.export import ExportSpec
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt.options import resolve_mode
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError, BackendUnavailable
 from artifactcache.recipes import load_recipe
 from artifactcache.store.local import LocalStore
@@ -33,7 +33,7 @@ def test_version_compatible_engines_are_keyed_by_the_major(monkeypatch):
 
     def toolchain(version: str, **extra):
         monkeypatch.setattr(keys, "package_version", lambda d: version if "tensorrt" in d else "1")
-        return TRT.toolchain(BuildOptions(device="cuda", mode="onnx", extra=extra))
+        return TRT.toolchain(BuildChoices(device="cuda", mode="onnx", extra=extra))
 
     vc = {"allow_host_code": True}
     assert toolchain("10.3.0", **vc)["tensorrt"] == toolchain("10.4.0", **vc)["tensorrt"]
@@ -44,12 +44,12 @@ def test_version_compatible_engines_are_keyed_by_the_major(monkeypatch):
 def test_key_factors_onnx_mode():
     b = TRT
     r = load_recipe("tiny-llama")
-    opts = BuildOptions(device="cuda", dtype="fp16", mode="onnx", extra={"opt_level": 4})
+    opts = BuildChoices(device="cuda", dtype="fp16", mode="onnx", extra={"opt_level": 4})
     f = b.factors(r, opts)
     assert f["mode"] == "onnx" and f["opt_level"] == 4 and f["allow_host_code"] is False
     assert f["export"]["dtype"] == "fp16" and f["export"]["opset"] == ExportSpec().opset
     assert f["profiles"][0]["input_ids"] == [[1, 1], [1, 8], [1, 8]]
-    assert b.factors(r, BuildOptions(device="cuda", dtype="fp16", mode="onnx")) != f
+    assert b.factors(r, BuildChoices(device="cuda", dtype="fp16", mode="onnx")) != f
     assert set(b.toolchain(opts)) >= {"python", "torch", "cuda", "tensorrt"}
 
 
@@ -60,14 +60,14 @@ def test_the_default_mode_is_onnx_and_keys_as_onnx(monkeypatch, recipe):
     from artifactcache.backends.base import BuildContext
     from artifactcache.models import WeightsSpec
 
-    assert resolve_mode(BuildOptions()) == "onnx"
+    assert resolve_mode(BuildChoices()) == "onnx"
     # The key's hardware factor needs a GPU; the same stand-in GPU for every mode.
     key_module = sys.modules[api.key_for.__module__]
     monkeypatch.setattr(key_module, "hardware_fingerprint", lambda device, **kw: {"gpu": "x"})
     r = load_recipe(recipe)
 
     def key(**kw):
-        ctx = BuildContext(r, BuildOptions(device="cuda", dtype="fp16", **kw), WeightsSpec())
+        ctx = BuildContext(r, BuildChoices(device="cuda", dtype="fp16", **kw), WeightsSpec())
         return api.key_for(TRT, ctx)
 
     default = key()
@@ -81,7 +81,7 @@ def test_the_default_mode_is_onnx_and_keys_as_onnx(monkeypatch, recipe):
 def test_key_factors_llm_mode():
     b = TRT
     r = load_recipe("llama-7b")  # prefill_len 16, max_seq_len 256, max_batch 1
-    opts = BuildOptions(device="cuda", dtype="bf16", mode="llm")
+    opts = BuildChoices(device="cuda", dtype="bf16", mode="llm")
     f = b.factors(r, opts)
     assert f["mode"] == "llm" and f["dtype"] == "bf16"
     assert f["build_config"] == {
@@ -114,9 +114,9 @@ def test_bad_options_are_one_line_errors(kwargs, message):
 @pytest.mark.skipif(HAVE_TRT, reason="tensorrt is importable here")
 def test_unavailable_without_tensorrt(cache_dir):
     # The default needs the trt extra only; --mode llm names the trtllm extra as well.
-    ok, reason = TRT.available(BuildOptions(device="cuda"))
+    ok, reason = TRT.available(BuildChoices(device="cuda"))
     assert (ok, reason) == (False, "tensorrt not importable: pip install 'artifactcache[trt]'")
-    ok, reason = TRT.available(BuildOptions(device="cuda", mode="llm"))
+    ok, reason = TRT.available(BuildChoices(device="cuda", mode="llm"))
     assert not ok and reason.startswith(
         "tensorrt not importable: pip install 'artifactcache[trt,trtllm]' (--mode llm"
     )

@@ -12,13 +12,14 @@ import torch
 from _trt_standin import Recording, StandinModule
 from typer.testing import CliRunner
 
-from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.base import BuildContext
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt import llm
 from artifactcache.backends.tensorrt.llm import (
     hf_config,
     write_hf_checkpoint,
 )
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import list_recipes, load_recipe
@@ -35,7 +36,7 @@ def test_hf_checkpoint_for_trtllm_matches_eager(recipe, tmp_path):
     as transformers reads it."""
     transformers = pytest.importorskip("transformers")
     r = load_recipe(recipe)
-    ctx = BuildContext(recipe=r, opts=BuildOptions(), weights=WeightsSpec(None, 3))
+    ctx = BuildContext(recipe=r, opts=BuildChoices(), weights=WeightsSpec(None, 3))
     d = write_hf_checkpoint(ctx, Path(tmp_path) / "hf", "fp32")
     assert hf_config(r, "fp32")["architectures"][0].endswith("ForCausalLM")
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval()
@@ -52,11 +53,11 @@ def test_trtllm_refuses_a_family_it_has_no_config_for(recipe):
     """Before any work: the key's factors already need the family's config."""
     r = load_recipe(recipe)
     with pytest.raises(BackendError, match=f"does not build family {r.family} yet"):
-        TRT.factors(r, BuildOptions(device="cuda", mode="llm"))
+        TRT.factors(r, BuildChoices(device="cuda", mode="llm"))
     with pytest.raises(BackendError, match=r"drop --mode llm \(the default, --mode onnx"):
         hf_config(r, "fp32")
     # The default, plain TensorRT, keys (and so builds) every family.
-    assert TRT.factors(r, BuildOptions(device="cuda"))["mode"] == "onnx"
+    assert TRT.factors(r, BuildChoices(device="cuda"))["mode"] == "onnx"
 
 
 def _install_trtllm(monkeypatch, root: Path, version: str, engine_api: bool) -> None:
@@ -114,7 +115,7 @@ def test_trtllm_engine_backend_check(monkeypatch, tmp_path, version, engine_api,
     _install_trtllm(monkeypatch, tmp_path / "site", version, engine_api)
     monkeypatch.setitem(sys.modules, "tensorrt", StandinModule(Recording("10.13.0")))
     problem = llm.engine_backend_problem()
-    ok, reason = TRT.available(BuildOptions(device="cuda", mode="llm"))
+    ok, reason = TRT.available(BuildChoices(device="cuda", mode="llm"))
     if refused:
         assert problem is not None and problem.startswith(f"TensorRT-LLM {version} has no")
         assert (ok, reason) == (False, problem)
@@ -122,8 +123,8 @@ def test_trtllm_engine_backend_check(monkeypatch, tmp_path, version, engine_api,
         assert problem is None
         assert (ok, reason) == (True, "")
     # The plain TensorRT path, the default, does not need TensorRT-LLM at all.
-    assert TRT.available(BuildOptions(device="cuda", mode="onnx")) == (True, "")
-    assert TRT.available(BuildOptions(device="cuda")) == (True, "")
+    assert TRT.available(BuildChoices(device="cuda", mode="onnx")) == (True, "")
+    assert TRT.available(BuildChoices(device="cuda")) == (True, "")
     assert "tensorrt_llm" not in sys.modules  # read without importing it
 
 

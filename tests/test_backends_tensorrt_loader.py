@@ -76,12 +76,13 @@ def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
     fixed sizes are the graph's, for a context and batch chosen at build."""
     import onnx
 
-    from artifactcache.backends.base import BuildContext, BuildOptions
+    from artifactcache.backends.base import BuildContext
     from artifactcache.backends.onnx import export as ox
+    from artifactcache.choices import BuildChoices
     from artifactcache.models import WeightsSpec
 
     recipe = load_recipe("tiny-llama").with_shapes(max_seq_len=40, max_batch=max_batch)
-    ctx = BuildContext(recipe, BuildOptions(extra={"exporter": exporter}), WeightsSpec(None, 0))
+    ctx = BuildContext(recipe, BuildChoices(extra={"exporter": exporter}), WeightsSpec(None, 0))
     ox.export_to(tmp_path, ctx, ox.export_spec(ctx.opts))
     graph = onnx.load(str(tmp_path / ox.MODEL_FILE), load_external_data=False).graph
     dims = {

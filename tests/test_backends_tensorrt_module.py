@@ -22,10 +22,10 @@ from torch import nn
 from typer.testing import CliRunner
 
 from artifactcache.api import module as module_api
-from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.onnx.export_module import export_module
 from artifactcache.backends.shared import runner as runner_mod
 from artifactcache.backends.tensorrt import module as module_trt
+from artifactcache.choices import BuildChoices
 from artifactcache.dtypes import INPUT_DTYPES
 from artifactcache.errors import BackendError, BackendUnavailable, StaleArtifact
 from artifactcache.module_spec import make_spec
@@ -127,7 +127,7 @@ def test_profiles_from_the_example_inputs_and_dynamic_shapes():
 def test_the_export_is_dynamic_exactly_where_the_profile_ranges(tmp_path, exporter):
     spec = _spec(device="cpu")
     path = tmp_path / "m.onnx"
-    opts = BuildOptions(extra={"exporter": exporter})
+    opts = BuildChoices(extra={"exporter": exporter})
     export_module(spec, opts, path, 2, external=False)
     graph = module_trt.graph_inputs(path)
     (profile,) = module_trt.module_profiles(spec, graph)
@@ -156,7 +156,7 @@ def test_key_covers_the_weights_profiles_and_the_driver(monkeypatch):
     _install(monkeypatch, _recording())
 
     def key(spec, **options):
-        opts = module_api.module_options("trt", spec, {**FAST, **options})
+        opts = module_api.module_choices("trt", spec, {**FAST, **options})
         return module_api.module_key_for("trt", spec, opts)[1]
 
     base = key(_spec(0))

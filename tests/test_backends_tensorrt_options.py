@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from artifactcache.backends.base import BuildOptions
 from artifactcache.backends.tensorrt import options
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 
 
@@ -43,14 +43,14 @@ def test_precision_plan_refusals(args, message):
 
 
 def test_engine_options():
-    eo = options.engine_options(BuildOptions(extra={"opt_level": "5", "workspace_mb": 512}))
+    eo = options.engine_options(BuildChoices(extra={"opt_level": "5", "workspace_mb": 512}))
     assert (eo.opt_level, eo.workspace_mb, eo.typing, eo.allow_host_code) == (
         5,
         512,
         "strong",
         False,
     )
-    assert options.engine_options(BuildOptions(extra={"allow_host_code": "yes"})).allow_host_code
+    assert options.engine_options(BuildChoices(extra={"allow_host_code": "yes"})).allow_host_code
     for extra, message in [
         ({"opt_level": 6}, "opt_level must be 0-5"),
         ({"opt_level": "max"}, "opt_level must be an integer"),
@@ -60,4 +60,4 @@ def test_engine_options():
         ({"tactics": "all"}, "does not take ['tactics']"),
     ]:
         with pytest.raises(BackendError, match=message.replace("[", r"\[").replace("]", r"\]")):
-            options.engine_options(BuildOptions(extra=extra))
+            options.engine_options(BuildChoices(extra=extra))

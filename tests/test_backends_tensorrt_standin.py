@@ -19,11 +19,12 @@ import torch
 from _trt_standin import Recording, StandinModule, bindings_names, bindings_wheel
 
 from artifactcache import api
-from artifactcache.backends.base import BuildContext, BuildOptions
+from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import export as ox
 from artifactcache.backends.shared import runner as runner_mod
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt import loader
+from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 from artifactcache.models import WeightsSpec
 from artifactcache.recipes import load_recipe
@@ -181,13 +182,13 @@ def test_trt_and_ort_share_one_export(monkeypatch, tmp_path):
     _install(monkeypatch, rec)
     ctx = BuildContext(
         recipe=load_recipe("tiny-llama"),
-        opts=BuildOptions(device="cuda", mode="onnx"),
+        opts=BuildChoices(device="cuda", mode="onnx"),
         weights=WeightsSpec(None, 0),
     )
     trt_export = TRT.dependencies(ctx, "random:0", for_load=False)[0]
     from artifactcache.backends.onnx.backend import BACKEND as ORT
 
-    ctx.opts = BuildOptions()
+    ctx.opts = BuildChoices()
     (ort_export,) = ORT.dependencies(ctx, "random:0", for_load=False)
     assert trt_export.name == ort_export.name == ox.EXPORT_DEP
     assert compute_key(trt_export.factors) == compute_key(ort_export.factors)

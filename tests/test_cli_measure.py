@@ -8,6 +8,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
+from artifactcache.choices import BuildChoices
 from artifactcache.cli import app
 from artifactcache.measure import coldstart
 
@@ -180,18 +181,21 @@ def test_bench_measures_each_batch_size_and_says_how_the_artifact_was_found(tmp_
 def test_probe_spec_carries_extra_options_with_their_types():
     from artifactcache.measure.child import probe
 
+    extra = {"opset": 19, "flag": True, "exporter": "x"}
     spec = coldstart.ProbeSpec(
-        recipe="tiny-llama", backend="ort", extra={"opset": 19, "flag": True, "exporter": "x"}
+        recipe="tiny-llama", backend="ort", choices=BuildChoices(extra=extra, max_batch=2)
     )
     argv = spec.argv(None)
     args = probe._parse(argv[argv.index("--recipe") :])
-    assert args.extra_json == {"opset": 19, "flag": True, "exporter": "x"}
-    assert probe._parse(["--recipe", "r", "--backend", "eager"]).extra_json == {}
+    assert args.choices == spec.choices and args.choices.extra == extra  # whole, typed
+    assert probe._parse(["--recipe", "r", "--backend", "eager"]).choices == BuildChoices()
 
 
 def test_probe_child_applies_the_extra_options():
     # eager takes no extra options: the child refuses them, so they reached its api.load().
-    spec = coldstart.ProbeSpec(recipe="tiny-llama", backend="eager", extra={"foo": 1}, iters=1)
+    spec = coldstart.ProbeSpec(
+        recipe="tiny-llama", backend="eager", choices=BuildChoices(extra={"foo": 1}), iters=1
+    )
     with pytest.raises(coldstart.MeasureError, match="takes no extra options"):
         coldstart.spawn_probe(spec, None)
 
@@ -207,7 +211,7 @@ def test_bench_passes_extra_to_its_probe(monkeypatch):
     monkeypatch.setattr(coldstart, "spawn_probe", capture)
     r = runner.invoke(app, ["bench", "tiny-llama", "-b", "ort", "--extra", "opset=19"])
     assert r.exit_code == 1 and r.stderr.strip().endswith("error: captured"), r.stderr
-    assert [s.extra for s in seen] == [{"opset": 19}]
+    assert [s.choices.extra for s in seen] == [{"opset": 19}]
 
 
 @pytest.mark.parametrize(
@@ -253,18 +257,21 @@ def test_coldstart_and_compare_pass_extra_to_the_backend_probes(args, monkeypatc
     one_line_error(*[str(tmp_path / "out") if a == "X" else a for a in args])
     (spec,) = seen
     assert spec.extras == {"ort": {"opset": 19, "exporter": "dynamo"}}
-    assert compare.probe_spec(spec, "ort").extra == {"opset": 19, "exporter": "dynamo"}
-    assert compare.probe_spec(spec, "eager").extra == {}  # the baseline runs plain eager
+    assert compare.probe_spec(spec, "ort").choices.extra == {"opset": 19, "exporter": "dynamo"}
+    assert compare.probe_spec(spec, "eager").choices.extra == {}  # the baseline: plain eager
 
 
 def test_probe_spec_and_child_carry_quant():
     from artifactcache.measure.child import probe
 
-    argv = coldstart.ProbeSpec(recipe="tiny-llama", backend="aoti", quant="int8wo").argv(None)
-    assert probe._parse(argv[argv.index("--recipe") :]).quant == "int8wo"
-    assert probe._parse(["--recipe", "r", "--backend", "eager"]).quant is None
+    chosen = BuildChoices(quant="int8wo")
+    argv = coldstart.ProbeSpec(recipe="tiny-llama", backend="aoti", choices=chosen).argv(None)
+    assert probe._parse(argv[argv.index("--recipe") :]).choices.quant == "int8wo"
+    assert probe._parse(["--recipe", "r", "--backend", "eager"]).choices.quant is None
     # The child refuses a bad name: it reached its api.load().
-    spec = coldstart.ProbeSpec(recipe="tiny-llama", backend="eager", quant="int4", iters=1)
+    spec = coldstart.ProbeSpec(
+        recipe="tiny-llama", backend="eager", choices=BuildChoices(quant="int4"), iters=1
+    )
     with pytest.raises(coldstart.MeasureError, match="unknown --quant"):
         coldstart.spawn_probe(spec, None)
 

@@ -411,12 +411,12 @@ def test_every_backend_names_the_sources_it_imports():
 
 def test_aoti_keys_exactly_the_config_its_build_passes(monkeypatch):
     from artifactcache.backends.aoti import backend as aoti
-    from artifactcache.backends.base import BuildOptions
+    from artifactcache.choices import BuildChoices
     from artifactcache.recipes import load_recipe
 
     monkeypatch.setattr(aoti, "choose_cxx", lambda memo_dir=None: "/usr/bin/g++")
     for mode in ("default", "max-autotune"):
-        opts = BuildOptions(mode=mode)
+        opts = BuildChoices(mode=mode)
         keyed = aoti.BACKEND.factors(load_recipe("tiny-llama"), opts)["codegen"]["inductor_config"]
         passed = aoti.inductor_configs(opts, None)
         assert passed.pop("cpp.cxx") == "/usr/bin/g++"

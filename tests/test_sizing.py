@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from artifactcache import api, sizing
+from artifactcache.choices import BuildChoices
 from artifactcache.cli.app import app
 from artifactcache.errors import ShapeError
 from artifactcache.measure import bench, coldstart
@@ -124,8 +125,9 @@ def test_the_cli_key_and_the_probe_child_build_for_the_rows_asked(tmp_path: Path
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == key("tiny-llama", max_batch=3)
     spec = coldstart.ProbeSpec(
-        recipe="tiny-llama", backend="eager", max_batch=3, extra_flags=["--build-only"]
-    )
+        recipe="tiny-llama", backend="eager", choices=BuildChoices(max_batch=3),
+        extra_flags=["--build-only"],
+    )  # fmt: skip
     res = coldstart.spawn_probe(spec, tmp_path / "cache")
     assert (res["max_batch"], res["key"]) == (3, key("tiny-llama", max_batch=3))
 
@@ -161,7 +163,8 @@ def test_max_batch_and_batch_reach_the_probe_children(args, want, monkeypatch, t
     assert seen, "no probe was asked for"
     argv = seen[0]
     got_batch = argv[argv.index("--batch") + 1] if "--batch" in argv else None
-    assert (argv[argv.index("--max-batch") + 1], got_batch) == want
+    chosen = BuildChoices.from_json(argv[argv.index("--choices-json") + 1])  # sent whole
+    assert (str(chosen.max_batch), got_batch) == want
 
 
 # ------------------------------------------------------------ memory fit --
@@ -334,14 +337,15 @@ def test_the_option_reaches_the_probe_children(args, monkeypatch, tmp_path):
     runner.invoke(app, args)
     assert seen, "no probe was asked for"
     for argv in seen:
-        i = argv.index("--max-seq-len")
-        assert argv[i + 1] == "128"
+        chosen = BuildChoices.from_json(argv[argv.index("--choices-json") + 1])
+        assert chosen.max_seq_len == 128
 
 
 def test_a_probe_child_builds_for_the_context_it_is_given(tmp_path: Path):
     spec = coldstart.ProbeSpec(
-        recipe="tiny-llama", backend="eager", max_seq_len=128, extra_flags=["--build-only"]
-    )
+        recipe="tiny-llama", backend="eager", choices=BuildChoices(max_seq_len=128),
+        extra_flags=["--build-only"],
+    )  # fmt: skip
     res = coldstart.spawn_probe(spec, tmp_path / "cache")
     assert res["max_seq_len"] == 128
     assert res["key"] == key("tiny-llama", max_seq_len=128) != key("tiny-llama")

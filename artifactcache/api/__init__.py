@@ -21,8 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..choices import BuildChoices
 from ..errors import AcacheError
-from .recipe import check_generation, key_for, load_with_result, make_context
+from .recipe import check_generation, choices_of, key_for, load_with_result, make_context
 from .results import BuildResult, KeyInfo, resolve_store
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from ..store.protocol import Store
 
 __all__ = [
+    "BuildChoices",
     "BuildResult",
     "KeyInfo",
     "build",
@@ -43,9 +45,6 @@ __all__ = [
     "resolve_store",
 ]
 
-# Choices that shape a recipe's artifact and mean nothing for a single forward.
-_RECIPE_ONLY = ("weights", "max_seq_len", "quant", "max_batch")
-
 
 def is_module_model(model: Any) -> bool:
     """True for a model spec (``pkg.mod:factory``); a recipe, TOML or folder is not one."""
@@ -54,111 +53,75 @@ def is_module_model(model: Any) -> bool:
     return isinstance(model, str) and is_module_spec(model)
 
 
-def _module_options(mode: str | None, extra: dict[str, Any] | None) -> dict[str, Any]:
-    return {**({"mode": mode} if mode else {}), **(extra or {})}
-
-
-def _refuse_recipe_choices(model: str, **given: Any) -> None:
-    bad = [name for name in _RECIPE_ONLY if given.get(name) is not None]
-    if bad:
-        raise AcacheError(f"{', '.join(bad)} shape a recipe, not a model spec like {model!r}")
+def module_options(choices: BuildChoices) -> dict[str, Any]:
+    """The nn.Module path's ``options``: the mode and the backend's extras."""
+    return {**({"mode": choices.mode} if choices.mode else {}), **choices.extra}
 
 
 def _module_result(
-    model: str, backend: str, *, inputs: list[str] | None, device: str, dtype: str,
-    mode: str | None, extra: dict[str, Any] | None, seed: int, **kw: Any,
-) -> tuple[BuildResult, Any]:  # fmt: skip
+    model: str, backend: str, choices: BuildChoices, **where: Any
+) -> tuple[BuildResult, Any]:
     from ..module_spec import spec_from_cli
     from .module import compile_with_result
 
-    spec = spec_from_cli(model, inputs, device=device, dtype=dtype, seed=seed)
-    return compile_with_result(spec, backend, options=_module_options(mode, extra), **kw)
+    choices.check_scope("module")
+    spec = spec_from_cli(model, list(choices.inputs) or None, device=choices.device,
+                         dtype=choices.dtype, seed=choices.seed)  # fmt: skip
+    return compile_with_result(spec, backend, options=module_options(choices), **where)
 
 
 def build(
     model: str | Path | Recipe,
     backend: str = "eager",
+    choices: BuildChoices | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
-    inputs: list[str] | None = None,
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     store: Store | None = None,
+    **given: Any,
 ) -> BuildResult:
     """Build the artifact unless the cache has it; return where it is.
 
-    ``max_seq_len``/``max_batch``: the context length and the rows every step runs
-    (``generate_batch`` takes up to that many prompts); default: the recipe's.
-    ``quant="int8wo"``: int8 weights (eager, inductor, aoti; docs/backends.md).
-    ``inputs``: for a model spec, its input shapes as ``SHAPE[:DTYPE[:HIGH]]``
-    (default: the factory's own example inputs).
+    Choices are a :class:`BuildChoices` or keywords of its fields (``device``,
+    ``dtype``, ``mode``, ``extra``, ``weights``, ``seed``, ``max_seq_len``, ``quant``,
+    ``max_batch`` for a recipe; ``inputs`` for a model spec), e.g.
+    ``build("tiny-llama", "inductor", max_seq_len=256)``.
     """
     where = {"force": force, "store": store, "cache_dir": cache_dir,
              "allow_shared_root": allow_shared_root}  # fmt: skip
+    chosen = choices_of(choices, given)
     if is_module_model(model):
-        _refuse_recipe_choices(str(model), weights=weights, max_seq_len=max_seq_len,
-                               quant=quant, max_batch=max_batch)  # fmt: skip
-        return _module_result(str(model), backend, inputs=inputs, device=device, dtype=dtype,
-                              mode=mode, extra=extra, seed=seed, **where)[0]  # fmt: skip
-    if inputs:
-        raise AcacheError("inputs are for a model spec (pkg.mod:factory), not for a recipe")
+        return _module_result(str(model), backend, chosen, **where)[0]
     from . import recipe
 
-    return recipe.build(
-        model, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, max_seq_len=max_seq_len, quant=quant, max_batch=max_batch, **where,
-    )  # fmt: skip
+    return recipe.build(model, backend, chosen, **where)
 
 
 def load(
     model: str | Path | Recipe,
     backend: str = "eager",
+    choices: BuildChoices | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
-    inputs: list[str] | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     store: Store | None = None,
     context: BuildContext | None = None,
+    **given: Any,
 ) -> Runner | Any:
     """Ready to run from the cache, built on a miss (unless ``build_on_miss=False``).
 
     A recipe gives a Runner (``generate``, ``logits``); pass ``context`` to receive
     phase timestamps in ``context.phases``. A model spec gives a CompiledModule,
-    called like the module.
+    called like the module. Choices as for :func:`build`.
     """
     where = {"store": store, "cache_dir": cache_dir, "allow_shared_root": allow_shared_root,
              "build_on_miss": build_on_miss}  # fmt: skip
+    chosen = choices_of(choices, given)
     if is_module_model(model):
-        _refuse_recipe_choices(str(model), weights=weights, max_seq_len=max_seq_len,
-                               quant=quant, max_batch=max_batch)  # fmt: skip
-        return _module_result(str(model), backend, inputs=inputs, device=device, dtype=dtype,
-                              mode=mode, extra=extra, seed=seed, **where)[1]  # fmt: skip
-    if inputs:
-        raise AcacheError("inputs are for a model spec (pkg.mod:factory), not for a recipe")
-    return load_with_result(
-        model, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, max_seq_len=max_seq_len, max_batch=max_batch, quant=quant,
-        context=context, **where,
-    )[1]  # fmt: skip
+        return _module_result(str(model), backend, chosen, **where)[1]
+    return load_with_result(model, backend, chosen, context=context, **where)[1]
 
 
 def compile(
@@ -196,8 +159,9 @@ def compile(
         if example_inputs is not None or dynamic_shapes is not None:
             raise AcacheError("example inputs are for an nn.Module, not for a recipe")
         opts = dict(options or {})
-        return load(model, backend, device=device or "cpu", dtype=dtype or "fp32",
-                    mode=opts.pop("mode", None), extra=opts, **where)  # fmt: skip
+        chosen = BuildChoices(device=device or "cpu", dtype=dtype or "fp32",
+                              mode=opts.pop("mode", None), extra=opts)  # fmt: skip
+        return load(model, backend, chosen, **where)
     from . import module
 
     if is_module_model(model):

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import BuildOptions, get_backend, require_available
+from ..backends.base import get_backend, require_available
+from ..choices import BuildChoices
 from ..devices import check_device
 from ..errors import StaleArtifact
 from ..keys import hardware_fingerprint, make_factors
@@ -24,13 +25,13 @@ if TYPE_CHECKING:
     from ..store.protocol import Store
 
 
-def module_options(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildOptions:
+def module_choices(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildChoices:
     opts = dict(options or {})
     mode = opts.pop("mode", None)
-    return BuildOptions(device=spec.device, dtype=spec.dtype, mode=mode, extra=opts)
+    return BuildChoices(device=spec.device, dtype=spec.dtype, mode=mode, extra=opts)
 
 
-def module_key_for(backend: str, spec: Any, opts: BuildOptions) -> tuple[Any, KeyInfo]:
+def module_key_for(backend: str, spec: Any, opts: BuildChoices) -> tuple[Any, KeyInfo]:
     """(module backend, key) for a ModuleSpec; checks options and availability first."""
     from ..backends.base import get_module_backend
     from ..module_spec import state_digest
@@ -71,7 +72,7 @@ def compile_with_result(
 
     t0 = time.perf_counter()
     phases = phases if phases is not None else {}
-    opts = module_options(backend, spec, options)
+    opts = module_choices(backend, spec, options)
     mb, info = module_key_for(backend, spec, opts)
     st = resolve_store(store, cache_dir, allow_shared_root)
     label = {

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import (
     Backend,
     BuildContext,
-    BuildOptions,
     Dependency,
     Runner,
     get_backend,
     require_available,
 )
 from ..backends.shared.model_options import check_recipe_options
+from ..choices import BuildChoices
 from ..config import Recipe
 from ..devices import check_device
 from ..errors import ShapeError, StaleArtifact, WeightsError
@@ -53,20 +53,21 @@ def _weights_spec(weights: str | Path | None, seed: int):
     return WeightsSpec(Path(weights) if weights is not None else None, seed)
 
 
+def choices_of(choices: BuildChoices | None, given: dict[str, Any]) -> BuildChoices:
+    """``choices`` with the keyword choices ``given`` on top (unknown names: one line)."""
+    base = choices if choices is not None else BuildChoices()
+    if given:
+        BuildChoices.of(**given)  # unknown names: one line
+    return base.replace(**given) if given else base
+
+
 def make_context(
     recipe: str | Path | Recipe,
     backend: str,
+    choices: BuildChoices | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
     check_memory: bool = True,
+    **given: Any,
 ) -> tuple[Backend, BuildContext]:
     """Validate everything the user chose, before anything is written.
 
@@ -77,12 +78,13 @@ def make_context(
     context length and batch rows (key factors, as every shape is); so is ``quant``,
     weight-only quantization (backends/model_options.py). With ``check_memory``, weights
     plus the KV cache must fit the device's free memory (sizing.py); computing a key
-    skips that.
+    skips that. Choices are a BuildChoices, or keywords of its fields.
     """
+    opts = choices_of(choices, given)
+    opts.check_scope("recipe")
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
-    rec = rec.with_shapes(max_seq_len=max_seq_len, max_batch=max_batch)
-    if weights is None:
-        weights = rec.weights
+    rec = rec.with_shapes(max_seq_len=opts.max_seq_len, max_batch=opts.max_batch)
+    weights = opts.weights if opts.weights is not None else rec.weights
     b = get_backend(backend)
     if weights is not None and not Path(weights).exists():
         raise WeightsError(f"weights not found: {weights} (pass a safetensors file or HF folder)")
@@ -90,18 +92,16 @@ def make_context(
         from ..sources.hf import check_weights_agree
 
         check_weights_agree(rec, Path(weights))
-    opts = BuildOptions(device=device, dtype=dtype, mode=mode, extra=dict(extra or {}),
-                        quant=quant)  # fmt: skip
-    check_device(device, present=False)  # a typo is reported as a typo
+    check_device(opts.device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
     check_recipe_options(b.name, rec, opts)
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
-    check_device(device)
+    check_device(opts.device)
     if check_memory:
         from ..sizing import check_fits_memory
 
-        check_fits_memory(rec, dtype, device)
-    return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, seed))
+        check_fits_memory(rec, opts.dtype, opts.device)
+    return b, BuildContext(recipe=rec, opts=opts, weights=_weights_spec(weights, opts.seed))
 
 
 def check_generation(recipe: Recipe, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
@@ -227,7 +227,7 @@ def _lookup(
     allow_shared_root: bool = False,
     context: BuildContext | None = None,
     guard: contextlib.ExitStack | None = None,
-    **choices: Any,
+    choices: BuildChoices,
 ) -> tuple[Backend, BuildContext, BuildResult, Store]:
     """The one path build() and load() share: validate, key, then hit or build once.
 
@@ -237,7 +237,7 @@ def _lookup(
     its verification and its load.
     """
     t0 = time.perf_counter()
-    b, ctx = make_context(recipe, backend, **choices)
+    b, ctx = make_context(recipe, backend, choices)
     if context is not None:  # the caller wants the phase stamps in its own object
         context.recipe, context.opts, context.weights = ctx.recipe, ctx.opts, ctx.weights
         ctx = context
@@ -264,32 +264,18 @@ def _lookup(
 def build(
     recipe: str | Path | Recipe,
     backend: str = "eager",
+    choices: BuildChoices | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
     force: bool = False,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     store: Store | None = None,
+    **given: Any,
 ) -> BuildResult:
-    """Build the artifact unless the cache has it; return where it is.
-
-    ``max_seq_len``/``max_batch``: the context length and the rows every step runs
-    (``generate_batch`` takes up to that many prompts); default: the recipe's.
-    ``quant="int8wo"``: int8 weights (eager, inductor, aoti; docs/backends.md).
-    """
+    """Build the artifact unless the cache has it; return where it is."""
     _, _, result, _ = _lookup(
         recipe, backend, build_on_miss=True, force=force, store=store, cache_dir=cache_dir,
-        allow_shared_root=allow_shared_root, device=device, dtype=dtype, mode=mode,
-        weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len, max_batch=max_batch,
-        quant=quant,
+        allow_shared_root=allow_shared_root, choices=choices_of(choices, given),
     )  # fmt: skip
     return result
 
@@ -297,28 +283,20 @@ def build(
 def load_with_result(
     recipe: str | Path | Recipe,
     backend: str = "eager",
+    choices: BuildChoices | None = None,
     *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
     build_on_miss: bool = True,
     cache_dir: str | Path | None = None,
     allow_shared_root: bool = False,
     store: Store | None = None,
     context: BuildContext | None = None,
+    **given: Any,
 ) -> tuple[BuildResult, Runner]:
-    """load(), plus how the entry was found (hit / built / pulled): one lookup, not two."""
+    """A Runner, plus how the entry was found (hit / built / pulled): one lookup, not two."""
     lookup = functools.partial(
         _lookup, recipe, backend, store=store, cache_dir=cache_dir,
-        allow_shared_root=allow_shared_root, context=context, device=device, dtype=dtype,
-        mode=mode, weights=weights, seed=seed, extra=extra, max_seq_len=max_seq_len,
-        quant=quant, max_batch=max_batch,
+        allow_shared_root=allow_shared_root, context=context,
+        choices=choices_of(choices, given),
     )  # fmt: skip
     with contextlib.ExitStack() as guard:
         b, ctx, result, st = lookup(build_on_miss=build_on_miss, guard=guard)
@@ -347,37 +325,3 @@ def _attach_checkpoint(runner: Runner, ctx: BuildContext) -> None:
     folder = checkpoint_folder(ctx.weights.path)
     if folder is not None:
         runner.checkpoint = Checkpoint(folder)  # type: ignore[attr-defined]
-
-
-def load(
-    recipe: str | Path | Recipe,
-    backend: str = "eager",
-    *,
-    device: str = "cpu",
-    dtype: str = "fp32",
-    mode: str | None = None,
-    weights: str | Path | None = None,
-    seed: int = 0,
-    extra: dict[str, Any] | None = None,
-    max_seq_len: int | None = None,
-    quant: str | None = None,
-    max_batch: int | None = None,
-    build_on_miss: bool = True,
-    cache_dir: str | Path | None = None,
-    allow_shared_root: bool = False,
-    store: Store | None = None,
-    context: BuildContext | None = None,
-) -> Runner:
-    """A Runner from the cache, building on a miss (unless build_on_miss=False).
-
-    ``max_seq_len``/``max_batch``: the context length and batch rows it was built for
-    (default: the recipe's). ``quant``: as for build(). Pass ``context`` to receive
-    phase timestamps in
-    ``context.phases``.
-    """
-    return load_with_result(
-        recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-        extra=extra, max_seq_len=max_seq_len, max_batch=max_batch, quant=quant,
-        build_on_miss=build_on_miss, cache_dir=cache_dir,
-        allow_shared_root=allow_shared_root, store=store, context=context,
-    )[1]  # fmt: skip

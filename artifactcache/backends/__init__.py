@@ -3,7 +3,7 @@
 ::
 
     backends/
-      base.py            the Backend and ModuleBackend protocols, BuildOptions, the registry
+      base.py            the Backend and ModuleBackend protocols, BuildChoices, the registry
       shared/            what more than one backend uses
         runner.py          StepRunner: generation over compiled prefill/decode steps
         model_options.py   fusion, quantization, split-KV decode: checks and key factors

@@ -10,7 +10,7 @@ never breaks the rest of the CLI: ``available()`` reports it instead.
 
 Flow (see ``artifactcache/api/recipe.py``)::
 
-    opts   = BuildOptions(device="cuda", dtype="bf16", mode="reduce-overhead")
+    opts   = BuildChoices(device="cuda", dtype="bf16", mode="reduce-overhead")
     key    = compute_key(make_factors(..., options=b.factors(recipe, opts),
                                       toolchain=b.toolchain(opts), ...))
     entry, _ = store.get_or_build(key, factors, lambda workdir: b.build(ctx, workdir))
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from ..choices import BuildChoices
 from ..code_factors import BACKEND_FOLDERS
 from ..errors import BackendError, BackendUnavailable
 
@@ -42,23 +43,12 @@ if TYPE_CHECKING:
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")
 
 
-@dataclass(frozen=True)
-class BuildOptions:
-    """What the user chose, besides the recipe and weights."""
-
-    device: str = "cpu"  # "cpu" | "cuda" | "cuda:N"
-    dtype: str = "fp32"  # a name in dtypes.DTYPES
-    mode: str | None = None  # backend-specific (inductor: default | reduce-overhead | max-autotune)
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific flags, all key factors
-    quant: str | None = None  # weight-only quantization (model_options.QUANT_MODES) or none
-
-
 @dataclass
 class BuildContext:
     """Everything a backend needs to build or load one artifact."""
 
     recipe: Recipe
-    opts: BuildOptions
+    opts: BuildChoices
     weights: WeightsSpec
     # The entries this backend's dependencies() declared, by name, opened by api/recipe.py
     # before build()/load(): an Entry, or None for an optional one that is absent.
@@ -151,19 +141,19 @@ class Backend(Protocol):
     # packages, refittable engines): the entry is then keyed by architecture.
     weights_external: bool
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         """(ok, reason): reason says what is missing and how to install it."""
         ...
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         """Raise BackendError for options this backend does not support."""
         ...
 
-    def factors(self, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
         """Backend options that shape the artifact (goes under backend.options)."""
         ...
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         """Versions that shape the artifact (see keys.toolchain_fingerprint)."""
         ...
 
@@ -181,20 +171,20 @@ class ModuleBackend(Protocol):
     # True when the artifact holds the weights: the key then covers their digest.
     weights_in_artifact: bool
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         """One-line BackendError for options this backend does not take for modules."""
         ...
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         """What, besides the module fingerprint, shapes the artifact (backend.options)."""
         ...
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         """Write the artifact into workdir; return the manifest's meta."""
         ...
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         """A callable with the module's outputs, from a verified entry; stamps phases.
@@ -204,7 +194,7 @@ class ModuleBackend(Protocol):
         """
         ...
 
-    # Optional: sibling_options(opts) -> BuildOptions, the options the LLM sibling's
+    # Optional: sibling_options(opts) -> BuildChoices, the options the LLM sibling's
     # available() and toolchain() are asked with when they differ from the module's
     # (trt: its onnx mode, whatever mode the module path was given).
 
@@ -229,7 +219,7 @@ def get_module_backend(name: str) -> ModuleBackend:
     return importlib.import_module(_folder(name) + ".module").MODULE_BACKEND
 
 
-def require_available(backend: Backend, opts: BuildOptions) -> None:
+def require_available(backend: Backend, opts: BuildChoices) -> None:
     ok, reason = backend.available(opts)
     if not ok:
         raise BackendUnavailable(f"backend {backend.name!r} is unavailable: {reason}")

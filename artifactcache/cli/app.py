@@ -16,8 +16,6 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from ..devices import DEVICE_HELP
-from ..dtypes import DTYPE_HELP
 from ..errors import AcacheError, ArgumentError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
@@ -212,7 +210,8 @@ RebuildUntrusted = Annotated[
     ),
 ]
 
-# Options every command that builds or measures a recipe shares.
+# What every command that builds or measures takes besides its build choices
+# (those are declared with BuildChoices and added by cli/choices.py).
 RecipeArg = Annotated[
     str,
     typer.Argument(
@@ -222,22 +221,6 @@ RecipeArg = Annotated[
 ]
 BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
-]
-DeviceOpt = Annotated[str, typer.Option("--device", help=f"{DEVICE_HELP}.")]
-DtypeOpt = Annotated[str, typer.Option("--dtype", help=f"{DTYPE_HELP}.")]
-ModeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--mode", help="Backend mode (inductor: default | reduce-overhead | max-autotune)."
-    ),
-]
-WeightsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--weights",
-        help="HF checkpoint folder or .safetensors file (default: seeded random weights).",
-        show_default=False,
-    ),
 ]
 
 
@@ -250,45 +233,6 @@ def check_seed_option(
     return value if value is None else check_seed(value, f"--{param.name.replace('_', '-')}")
 
 
-SeedOpt = Annotated[
-    int, typer.Option("--seed", help="Seed for random weights.", callback=check_seed_option)
-]
-MaxSeqLenOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-seq-len",
-        help="Context length to build for: prompt + new tokens must fit; the static KV cache "
-        "holds this many positions (default: the recipe's [shapes].max_seq_len). A key factor.",
-        show_default=False,
-    ),
-]
-MaxBatchOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--max-batch",
-        help="Rows the artifact's steps run: the most prompts one batch takes; a smaller "
-        "batch pads rows (default: the recipe's [shapes].max_batch). A key factor.",
-        show_default=False,
-    ),
-]
-ExtraOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--extra",
-        help="Backend option KEY=VALUE, repeatable (ort: opset=18, exporter=torchscript; "
-        "trt: opt_level=3, workspace_mb=4096, typing=weak, allow_host_code=true). Key factors.",
-        show_default=False,
-    ),
-]
-QuantOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--quant",
-        help="Weight-only quantization: int8wo (int8 weights, a scale per output channel; "
-        "eager, inductor, aoti). A key factor.",
-        show_default=False,
-    ),
-]
 # compare runs several backends (and always eager): each extra option names its backend.
 BackendExtraOpt = Annotated[
     list[str] | None,
@@ -298,27 +242,6 @@ BackendExtraOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def refuse_max_seq_len(max_seq_len: int | None) -> None:
-    """A model spec has no context length: --max-seq-len with one is a mistake, not a no-op."""
-    if max_seq_len is not None:
-        raise ArgumentError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
-
-
-def refuse_quant(quant: str | None) -> None:
-    """A model spec is the user's own module: acache does not rewrite its layers."""
-    if quant is not None:
-        raise ArgumentError("--quant is for a recipe (acache's LLM), not a model spec")
-
-
-def refuse_max_batch(max_batch: int | None) -> None:
-    """A model spec's batch is dimension 0 of its inputs (--batch/--batches), not --max-batch."""
-    if max_batch is not None:
-        raise ArgumentError(
-            "--max-batch is for a recipe (an LLM's batch rows); a model spec's batch is "
-            "dimension 0 of its --input shapes"
-        )
 
 
 def _typed(raw: str) -> object:

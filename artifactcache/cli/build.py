@@ -21,38 +21,27 @@ from .app import (
     AllowSharedRoot,
     BackendOpt,
     CacheDir,
-    DeviceOpt,
-    DtypeOpt,
-    ExtraOpt,
     JsonOut,
-    MaxBatchOpt,
-    MaxSeqLenOpt,
-    ModeOpt,
-    QuantOpt,
     RebuildUntrusted,
     RecipeArg,
     Remote,
     RemoteReadOnly,
     RemoteTrustUnsigned,
-    SeedOpt,
     SigningKeyOpt,
     TrustedKeysOpt,
-    WeightsOpt,
     check_seed_option,
     console,
     emit_json,
     err_console,
     human_bytes,
     open_store,
-    parse_extra,
     print_table,
-    refuse_max_batch,
-    refuse_max_seq_len,
-    refuse_quant,
 )
-from .module import InputOpt, is_spec, refuse_inputs
+from .choices import with_choices
+from .module import is_spec
 
 if TYPE_CHECKING:
+    from ..choices import BuildChoices
     from ..store.protocol import Store
 
 
@@ -184,18 +173,11 @@ def register(app: typer.Typer) -> None:
         sys.stdout.write(recipe_to_toml(rec))
 
     @app.command("build")
+    @with_choices
     def build_cmd(
         recipe: RecipeArg,
+        choices: BuildChoices,
         backend: BackendOpt = "eager",
-        device: DeviceOpt = "cpu",
-        dtype: DtypeOpt = "fp32",
-        mode: ModeOpt = None,
-        weights: WeightsOpt = None,
-        seed: SeedOpt = 0,
-        extra: ExtraOpt = None,
-        max_seq_len: MaxSeqLenOpt = None,
-        quant: QuantOpt = None,
-        max_batch: MaxBatchOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -206,7 +188,6 @@ def register(app: typer.Typer) -> None:
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
         rebuild_untrusted: RebuildUntrusted = False,
-        inputs: InputOpt = None,
     ) -> None:
         """Build an artifact into the cache (a hit returns at once); print its key.
 
@@ -220,35 +201,20 @@ def register(app: typer.Typer) -> None:
             trust_unsigned=remote_trust_unsigned,
             rebuild_untrusted=rebuild_untrusted,
         )
-        if is_spec(recipe):
-            from .module import compile_spec
-
-            refuse_max_seq_len(max_seq_len)
-            refuse_quant(quant)
-            refuse_max_batch(max_batch)
-            store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
-            with _spinner(f"building {recipe} with {backend}"):
-                res = compile_spec(
-                    recipe, inputs, backend, device=device, dtype=dtype, mode=mode,
-                    extra=parse_extra(extra), seed=seed, store=store, force=force,
-                )[0]  # fmt: skip
-            _print_build(res, json_out)
-            return
-        refuse_inputs(inputs)
-        choices = dict(
-            device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
-            quant=quant,
-        )  # fmt: skip
-        _, ctx = api.make_context(recipe, backend, **choices)  # before the store is opened
+        if not is_spec(recipe):  # every argument checked before the store is opened
+            api.make_context(recipe, backend, choices)
+        else:
+            choices.check_scope("module")
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
         with _spinner(f"building {recipe} with {backend}"):
-            res = api.build(ctx.recipe, backend, force=force, store=store, **choices)
+            res = api.build(recipe, backend, choices, force=force, store=store)
         _print_build(res, json_out)
 
     @app.command("run")
+    @with_choices
     def run_cmd(
         recipe: RecipeArg,
+        choices: BuildChoices,
         backend: BackendOpt = "eager",
         prompt: Annotated[
             str | None,
@@ -292,15 +258,6 @@ def register(app: typer.Typer) -> None:
         no_eos: Annotated[
             bool, typer.Option("--no-eos", help="Never stop early: exactly --max-new-tokens.")
         ] = False,
-        device: DeviceOpt = "cpu",
-        dtype: DtypeOpt = "fp32",
-        mode: ModeOpt = None,
-        weights: WeightsOpt = None,
-        seed: SeedOpt = 0,
-        extra: ExtraOpt = None,
-        max_seq_len: MaxSeqLenOpt = None,
-        quant: QuantOpt = None,
-        max_batch: MaxBatchOpt = None,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
@@ -310,7 +267,6 @@ def register(app: typer.Typer) -> None:
         trusted_keys: TrustedKeysOpt = None,
         remote_trust_unsigned: RemoteTrustUnsigned = False,
         rebuild_untrusted: RebuildUntrusted = False,
-        inputs: InputOpt = None,
     ) -> None:
         """Generate from the cached artifact (building it on a miss): text with a tokenizer.
 
@@ -323,21 +279,21 @@ def register(app: typer.Typer) -> None:
         from ..sources.checkpoint import checkpoint_folder
 
         if is_spec(recipe):
-            refuse_max_seq_len(max_seq_len)
-            refuse_quant(quant)
-            refuse_max_batch(max_batch)
+            choices.check_scope("module")
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
                 rebuild_untrusted=rebuild_untrusted,
             )  # fmt: skip
-            _run_module(recipe, inputs, backend, device, dtype, mode, extra, seed, store, json_out)
+            _run_module(recipe, backend, choices, store, json_out)
             return
-        refuse_inputs(inputs)
+        choices.check_scope("recipe")
 
         # --max-batch picks the artifact; the prompt runs as a batch of one on it.
-        rec = load_recipe(recipe).with_shapes(max_seq_len=max_seq_len, max_batch=max_batch)
-        folder = checkpoint_folder(weights if weights is not None else rec.weights)
+        rec = load_recipe(recipe).with_shapes(
+            max_seq_len=choices.max_seq_len, max_batch=choices.max_batch
+        )
+        folder = checkpoint_folder(choices.weights if choices.weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
         tok = ckpt.tokenizer if ckpt is not None else None
         ids = prompt_ids_for(rec, tok, prompt, tokens, folder)
@@ -351,13 +307,11 @@ def register(app: typer.Typer) -> None:
             max_new_tokens = max(
                 1, min(rec.bench.max_new_tokens, rec.shapes.max_seq_len - len(ids))
             )
-        common = dict(
-            device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), quant=quant,
-        )  # fmt: skip
+        # The recipe above carries the shapes; the rest of the choices go whole.
+        common = choices.replace(max_seq_len=None, max_batch=None)
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
         api.check_generation(rec, ids, max_new_tokens)
-        api.make_context(rec, backend, **common)
+        api.make_context(rec, backend, common)
         store = open_store(
             cache_dir,
             allow_shared_root,
@@ -371,12 +325,12 @@ def register(app: typer.Typer) -> None:
         # One lookup: a hit is counted once, and the key is computed once.
         t0 = time.perf_counter()
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):
-            res, runner = api.load_with_result(rec, backend, store=store, **common)
+            res, runner = api.load_with_result(rec, backend, common, store=store)
         t1 = time.perf_counter()
-        choices = dict(eos_token_ids=eos, temperature=sampling.temperature,
-                       top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed)  # fmt: skip
+        how = dict(eos_token_ids=eos, temperature=sampling.temperature,
+                   top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed)  # fmt: skip
         new, text = generate_and_print(
-            runner, ids, max_new_tokens, choices, tok, sys.stdout, show=not json_out
+            runner, ids, max_new_tokens, how, tok, sys.stdout, show=not json_out
         )
         t2 = time.perf_counter()
         status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
@@ -430,24 +384,20 @@ def _print_build(res: Any, json_out: bool) -> None:
 
 
 def _run_module(
-    spec: str, inputs: list[str] | None, backend: str, device: str, dtype: str,
-    mode: str | None, extra: list[str] | None, seed: int, store: Store, json_out: bool,
-) -> None:  # fmt: skip
+    spec: str, backend: str, choices: BuildChoices, store: Store, json_out: bool
+) -> None:
     """`acache run SPEC`: load (building on a miss), one call, each output's shape/checksum."""
     from .module import compile_spec, output_summary
 
     t0 = time.perf_counter()
     with _spinner(f"loading {spec} with {backend} (building on a miss)"):
-        res, compiled, mspec = compile_spec(
-            spec, inputs, backend, device=device, dtype=dtype, mode=mode,
-            extra=parse_extra(extra), seed=seed, store=store,
-        )  # fmt: skip
+        res, compiled, mspec = compile_spec(spec, backend, choices, store=store)
     t1 = time.perf_counter()
     out = compiled(*mspec.example_inputs)
-    if is_cuda(device):
+    if is_cuda(choices.device):
         import torch
 
-        torch.cuda.synchronize(device)
+        torch.cuda.synchronize(choices.device)
     t2 = time.perf_counter()
     rows = output_summary(out)
     if json_out:

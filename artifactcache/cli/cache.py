@@ -17,38 +17,27 @@ from typing import Annotated, Any
 
 import typer
 
+from ..choices import BuildChoices
 from ..errors import ArgumentError, BundleError, FilesystemError, IntegrityError
 from ..limits import SIZE_MAX
 from .app import (
     AllowSharedRoot,
     BackendOpt,
     CacheDir,
-    DeviceOpt,
-    DtypeOpt,
-    ExtraOpt,
     JsonOut,
-    MaxBatchOpt,
-    MaxSeqLenOpt,
-    ModeOpt,
-    QuantOpt,
     RecipeArg,
-    SeedOpt,
-    WeightsOpt,
     check_prefixes,
     console,
     emit_json,
     err_console,
     human_bytes,
     open_store,
-    parse_extra,
     print_table,
-    refuse_max_batch,
-    refuse_max_seq_len,
-    refuse_quant,
     shown,
     visible,
 )
-from .module import InputOpt, is_spec, refuse_inputs
+from .choices import with_choices
+from .module import is_spec
 from .remote import RemoteFlag, RemoteUrl, ls_remote
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -359,23 +348,15 @@ def register(app: typer.Typer) -> None:
         console.print(f"imported {len(keys)} entries: {', '.join(k[:12] for k in keys)}")
 
     @app.command("key")
+    @with_choices
     def key(
         recipe: RecipeArg,
         backend: BackendOpt,
-        device: DeviceOpt = "cpu",
-        dtype: DtypeOpt = "fp32",
-        mode: ModeOpt = None,
-        weights: WeightsOpt = None,
-        seed: SeedOpt = 0,
-        extra: ExtraOpt = None,
-        max_seq_len: MaxSeqLenOpt = None,
-        quant: QuantOpt = None,
-        max_batch: MaxBatchOpt = None,
+        choices: BuildChoices,
         explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         json: JsonOut = False,
-        inputs: InputOpt = None,
     ):
         """Print the cache key a build would use (and, with --explain, what it covers).
 
@@ -386,25 +367,13 @@ def register(app: typer.Typer) -> None:
         if is_spec(recipe):
             from .module import key_info
 
-            refuse_max_seq_len(max_seq_len)
-            refuse_quant(quant)
-            refuse_max_batch(max_batch)
-            info = key_info(
-                recipe, inputs, backend, device=device, dtype=dtype, mode=mode, seed=seed,
-                extra=parse_extra(extra),
-            )  # fmt: skip
+            info = key_info(recipe, backend, choices)
         else:
             from ..api import key_for, make_context
 
-            refuse_inputs(inputs)
             # A key says what a build would be keyed by; whether it fits here is the build's
             # question, so memory is not checked.
-            b, ctx = make_context(
-                recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights,
-                seed=seed, extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
-                quant=quant,
-                check_memory=False,
-            )  # fmt: skip
+            b, ctx = make_context(recipe, backend, choices, check_memory=False)
             # Only a real checkpoint needs the store (its digest memo lives there).
             memo = (
                 _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -53,21 +54,44 @@ def choices_from_cli(values: dict[str, Any]) -> BuildChoices:
 
     given = {}
     for f in dataclasses.fields(BuildChoices):
+        if f.name not in values:
+            continue
         value = values[f.name]
         kind = f.metadata["cli"]
         given[f.name] = _PARSERS[kind][1](value) if kind in _PARSERS else value
     try:
-        check_seed(given["seed"], "--seed")
+        check_seed(given.get("seed", 0), "--seed")
     except Exception as e:
         raise ArgumentError(str(e)) from None
     return BuildChoices(**given)
 
 
-def with_choices(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` (which takes ``choices: BuildChoices``) one option per choice."""
+def _resolved(annotation: Any, command: Callable[..., Any]) -> Any:
+    """A postponed (string) annotation evaluated as typing would, in the command's module."""
+    if not isinstance(annotation, str):
+        return annotation
+    return eval(annotation, vars(sys.modules[command.__module__]))  # noqa: S307
+
+
+def with_choices(
+    command: Callable[..., Any] | None = None, *, exclude: tuple[str, ...] = ()
+) -> Any:
+    """Give ``command`` (which takes ``choices: BuildChoices``) one option per choice.
+
+    ``exclude`` names choices the command declares its own way (compare's per-backend
+    ``--modes`` and ``--extra BACKEND:KEY=VALUE``); they keep their defaults.
+    """
+    if command is None:
+        return functools.partial(with_choices, exclude=exclude)
     sig = inspect.signature(command)
-    own = [p for name, p in sig.parameters.items() if name != "choices"]
-    added = [_parameter(f) for f in dataclasses.fields(BuildChoices)]
+    # Real annotations (the command's module may use postponed, string annotations):
+    # typer reads its Annotated options from the signature it is given.
+    own = [
+        p.replace(annotation=_resolved(p.annotation, command))
+        for name, p in sig.parameters.items()
+        if name != "choices"
+    ]
+    added = [_parameter(f) for f in dataclasses.fields(BuildChoices) if f.name not in exclude]
     names = [p.name for p in added]
 
     @functools.wraps(command)
@@ -76,8 +100,5 @@ def with_choices(command: Callable[..., Any]) -> Callable[..., Any]:
         return command(*args, choices=choices_from_cli(values), **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {
-        **{k: v for k, v in command.__annotations__.items() if k != "choices"},
-        **{p.name: p.annotation for p in added},
-    }
+    wrapper.__annotations__ = {p.name: p.annotation for p in own + added}
     return wrapper

@@ -60,7 +60,8 @@ def _torch_info() -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def backend_status(name: str, device: str) -> dict[str, Any]:
     """{name, available, reason, install} for one row of BACKEND_ROWS."""
-    from ..backends.base import BuildOptions, get_backend
+    from ..backends.base import get_backend
+    from ..choices import BuildChoices
     from ..errors import AcacheError
 
     row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
@@ -72,7 +73,7 @@ def backend_status(name: str, device: str) -> dict[str, Any]:
         return row
     try:
         backend = get_backend(backend_name)
-        ok, reason = backend.available(BuildOptions(device=device, mode=mode))
+        ok, reason = backend.available(BuildChoices(device=device, mode=mode))
     except AcacheError as e:
         ok, reason = False, str(e)
     except ImportError as e:  # a backend module whose own import fails is reported, not fatal

@@ -20,35 +20,24 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ..choices import BuildChoices
 from ..errors import MeasureError
 from .app import (
     AllowSharedRoot,
     BackendExtraOpt,
     BackendOpt,
     CacheDir,
-    DeviceOpt,
-    DtypeOpt,
-    ExtraOpt,
     JsonOut,
-    MaxBatchOpt,
-    MaxSeqLenOpt,
-    ModeOpt,
-    QuantOpt,
     RecipeArg,
-    SeedOpt,
-    WeightsOpt,
     console,
     emit_json,
     err_console,
     human_bytes,
     parse_backend_extras,
-    parse_extra,
-    refuse_max_batch,
-    refuse_max_seq_len,
-    refuse_quant,
     shown,
 )
-from .module import InputOpt, is_spec, refuse_inputs
+from .choices import with_choices
+from .module import is_spec
 
 NewTokens = Annotated[
     int | None,
@@ -86,12 +75,15 @@ def _progress(total_hint: str) -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
-def _spec(recipes: list[str], backends: list[str], **kw: Any):
+def _spec(recipes: list[str], backends: list[str], choices: BuildChoices, **kw: Any):
+    """A CompareSpec; the choices' mode and extras become the one backend's."""
     from ..measure.compare import CompareSpec
 
-    if kw.get("weights") is not None:
-        kw["weights"] = str(kw["weights"])  # the probe's argv
-    return CompareSpec(recipes=recipes, backends=backends, **kw)
+    if len(backends) == 1 and (choices.mode or choices.extra):
+        kw.setdefault("modes", {backends[0]: choices.mode} if choices.mode else {})
+        kw.setdefault("extras", {backends[0]: dict(choices.extra)} if choices.extra else {})
+    shared = choices.replace(mode=None, extra={})
+    return CompareSpec(recipes=recipes, backends=backends, choices=shared, **kw)
 
 
 def _require_available(spec: Any, backend: str) -> None:
@@ -152,26 +144,18 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
             )
 
 
+@with_choices
 def coldstart_cmd(
     recipe: RecipeArg,
+    choices: BuildChoices,
     backend: BackendOpt = "inductor",
     runs: Runs = 3,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
-    mode: ModeOpt = None,
     new_tokens: NewTokens = None,
-    max_seq_len: MaxSeqLenOpt = None,
-    max_batch: MaxBatchOpt = None,
     iters: Iters = 3,
-    weights: WeightsOpt = None,
-    seed: SeedOpt = 0,
-    extra: ExtraOpt = None,
-    quant: QuantOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
     json_out: JsonOut = False,
-    inputs: InputOpt = None,
 ) -> None:
     """Cold vs warm vs eager start in fresh processes, and break-even against eager.
 
@@ -180,26 +164,10 @@ def coldstart_cmd(
     """
     from ..measure import compare
 
-    extras = parse_extra(extra)
-    if not is_spec(recipe):
-        refuse_inputs(inputs)
+    choices.check_scope("module" if is_spec(recipe) else "recipe")
     spec = _spec(
-        [recipe],
-        [backend],
-        inputs=list(inputs or []),
-        device=device,
-        dtype=dtype,
-        weights=weights,
-        seed=seed,
-        runs=runs,
-        new_tokens=new_tokens,
-        max_seq_len=max_seq_len,
-        max_batch=max_batch,
-        iters=iters,
-        modes={backend: mode} if mode else {},
-        extras={backend: extras} if extras else {},
-        quant=quant,
-    )
+        [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
+    )  # fmt: skip
     compare.validate(spec)
     if out is not None:
         compare.check_out_dir(out)
@@ -220,12 +188,11 @@ def coldstart_cmd(
     _render_coldstart(report, recipe, backend)
 
 
+@with_choices
 def bench_cmd(
     recipe: RecipeArg,
+    choices: BuildChoices,
     backend: BackendOpt = "eager",
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
-    mode: ModeOpt = None,
     batch: Annotated[
         str | None,
         typer.Option(
@@ -235,19 +202,12 @@ def bench_cmd(
             show_default=False,
         ),
     ] = None,
-    max_batch: MaxBatchOpt = None,
     new_tokens: NewTokens = None,
-    max_seq_len: MaxSeqLenOpt = None,
     iters: Iters = 10,
     warmup: Warmup = 2,
-    weights: WeightsOpt = None,
-    seed: SeedOpt = 0,
-    extra: ExtraOpt = None,
-    quant: QuantOpt = None,
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
-    inputs: InputOpt = None,
     batches: Annotated[
         str | None,
         typer.Option(
@@ -267,36 +227,27 @@ def bench_cmd(
     """
     from ..measure import bench, compare
 
-    extras = parse_extra(extra)
     if is_spec(recipe):
         from .module import bench_module
 
-        refuse_max_seq_len(max_seq_len)
-        refuse_quant(quant)
-        refuse_max_batch(max_batch)
+        choices.check_scope("module")
         if batch is not None:
             raise MeasureError("--batch is for a recipe; a model spec takes --batches")
         bench_module(
-            recipe, backend, inputs=inputs, batches=batches, device=device, dtype=dtype,
-            mode=mode, iters=iters, warmup=warmup, seed=seed, cache_dir=cache_dir,
-            allow_shared_root=allow_shared_root, json_out=json_out, extra=extras,
+            recipe, backend, choices, batches=batches, iters=iters, warmup=warmup,
+            cache_dir=cache_dir, allow_shared_root=allow_shared_root, json_out=json_out,
         )  # fmt: skip
         return
-    refuse_inputs(inputs)
+    choices.check_scope("recipe")
     if batches is not None:
         raise MeasureError("--batches is for a model spec; a recipe takes --batch")
     sizes = bench.parse_batches(batch) if batch is not None else [1]
-    common = dict(
-        device=device, dtype=dtype, weights=weights, seed=seed, new_tokens=new_tokens,
-        max_seq_len=max_seq_len, iters=iters, warmup=warmup,
-        modes={backend: mode} if mode else {}, extras={backend: extras} if extras else {},
-        quant=quant,
-    )  # fmt: skip
     # Every size is checked (shapes, memory) before any probe runs or anything is built.
     runs = []
     for b in sizes:
-        rows = b if max_batch is None else max_batch
-        spec = _spec([recipe], [backend], max_batch=rows, **common)
+        rows = b if choices.max_batch is None else choices.max_batch
+        spec = _spec([recipe], [backend], choices.replace(max_batch=rows),
+                     new_tokens=new_tokens, iters=iters, warmup=warmup)  # fmt: skip
         rec = compare.validate(spec)[recipe]
         bench.check_batch(rec, b)  # a batch past --max-batch: one line, nothing built
         bench.resolve_new_tokens(rec, new_tokens, b)
@@ -309,7 +260,7 @@ def bench_cmd(
     if json_out:
         emit_json(results[0] if len(results) == 1 else {"batches": results})
         return
-    _render_bench(recipe, backend, device, dtype, results)
+    _render_bench(recipe, backend, choices.device, choices.dtype, results)
 
 
 def _bench_one(
@@ -330,19 +281,20 @@ def _bench_one(
     log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
     with _progress("bench") as say:
         say(
-            f"bench {recipe}/{backend} batch {batch} (max_batch {spec.max_batch}): load (builds "
-            f"on a miss), {spec.iters} timed requests", 0, 1,
+            f"bench {recipe}/{backend} batch {batch} (max_batch {spec.choices.max_batch}): "
+            f"load (builds on a miss), {spec.iters} timed requests", 0, 1,
         )  # fmt: skip
         probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
     log.unlink(missing_ok=True)
-    res = bench.summarize(rec, spec.dtype, [probe], batch, quant=spec.quant)
+    c = spec.choices
+    res = bench.summarize(rec, c.dtype, [probe], batch, quant=c.quant)
     res.update(
         recipe=recipe,
         backend=backend,
-        device=spec.device,
-        dtype=spec.dtype,
+        device=c.device,
+        dtype=c.dtype,
         mode=spec.modes.get(backend),
-        quant=spec.quant,
+        quant=c.quant,
         entry={"built": "built", "pulled": "pulled"}.get(probe.get("entry_source"), "hit"),
         phases=probe["phases"],
         memory=probe["memory"],
@@ -400,30 +352,24 @@ def _render_bench(
     console.print(t)
 
 
+@with_choices(exclude=("mode", "extra"))
 def compare_cmd(
     recipes: Annotated[str, typer.Option("--recipes", help="Comma-separated recipes.")],
     backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")],
     out: Annotated[Path, typer.Option("--out", help="Report directory.")],
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = "fp32",
+    choices: BuildChoices,
     runs: Runs = 1,
     new_tokens: NewTokens = None,
-    max_seq_len: MaxSeqLenOpt = None,
-    max_batch: MaxBatchOpt = None,
     iters: Iters = 3,
     modes: Annotated[
         list[str] | None,
         typer.Option("--modes", help="BACKEND=MODE, e.g. inductor=reduce-overhead (repeatable)."),
     ] = None,
-    weights: WeightsOpt = None,
-    seed: SeedOpt = 0,
     extra: BackendExtraOpt = None,
-    quant: QuantOpt = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,
     json_out: JsonOut = False,
-    inputs: InputOpt = None,
 ) -> None:
     """coldstart + bench for every recipe x backend; writes report.json, report.md, PNGs.
 
@@ -433,22 +379,10 @@ def compare_cmd(
     from ..measure.report import seed_table, write_report
 
     spec = _spec(
-        compare.parse_list(recipes, "recipes"),
-        compare.parse_list(backends, "backends"),
-        inputs=list(inputs or []),
-        device=device,
-        dtype=dtype,
-        weights=weights,
-        seed=seed,
-        runs=runs,
-        new_tokens=new_tokens,
-        max_seq_len=max_seq_len,
-        max_batch=max_batch,
-        iters=iters,
-        modes=compare.parse_modes(modes or []),
-        extras=parse_backend_extras(extra),
-        quant=quant,
-    )
+        compare.parse_list(recipes, "recipes"), compare.parse_list(backends, "backends"),
+        choices, runs=runs, new_tokens=new_tokens, iters=iters,
+        modes=compare.parse_modes(modes or []), extras=parse_backend_extras(extra),
+    )  # fmt: skip
     compare.validate(spec)
     compare.check_out_dir(out)
     with _progress("compare") as say:

@@ -7,24 +7,11 @@ only branches once. Nothing here imports torch at module level.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
-
-from ..errors import AcacheError
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..choices import BuildChoices
     from ..store.protocol import Store
-
-InputOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--input",
-        help="For a model spec (pkg.mod:factory): an input SHAPE[:DTYPE[:HIGH]], e.g. "
-        "1x3x224x224 or 1x128:int64:30522 (repeatable; default: the factory's inputs).",
-        show_default=False,
-    ),
-]
 
 
 def is_spec(recipe: str) -> bool:
@@ -33,50 +20,37 @@ def is_spec(recipe: str) -> bool:
     return is_module_spec(recipe)
 
 
-def refuse_inputs(inputs: list[str] | None) -> None:
-    if inputs:
-        raise AcacheError("--input is for a model spec (pkg.mod:factory), not for a recipe")
-
-
-def options_of(mode: str | None, extra: dict[str, Any]) -> dict[str, Any]:
-    return {**({"mode": mode} if mode else {}), **extra}
-
-
 def compile_spec(
-    spec_text: str,
-    inputs: list[str] | None,
-    backend: str,
-    *,
-    device: str,
-    dtype: str,
-    mode: str | None,
-    extra: dict[str, Any],
-    seed: int,
-    store: Store,
-    force: bool = False,
+    spec_text: str, backend: str, choices: BuildChoices, *, store: Store, force: bool = False,
     batch: int | None = None,
-) -> tuple[Any, Any, Any]:
+) -> tuple[Any, Any, Any]:  # fmt: skip
     """(BuildResult, CompiledModule, ModuleSpec): the factory, the key, then hit or build."""
-    from ..api import module as module_api
-    from ..module_spec import spec_from_cli
+    from ..api import module_options
+    from ..api.module import compile_with_result
 
-    spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed, batch=batch)
-    res, compiled = module_api.compile_with_result(
-        spec, backend, options=options_of(mode, extra), store=store, force=force
+    spec = spec_of(spec_text, choices, batch=batch)
+    res, compiled = compile_with_result(
+        spec, backend, options=module_options(choices), store=store, force=force
     )
     return res, compiled, spec
 
 
-def key_info(
-    spec_text: str, inputs: list[str] | None, backend: str, *, device: str, dtype: str,
-    mode: str | None, seed: int, extra: dict[str, Any] | None = None,
-) -> Any:  # fmt: skip
-    from ..api import module as module_api
+def spec_of(spec_text: str, choices: BuildChoices, *, batch: int | None = None) -> Any:
+    """The ModuleSpec the choices describe (its inputs, device, dtype, seed)."""
     from ..module_spec import spec_from_cli
 
-    spec = spec_from_cli(spec_text, inputs, device=device, dtype=dtype, seed=seed)
-    opts = module_api.module_options(backend, spec, options_of(mode, extra or {}))
-    return module_api.module_key_for(backend, spec, opts)[1]
+    choices.check_scope("module")
+    return spec_from_cli(spec_text, list(choices.inputs) or None, device=choices.device,
+                         dtype=choices.dtype, seed=choices.seed, batch=batch)  # fmt: skip
+
+
+def key_info(spec_text: str, backend: str, choices: BuildChoices) -> Any:
+    from ..api import module_options
+    from ..api.module import module_choices, module_key_for
+
+    spec = spec_of(spec_text, choices)
+    opts = module_choices(backend, spec, module_options(choices))
+    return module_key_for(backend, spec, opts)[1]
 
 
 def output_summary(out: Any) -> list[dict[str, Any]]:
@@ -116,9 +90,8 @@ def parse_batches(text: str | None) -> list[int | None]:
 
 
 def bench_module(
-    spec_text: str, backend: str, *, inputs: list[str] | None, batches: str | None,
-    device: str, dtype: str, mode: str | None, iters: int, warmup: int, seed: int,
-    cache_dir: Any, allow_shared_root: bool, json_out: bool, extra: dict[str, Any] | None = None,
+    spec_text: str, backend: str, choices: BuildChoices, *, batches: str | None, iters: int,
+    warmup: int, cache_dir: Any, allow_shared_root: bool, json_out: bool,
 ) -> None:  # fmt: skip
     """`acache bench SPEC`: one probe per batch size; latency percentiles and items/s."""
     import tempfile
@@ -133,16 +106,14 @@ def bench_module(
 
     sizes = parse_batches(batches)
     for b in sizes:
-        check_cli_spec(spec_text, inputs, dtype, b)
+        check_cli_spec(spec_text, list(choices.inputs) or None, choices.dtype, b)
     if iters < 1 or warmup < 1:
         raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
     rows = []
     for b in sizes:
         ps = coldstart.ProbeSpec(
-            recipe=spec_text, backend=backend, device=device, dtype=dtype, mode=mode,
-            seed=seed, iters=iters, warmup=warmup, inputs=list(inputs or []), batch=b,
-            extra=dict(extra or {}),
-            extra_flags=["--allow-shared-root"] if allow_shared_root else [],
+            recipe=spec_text, backend=backend, choices=choices, iters=iters, warmup=warmup,
+            batch=b, extra_flags=["--allow-shared-root"] if allow_shared_root else [],
         )  # fmt: skip
         log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
         err_console.print(f"[dim]bench {shown(spec_text)}/{backend} batch {b or 'as given'}[/dim]")
@@ -150,15 +121,18 @@ def bench_module(
         log.unlink(missing_ok=True)
         res = bench.summarize_module([probe])
         res.update(
-            recipe=spec_text, backend=backend, device=device, dtype=dtype, mode=mode,
-            key=probe.get("key"), phases=probe["phases"], memory=probe["memory"],
+            recipe=spec_text, backend=backend, device=choices.device, dtype=choices.dtype,
+            mode=choices.mode, key=probe.get("key"), phases=probe["phases"], memory=probe["memory"],
             environment=probe["environment"],
         )  # fmt: skip
         rows.append(res)
     if json_out:
         emit_json({"kind": "module", "recipe": spec_text, "backend": backend, "batches": rows})
         return
-    title = f"bench {shown(spec_text)} / {backend} ({device}, {dtype}, {iters} timed calls)"
+    title = (
+        f"bench {shown(spec_text)} / {backend} ({choices.device}, {choices.dtype}, "
+        f"{iters} timed calls)"
+    )
     t = Table(title=title)
     for col in ("batch", "inputs", "p50 ms", "p90 ms", "p99 ms", "items/s"):
         t.add_column(col, justify="left" if col == "inputs" else "right")

@@ -13,36 +13,28 @@ from typing import Annotated, Any
 
 import typer
 
+from ..choices import BuildChoices
 from ..errors import RemoteError
 from .app import (
     AllowSharedRoot,
     BackendOpt,
     CacheDir,
-    DeviceOpt,
-    DtypeOpt,
-    ExtraOpt,
     JsonOut,
-    MaxBatchOpt,
-    MaxSeqLenOpt,
-    ModeOpt,
-    QuantOpt,
     RecipeArg,
     Remote,
     RemoteReadOnly,
     RemoteTrustUnsigned,
-    SeedOpt,
     SigningKeyOpt,
     TrustedKeysOpt,
-    WeightsOpt,
     check_prefixes,
     console,
     emit_json,
     err_console,
     human_bytes,
     open_store,
-    parse_extra,
     print_table,
 )
+from .choices import with_choices
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
 
@@ -165,18 +157,11 @@ def register(app: typer.Typer) -> None:
         _render([store.pull(k) for k in keys], json)
 
     @app.command("prewarm")
+    @with_choices
     def prewarm(
         recipe: RecipeArg,
         backend: BackendOpt,
-        device: DeviceOpt = "cpu",
-        dtype: DtypeOpt = "fp32",
-        mode: ModeOpt = None,
-        weights: WeightsOpt = None,
-        seed: SeedOpt = 0,
-        extra: ExtraOpt = None,
-        max_seq_len: MaxSeqLenOpt = None,
-        quant: QuantOpt = None,
-        max_batch: MaxBatchOpt = None,
+        choices: BuildChoices,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         remote: Remote = None,
@@ -189,11 +174,7 @@ def register(app: typer.Typer) -> None:
         """Pull and verify the artifact a recipe + backend needs (for a deploy hook); no build."""
         from ..api import key_for, make_context
 
-        b, ctx = make_context(
-            recipe, backend, device=device, dtype=dtype, mode=mode, weights=weights, seed=seed,
-            extra=parse_extra(extra), max_seq_len=max_seq_len, max_batch=max_batch,
-            quant=quant,
-        )  # fmt: skip
+        b, ctx = make_context(recipe, backend, choices)
         key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)
         info = key_for(b, ctx, memo_dir=store.base)

@@ -17,6 +17,7 @@ The user's cache is never touched: every dir lives under a temporary work dir.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..choices import BuildChoices
 from ..errors import MeasureError
 from .phases import PHASE_ORDER, T0_ENV
 
@@ -71,60 +73,37 @@ Progress = Callable[[str], None]
 
 @dataclass
 class ProbeSpec:
-    """What one probe child measures (its command-line flags)."""
+    """What one probe child measures: the model, the backend, the build choices (sent
+    whole, as JSON) and how to measure."""
 
     recipe: str
     backend: str
-    device: str = "cpu"
-    dtype: str = "fp32"
-    mode: str | None = None
-    weights: str | None = None
-    seed: int = 0
+    choices: BuildChoices = field(default_factory=BuildChoices)
     new_tokens: int | None = None
-    max_seq_len: int | None = None  # the context to build for; None: the recipe's
-    max_batch: int | None = None  # the batch rows to build for; None: the recipe's
     iters: int = 3
     warmup: int = 1
     copy_bandwidth: bool = False
     matmul_flops: bool = False
     step_latency: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # the backend's --extra options
-    quant: str | None = None  # --quant
     extra_flags: list[str] = field(default_factory=list)
-    # A module spec's inputs (SHAPE[:DTYPE[:HIGH]]) and batch size (dimension 0); for a
-    # recipe, batch is the prompts of each timed request.
-    inputs: list[str] = field(default_factory=list)
+    # A model spec's batch size (dimension 0 of its inputs); for a recipe, the prompts
+    # of each timed request.
     batch: int | None = None
 
     def argv(self, cache_dir: Path | None) -> list[str]:
         cmd = [sys.executable, "-m", "artifactcache.measure.child.probe", "--recipe", self.recipe]
-        cmd += ["--backend", self.backend, "--device", self.device, "--dtype", self.dtype]
-        cmd += ["--seed", str(self.seed)]
+        cmd += ["--backend", self.backend, "--choices-json", self.choices.to_json()]
         if cache_dir is not None:
             cmd += ["--cache-dir", str(cache_dir)]
         cmd += ["--iters", str(self.iters), "--warmup", str(self.warmup)]
-        if self.mode:
-            cmd += ["--mode", self.mode]
-        if self.weights:
-            cmd += ["--weights", self.weights]
         if self.new_tokens is not None:
             cmd += ["--new-tokens", str(self.new_tokens)]
-        if self.max_seq_len is not None:
-            cmd += ["--max-seq-len", str(self.max_seq_len)]
-        if self.quant is not None:
-            cmd += ["--quant", self.quant]
-        if self.max_batch is not None:
-            cmd += ["--max-batch", str(self.max_batch)]
-        if self.extra:  # as JSON, so each value reaches the child with its type
-            cmd += ["--extra-json", json.dumps(self.extra, sort_keys=True)]
         if self.copy_bandwidth:
             cmd.append("--copy-bandwidth")
         if self.matmul_flops:
             cmd.append("--matmul-flops")
         if self.step_latency:
             cmd.append("--step-latency")
-        for text in self.inputs:
-            cmd += ["--input", text]
         if self.batch is not None:
             cmd += ["--batch", str(self.batch)]
         return cmd + list(self.extra_flags)
@@ -275,12 +254,12 @@ def run_scenarios(
     root.mkdir(parents=True, exist_ok=True)
     done = _journal_load(journal)
     out: dict[str, list[dict[str, Any]]] = {s: [] for s in wanted}
-    eager_spec = ProbeSpec(**{**spec.__dict__, "backend": "eager", "mode": None})
+    eager_spec = dataclasses.replace(spec, backend="eager", choices=spec.choices.replace(mode=None))
     eager_dir = root / "eager" / "acache"
     try:
         if "eager" in wanted and any(("eager", i) not in done for i in range(runs)):
             say("eager: building the baseline entry (untimed)")
-            prime = ProbeSpec(**{**eager_spec.__dict__, "extra_flags": ["--build-only"]})
+            prime = dataclasses.replace(eager_spec, extra_flags=["--build-only"])
             _one_run(prime, root / "eager" / "prime", eager_dir, timeout, must_be_empty=False)
         for i in range(runs):
             cold_dir = root / f"cold-{i}" / "acache"
@@ -299,7 +278,7 @@ def run_scenarios(
                 else:
                     if not cold_dir.is_dir():  # warm alone: populate an entry, untimed
                         say(f"warm {i + 1}/{runs}: building the entry first (untimed)")
-                        prime = ProbeSpec(**{**spec.__dict__, "extra_flags": ["--build-only"]})
+                        prime = dataclasses.replace(spec, extra_flags=["--build-only"])
                         _one_run(prime, cold_dir.parent, cold_dir, timeout, must_be_empty=False)
                     say(f"warm {i + 1}/{runs}: entry present, framework caches empty")
                     res = _one_run(spec, root / f"warm-{i}", cold_dir, timeout, must_be_empty=False)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import sizing
+from ..choices import BuildChoices
 from ..devices import is_cuda, parse_device
 from ..dtypes import check_dtype
 from ..errors import AcacheError, BackendError, MeasureError
@@ -35,21 +36,16 @@ Progress = Callable[[str, int, int], None]  # (message, units done, units total)
 class CompareSpec:
     recipes: list[str]
     backends: list[str]
-    device: str = "cpu"
-    dtype: str = "fp32"
-    weights: str | None = None
-    seed: int = 0
+    # What every backend builds with (eager too); mode and extra are per backend, below.
+    # A recipe's requests are batch 1 whatever choices.max_batch builds for.
+    choices: BuildChoices = field(default_factory=BuildChoices)
     runs: int = 1
     new_tokens: int | None = None
-    max_seq_len: int | None = None  # recipes only: the context to build for
-    max_batch: int | None = None  # recipes only: the batch rows to build for (requests: 1)
     iters: int = 3
     warmup: int = 1
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
-    quant: str | None = None  # recipes only: --quant, for every backend (eager too)
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
-    inputs: list[str] = field(default_factory=list)  # module specs: SHAPE[:DTYPE[:HIGH]]
     batch: int | None = None  # module specs: dimension 0 of every input
 
 
@@ -100,8 +96,9 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     for b in [*spec.backends, *spec.modes, *spec.extras]:
         if b not in BACKEND_NAMES:
             raise BackendError(f"unknown backend {b!r}: choose one of {', '.join(BACKEND_NAMES)}")
-    parse_device(spec.device)
-    check_dtype(spec.dtype)
+    c = spec.choices
+    parse_device(c.device)
+    check_dtype(c.dtype)
     # A mode or option the backend refuses is the user's mistake, not "unavailable here".
     for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
         get_backend(name).check_options(build_options(spec, name))
@@ -111,43 +108,37 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     recipes = {
         r: None
         if is_module_spec(r)
-        else load_recipe(r).with_shapes(max_seq_len=spec.max_seq_len, max_batch=spec.max_batch)
+        else load_recipe(r).with_shapes(max_seq_len=c.max_seq_len, max_batch=c.max_batch)
         for r in spec.recipes
     }
-    if spec.inputs and all(rec is not None for rec in recipes.values()):
+    if c.inputs and all(rec is not None for rec in recipes.values()):
         raise MeasureError("--input is for a model spec (pkg.mod:factory), not for a recipe")
-    if spec.max_seq_len is not None and all(rec is None for rec in recipes.values()):
+    if c.max_seq_len is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
-    if spec.quant is not None and any(rec is None for rec in recipes.values()):
+    if c.quant is not None and any(rec is None for rec in recipes.values()):
         raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
-    if spec.max_batch is not None and all(rec is None for rec in recipes.values()):
+    if c.max_batch is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-batch is for a recipe (an LLM's batch rows), not a model spec")
     for r, rec in recipes.items():
         if rec is None:
-            check_cli_spec(r, spec.inputs, spec.dtype, spec.batch)
+            check_cli_spec(r, list(c.inputs), c.dtype, spec.batch)
         else:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
             for name in dict.fromkeys(["eager", *spec.backends]):
                 check_recipe_options(name, rec, build_options(spec, name))  # phi-2 fused, ...
-            if parse_device(spec.device)[0] == "cpu":
+            if parse_device(c.device)[0] == "cpu":
                 # On a GPU the probe checks, before it builds: asking CUDA here would
                 # hold a context in this process for the whole measurement.
-                sizing.check_fits_memory(rec, spec.dtype, spec.device)
-    if spec.weights is not None and not Path(spec.weights).exists():
-        raise MeasureError(f"--weights {spec.weights} does not exist")
+                sizing.check_fits_memory(rec, c.dtype, c.device)
+    if c.weights is not None and not Path(c.weights).exists():
+        raise MeasureError(f"--weights {c.weights} does not exist")
     return recipes
 
 
-def build_options(spec: CompareSpec, backend: str) -> Any:
-    """The BuildOptions the probes of ``backend`` build and load with."""
-    from ..backends.base import BuildOptions
-
-    return BuildOptions(
-        device=spec.device,
-        dtype=spec.dtype,
-        mode=spec.modes.get(backend),
-        extra=dict(spec.extras.get(backend, {})),
-        quant=spec.quant,
+def build_options(spec: CompareSpec, backend: str) -> BuildChoices:
+    """The BuildChoices the probes of ``backend`` build and load with."""
+    return spec.choices.replace(
+        mode=spec.modes.get(backend), extra=dict(spec.extras.get(backend, {}))
     )
 
 
@@ -171,24 +162,10 @@ def availability(spec: CompareSpec) -> dict[str, tuple[bool, str]]:
 def probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
     """The probe one backend of ``spec`` runs (recipe filled in by the caller)."""
     return coldstart.ProbeSpec(
-        recipe="",
-        backend=backend,
-        device=spec.device,
-        dtype=spec.dtype,
-        mode=spec.modes.get(backend),
-        weights=spec.weights,
-        seed=spec.seed,
-        new_tokens=spec.new_tokens,
-        max_seq_len=spec.max_seq_len,
-        max_batch=spec.max_batch,
-        iters=spec.iters,
-        warmup=spec.warmup,
-        copy_bandwidth=True,
-        extra=dict(spec.extras.get(backend, {})),
-        quant=spec.quant,
-        inputs=list(spec.inputs),
+        recipe="", backend=backend, choices=build_options(spec, backend),
+        new_tokens=spec.new_tokens, iters=spec.iters, warmup=spec.warmup, copy_bandwidth=True,
         batch=spec.batch,
-    )
+    )  # fmt: skip
 
 
 def unit_name(recipe: str, backend: str) -> str:
@@ -217,7 +194,7 @@ def run_unit(
     ps = probe_spec(spec, backend)
     ps.recipe = recipe
     if is_module_spec(recipe):
-        ps.max_seq_len = ps.max_batch = None
+        ps.choices = ps.choices.replace(max_seq_len=None, max_batch=None, quant=None, weights=None)
     else:
         ps.batch = None  # a recipe's requests are the seed's batch 1
     scenarios = ("eager",) if backend == "eager" else ("cold", "warm")
@@ -260,7 +237,9 @@ def pair_result(
         "status": "ok",
         "runs": runs,
         "coldstart": summary,
-        "bench": bench.summarize(recipe_obj, spec.dtype, steady_from, quant=spec.quant)
+        "bench": bench.summarize(
+            recipe_obj, spec.choices.dtype, steady_from, quant=spec.choices.quant
+        )
         if recipe_obj is not None
         else bench.summarize_module(steady_from),
     }
@@ -367,22 +346,22 @@ def run_compare(
         "recipes": spec.recipes,
         "backends": spec.backends,
         "settings": {
-            "device": spec.device,
-            "dtype": spec.dtype,
-            "weights": spec.weights,
-            "seed": spec.seed,
+            "device": spec.choices.device,
+            "dtype": spec.choices.dtype,
+            "weights": spec.choices.weights,
+            "seed": spec.choices.seed,
             "runs": spec.runs,
             "iters": spec.iters,
             "warmup": spec.warmup,
             "new_tokens": spec.new_tokens,
-            "max_seq_len": spec.max_seq_len,
-            "max_batch": spec.max_batch,
+            "max_seq_len": spec.choices.max_seq_len,
+            "max_batch": spec.choices.max_batch,
             "new_tokens_label": "/".join(str(n) for n in new_tokens),
             "modes": spec.modes,
             "extras": spec.extras,
-            "quant": spec.quant,
+            "quant": spec.choices.quant,
         },
-        "environment": _environment(pairs, spec.device),
+        "environment": _environment(pairs, spec.choices.device),
         "pairs": pairs,
         "baselines": baselines,
     }

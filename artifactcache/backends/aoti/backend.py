@@ -36,13 +36,14 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from ...choices import BuildChoices
 from ...code_factors import codegen_factors
 from ...devices import device_type, is_cuda
 from ...errors import BackendError, BackendUnavailable
 from ...keys import toolchain_fingerprint
 from ...kv_buckets import kv_len_range
 from ...store.entry import entry_file
-from ..base import BuildContext, BuildOptions
+from ..base import BuildContext
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
@@ -72,11 +73,11 @@ STEPS = ("prefill", "decode")
 MODES = ("default", "max-autotune")
 
 
-def _mode(opts: BuildOptions) -> str:
+def _mode(opts: BuildChoices) -> str:
     return opts.mode or "default"
 
 
-def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
+def _codegen_configs(opts: BuildChoices) -> dict[str, Any]:
     """The Inductor config a build passes, but the compiler: all of it is a key factor."""
     cfg: dict[str, Any] = {
         # The weight-stripped package: no constants in the .so, none beside it.
@@ -89,7 +90,7 @@ def _codegen_configs(opts: BuildOptions) -> dict[str, Any]:
     return cfg
 
 
-def inductor_configs(opts: BuildOptions, memo_dir: Path | None = None) -> dict[str, Any]:
+def inductor_configs(opts: BuildChoices, memo_dir: Path | None = None) -> dict[str, Any]:
     cfg = _codegen_configs(opts)
     cxx = choose_cxx(memo_dir=memo_dir)
     if cxx:
@@ -272,7 +273,7 @@ class AotiBackend:
     name = "aoti"
     weights_external = True
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         import torch
 
         # Not `torch._inductor.aoti_compile_and_package`: touching torch._inductor imports
@@ -287,7 +288,7 @@ class AotiBackend:
             return False, reason
         return True, ""
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         check_device_dtype(opts)
         mode = _mode(opts)
         if mode not in MODES:
@@ -295,7 +296,7 @@ class AotiBackend:
         check_extra(self.name, opts)
         check_model_options(self.name, opts)
 
-    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -307,7 +308,7 @@ class AotiBackend:
             "codegen": codegen_factors(_codegen_configs(opts)),
         }
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         names = ("torch", "triton") if is_cuda(opts.device) else ("torch",)
         # The C++ runtime decides whether the wrapper .so loads (cxx.py). Key on the
         # runtime, not on the compiler's path, so a deploy host without g++ computes

@@ -60,7 +60,8 @@ from ...store.manifest import path_problem
 from .plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
 
 if TYPE_CHECKING:
-    from ..base import BuildContext, BuildOptions
+    from ...choices import BuildChoices
+    from ..base import BuildContext
 
 _POLL_S = 0.1
 LOG_TAIL_LINES = 40
@@ -88,7 +89,7 @@ class StepJob:
 
     step: str
     recipe: Any
-    opts: BuildOptions
+    opts: BuildChoices
     weights: Any
     workdir: Path
     scratch: Path

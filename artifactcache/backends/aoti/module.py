@@ -21,10 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...devices import device_type
 from ...errors import BackendError
 from ...store.entry import entry_file
-from ..base import BuildOptions
 from ..shared.any_module import (
     FORMAT,
     export_dynamic_shapes,
@@ -46,14 +46,14 @@ class AotiModuleBackend:
     name = "aoti"
     weights_in_artifact = False
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         mode = opts.mode or "default"
         if mode not in MODES:
             raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
         if opts.extra:
             raise BackendError(f"backend 'aoti' takes no extra options (got {sorted(opts.extra)})")
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -62,7 +62,7 @@ class AotiModuleBackend:
             "constants": "user-managed",
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         import torch
 
         from ..shared.torch_private import inductor_config_kept, release_export_state
@@ -112,7 +112,7 @@ class AotiModuleBackend:
         return meta
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         import torch

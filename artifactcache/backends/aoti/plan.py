@@ -21,7 +21,7 @@ from ...errors import BackendError
 from ...host import usable_cores
 
 if TYPE_CHECKING:
-    from ..base import BuildOptions
+    from ...choices import BuildChoices
 
 JOBS_ENV = "ACACHE_BUILD_JOBS"
 TIMEOUT_ENV = "ACACHE_BUILD_TIMEOUT"
@@ -67,7 +67,7 @@ def inductor_config_left_behind() -> list[str]:
     return portable_inductor_config()[1]
 
 
-def planned_jobs(recipe: Any, opts: BuildOptions, n_steps: int) -> int:
+def planned_jobs(recipe: Any, opts: BuildChoices, n_steps: int) -> int:
     """build_jobs(), but serial where the workers could not build what this process would,
     or, by default, where they would not fit in memory.
 

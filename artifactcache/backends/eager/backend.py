@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ...choices import BuildChoices
 from ...devices import device_type, is_cuda
 from ...errors import BackendError
 from ...keys import toolchain_fingerprint
-from ..base import BuildContext, BuildOptions
+from ..base import BuildContext
 from ..shared.model_options import backend_extra, check_model_options, model_factors
 from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of
 
@@ -29,7 +30,7 @@ class EagerBackend:
     name = "eager"
     weights_external = False
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         if is_cuda(opts.device):
             import torch
 
@@ -37,7 +38,7 @@ class EagerBackend:
                 return False, "torch sees no CUDA GPU; use --device cpu"
         return True, ""
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         check_device_dtype(opts)
         if opts.mode not in (None, "default"):
             raise BackendError(f"backend 'eager' has no modes (got --mode {opts.mode}): drop it")
@@ -48,7 +49,7 @@ class EagerBackend:
             )
         check_model_options(self.name, opts)
 
-    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -56,7 +57,7 @@ class EagerBackend:
             **model_factors(self.name, recipe, opts),
         }
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         return toolchain_fingerprint(("torch",))
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:

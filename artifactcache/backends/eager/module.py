@@ -7,9 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...devices import device_type
 from ...errors import BackendError
-from ..base import BuildOptions
 from ..shared.any_module import FORMAT, RECORD, no_extra, reference_run, require_files, write_record
 
 if TYPE_CHECKING:
@@ -22,22 +22,22 @@ class EagerModuleBackend:
     name = "eager"
     weights_in_artifact = False
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         if opts.mode not in (None, "default"):
             raise BackendError(f"backend 'eager' has no modes (got mode {opts.mode!r})")
         no_extra(self.name, opts)
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         return {"format": FORMAT, "dtype": opts.dtype, "device": device_type(opts.device)}
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         flat, tree = reference_run(spec)
         meta = {"format": FORMAT, "outputs": len(flat), "output_tree": tree}
         write_record(workdir, meta)
         return meta
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         import torch

@@ -44,12 +44,13 @@ from pathlib import Path
 from typing import Any
 
 from ... import settings
+from ...choices import BuildChoices
 from ...code_factors import codegen_factors
 from ...devices import device_index, device_type, is_cuda
 from ...errors import BackendError
 from ...keys import toolchain_fingerprint
 from ...kv_buckets import kv_len_range
-from ..base import BuildContext, BuildOptions
+from ..base import BuildContext
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
 from ..shared.model_options import check_model_options, model_factors, split_kv_decode
@@ -99,12 +100,12 @@ WARM_PATH_ENV = "ACACHE_INDUCTOR_WARM_PATH"
 _RECOMPILE_LIMIT = 64
 
 
-def _mode(opts: BuildOptions) -> str:
+def _mode(opts: BuildChoices) -> str:
     """The fast path is the default: CUDA graphs on CUDA, plain compile on CPU."""
     return opts.mode or ("reduce-overhead" if is_cuda(opts.device) else "default")
 
 
-def _compile_options(opts: BuildOptions) -> dict[str, Any]:
+def _compile_options(opts: BuildChoices) -> dict[str, Any]:
     """Inductor options for torch.compile: the mode's own, plus acache's tuning flags."""
     return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
 
@@ -160,7 +161,7 @@ def register_model_ops(model: Any) -> None:
         import artifactcache.models.decode_attention  # noqa: F401
 
 
-def compile_steps(model: Any, opts: BuildOptions, recipe: Any, dev: Any) -> Any:
+def compile_steps(model: Any, opts: BuildChoices, recipe: Any, dev: Any) -> Any:
     """torch.compile the model and run prefill + decode once each (twice more
     for reduce-overhead, whose CUDA graphs are recorded on the second call)."""
     import torch
@@ -185,7 +186,7 @@ class InductorBackend:
     name = "inductor"
     weights_external = False  # the graphs embed no weights, but AOTAutograd keys on them
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         import torch
 
         if is_cuda(opts.device) and not torch.cuda.is_available():
@@ -194,7 +195,7 @@ class InductorBackend:
             return False, reason  # Inductor's CPU kernels are C++
         return True, ""
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         check_device_dtype(opts)
         mode = _mode(opts)
         if mode not in MODES:
@@ -209,7 +210,7 @@ class InductorBackend:
         check_extra(self.name, opts)
         check_model_options(self.name, opts)
 
-    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.
         codegen = codegen_factors(inductor_tuning(opts))
         if opts.device == "cpu":
@@ -229,7 +230,7 @@ class InductorBackend:
             "warm_path": warm_path(opts.device),
         }
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         if is_cuda(opts.device):
             return toolchain_fingerprint(("torch", "triton"))
         return toolchain_fingerprint(("torch",))
@@ -328,7 +329,7 @@ class InductorBackend:
 
 
 def save_aot_steps(
-    model: Any, opts: BuildOptions, recipe: Any, dev: Any, workdir: Path
+    model: Any, opts: BuildChoices, recipe: Any, dev: Any, workdir: Path
 ) -> dict[str, int]:
     """aot_compile both steps, run each once, save them; {file: bytes}."""
     import torch

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...devices import device_index, device_type, is_cuda
 from ...errors import BackendError
-from ..base import BuildOptions
 from ..shared.any_module import FORMAT, no_extra, reference_run, require_files, write_record
 from ..shared.torch_private import inductor_tuning_results_kept
 from .backend import KERNELS, MEGACACHE, MODES
@@ -35,11 +35,11 @@ EXTRA_KEYS = ("fullgraph",)
 _RECOMPILE_LIMIT = 64
 
 
-def _mode(opts: BuildOptions) -> str:
+def _mode(opts: BuildChoices) -> str:
     return opts.mode or "default"
 
 
-def compile_and_run(spec: ModuleSpec, opts: BuildOptions) -> Any:
+def compile_and_run(spec: ModuleSpec, opts: BuildChoices) -> Any:
     """torch.compile the module and run the example inputs (3 times for CUDA graphs)."""
     import torch
 
@@ -68,7 +68,7 @@ class InductorModuleBackend:
     name = "inductor"
     weights_in_artifact = False
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         mode = _mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown inductor mode {mode!r}: choose one of {', '.join(MODES)}")
@@ -76,7 +76,7 @@ class InductorModuleBackend:
             raise BackendError("mode reduce-overhead uses CUDA graphs and needs a cuda device")
         no_extra(self.name, opts, EXTRA_KEYS)
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -86,7 +86,7 @@ class InductorModuleBackend:
             "dynamic": bool(spec.dynamic),
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         import torch
 
         from ..shared.torch_private import (
@@ -125,7 +125,7 @@ class InductorModuleBackend:
         return meta
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         import torch

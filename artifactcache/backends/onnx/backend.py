@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import settings
+from ...choices import BuildChoices
 from ...devices import device_index, is_cuda
 from ...errors import BackendError
 from ...extras import TRT_HINT, install_hint
 from ...keys import toolchain_fingerprint
-from ..base import BuildContext, BuildOptions, Dependency
+from ..base import BuildContext, Dependency
 from ..shared.model_options import check_quant
 from .export import (
     EXPORT_DEP,
@@ -84,7 +85,7 @@ def tensorrt_importable() -> bool:
     return importlib.util.find_spec("tensorrt") is not None
 
 
-def resolve_ep(opts: BuildOptions) -> str:
+def resolve_ep(opts: BuildChoices) -> str:
     """The execution provider the options ask for (``--mode``), or the default for the device."""
     on_gpu = is_cuda(opts.device)
     mode = opts.mode
@@ -100,7 +101,7 @@ def resolve_ep(opts: BuildOptions) -> str:
     return mode
 
 
-def graph_level(opts: BuildOptions) -> str:
+def graph_level(opts: BuildChoices) -> str:
     level = str(opts.extra.get("graph_optimization", "all"))
     if level not in OPT_LEVELS:
         raise BackendError(
@@ -168,7 +169,7 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
     }
 
 
-def providers_for(ep: str, opts: BuildOptions, recipe: Recipe, trt_dir: Path | None) -> list:
+def providers_for(ep: str, opts: BuildChoices, recipe: Recipe, trt_dir: Path | None) -> list:
     dev_id = device_index(opts.device)
     if ep == "cpu":
         return ["CPUExecutionProvider"]
@@ -222,7 +223,7 @@ class OrtBackend:
     name = "ort"
     weights_external = False
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         hint = install_hint("ort")
         for mod in ("onnxruntime", "onnx", "onnxscript"):
             if importlib.util.find_spec(mod) is None:
@@ -247,7 +248,7 @@ class OrtBackend:
             return False, f"tensorrt not importable for the TensorRT EP: {TRT_HINT}"
         return True, ""
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         check_quant(self.name, opts)
         ep = resolve_ep(opts)
         unknown = sorted(set(opts.extra) - set(EXTRA_KEYS))
@@ -263,7 +264,7 @@ class OrtBackend:
         graph_level(opts)
         export_spec(opts)
 
-    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The export's own key is a function of the recipe and weights (already in this
         # key) and of these export factors, so this key determines the export key too;
         # the export key itself is recorded in the manifest's meta.
@@ -277,7 +278,7 @@ class OrtBackend:
             "export": {**export_spec(opts).factors(), "toolchain": export_toolchain()},
         }
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         gpu = importlib.util.find_spec("onnxruntime") is not None and any(
             p != "CPUExecutionProvider" and p != "AzureExecutionProvider"
             for p in onnxruntime_module().get_available_providers()
@@ -378,7 +379,7 @@ class OrtBackend:
         return runner
 
 
-def _device_id(opts: BuildOptions) -> int:
+def _device_id(opts: BuildChoices) -> int:
     return device_index(opts.device)
 
 

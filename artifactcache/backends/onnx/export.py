@@ -51,8 +51,9 @@ from ..base import Dependency
 if TYPE_CHECKING:
     import torch
 
+    from ...choices import BuildChoices
     from ...config import Recipe
-    from ..base import BuildContext, BuildOptions
+    from ..base import BuildContext
 
 EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built_from"]
 MODEL_FILE = "model.onnx"
@@ -89,7 +90,7 @@ class ExportSpec:
         }
 
 
-def export_spec(opts: BuildOptions, dtype: str | None = None) -> ExportSpec:
+def export_spec(opts: BuildChoices, dtype: str | None = None) -> ExportSpec:
     """The export a backend's options ask for; bad values are one-line BackendErrors."""
     dt = dtype or opts.dtype
     if dt not in EXPORT_DTYPES:

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ...choices import BuildChoices
 from ...errors import BackendError
-from ..base import BuildOptions
 from ..shared.any_module import export_dynamic_shapes
 from .export import export_spec
 
@@ -39,7 +39,7 @@ def output_name(i: int) -> str:
 
 
 def export_module(
-    spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, external: bool
+    spec: ModuleSpec, opts: BuildChoices, path: Path, n_out: int, external: bool
 ) -> None:
     """Export the module to ``path`` (weights in ``path``.data when ``external``).
 
@@ -69,7 +69,7 @@ def _quiet() -> Iterator[None]:
         onnx_log.setLevel(old)
 
 
-def _export(spec: ModuleSpec, opts: BuildOptions, path: Path, n_out: int, external: bool) -> None:
+def _export(spec: ModuleSpec, opts: BuildChoices, path: Path, n_out: int, external: bool) -> None:
     import torch
 
     es = export_spec(opts)

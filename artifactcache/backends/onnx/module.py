@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...devices import device_index
 from ...errors import BackendError
-from ..base import BuildOptions
 from ..shared.any_module import FORMAT, no_extra, reference_run, require_files, write_record
 from .backend import (
     EP_DTYPES,
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
 
 
-def _providers(ep: str, opts: BuildOptions) -> list[Any]:
+def _providers(ep: str, opts: BuildChoices) -> list[Any]:
     if ep == "cpu":
         return ["CPUExecutionProvider"]
     dev_id = str(device_index(opts.device))
@@ -51,7 +51,7 @@ class OrtModuleBackend:
     name = "ort"
     weights_in_artifact = True
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         ep = resolve_ep(opts)
         if ep == "tensorrt":
             raise BackendError("backend 'ort' runs a module on the cpu or cuda EP: use --mode cuda")
@@ -65,7 +65,7 @@ class OrtModuleBackend:
         if str(opts.extra.get("exporter", "dynamo")) not in EXPORTERS:
             export_spec(opts)  # its one-line error
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         ep = resolve_ep(opts)
         return {
             "format": FORMAT,
@@ -75,7 +75,7 @@ class OrtModuleBackend:
             "export": {**export_spec(opts).factors(), "toolchain": export_toolchain()},
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         import onnx
 
         flat, tree = reference_run(spec)
@@ -117,7 +117,7 @@ class OrtModuleBackend:
         return meta
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         import torch

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...errors import BackendError, ShapeError
-from ..base import BuildOptions
 
 if TYPE_CHECKING:
     from ...module_spec import ModuleSpec
@@ -56,7 +56,7 @@ def require_files(entry_dir: Path, *names: str) -> None:
             raise BackendError(f"entry {entry_dir.name[:12]} has no {n}: rebuild it with --force")
 
 
-def no_extra(name: str, opts: BuildOptions, allowed: tuple[str, ...] = ()) -> None:
+def no_extra(name: str, opts: BuildChoices, allowed: tuple[str, ...] = ()) -> None:
     unknown = sorted(set(opts.extra) - set(allowed))
     if unknown:
         takes = f"its options are {', '.join(allowed)}" if allowed else "it takes none"

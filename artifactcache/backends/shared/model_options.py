@@ -31,8 +31,8 @@ from ...errors import BackendError
 from ...kv_buckets import kv_len_range
 
 if TYPE_CHECKING:
+    from ...choices import BuildChoices
     from ...config import Recipe
-    from ..base import BuildOptions
 
 MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"
@@ -70,12 +70,12 @@ def parse_flag(name: str, value: Any) -> bool:
     raise BackendError(f"--extra {name}={value!r}: expected 0 or 1")
 
 
-def backend_extra(opts: BuildOptions) -> dict[str, Any]:
+def backend_extra(opts: BuildChoices) -> dict[str, Any]:
     """The --extra options that are the backend's own (not a model option)."""
     return {k: v for k, v in opts.extra.items() if k not in MODEL_EXTRA_KEYS}
 
 
-def check_quant(backend: str, opts: BuildOptions) -> None:
+def check_quant(backend: str, opts: BuildChoices) -> None:
     """An unknown --quant, or one the backend cannot run, is one line."""
     if opts.quant is None:
         return
@@ -89,7 +89,7 @@ def check_quant(backend: str, opts: BuildOptions) -> None:
         raise BackendError(f"backend {backend!r} does not take --quant {opts.quant}: {why}")
 
 
-def check_model_options(backend: str, opts: BuildOptions) -> None:
+def check_model_options(backend: str, opts: BuildChoices) -> None:
     """What the options alone can tell (the recipe's part is ``fuse_projections``)."""
     check_quant(backend, opts)
     for name in MODEL_EXTRA_KEYS:
@@ -98,7 +98,7 @@ def check_model_options(backend: str, opts: BuildOptions) -> None:
     split_kv_decode(backend, opts)
 
 
-def fuse_projections(backend: str, recipe: Recipe, opts: BuildOptions) -> bool:
+def fuse_projections(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     """Whether the model as built has fused projections; an impossible request is one line."""
     raw = opts.extra.get(FUSE_EXTRA)
     asked = None if raw is None else parse_flag(FUSE_EXTRA, raw)
@@ -122,7 +122,7 @@ def fuse_projections(backend: str, recipe: Recipe, opts: BuildOptions) -> bool:
     return asked
 
 
-def split_kv_decode(backend: str, opts: BuildOptions, recipe: Recipe | None = None) -> bool:
+def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
     """Whether decode attends through the split-KV kernel; an impossible request is one line.
 
     The default (``recipe`` given): CUDA builds of inductor and aoti whose decode would
@@ -150,13 +150,13 @@ def split_kv_decode(backend: str, opts: BuildOptions, recipe: Recipe | None = No
     return asked
 
 
-def check_recipe_options(backend: str, recipe: Recipe, opts: BuildOptions) -> None:
+def check_recipe_options(backend: str, recipe: Recipe, opts: BuildChoices) -> None:
     """The checks that need the recipe, run before anything is built or keyed."""
     if backend in MODEL_BACKENDS:
         fuse_projections(backend, recipe, opts)
 
 
-def model_factors(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
     """The key factors of the model as built (under backend.options)."""
     return {
         "fused_projections": fuse_projections(backend, recipe, opts),
@@ -165,7 +165,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str,
     }
 
 
-def model_build_args(backend: str, recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+def model_build_args(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
     """build_model()'s keyword arguments for these options."""
     return {
         "fuse_projections": fuse_projections(backend, recipe, opts)

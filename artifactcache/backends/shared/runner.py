@@ -53,17 +53,18 @@ from .cuda_graph import Inputs, Step
 from .cuda_graph import step_output as _as_tensor
 
 if TYPE_CHECKING:
+    from ...choices import BuildChoices
     from ...config import Recipe
-    from ..base import BuildContext, BuildOptions
+    from ..base import BuildContext
 
 
-def check_device_dtype(opts: BuildOptions) -> None:
+def check_device_dtype(opts: BuildChoices) -> None:
     """The device/dtype checks every torch backend shares (one-line BackendError)."""
     check_dtype(opts.dtype)
     parse_device(opts.device)
 
 
-def device_of(opts: BuildOptions) -> torch.device:
+def device_of(opts: BuildChoices) -> torch.device:
     """The torch device, with a CUDA context created first on GPUs.
 
     Creating the context here, before any model exists, keeps its cost out of the

@@ -10,15 +10,15 @@ here is passed to the compile and is part of the key through the codegen factor.
 
 from __future__ import annotations
 
+from ...choices import BuildChoices
 from ...devices import is_cuda
 from ...errors import BackendError
-from ..base import BuildOptions
 from .model_options import MODEL_EXTRA_KEYS, parse_flag
 
 EXTRA_KEYS = ("coordinate_descent_tuning",)
 
 
-def check_extra(backend: str, opts: BuildOptions) -> None:
+def check_extra(backend: str, opts: BuildChoices) -> None:
     """Unknown --extra keys, and flags that do not apply to the device, are one line."""
     unknown = sorted(set(opts.extra) - set(EXTRA_KEYS) - set(MODEL_EXTRA_KEYS))
     if unknown:
@@ -29,7 +29,7 @@ def check_extra(backend: str, opts: BuildOptions) -> None:
     inductor_tuning(opts)
 
 
-def inductor_tuning(opts: BuildOptions) -> dict[str, bool]:
+def inductor_tuning(opts: BuildChoices) -> dict[str, bool]:
     """The Inductor config flags this build sets (empty on CPU)."""
     on_cuda = is_cuda(opts.device)
     name = "coordinate_descent_tuning"

@@ -19,11 +19,12 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from ...choices import BuildChoices
 from ...devices import is_cuda
 from ...errors import BackendError
 from ...extras import TRT_HINT, TRTLLM_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
-from ..base import BuildContext, BuildOptions, Dependency
+from ..base import BuildContext, Dependency
 from ..shared.model_options import check_quant
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
@@ -50,7 +51,7 @@ class TrtBackend:
     name = "trt"
     weights_external = False
 
-    def available(self, opts: BuildOptions) -> tuple[bool, str]:
+    def available(self, opts: BuildChoices) -> tuple[bool, str]:
         try:
             mode = resolve_mode(opts)
         except BackendError as e:
@@ -70,7 +71,7 @@ class TrtBackend:
             return False, "TensorRT runs on NVIDIA GPUs: use --device cuda"
         return True, ""
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         check_quant(self.name, opts)
         mode = resolve_mode(opts)
         eo = engine_options(opts)
@@ -86,7 +87,7 @@ class TrtBackend:
             # acache's own exports carry no Q/DQ nodes, so int8/fp8 fail here, before any work.
             precision_plan(opts.dtype, trt_major(package_version("tensorrt")), eo.typing, False)
 
-    def factors(self, recipe: Any, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         mode = resolve_mode(opts)
         out: dict[str, Any] = {"format": FORMAT, "mode": mode, "dtype": opts.dtype}
         if mode == "llm":
@@ -111,7 +112,7 @@ class TrtBackend:
         ]
         return out
 
-    def toolchain(self, opts: BuildOptions) -> dict[str, Any]:
+    def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
         pkgs = ["torch", "tensorrt"]
         mode = resolve_mode(opts)
         if mode == "llm":

@@ -34,8 +34,9 @@ from ...dtypes import DTYPES
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
+    from ...choices import BuildChoices
     from ...config import Recipe
-    from ..base import BuildContext, BuildOptions
+    from ..base import BuildContext
 
 _ARCH = {
     "llama": ("LlamaForCausalLM", "llama"),
@@ -112,7 +113,7 @@ def write_hf_checkpoint(ctx: BuildContext, out: Path, dtype: str) -> Path:
     return out
 
 
-def build_config_kwargs(recipe: Recipe, opts: BuildOptions) -> dict[str, Any]:
+def build_config_kwargs(recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
     """BuildConfig arguments from the recipe's shapes (also a key factor)."""
     check_family(recipe)
     s = recipe.shapes

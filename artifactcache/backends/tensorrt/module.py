@@ -30,9 +30,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...choices import BuildChoices
 from ...errors import BackendError
 from ...keys import package_version
-from ..base import BuildOptions
 from ..onnx.export import EXTERNAL_DATA_BYTES, export_spec, export_toolchain
 from ..onnx.export_module import EXPORT_FILE, export_module, input_name, output_name
 from ..shared.any_module import FORMAT, RECORD, no_extra, reference_run, require_files, write_record
@@ -133,7 +133,7 @@ class TrtModuleBackend:
     name = "trt"
     weights_in_artifact = True  # a plain engine has its weights baked in
 
-    def check_options(self, opts: BuildOptions) -> None:
+    def check_options(self, opts: BuildChoices) -> None:
         if opts.mode not in (None, "default", MODE):
             raise BackendError(
                 f"backend 'trt' builds a module through its ONNX export (mode {MODE}), "
@@ -149,11 +149,11 @@ class TrtModuleBackend:
         precision_plan(opts.dtype, trt_major(package_version("tensorrt")), "strong", False)
         export_spec(opts)  # opset and exporter: their one-line errors
 
-    def sibling_options(self, opts: BuildOptions) -> BuildOptions:
+    def sibling_options(self, opts: BuildChoices) -> BuildChoices:
         """What the LLM trt backend's available()/toolchain() read: its ONNX mode."""
         return replace(opts, mode=MODE)
 
-    def factors(self, spec: ModuleSpec, opts: BuildOptions) -> dict[str, Any]:
+    def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -163,7 +163,7 @@ class TrtModuleBackend:
             "profiles": profile_factors(module_profiles(spec)),
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildOptions, workdir: Path) -> dict[str, Any]:
+    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         from .loader import build_engine
 
         flat, tree = reference_run(spec)
@@ -209,7 +209,7 @@ class TrtModuleBackend:
         return meta
 
     def load(
-        self, spec: ModuleSpec, opts: BuildOptions, entry_dir: Path, meta: dict[str, Any],
+        self, spec: ModuleSpec, opts: BuildChoices, entry_dir: Path, meta: dict[str, Any],
         phases: dict[str, float],
     ) -> Callable[..., Any]:  # fmt: skip
         from ..shared.runner import device_of

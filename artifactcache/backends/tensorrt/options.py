@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...choices import BuildChoices
 from ...errors import BackendError
-from ..base import BuildOptions
 
 # The default first: plain TensorRT (ONNX -> engine), for every recipe and module. "llm"
 # (TensorRT-LLM) is asked for by name; it lasts as long as a TensorRT-LLM with engines
@@ -38,7 +38,7 @@ EXTRA_KEYS = (
 DEFAULT_OPT_LEVEL = 3  # TensorRT's own default builder optimization level
 
 
-def resolve_mode(opts: BuildOptions) -> str:
+def resolve_mode(opts: BuildChoices) -> str:
     """The mode a build runs in; what the key records, so no --mode, --mode default and
     --mode onnx are one entry."""
     mode = opts.mode or DEFAULT_MODE
@@ -76,7 +76,7 @@ def _as_bool(name: str, v: Any) -> bool:
     raise BackendError(f"{name} must be true or false, got {v!r}")
 
 
-def engine_options(opts: BuildOptions) -> EngineOptions:
+def engine_options(opts: BuildChoices) -> EngineOptions:
     """Validated --extra options of the ONNX engine path (one-line BackendError otherwise)."""
     ex = opts.extra
     unknown = sorted(set(ex) - set(EXTRA_KEYS))

@@ -28,6 +28,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     import torch
 
     from ...api import module as module_api
+    from ...api import module_options
     from ...backends.base import get_module_backend
     from ...module_spec import spec_from_cli
     from ...store.local import LocalStore
@@ -37,9 +38,11 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     get_module_backend(args.backend)
     stamps["imports_done"] = time.perf_counter()
     stamps["load_called"] = time.perf_counter()
+    choices = args.choices
+    choices.check_scope("module")
     spec = spec_from_cli(
-        args.recipe, args.input, device=args.device, dtype=args.dtype, seed=args.seed,
-        batch=args.batch,
+        args.recipe, list(choices.inputs) or None, device=choices.device, dtype=choices.dtype,
+        seed=choices.seed, batch=args.batch,
     )  # fmt: skip
     dev = torch.device(spec.device)
     sync(dev)
@@ -47,7 +50,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
     )
-    options = {**({"mode": args.mode} if args.mode else {}), **(args.extra_json or {})}
+    options = module_options(choices)
     batch = spec.inputs[0].shape[0] if spec.inputs and spec.inputs[0].shape else 1
     result: dict[str, Any] = {
         "schema": 1,
@@ -55,10 +58,10 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
         "recipe": args.recipe,
         "kind": "module",
         "backend": args.backend,
-        "device": args.device,
-        "dtype": args.dtype,
-        "mode": args.mode,
-        "seed": args.seed,
+        "device": choices.device,
+        "dtype": choices.dtype,
+        "mode": choices.mode,
+        "seed": choices.seed,
         "inputs": [s.describe() for s in spec.inputs],
         "batch": batch,
         "pid": os.getpid(),

@@ -43,12 +43,14 @@ import time
 _PY_READY = time.perf_counter()  # before any heavy import: when our code first ran
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import traceback  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from ...choices import BuildChoices  # noqa: E402
 from ..phases import PHASE_ORDER, SCHEMA, T0_ENV  # noqa: E402
 from .recording import RecordingStore  # noqa: E402
 
@@ -93,17 +95,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m artifactcache.measure.child.probe")
     p.add_argument("--recipe", required=True)
     p.add_argument("--backend", required=True)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="fp32")
-    p.add_argument("--mode", default=None)
+    p.add_argument(
+        "--choices-json", dest="choices", type=BuildChoices.from_json, default=BuildChoices(),
+        help="the build choices, whole (artifactcache.choices.BuildChoices as JSON)",
+    )  # fmt: skip
     p.add_argument("--cache-dir", default=None, help="default: $ACACHE_DIR or the user cache")
-    p.add_argument("--weights", default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--extra-json", type=json.loads, default={}, help="backend options (JSON)")
     p.add_argument("--new-tokens", type=int, default=None)
-    p.add_argument("--max-seq-len", type=int, default=None, help="context length to build for")
-    p.add_argument("--quant", default=None, help="weight-only quantization (int8wo)")
-    p.add_argument("--max-batch", type=int, default=None, help="batch rows to build for")
     p.add_argument("--iters", type=int, default=3, help="timed steady-state requests")
     p.add_argument("--warmup", type=int, default=1, help="excluded requests after first_result")
     p.add_argument("--no-build", action="store_true", help="fail instead of building on a miss")
@@ -114,8 +111,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--step-latency", action="store_true", help="also time each decode step of one request"
     )
     p.add_argument("--allow-shared-root", action="store_true")
-    # A module spec (--recipe pkg.mod:factory) takes its inputs' shapes and a batch size.
-    p.add_argument("--input", action="append", default=None, help="SHAPE[:DTYPE[:HIGH]]")
     p.add_argument(
         "--batch", type=int, default=None,
         help="a recipe: prompts per timed request (default 1); a model spec: dimension 0 "
@@ -212,19 +207,17 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     get_backend(args.backend)  # imports the backend module: part of "imports done"
     stamps["imports_done"] = time.perf_counter()
 
+    choices = args.choices
     recipe = load_recipe(args.recipe).with_shapes(
-        max_seq_len=args.max_seq_len, max_batch=args.max_batch
+        max_seq_len=choices.max_seq_len, max_batch=choices.max_batch
     )
     prompt = list(recipe.bench.prompt_ids)
     batch = args.batch or 1
     bench.check_batch(recipe, batch)
     new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens, batch)
-    dev = torch.device(args.device)
-    common = dict(
-        device=args.device, dtype=args.dtype, mode=args.mode, weights=args.weights, seed=args.seed,
-        extra=args.extra_json, max_seq_len=args.max_seq_len, max_batch=args.max_batch,
-        quant=args.quant,
-    )  # fmt: skip
+    dev = torch.device(choices.device)
+    # The report names every choice but the inputs (a recipe has none).
+    common = {k: v for k, v in dataclasses.asdict(choices).items() if k != "inputs"}
     store = RecordingStore(
         LocalStore(args.cache_dir, allow_shared_root=args.allow_shared_root), stamps
     )
@@ -243,20 +236,16 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         "t0_source": t0_source,
     }
     if args.build_only:
-        built = api.build(args.recipe, args.backend, store=store, **common)
+        built = api.build(args.recipe, args.backend, choices, store=store)
         result.update(built=built.built, entry_source=built.source, key=built.key)
         stamps["done"] = time.perf_counter()
     else:
         ctx = BuildContext(recipe=recipe, opts=None, weights=None)  # type: ignore[arg-type]
         stamps["load_called"] = time.perf_counter()
         runner = api.load(
-            args.recipe,
-            args.backend,
-            store=store,
-            context=ctx,
+            args.recipe, args.backend, choices, store=store, context=ctx,
             build_on_miss=not args.no_build,
-            **common,
-        )
+        )  # fmt: skip
         timing.sync(dev)
         backend_stamps = dict(ctx.phases)
         first = runner.generate(prompt, 1)
@@ -311,7 +300,7 @@ def _finish(
     if args.copy_bandwidth:
         result["copy_bandwidth"] = timing.copy_bandwidth(dev)
     if args.matmul_flops:
-        result["matmul_flops"] = timing.matmul_flops(dev, args.dtype)
+        result["matmul_flops"] = timing.matmul_flops(dev, args.choices.dtype)
     main_phases = {k: stamps.pop(k) - t0 for k in PHASE_ORDER if k in stamps}
     result["phases"] = main_phases
     result["subphases"] = dict(
