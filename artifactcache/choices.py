@@ -82,6 +82,12 @@ class BuildChoices:
         refusal="--max-batch is for a recipe (an LLM's batch rows); a model spec's batch is "
         "dimension 0 of its --input shapes",
     )  # fmt: skip
+    tag: str | None = _choice(
+        flag="--tag", scope=RECIPE,
+        help="A key factor of your own: change it when something the key cannot see changed "
+        "(a patched toolchain, a variable a kernel reads); other tags' entries stay.",
+        refusal="--tag is for a recipe; a model spec keys on compile(..., version=)",
+    )  # fmt: skip
     inputs: tuple[str, ...] = _choice(
         flag="--input", cli="list", scope=MODULE, default_factory=tuple,
         help="For a model spec (pkg.mod:factory): an input SHAPE[:DTYPE[:HIGH]], e.g. "

@@ -61,3 +61,22 @@ def test_given_names_only_what_differs_from_the_defaults():
     assert BuildChoices().given() == {}
     assert BuildChoices(seed=3, extra={"a": 1}).given() == {"seed": 3, "extra": {"a": 1}}
     assert set(NAMES) == {f.name for f in dataclasses.fields(BuildChoices)}
+
+
+def test_a_new_choice_reaches_the_key_through_the_cli_and_the_probe(tmp_path):
+    """--tag, the latest choice: declared once in choices.py, read once in api/recipe.py."""
+    from typer.testing import CliRunner
+
+    from artifactcache.api import key_for, make_context
+    from artifactcache.cli.app import app
+    from artifactcache.measure.child import probe
+    from artifactcache.measure.coldstart import ProbeSpec
+
+    def key(**given):
+        return key_for(*make_context("tiny-llama", "eager", check_memory=False, **given)).key
+
+    assert key(tag="patched-triton") != key() == key(tag=None)
+    res = CliRunner().invoke(app, ["key", "tiny-llama", "-b", "eager", "--tag", "patched-triton"])
+    assert res.exit_code == 0 and res.stdout.strip() == key(tag="patched-triton")
+    argv = ProbeSpec("tiny-llama", "eager", BuildChoices(tag="t")).argv(None)
+    assert probe._parse(argv[argv.index("--recipe") :]).choices.tag == "t"

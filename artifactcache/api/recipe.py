@@ -131,6 +131,8 @@ def key_for(b: Backend, ctx: BuildContext, memo_dir: Path | None = None) -> KeyI
         toolchain=b.toolchain(ctx.opts),
         hardware=hardware_fingerprint(ctx.opts.device, with_driver=b.name == "trt"),
     )
+    if ctx.opts.tag is not None:  # absent unless given: untagged keys stay as they were
+        factors["tag"] = ctx.opts.tag
     full = compute_key(factors)
     if b.weights_external:
         arch = architecture_factors(factors)
