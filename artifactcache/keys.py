@@ -10,7 +10,7 @@ object with these top-level fields (see docs/cache.md):
 ``toolchain``  versions of python / torch / triton / onnx / ... that apply;
 ``hardware``   device type, GPU name, compute capability, driver, CPU arch/ISA;
 ``acache``     acache's version and a digest of its source that shapes the artifact
-               (``code_factors.BACKEND_SOURCES``), filled in by ``make_factors``.
+               (``code_factors.backend_sources``), filled in by ``make_factors``.
 
 Compiler settings that change generated code (Inductor config and environment,
 fp32 matmul precision, the C++ compiler) are backend options: see
@@ -54,7 +54,7 @@ def make_factors(
 ) -> dict[str, Any]:
     """Assemble the factor object in its one documented shape.
 
-    The ``acache`` factor comes from ``backend`` through BACKEND_SOURCES, so no
+    The ``acache`` factor comes from ``backend`` through backend_sources, so no
     caller can leave acache's own code out of a key.
     """
     return {

@@ -1,7 +1,7 @@
 """Any ``nn.Module`` as a model source: its inputs, its fingerprint, a CLI spec.
 
-A :class:`ModuleSpec` is what the module backends (``backends/module_*.py``)
-build from and what api/recipe.py keys. Its key factors are computed without tracing,
+A :class:`ModuleSpec` is what the module backends (``backends/<folder>/module.py``)
+build from and what api/module.py keys. Its key factors are computed without tracing,
 so a warm process never runs ``torch.export`` just to find its entry:
 
 * the source of every class in the module tree (each class in ``model.modules()``

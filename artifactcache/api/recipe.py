@@ -76,7 +76,7 @@ def make_context(
     weights are then the default. Weights whose config.json disagrees with the recipe
     are refused (sources/hf.py). ``max_seq_len`` and ``max_batch`` replace the recipe's
     context length and batch rows (key factors, as every shape is); so is ``quant``,
-    weight-only quantization (backends/model_options.py). With ``check_memory``, weights
+    weight-only quantization (backends/shared/model_options.py). With ``check_memory``, weights
     plus the KV cache must fit the device's free memory (sizing.py); computing a key
     skips that. Choices are a BuildChoices, or keywords of its fields.
     """

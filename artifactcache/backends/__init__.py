@@ -3,7 +3,8 @@
 ::
 
     backends/
-      base.py            the Backend and ModuleBackend protocols, BuildChoices, the registry
+      base.py            the Backend and ModuleBackend protocols, BuildContext, the registry
+                         (ctx.opts is the user's BuildChoices, artifactcache/choices.py)
       shared/            what more than one backend uses
         runner.py          StepRunner: generation over compiled prefill/decode steps
         model_options.py   fusion, quantization, split-KV decode: checks and key factors
@@ -14,7 +15,8 @@
         any_module.py      the reference run, records and CompiledModule of the nn.Module path
       eager/             backend.py, module.py
       inductor/          backend.py, module.py, files.py (Mega-Cache and kernel files)
-      aoti/              backend.py, module.py, plan.py and jobs.py (concurrent step builds)
+      aoti/              backend.py, module.py; plan.py, jobs.py and worker.py (its steps
+                         built concurrently, each in a worker process)
       onnx/              the "ort" backend: backend.py, module.py; export.py and
                          export_module.py (the ONNX export TensorRT reads too)
       tensorrt/          the "trt" backend: backend.py, module.py, loader.py, runner.py,

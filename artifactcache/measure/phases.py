@@ -1,7 +1,8 @@
 """What the probe child and its parent agree on: the phases, the clock variable, the schema.
 
 Both sides import this small module, so coldstart.py (the parent) never imports the
-child's code (measure/child/) and the child never imports the parent's.
+child's code (measure/child/); the child reads no more of the parent than bench.py's
+torch-free arithmetic.
 """
 
 from __future__ import annotations

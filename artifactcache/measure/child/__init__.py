@@ -1,5 +1,7 @@
 """What runs inside the measured child process (``python -m artifactcache.measure.child.probe``).
 
 The parent side (coldstart.py, bench.py, compare.py, report.py) never imports this
-package: the two share only measure/phases.py, and the probe's JSON line.
+package. The child imports measure/phases.py (what both agree on) and bench.py's
+torch-free arithmetic (latency percentiles, new-token counts); the parent reads the
+probe's JSON line.
 """
