@@ -41,6 +41,9 @@ def test_compile_takes_a_spec_a_module_or_a_recipe(tmp_path):
     assert by_spec.key == by_module.key  # the same module, the same key
     runner = api.compile("tiny-llama", backend="eager", cache_dir=tmp_path)
     assert hasattr(runner, "generate")
+    built = api.build("tiny-llama", "eager", cache_dir=tmp_path)
+    api.compile("tiny-llama", backend="eager", cache_dir=tmp_path, force=True)  # rebuilds
+    assert api.build("tiny-llama", "eager", cache_dir=tmp_path).entry.created > built.entry.created
 
 
 @pytest.mark.parametrize(
@@ -50,6 +53,7 @@ def test_compile_takes_a_spec_a_module_or_a_recipe(tmp_path):
         (lambda d: api.load(SPEC, "eager", cache_dir=d, quant="int8wo"), "--quant is for a recipe"),
         (lambda d: api.build("tiny-llama", "eager", cache_dir=d, inputs=["1x4"]), "--input is for"),
         (lambda d: api.compile("tiny-llama", (1,), backend="eager", cache_dir=d), "example in"),
+        (lambda d: api.compile("tiny-llama", backend="eager", cache_dir=d, version="2"), "tag="),
     ],
 )
 def test_a_choice_of_the_other_path_is_one_line_and_writes_nothing(tmp_path, call, message):

@@ -9,8 +9,6 @@ import pytest
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
-from artifactcache.cli.build import parse_token_ids
-from artifactcache.errors import AcacheError
 from artifactcache.recipes import load_recipe
 
 runner = CliRunner()
@@ -101,12 +99,6 @@ def test_bad_inputs_exit_1_with_one_line(args, contains, cache_dir: Path, monkey
     assert_user_error(run(*args), contains)
     if args[0] == "build":
         assert _entries(cache_dir) == []
-
-
-def test_parse_token_ids():
-    assert parse_token_ids(" 1, 2 3 ") == [1, 2, 3]
-    with pytest.raises(AcacheError):
-        parse_token_ids(" , ")
 
 
 def test_extra_options_are_parsed_typed_and_validated():

@@ -302,6 +302,35 @@ def test_compare_gives_quant_to_every_backend_eager_too(monkeypatch, tmp_path):
     one_line_error("compare", "--recipes", "tiny-llama", "--backends", "aoti",
                    "--quant", "int8wo", "--out", str(tmp_path / "out"))  # fmt: skip
     (spec,) = seen
-    assert compare.probe_spec(spec, "aoti").quant == "int8wo"
-    assert compare.probe_spec(spec, "eager").quant == "int8wo"
+    assert compare.probe_spec(spec, "aoti").choices.quant == "int8wo"
+    assert compare.probe_spec(spec, "eager").choices.quant == "int8wo"
     assert compare.build_options(spec, "eager").quant == "int8wo"
+
+
+def test_a_mixed_compare_gives_each_unit_only_the_choices_of_its_kind(monkeypatch, tmp_path):
+    """--input goes to the model specs' probes, --tag and --max-seq-len to the recipes'."""
+    from artifactcache.measure import compare
+
+    seen = {}
+
+    def capture(ps, *a, **k):
+        seen[ps.recipe] = ps.choices
+        raise coldstart.MeasureError("captured")
+
+    monkeypatch.setattr(coldstart, "run_scenarios", capture)
+    spec = compare.CompareSpec(
+        recipes=["tiny-llama", "examples/vision.py:tiny_convnet"], backends=["eager"],
+        choices=BuildChoices(inputs=("2x3x32x32",), tag="t1", max_seq_len=128),
+    )  # fmt: skip
+    compare.validate(spec)
+    for recipe in spec.recipes:
+        compare.run_unit(spec, recipe, "eager", tmp_path, resume=False, work_root=None,
+                         say=lambda m: None)  # fmt: skip
+    assert seen["tiny-llama"] == BuildChoices(tag="t1", max_seq_len=128)
+    assert seen["examples/vision.py:tiny_convnet"] == BuildChoices(inputs=("2x3x32x32",))
+    only_specs = compare.CompareSpec(
+        recipes=["examples/vision.py:tiny_convnet"], backends=["eager"],
+        choices=BuildChoices(tag="t1"),
+    )  # fmt: skip
+    with pytest.raises(coldstart.MeasureError, match="--tag is for a recipe"):
+        compare.validate(only_specs)

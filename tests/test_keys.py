@@ -323,9 +323,10 @@ def test_a_change_to_model_source_changes_the_key(tmp_path, monkeypatch):
 # key code, what reaches the key as factors of its own (recipe, weights), and the
 # decoding loop run around a loaded artifact (generate: chunking, sampling, EOS).
 NOT_SHAPING = ("artifactcache.errors", "artifactcache.keys", "artifactcache.code_factors",
-               # a recipe's fields are key factors themselves (Recipe.normalized())
-               "artifactcache.config", "artifactcache.recipes", "artifactcache.sources",
-               "artifactcache.store",
+               # a recipe's fields are key factors themselves (Recipe.normalized()); so are
+               # the user's choices, through each backend's factors (BuildChoices is data)
+               "artifactcache.config", "artifactcache.choices", "artifactcache.recipes",
+               "artifactcache.sources", "artifactcache.store",
                "artifactcache.generate",
                # the device type is a factor of its own; install hints are messages
                "artifactcache.devices", "artifactcache.extras",

@@ -76,3 +76,11 @@ def test_batch_lists_parse_or_fail_in_one_line(text, needle):
     with pytest.raises(MeasureError, match=needle):
         bench.parse_batches(text)
     assert bench.parse_batches(" 1, 8,32 ") == [1, 8, 32]
+
+
+def test_a_model_specs_batches_parse_or_fail_in_one_line():
+    assert bench.parse_module_batches(None) == [None]  # the inputs' own batch
+    assert bench.parse_module_batches("1, 32,1") == [1, 32]
+    for text, needle in (("1,x", "integers like 1,32"), ("0", "at least 1"), (",", "at least 1")):
+        with pytest.raises(MeasureError, match=needle):
+            bench.parse_module_batches(text)

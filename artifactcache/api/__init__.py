@@ -158,9 +158,14 @@ def compile(
     if isinstance(model, (str, Path)) and not is_module_model(model):
         if example_inputs is not None or dynamic_shapes is not None:
             raise AcacheError("example inputs are for an nn.Module, not for a recipe")
+        if name is not None or version is not None:
+            raise AcacheError("name and version key an nn.Module; a recipe takes tag= (build)")
         opts = dict(options or {})
         chosen = BuildChoices(device=device or "cpu", dtype=dtype or "fp32",
                               mode=opts.pop("mode", None), extra=opts)  # fmt: skip
+        if force:
+            build(model, backend, chosen, force=True, store=store, cache_dir=cache_dir,
+                  allow_shared_root=allow_shared_root)  # fmt: skip
         return load(model, backend, chosen, **where)
     from . import module
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..devices import is_cuda
-from ..errors import ArgumentError
 from .app import (
     AllowSharedRoot,
     BackendOpt,
@@ -53,41 +52,6 @@ def _spinner(text: str) -> Iterator[None]:
             yield
     else:
         yield
-
-
-def parse_token_ids(text: str) -> list[int]:
-    """'1,2,3' or '1 2 3' -> [1, 2, 3]; anything else is a one-line error."""
-    parts = text.replace(",", " ").split()
-    if not parts:
-        raise ArgumentError("--tokens is empty: pass ids like --tokens 1,15043,29892")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ArgumentError(
-            f"--tokens must be integers separated by commas or spaces, got {text!r}"
-        ) from None
-
-
-def prompt_ids_for(
-    recipe: Any, tokenizer: Any, prompt: str | None, tokens: str | None, folder: Any
-) -> list[int]:
-    """The prompt's token ids: --tokens, --prompt through the folder's tokenizer, or the
-    recipe's recorded ids for its own prompt."""
-    from ..generate.checkpoint import encode
-
-    if prompt is not None and tokens is not None:
-        raise ArgumentError("pass either --prompt or --tokens, not both")
-    if tokens is not None:
-        return parse_token_ids(tokens)
-    recorded = list(recipe.bench.prompt_ids)
-    if recorded and (prompt is None or (prompt == recipe.bench.prompt and tokenizer is None)):
-        return recorded
-    if tokenizer is not None:
-        return encode(tokenizer, recipe.bench.prompt if prompt is None else prompt)
-    if prompt is None:
-        raise ArgumentError(f"recipe {recipe.name} has no bench.prompt_ids: pass --tokens IDS")
-    where = f"no tokenizer.json in {folder}" if folder else "no checkpoint folder (--weights DIR)"
-    raise ArgumentError(f"{where} to encode --prompt; pass token ids with --tokens IDS")
 
 
 def generate_and_print(
@@ -274,7 +238,7 @@ def register(app: typer.Typer) -> None:
         and print each output's shape and checksum.
         """
         from .. import api
-        from ..generate import Checkpoint, Sampling, check_eos_ids
+        from ..generate import Checkpoint, resolve_request
         from ..recipes import load_recipe
         from ..sources.checkpoint import checkpoint_folder
 
@@ -295,22 +259,16 @@ def register(app: typer.Typer) -> None:
         )
         folder = checkpoint_folder(choices.weights if choices.weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
-        tok = ckpt.tokenizer if ckpt is not None else None
-        ids = prompt_ids_for(rec, tok, prompt, tokens, folder)
-        if no_eos and eos_id:
-            raise ArgumentError("pass either --eos-id or --no-eos, not both")
-        eos = () if no_eos else (tuple(eos_id) if eos_id else None)
-        sampling = Sampling(temperature, top_k, top_p, sample_seed)  # bad values: one line
-        check_eos_ids(eos if eos is not None else (ckpt.eos_token_ids if ckpt else ()),
-                      rec.model.vocab_size)  # fmt: skip
-        if max_new_tokens is None:
-            max_new_tokens = max(
-                1, min(rec.bench.max_new_tokens, rec.shapes.max_seq_len - len(ids))
-            )
+        req = resolve_request(
+            rec, ckpt, prompt=prompt, tokens=tokens, max_new_tokens=max_new_tokens,
+            eos_ids=eos_id, no_eos=no_eos, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=sample_seed,
+        )  # fmt: skip
+        ids, eos = req.prompt_ids, req.eos_token_ids
         # The recipe above carries the shapes; the rest of the choices go whole.
         common = choices.replace(max_seq_len=None, max_batch=None)
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
-        api.check_generation(rec, ids, max_new_tokens)
+        api.check_generation(rec, ids, req.max_new_tokens)
         api.make_context(rec, backend, common)
         store = open_store(
             cache_dir,
@@ -327,11 +285,11 @@ def register(app: typer.Typer) -> None:
         with _spinner(f"loading {rec.name} with {backend} (building on a miss)"):
             res, runner = api.load_with_result(rec, backend, common, store=store)
         t1 = time.perf_counter()
-        how = dict(eos_token_ids=eos, temperature=sampling.temperature,
-                   top_k=sampling.top_k, top_p=sampling.top_p, seed=sampling.seed)  # fmt: skip
+        tok = ckpt.tokenizer if ckpt is not None else None
         new, text = generate_and_print(
-            runner, ids, max_new_tokens, how, tok, sys.stdout, show=not json_out
-        )
+            runner, ids, req.max_new_tokens, req.generate_kwargs(), tok, sys.stdout,
+            show=not json_out,
+        )  # fmt: skip
         t2 = time.perf_counter()
         status = "built" if res.built else ("pulled" if res.source == "pulled" else "hit")
         eos_used = runner.eos_token_ids if eos is None else eos

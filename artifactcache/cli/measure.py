@@ -8,7 +8,6 @@ processes (artifactcache/measure/child/probe.py), never in this one.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import shlex
 import shutil
 import sys
@@ -73,26 +72,6 @@ def _progress(total_hint: str) -> Iterator[Callable[[str, int, int], None]]:
             bar.console.print(f"[dim]{shown(msg)}[/dim]", highlight=False)
 
         yield update
-
-
-def _spec(recipes: list[str], backends: list[str], choices: BuildChoices, **kw: Any):
-    """A CompareSpec; the choices' mode and extras become the one backend's."""
-    from ..measure.compare import CompareSpec
-
-    if len(backends) == 1 and (choices.mode or choices.extra):
-        kw.setdefault("modes", {backends[0]: choices.mode} if choices.mode else {})
-        kw.setdefault("extras", {backends[0]: dict(choices.extra)} if choices.extra else {})
-    shared = choices.replace(mode=None, extra={})
-    return CompareSpec(recipes=recipes, backends=backends, choices=shared, **kw)
-
-
-def _require_available(spec: Any, backend: str) -> None:
-    from ..errors import BackendUnavailable
-    from ..measure.compare import availability
-
-    ok, reason = availability(spec)[backend]
-    if not ok:
-        raise BackendUnavailable(f"backend {backend!r} is unavailable here: {reason}")
 
 
 def _s(x: float | None, fmt: str = "{:.2f} s") -> str:
@@ -165,13 +144,13 @@ def coldstart_cmd(
     from ..measure import compare
 
     choices.check_scope("module" if is_spec(recipe) else "recipe")
-    spec = _spec(
+    spec = compare.spec_for(
         [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
     )  # fmt: skip
     compare.validate(spec)
     if out is not None:
         compare.check_out_dir(out)
-    _require_available(spec, backend)
+    compare.require_available(spec, backend)
     units = Path(tempfile.mkdtemp(prefix="acache-coldstart-units-"))
     try:
         with _progress("coldstart") as say:
@@ -225,7 +204,7 @@ def bench_cmd(
     recipe's bench prompt. For a model spec (pkg.module:factory): call latency
     percentiles and items/s per batch size.
     """
-    from ..measure import bench, compare
+    from ..measure import bench, benchmark
 
     if is_spec(recipe):
         from .module import bench_module
@@ -242,66 +221,15 @@ def bench_cmd(
     if batches is not None:
         raise MeasureError("--batches is for a model spec; a recipe takes --batch")
     sizes = bench.parse_batches(batch) if batch is not None else [1]
-    # Every size is checked (shapes, memory) before any probe runs or anything is built.
-    runs = []
-    for b in sizes:
-        rows = b if choices.max_batch is None else choices.max_batch
-        spec = _spec([recipe], [backend], choices.replace(max_batch=rows),
-                     new_tokens=new_tokens, iters=iters, warmup=warmup)  # fmt: skip
-        rec = compare.validate(spec)[recipe]
-        bench.check_batch(rec, b)  # a batch past --max-batch: one line, nothing built
-        bench.resolve_new_tokens(rec, new_tokens, b)
-        runs.append((b, spec, rec))
-    _require_available(runs[0][1], backend)
-    results = [
-        _bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root)
-        for b, spec, rec in runs
-    ]
+    with _progress("bench") as say:
+        results = benchmark.run_bench(
+            recipe, backend, choices, sizes, new_tokens=new_tokens, iters=iters, warmup=warmup,
+            cache_dir=cache_dir, allow_shared_root=allow_shared_root, progress=say,
+        )  # fmt: skip
     if json_out:
         emit_json(results[0] if len(results) == 1 else {"batches": results})
         return
     _render_bench(recipe, backend, choices.device, choices.dtype, results)
-
-
-def _bench_one(
-    recipe: str, backend: str, spec: Any, rec: Any, batch: int, cache_dir: Path | None,
-    allow_shared_root: bool,
-) -> dict[str, Any]:  # fmt: skip
-    """One probe at one batch size on the artifact of ``spec.max_batch`` rows."""
-    from ..measure import bench, coldstart, compare
-
-    ps = dataclasses.replace(
-        compare.probe_spec(spec, backend),
-        recipe=recipe,
-        matmul_flops=True,
-        step_latency=True,
-        extra_flags=["--allow-shared-root"] if allow_shared_root else [],
-        batch=batch,
-    )
-    log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
-    with _progress("bench") as say:
-        say(
-            f"bench {recipe}/{backend} batch {batch} (max_batch {spec.choices.max_batch}): "
-            f"load (builds on a miss), {spec.iters} timed requests", 0, 1,
-        )  # fmt: skip
-        probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
-    log.unlink(missing_ok=True)
-    c = spec.choices
-    res = bench.summarize(rec, c.dtype, [probe], batch, quant=c.quant)
-    res.update(
-        recipe=recipe,
-        backend=backend,
-        device=c.device,
-        dtype=c.dtype,
-        mode=spec.modes.get(backend),
-        quant=c.quant,
-        entry={"built": "built", "pulled": "pulled"}.get(probe.get("entry_source"), "hit"),
-        phases=probe["phases"],
-        memory=probe["memory"],
-        environment=probe["environment"],
-        runner_info=probe.get("runner_info", {}),
-    )
-    return res
 
 
 def _render_bench(
@@ -378,7 +306,7 @@ def compare_cmd(
     from ..measure import compare
     from ..measure.report import seed_table, write_report
 
-    spec = _spec(
+    spec = compare.spec_for(
         compare.parse_list(recipes, "recipes"), compare.parse_list(backends, "backends"),
         choices, runs=runs, new_tokens=new_tokens, iters=iters,
         modes=compare.parse_modes(modes or []), extras=parse_backend_extras(extra),

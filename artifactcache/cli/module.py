@@ -74,58 +74,23 @@ def output_summary(out: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def parse_batches(text: str | None) -> list[int | None]:
-    """``1,32`` -> [1, 32]; None -> [None] (the inputs' own batch)."""
-    from ..errors import MeasureError
-
-    if text is None:
-        return [None]
-    try:
-        sizes = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise MeasureError(f"--batches takes integers like 1,32, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise MeasureError(f"--batches takes sizes of at least 1, got {text!r}")
-    return list(dict.fromkeys(sizes))
-
-
 def bench_module(
     spec_text: str, backend: str, choices: BuildChoices, *, batches: str | None, iters: int,
     warmup: int, cache_dir: Any, allow_shared_root: bool, json_out: bool,
 ) -> None:  # fmt: skip
     """`acache bench SPEC`: one probe per batch size; latency percentiles and items/s."""
-    import tempfile
-    from pathlib import Path
-
     from rich.table import Table
 
-    from ..errors import MeasureError
-    from ..measure import bench, coldstart
-    from ..module_spec import check_cli_spec
+    from ..measure import bench, benchmark
     from .app import console, emit_json, err_console, shown
 
-    sizes = parse_batches(batches)
-    for b in sizes:
-        check_cli_spec(spec_text, list(choices.inputs) or None, choices.dtype, b)
-    if iters < 1 or warmup < 1:
-        raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
-    rows = []
-    for b in sizes:
-        ps = coldstart.ProbeSpec(
-            recipe=spec_text, backend=backend, choices=choices, iters=iters, warmup=warmup,
-            batch=b, extra_flags=["--allow-shared-root"] if allow_shared_root else [],
-        )  # fmt: skip
-        log = Path(tempfile.mkstemp(prefix="acache-bench-", suffix=".log")[1])
-        err_console.print(f"[dim]bench {shown(spec_text)}/{backend} batch {b or 'as given'}[/dim]")
-        probe = coldstart.spawn_probe(ps, cache_dir, log_path=log)  # kept on failure
-        log.unlink(missing_ok=True)
-        res = bench.summarize_module([probe])
-        res.update(
-            recipe=spec_text, backend=backend, device=choices.device, dtype=choices.dtype,
-            mode=choices.mode, key=probe.get("key"), phases=probe["phases"], memory=probe["memory"],
-            environment=probe["environment"],
-        )  # fmt: skip
-        rows.append(res)
+    def say(msg: str, _done: int, _total: int) -> None:
+        err_console.print(f"[dim]{shown(msg)}[/dim]")
+
+    rows = benchmark.run_module_bench(
+        spec_text, backend, choices, bench.parse_module_batches(batches), iters=iters,
+        warmup=warmup, cache_dir=cache_dir, allow_shared_root=allow_shared_root, progress=say,
+    )  # fmt: skip
     if json_out:
         emit_json({"kind": "module", "recipe": spec_text, "backend": backend, "batches": rows})
         return

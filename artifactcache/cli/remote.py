@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         _render([store.pull(k) for k in keys], json)
 
     @app.command("prewarm")
-    @with_choices
+    @with_choices(exclude=("inputs",))  # a recipe's artifact only
     def prewarm(
         recipe: RecipeArg,
         backend: BackendOpt,

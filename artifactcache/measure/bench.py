@@ -323,6 +323,19 @@ def parse_batches(text: str) -> list[int]:
     return sizes
 
 
+def parse_module_batches(text: str | None) -> list[int | None]:
+    """A model spec's ``--batches 1,32`` -> [1, 32]; None -> [None] (the inputs' own batch)."""
+    if text is None:
+        return [None]
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MeasureError(f"--batches takes integers like 1,32, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise MeasureError(f"--batches takes sizes of at least 1, got {text!r}")
+    return list(dict.fromkeys(sizes))
+
+
 def check_batch(recipe: Recipe, batch: int) -> None:
     """A batch of ``batch`` bench prompts must fit the recipe's shapes (its max_batch)."""
     if batch < 1:

@@ -26,7 +26,7 @@ from .. import sizing
 from ..choices import BuildChoices
 from ..devices import is_cuda, parse_device
 from ..dtypes import check_dtype
-from ..errors import AcacheError, BackendError, MeasureError
+from ..errors import AcacheError, BackendError, BackendUnavailable, MeasureError
 from . import bench, coldstart
 
 Progress = Callable[[str, int, int], None]  # (message, units done, units total)
@@ -47,6 +47,17 @@ class CompareSpec:
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
     batch: int | None = None  # module specs: dimension 0 of every input
+
+
+def spec_for(
+    recipes: list[str], backends: list[str], choices: BuildChoices, **kw: Any
+) -> CompareSpec:
+    """A CompareSpec from one BuildChoices: its mode and extras become the one backend's."""
+    if len(backends) == 1 and (choices.mode or choices.extra):
+        kw.setdefault("modes", {backends[0]: choices.mode} if choices.mode else {})
+        kw.setdefault("extras", {backends[0]: dict(choices.extra)} if choices.extra else {})
+    shared = choices.replace(mode=None, extra={})
+    return CompareSpec(recipes=recipes, backends=backends, choices=shared, **kw)
 
 
 def parse_list(text: str, what: str) -> list[str]:
@@ -117,6 +128,8 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         raise MeasureError("--max-seq-len is for a recipe (an LLM's context), not a model spec")
     if c.quant is not None and any(rec is None for rec in recipes.values()):
         raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
+    if c.tag is not None and all(rec is None for rec in recipes.values()):
+        raise MeasureError("--tag is for a recipe; a model spec keys on compile(..., version=)")
     if c.max_batch is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-batch is for a recipe (an LLM's batch rows), not a model spec")
     for r, rec in recipes.items():
@@ -159,6 +172,13 @@ def availability(spec: CompareSpec) -> dict[str, tuple[bool, str]]:
     return out
 
 
+def require_available(spec: CompareSpec, backend: str) -> None:
+    """A one-line BackendUnavailable when ``backend`` cannot run here."""
+    ok, reason = availability(spec)[backend]
+    if not ok:
+        raise BackendUnavailable(f"backend {backend!r} is unavailable here: {reason}")
+
+
 def probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
     """The probe one backend of ``spec`` runs (recipe filled in by the caller)."""
     return coldstart.ProbeSpec(
@@ -194,9 +214,13 @@ def run_unit(
     ps = probe_spec(spec, backend)
     ps.recipe = recipe
     if is_module_spec(recipe):
-        ps.choices = ps.choices.replace(max_seq_len=None, max_batch=None, quant=None, weights=None)
+        # What only a recipe takes stays with the recipe units of a mixed compare.
+        ps.choices = ps.choices.replace(
+            max_seq_len=None, max_batch=None, quant=None, weights=None, tag=None
+        )
     else:
         ps.batch = None  # a recipe's requests are the seed's batch 1
+        ps.choices = ps.choices.replace(inputs=())  # --input is the model specs' only
     scenarios = ("eager",) if backend == "eager" else ("cold", "warm")
     work = (work_root / name) if work_root else None
     try:
@@ -360,6 +384,7 @@ def run_compare(
             "modes": spec.modes,
             "extras": spec.extras,
             "quant": spec.choices.quant,
+            "tag": spec.choices.tag,
         },
         "environment": _environment(pairs, spec.choices.device),
         "pairs": pairs,

@@ -1,0 +1,72 @@
+"""generate/request.py: one request's prompt ids, new tokens, EOS ids and sampling,
+resolved with the same one-line errors `acache run` shows (tests/test_cli_build.py
+runs them through the CLI)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from artifactcache.errors import AcacheError, ArgumentError, GenerationError
+from artifactcache.generate import Sampling
+from artifactcache.generate.request import (
+    default_max_new_tokens,
+    parse_token_ids,
+    prompt_ids_for,
+    resolve_request,
+)
+from artifactcache.recipes import load_recipe
+
+RECIPE = load_recipe("tiny-llama")  # max_seq_len 64, bench.max_new_tokens 200, 6 prompt ids
+
+
+def _ckpt(eos=(2,), tokenizer=None, folder="/ckpt"):
+    return SimpleNamespace(eos_token_ids=tuple(eos), tokenizer=tokenizer, folder=folder)
+
+
+def test_parse_token_ids():
+    assert parse_token_ids(" 1, 2 3 ") == [1, 2, 3]
+    with pytest.raises(AcacheError):
+        parse_token_ids(" , ")
+
+
+def test_the_recipes_own_prompt_needs_no_tokenizer():
+    recorded = list(RECIPE.bench.prompt_ids)
+    assert prompt_ids_for(RECIPE, None, None, None, None) == recorded
+    assert prompt_ids_for(RECIPE, None, RECIPE.bench.prompt, None, None) == recorded
+    with pytest.raises(ArgumentError, match="not both"):
+        prompt_ids_for(RECIPE, None, "hi", "1", None)
+    with pytest.raises(ArgumentError, match="no checkpoint folder"):
+        prompt_ids_for(RECIPE, None, "other text", None, None)
+    with pytest.raises(ArgumentError, match="no tokenizer.json in /ckpt"):
+        prompt_ids_for(RECIPE, None, "other text", None, "/ckpt")
+
+
+def test_a_default_request_is_the_recipes_prompt_cut_to_fit():
+    req = resolve_request(RECIPE)
+    assert req.prompt_ids == list(RECIPE.bench.prompt_ids)
+    assert req.max_new_tokens == 64 - 6 == default_max_new_tokens(RECIPE, 6)
+    assert req.eos_token_ids is None and req.sampling == Sampling()
+    assert default_max_new_tokens(RECIPE, 64) == 1  # never below 1: check_generation refuses
+    assert req.generate_kwargs() == {
+        "eos_token_ids": None, "temperature": 0.0, "top_k": None, "top_p": None, "seed": None,
+    }  # fmt: skip
+
+
+def test_eos_and_sampling_choices():
+    req = resolve_request(RECIPE, _ckpt(), tokens="1,2", max_new_tokens=3, eos_ids=[7, 7],
+                          temperature=0.5, top_k=4, top_p=0.9, seed=3)  # fmt: skip
+    assert (req.prompt_ids, req.max_new_tokens, req.eos_token_ids) == ([1, 2], 3, (7, 7))
+    assert req.sampling == Sampling(0.5, 4, 0.9, 3)
+    assert resolve_request(RECIPE, _ckpt(), no_eos=True).eos_token_ids == ()
+    with pytest.raises(ArgumentError, match="either --eos-id or --no-eos"):
+        resolve_request(RECIPE, eos_ids=[2], no_eos=True)
+    with pytest.raises(GenerationError, match="top_p must be in"):
+        resolve_request(RECIPE, top_p=1.5)
+    with pytest.raises(GenerationError, match="EOS token id 32000 is outside"):
+        resolve_request(RECIPE, eos_ids=[32000])
+    # The checkpoint's own EOS ids are checked too when no --eos-id replaces them.
+    with pytest.raises(GenerationError, match="EOS token id 99999"):
+        resolve_request(RECIPE, _ckpt(eos=(99999,)))
+    assert resolve_request(RECIPE, _ckpt(eos=(99999,)), eos_ids=[2]).eos_token_ids == (2,)
