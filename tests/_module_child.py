@@ -25,7 +25,7 @@ torch.onnx.export = _forbidden
 
 def main() -> None:
     from artifactcache.api import module as module_api
-    from artifactcache.module_spec import spec_from_cli
+    from artifactcache.sources.module import spec_from_cli
 
     root, spec_text, backend = sys.argv[1:4]
     spec = spec_from_cli(spec_text, None)

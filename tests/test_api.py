@@ -33,7 +33,7 @@ def test_build_and_load_take_a_recipe(tmp_path):
 
 
 def test_compile_takes_a_spec_a_module_or_a_recipe(tmp_path):
-    from artifactcache.module_spec import call_factory
+    from artifactcache.sources.module import call_factory
 
     by_spec = api.compile(SPEC, backend="eager", cache_dir=tmp_path)
     module, inputs = call_factory(SPEC)

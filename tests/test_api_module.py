@@ -14,7 +14,7 @@ from torch import nn
 
 from artifactcache.api import module as module_api
 from artifactcache.errors import ModelSpecError, ShapeError
-from artifactcache.module_spec import parse_input, spec_from_cli
+from artifactcache.sources.module import parse_input, spec_from_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVNET = str(ROOT / "examples" / "vision.py") + ":tiny_convnet"
@@ -47,7 +47,7 @@ def _model(seed: int = 0) -> nn.Module:
 
 
 def _key(model: nn.Module, backend: str, x: torch.Tensor, **kw) -> str:
-    from artifactcache.module_spec import make_spec
+    from artifactcache.sources.module import make_spec
 
     spec = make_spec(model, (x,), **kw)
     opts = module_api.module_choices(backend, spec, None)
@@ -95,7 +95,7 @@ def test_weights_are_in_the_key_only_where_the_artifact_holds_them():
 
 
 def test_unreadable_class_source_is_named_with_a_note():
-    from artifactcache.module_spec import class_sources
+    from artifactcache.sources.module import class_sources
 
     ns: dict = {"nn": nn}
     exec("class Made(nn.Module):\n    def forward(self, x):\n        return x\n", ns)
@@ -172,7 +172,7 @@ def test_cli_spec_takes_the_factory_inputs_or_the_given_ones():
     assert spec_from_cli(CONVNET, None, batch=3).example_inputs[0].shape[0] == 3
     # The same seed gives the same random weights in every process: ort keys on them.
     a, b = spec_from_cli(CONVNET, None), spec_from_cli(CONVNET, None)
-    from artifactcache.module_spec import state_digest
+    from artifactcache.sources.module import state_digest
 
     assert state_digest(a.module) == state_digest(b.module)
 

@@ -28,7 +28,7 @@ from artifactcache.backends.tensorrt import module as module_trt
 from artifactcache.choices import BuildChoices
 from artifactcache.dtypes import INPUT_DTYPES
 from artifactcache.errors import BackendError, BackendUnavailable, StaleArtifact
-from artifactcache.module_spec import make_spec
+from artifactcache.sources.module import make_spec
 from artifactcache.store.local import LocalStore
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
@@ -358,7 +358,7 @@ def test_every_tensorrt_name_the_module_path_touches_is_in_the_real_bindings(mon
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.skipif(not HAVE_TRT, reason="tensorrt not importable")
 def test_engine_matches_eager_on_a_gpu(tmp_path):
-    from artifactcache.module_spec import spec_from_cli
+    from artifactcache.sources.module import spec_from_cli
 
     spec = spec_from_cli(CONVNET, None, device="cuda")
     want = spec.module(*spec.example_inputs).detach()

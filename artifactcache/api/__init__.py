@@ -48,7 +48,7 @@ __all__ = [
 
 def is_module_model(model: Any) -> bool:
     """True for a model spec (``pkg.mod:factory``); a recipe, TOML or folder is not one."""
-    from ..module_spec import is_module_spec
+    from ..sources.module import is_module_spec
 
     return isinstance(model, str) and is_module_spec(model)
 
@@ -61,7 +61,7 @@ def module_options(choices: BuildChoices) -> dict[str, Any]:
 def _module_result(
     model: str, backend: str, choices: BuildChoices, **where: Any
 ) -> tuple[BuildResult, Any]:
-    from ..module_spec import spec_from_cli
+    from ..sources.module import spec_from_cli
     from .module import compile_with_result
 
     choices.check_scope("module")
@@ -170,7 +170,7 @@ def compile(
     from . import module
 
     if is_module_model(model):
-        from ..module_spec import call_factory
+        from ..sources.module import call_factory
 
         model, factory_inputs = call_factory(str(model))
         example_inputs = factory_inputs if example_inputs is None else example_inputs

@@ -1,6 +1,6 @@
 """The nn.Module path: any module through a backend, keyed, built once, loaded from the cache.
 
-It joins module_spec (the module's source and fingerprint) with a module backend
+It joins sources/module.py (the module's source and fingerprint) with a module backend
 (``backends/<folder>/module.py``), the keys and the store, as recipe.py does for
 recipes. The LLM Backend of the same name supplies what both
 share: availability and toolchain.
@@ -34,7 +34,7 @@ def module_choices(backend: str, spec: Any, options: dict[str, Any] | None) -> B
 def module_key_for(backend: str, spec: Any, opts: BuildChoices) -> tuple[Any, KeyInfo]:
     """(module backend, key) for a ModuleSpec; checks options and availability first."""
     from ..backends.base import get_module_backend
-    from ..module_spec import state_digest
+    from ..sources.module import state_digest
 
     mb = get_module_backend(backend)
     b = get_backend(backend)
@@ -139,7 +139,7 @@ def compile(
     ``name``/``version`` are key factors of your own: change ``version`` when
     something the fingerprint cannot see changes (docs/modules.md lists what).
     """
-    from ..module_spec import make_spec
+    from ..sources.module import make_spec
 
     spec = make_spec(
         model, example_inputs, device=device, dtype=dtype, dynamic_shapes=dynamic_shapes,

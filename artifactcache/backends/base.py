@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ..config import Recipe
     from ..models import WeightsSpec
-    from ..module_spec import ModuleSpec
+    from ..sources.module import ModuleSpec
     from ..store.entry import Entry
 
 BACKEND_NAMES = ("eager", "inductor", "aoti", "ort", "trt")

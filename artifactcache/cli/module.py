@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def is_spec(recipe: str) -> bool:
-    from ..module_spec import is_module_spec
+    from ..sources.module import is_module_spec
 
     return is_module_spec(recipe)
 
@@ -37,7 +37,7 @@ def compile_spec(
 
 def spec_of(spec_text: str, choices: BuildChoices, *, batch: int | None = None) -> Any:
     """The ModuleSpec the choices describe (its inputs, device, dtype, seed)."""
-    from ..module_spec import spec_from_cli
+    from ..sources.module import spec_from_cli
 
     choices.check_scope("module")
     return spec_from_cli(spec_text, list(choices.inputs) or None, device=choices.device,

@@ -127,7 +127,7 @@ def run_module_bench(
     progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """One result per batch size (None: the inputs' own): latency percentiles, items/s."""
-    from ..module_spec import check_cli_spec
+    from ..sources.module import check_cli_spec
 
     choices.check_scope("module")
     for b in sizes:

@@ -113,7 +113,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     # A mode or option the backend refuses is the user's mistake, not "unavailable here".
     for name in dict.fromkeys(["eager", *spec.backends, *spec.modes, *spec.extras]):
         get_backend(name).check_options(build_options(spec, name))
-    from ..module_spec import check_cli_spec, is_module_spec
+    from ..sources.module import check_cli_spec, is_module_spec
 
     # A module spec maps to None: it has no recipe, and its probe builds the module.
     recipes = {
@@ -209,7 +209,7 @@ def run_unit(
     done_path = units_dir / f"{name}.json"
     if resume and done_path.is_file():
         return json.loads(done_path.read_text())
-    from ..module_spec import is_module_spec
+    from ..sources.module import is_module_spec
 
     ps = probe_spec(spec, backend)
     ps.recipe = recipe

@@ -9,6 +9,8 @@
   which of them the loader reads (the one rule that the weights digest, keys.py,
   and the loader, models/weights.py, share), its config.json, and what it says
   about generation (EOS ids, tokenizer.json).
+- Any ``nn.Module``, as a model spec (``pkg.mod:factory`` / ``file.py:factory``) or
+  an object: ``sources.module`` gives its inputs, its fingerprint and its spec.
 
-Nothing here imports torch.
+Nothing here imports torch at module level.
 """

@@ -36,7 +36,7 @@ from ..shared.cxx import build_record, check_runtime
 from .backend import MODES, inductor_configs, safe_extract, share_constants
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 STEP = "module"
 CONSTANTS = "constants.safetensors"

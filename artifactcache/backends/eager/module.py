@@ -13,7 +13,7 @@ from ...errors import BackendError
 from ..shared.any_module import FORMAT, RECORD, no_extra, reference_run, require_files, write_record
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 
 class EagerModuleBackend:

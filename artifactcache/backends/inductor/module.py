@@ -29,7 +29,7 @@ from .backend import KERNELS, MEGACACHE, MODES
 from .files import install_compiled_files, save_compiled_files
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 EXTRA_KEYS = ("fullgraph",)
 _RECOMPILE_LIMIT = 64

@@ -23,7 +23,7 @@ from ..shared.any_module import export_dynamic_shapes
 from .export import export_spec
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 EXPORT_FILE = "export.onnx"
 

@@ -5,7 +5,7 @@ Build: the module's ONNX export (onnx/export_module.py: inputs ``input_0..``, ou
 optimizations on writes the optimized graph (``model.opt.onnx``); that file is the
 artifact and the raw export is dropped. Load: a session over it with optimizations
 off: nothing is traced, exported or optimized in a warm process. The graph holds the
-weights, so the key covers a digest of the module's tensors (module_spec.state_digest).
+weights, so the key covers a digest of the module's tensors (sources/module.py state_digest).
 
 Execution providers: cpu (the default on a cpu device) and cuda (onnxruntime-gpu).
 Feeds and results go through numpy on the host: on cuda each call copies the
@@ -35,7 +35,7 @@ from .export import EXPORTERS, EXTERNAL_DATA_BYTES, export_spec, export_toolchai
 from .export_module import EXPORT_FILE, export_module, input_name
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
 

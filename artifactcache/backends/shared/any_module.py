@@ -1,7 +1,7 @@
 """What every backend's nn.Module path shares: the reference run, records, CompiledModule.
 
 A module backend (``ModuleBackend`` in backends/base.py; ``<folder>/module.py`` of each
-backend) builds one ``forward`` over the user's own module (module_spec.py). Every
+backend) builds one ``forward`` over the user's own module (sources/module.py). Every
 build first runs the module once, eagerly, on the example inputs: that checks the
 inputs fit before anything is cached and records the output structure, so runtimes
 that return a flat list of tensors (AOTInductor, ORT) hand back what
@@ -19,7 +19,7 @@ from ...choices import BuildChoices
 from ...errors import BackendError, ShapeError
 
 if TYPE_CHECKING:
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 RECORD = "module.json"
 FORMAT = 1

@@ -49,7 +49,7 @@ from .util import (
 if TYPE_CHECKING:
     import torch
 
-    from ...module_spec import ModuleSpec
+    from ...sources.module import ModuleSpec
 
 ENGINE_FILE = "model.plan"
 MODE = "onnx"  # the one way a module reaches TensorRT

@@ -30,7 +30,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     from ...api import module as module_api
     from ...api import module_options
     from ...backends.base import get_module_backend
-    from ...module_spec import spec_from_cli
+    from ...sources.module import spec_from_cli
     from ...store.local import LocalStore
     from .recording import RecordingStore
     from .timing import measure_calls, sync

@@ -188,7 +188,7 @@ def _environment(dev: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None) -> dict[str, Any]:
     stamps: dict[str, float] = {"python_ready": _PY_READY}
-    from ...module_spec import is_module_spec
+    from ...sources.module import is_module_spec
 
     if is_module_spec(args.recipe):
         from .module import measure

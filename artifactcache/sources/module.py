@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .dtypes import DTYPE_NAMES, input_dtype_name, torch_dtype, torch_input_dtype
-from .dtypes import INPUT_DTYPES as INPUT_DTYPE_TABLE
-from .errors import ModelSpecError, ShapeError
+from ..dtypes import DTYPE_NAMES, input_dtype_name, torch_dtype, torch_input_dtype
+from ..dtypes import INPUT_DTYPES as INPUT_DTYPE_TABLE
+from ..errors import ModelSpecError, ShapeError
 
 if TYPE_CHECKING:
     import torch
@@ -332,7 +332,7 @@ def make_spec(
         raise ModelSpecError(f"dtype must be one of {', '.join(FLOAT_DTYPES)}, got {dtype!r}")
     if device == "cuda":
         device = "cuda:0"
-    from .devices import check_device
+    from ..devices import check_device
 
     check_device(device)  # before the move: a GPU torch cannot see is one line, not a traceback
     model.to(device=device, dtype=torch_dtype(dtype))
