@@ -3,7 +3,6 @@ is a one-line user error that names it."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -63,103 +62,6 @@ def test_missing_aoti_runner_is_reported(monkeypatch):
     assert "AOTIModelContainerRunnerCpu" in tp.aoti_runner_missing("cpu")
     with pytest.raises(AcacheError, match="AOTIModelContainerRunnerCpu"):
         tp.aoti_container_runner(Path("x.so"), torch.device("cpu"))
-
-
-def test_a_kernel_path_moves_to_this_processs_cache_dir(tmp_path):
-    here = tmp_path / "warm"
-    gone = str(tmp_path / "tmpbuild123" / "75" / "c75a2mly.py")
-    assert tp.local_kernel_path(gone, here) == str(here / "75" / "c75a2mly.py")
-    inside = str(here / "75" / "c75a2mly.py")
-    assert tp.local_kernel_path(inside, here) == inside
-    (tmp_path / "kept" / "75").mkdir(parents=True)  # its own dir is there: left alone
-    kept = str(tmp_path / "kept" / "75" / "c75a2mly.py")
-    assert tp.local_kernel_path(kept, here) == kept
-    assert tp.local_kernel_path(None, here) is None
-    assert tp.local_kernel_path("k.py", here) == "k.py"
-
-
-def test_a_static_autotuners_recheck_and_its_saves_use_this_processs_cache_dir(
-    tmp_path, monkeypatch
-):
-    """A saved graph's static autotuner carries the build's absolute kernel path and a
-    save hook whose cache file lies in the build's dir: both must move to where the
-    entry's files were installed, or a re-tuned result lands where nobody looks."""
-    import pickle
-    import shutil
-
-    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
-    ac = pytest.importorskip("torch._inductor.runtime.autotune_cache")
-    build = tmp_path / "build"
-    (build / "75").mkdir(parents=True)
-    kernel = str(build / "75" / "c75a2mly.py")
-    hook_cache = ac.AutotuneCache.create({"autotune_local_cache": True}, kernel, "confhash")
-    hook_cache = pickle.loads(pickle.dumps(hook_cache))  # as a saved graph holds it
-    tuner = object.__new__(th.CachingAutotuner)
-    tuner.filename, tuner.save_cache_hook = kernel, hook_cache.save
-    shutil.rmtree(build)  # the build's fresh cache dir is gone
-
-    warm = tmp_path / "warm"
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(warm))
-    seen = []
-    monkeypatch.setattr(
-        th.CachingAutotuner, "recheck_autotune_cache", lambda self, **k: seen.append(self.filename)
-    )
-    real = th.CachingAutotuner.recheck_autotune_cache
-    with tp.inductor_tuning_results_kept():
-        tuner.recheck_autotune_cache(reload_kernel_from_src=None)
-    assert seen == [str(warm / "75" / "c75a2mly.py")]
-    assert Path(hook_cache.local_cache[1]).parent == warm / "75"
-    assert th.CachingAutotuner.recheck_autotune_cache is real  # restored
-
-
-def test_the_patches_stay_until_the_last_overlapping_context_leaves():
-    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
-    real = th.CachingAutotuner.recheck_autotune_cache
-    outer = tp.inductor_tuning_results_kept()
-    inner = tp.inductor_tuning_results_kept()
-    outer.__enter__()
-    patched = th.CachingAutotuner.recheck_autotune_cache
-    assert patched is not real
-    inner.__enter__()
-    outer.__exit__(None, None, None)  # out of order, as two threads may leave
-    assert th.CachingAutotuner.recheck_autotune_cache is patched
-    inner.__exit__(None, None, None)
-    assert th.CachingAutotuner.recheck_autotune_cache is real
-
-
-def test_a_plain_result_does_not_overwrite_a_coordinate_descent_one(tmp_path):
-    """Inductor's own AutotuneCache: outside the context a later plain benchmark result
-    replaces the refined one (the fault), inside it the refined one stays."""
-    ac = pytest.importorskip("torch._inductor.runtime.autotune_cache")
-    config_cls = pytest.importorskip("triton").Config
-    meta = {"autotune_local_cache": True}
-    refined, plain = config_cls({"XBLOCK": 128}, num_warps=8), config_cls({"XBLOCK": 64})
-
-    def cache_for(name: str, configs_hash: str = "confhash") -> object:
-        (tmp_path / name).mkdir(exist_ok=True)
-        return ac.AutotuneCache.create(meta, str(tmp_path / name / "c.py"), configs_hash)
-
-    def saved(cache: object) -> dict:
-        return json.loads(Path(cache.local_cache[1]).read_text())
-
-    outside = cache_for("a")
-    outside.save(refined, 10**6, found_by_coordesc=True)
-    outside.save(plain, 10**6)
-    assert saved(outside)["found_by_coordesc"] is False
-
-    with tp.inductor_tuning_results_kept():
-        kept = cache_for("b")
-        kept.save(refined, 10**6, True)  # positional, as well as by keyword
-        kept.save(plain, 10**6)
-        assert saved(kept)["found_by_coordesc"] is True and saved(kept)["XBLOCK"] == 128
-        kept.save(plain, 10**6, True)  # a later coordinate-descent result still lands
-        assert saved(kept)["XBLOCK"] == 64
-        first = cache_for("c")  # a first plain result is saved
-        first.save(plain, 10**6)
-        assert saved(first)["found_by_coordesc"] is False
-        other = cache_for("b", "another-configs-hash")  # other candidates: not guarded
-        other.save(plain, 10**6)
-        assert saved(other)["configs_hash"] == "another-configs-hash"
 
 
 def test_forgetting_drops_the_isa_verdicts_that_change_probe_keys():

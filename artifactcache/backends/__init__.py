@@ -14,7 +14,8 @@
         torch_private.py   every private torch API acache touches, in one place
         any_module.py      the reference run, records and CompiledModule of the nn.Module path
       eager/             backend.py, module.py
-      inductor/          backend.py, module.py, files.py (Mega-Cache and kernel files)
+      inductor/          backend.py, module.py, files.py (Mega-Cache and kernel files),
+                         autotune_cache.py (tuning results a warm process trusts)
       aoti/              backend.py, module.py; plan.py, jobs.py and worker.py (its steps
                          built concurrently, each in a worker process)
       onnx/              the "ort" backend: backend.py, module.py; export.py and

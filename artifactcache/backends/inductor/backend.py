@@ -71,13 +71,13 @@ from ..shared.torch_private import (
     fresh_cache_artifact_manager,
     fresh_inductor_cache,
     inductor_mode_options,
-    inductor_tuning_results_kept,
     load_compiled_step,
     mark_dynamic_dim,
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
 from ..shared.tuning import check_extra, inductor_tuning
+from .autotune_cache import inductor_tuning_results_kept
 from .files import install_compiled_files, save_compiled_files
 
 MEGACACHE = "megacache.bin"

@@ -24,7 +24,7 @@ from ...choices import BuildChoices
 from ...devices import device_index, device_type, is_cuda
 from ...errors import BackendError
 from ..shared.any_module import FORMAT, no_extra, reference_run, require_files, write_record
-from ..shared.torch_private import inductor_tuning_results_kept
+from .autotune_cache import inductor_tuning_results_kept
 from .backend import KERNELS, MEGACACHE, MODES
 from .files import install_compiled_files, save_compiled_files
 

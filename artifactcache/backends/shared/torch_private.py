@@ -1,4 +1,5 @@
-"""Every torch-private API acache depends on, in one place.
+"""The torch-private APIs acache depends on, in one place (with one exception: the
+patches of Inductor's autotuner live beside their only user, inductor/autotune_cache.py).
 
 torch changes these without notice. Each accessor tries the spellings of the torch
 releases pyproject admits and, where none exists, raises :class:`TorchPrivateAPIMissing`:
@@ -14,8 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import json
-import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,115 +56,6 @@ def triton_cache_dir(device_index: int = 0) -> Path:
         except ImportError:
             raise TorchPrivateAPIMissing("torch._inductor...triton_cache_dir()") from None
     return Path(tcd(device_index))
-
-
-# inductor_tuning_results_kept's patches are process-wide: installed by the first
-# context to enter, removed by the last to leave, so overlapping builds and loads in
-# threads never restore a half-patched class.
-_TUNING_LOCK = threading.Lock()
-_TUNING_DEPTH = 0
-_TUNING_REAL: dict[tuple[Any, str], Any] = {}
-
-
-@contextlib.contextmanager
-def inductor_tuning_results_kept() -> Iterator[None]:
-    """While Inductor compiles, loads or first runs graphs with Triton kernels, keep
-    its autotuning results findable by a later process (docs/perf-notes.md, attempt 16):
-
-    - a *static* autotuner from a saved graph was pickled whole, with its kernel file's
-      absolute path in the build's temporary cache dir and a save hook whose cache
-      file lies there too. Its recheck looks there, misses, tunes again and saves
-      where no later process looks. Here both point under the same content-hash path
-      in this process's cache dir, where the entry's files are installed;
-    - a plain benchmark result does not overwrite a coordinate-descent result saved
-      for the same kernel and candidate configs. On torch 2.11 the plain save is made
-      without ``found_by_coordesc``, so a second autotuner of one kernel file
-      (prefill's and decode's) would leave the unrefined result, and every warm
-      process would run coordinate descent again. torch 2.13 labels that save with the
-      tuning flag, so the guard never fires there.
-
-    Autotuners created inside keep the guarded save as their hook afterwards; it only
-    ever skips a save. A torch without these internals runs unpatched (the slow path,
-    never an error).
-    """
-    global _TUNING_DEPTH
-    try:
-        import torch._inductor.runtime.autotune_cache as ac
-        import torch._inductor.runtime.triton_heuristics as th
-    except ImportError:
-        yield
-        return
-    with _TUNING_LOCK:
-        if _TUNING_DEPTH == 0:
-            _install_tuning_patches(th.CachingAutotuner, ac.AutotuneCache)
-        _TUNING_DEPTH += 1
-    try:
-        yield
-    finally:
-        with _TUNING_LOCK:
-            _TUNING_DEPTH -= 1
-            if _TUNING_DEPTH == 0:
-                for (owner, name), real in _TUNING_REAL.items():
-                    setattr(owner, name, real)
-                _TUNING_REAL.clear()
-
-
-def _install_tuning_patches(autotuner_cls: Any, cache_cls: Any) -> None:
-    real_recheck = getattr(autotuner_cls, "recheck_autotune_cache", None)
-    real_save = getattr(cache_cls, "save", None)
-
-    def recheck(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            here = inductor_cache_dir()
-            self.filename = local_kernel_path(getattr(self, "filename", None), here)
-            hook_cache = getattr(getattr(self, "save_cache_hook", None), "__self__", None)
-            local = getattr(hook_cache, "local_cache", None)
-            if local:
-                hook_cache.local_cache = (local[0], local_kernel_path(local[1], here))
-        except Exception:  # noqa: BLE001 - a failed remap is a slower load, never a failed one
-            pass
-        return real_recheck(self, *args, **kwargs)
-
-    def save(self: Any, *args: Any, **kwargs: Any) -> Any:
-        coordesc = kwargs.get("found_by_coordesc", args[2] if len(args) > 2 else False)
-        if not coordesc and _holds_coordesc_result(self):
-            return None
-        return real_save(self, *args, **kwargs)
-
-    if real_recheck is not None:
-        _TUNING_REAL[(autotuner_cls, "recheck_autotune_cache")] = real_recheck
-        autotuner_cls.recheck_autotune_cache = recheck
-    if real_save is not None:
-        _TUNING_REAL[(cache_cls, "save")] = real_save
-        cache_cls.save = save
-
-
-def local_kernel_path(filename: str | None, cache_dir: Path) -> str | None:
-    """A kernel file's path (or its tuning result's) under ``cache_dir``, where it is
-    not there already and its own path is gone: Inductor names these files
-    ``<xx>/<hash>.<ext>`` by content, so the same two components name them in any
-    process's cache dir."""
-    if not filename:
-        return filename
-    path = Path(filename)
-    if len(path.parts) < 2 or path.is_relative_to(cache_dir) or path.parent.exists():
-        return filename
-    return str(cache_dir / path.parent.name / path.name)
-
-
-def _holds_coordesc_result(cache: Any) -> bool:
-    """Whether this AutotuneCache's local file already holds a coordinate-descent
-    result for the same candidate configs."""
-    local = getattr(cache, "local_cache", None)
-    try:
-        data = json.loads(Path(local[1]).read_text()) if local else None
-    except (OSError, ValueError, TypeError, IndexError):
-        return False
-    return (
-        isinstance(data, dict)
-        and bool(data.get("found_by_coordesc"))
-        and data.get("configs_hash") == getattr(cache, "configs_hash", None)
-    )
 
 
 def _is_probe_state(isa: Any, name: str) -> bool:
