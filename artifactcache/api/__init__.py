@@ -61,13 +61,10 @@ def module_options(choices: BuildChoices) -> dict[str, Any]:
 def _module_result(
     model: str, backend: str, choices: BuildChoices, **where: Any
 ) -> tuple[BuildResult, Any]:
-    from ..sources.module import spec_from_cli
-    from .module import compile_with_result
+    from .module import compile_with_result, spec_of
 
-    choices.check_scope("module")
-    spec = spec_from_cli(model, list(choices.inputs) or None, device=choices.device,
-                         dtype=choices.dtype, seed=choices.seed)  # fmt: skip
-    return compile_with_result(spec, backend, options=module_options(choices), **where)
+    return compile_with_result(spec_of(model, choices), backend, options=module_options(choices),
+                               **where)  # fmt: skip
 
 
 def build(

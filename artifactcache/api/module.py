@@ -25,6 +25,16 @@ if TYPE_CHECKING:
     from ..store.protocol import Store
 
 
+def spec_of(model: str, choices: BuildChoices, *, batch: int | None = None) -> Any:
+    """The ModuleSpec a model spec (``pkg.mod:factory``) and the choices describe: its
+    inputs, device, dtype and seed; a choice only a recipe takes is one line."""
+    from ..sources.module import spec_from_cli
+
+    choices.check_scope("module")
+    return spec_from_cli(model, list(choices.inputs) or None, device=choices.device,
+                         dtype=choices.dtype, seed=choices.seed, batch=batch)  # fmt: skip
+
+
 def module_choices(backend: str, spec: Any, options: dict[str, Any] | None) -> BuildChoices:
     opts = dict(options or {})
     mode = opts.pop("mode", None)

@@ -26,7 +26,7 @@ def compile_spec(
 ) -> tuple[Any, Any, Any]:  # fmt: skip
     """(BuildResult, CompiledModule, ModuleSpec): the factory, the key, then hit or build."""
     from ..api import module_options
-    from ..api.module import compile_with_result
+    from ..api.module import compile_with_result, spec_of
 
     spec = spec_of(spec_text, choices, batch=batch)
     res, compiled = compile_with_result(
@@ -35,18 +35,9 @@ def compile_spec(
     return res, compiled, spec
 
 
-def spec_of(spec_text: str, choices: BuildChoices, *, batch: int | None = None) -> Any:
-    """The ModuleSpec the choices describe (its inputs, device, dtype, seed)."""
-    from ..sources.module import spec_from_cli
-
-    choices.check_scope("module")
-    return spec_from_cli(spec_text, list(choices.inputs) or None, device=choices.device,
-                         dtype=choices.dtype, seed=choices.seed, batch=batch)  # fmt: skip
-
-
 def key_info(spec_text: str, backend: str, choices: BuildChoices) -> Any:
     from ..api import module_options
-    from ..api.module import module_choices, module_key_for
+    from ..api.module import module_choices, module_key_for, spec_of
 
     spec = spec_of(spec_text, choices)
     opts = module_choices(backend, spec, module_options(choices))

@@ -30,7 +30,6 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     from ...api import module as module_api
     from ...api import module_options
     from ...backends.base import get_module_backend
-    from ...sources.module import spec_from_cli
     from ...store.local import LocalStore
     from .recording import RecordingStore
     from .timing import measure_calls, sync
@@ -39,11 +38,7 @@ def measure(args: argparse.Namespace, stamps: dict[str, float]) -> tuple[dict[st
     stamps["imports_done"] = time.perf_counter()
     stamps["load_called"] = time.perf_counter()
     choices = args.choices
-    choices.check_scope("module")
-    spec = spec_from_cli(
-        args.recipe, list(choices.inputs) or None, device=choices.device, dtype=choices.dtype,
-        seed=choices.seed, batch=args.batch,
-    )  # fmt: skip
+    spec = module_api.spec_of(args.recipe, choices, batch=args.batch)
     dev = torch.device(spec.device)
     sync(dev)
     stamps["model_ready"] = time.perf_counter()
