@@ -66,9 +66,13 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class Shapes:
+    """The shapes an artifact is built for. ``prefill_len`` is the longest prefill pass
+    per row (generate/prefill.py); unwritten, it is ``default_prefill_len`` of the
+    other two (255 for these defaults)."""
+
     max_seq_len: int = 256
     max_batch: int = 1
-    prefill_len: int = 16
+    prefill_len: int = 255
 
 
 @dataclass(frozen=True)
@@ -129,22 +133,23 @@ class Recipe:
         (``--max-seq-len``, ``--max-batch``).
 
         None keeps the recipe's own. The result is checked by the same rule as a
-        recipe file's [shapes] (``shape_problem``); ``prefill_len`` is only the chunk
-        size of a long prompt, so a context no longer than it takes shorter chunks
-        (``prefill_len_within``: at most max_seq_len - 1, which leaves decode a position).
+        recipe file's [shapes] (``shape_problem``). ``prefill_len`` is only the longest
+        pass of a prompt: a recipe that takes the default for its shapes gets the
+        default for the new ones (``default_prefill_len``); a written one is kept, but
+        a context no longer than it takes shorter passes (``prefill_len_within``).
         """
         for name, value in (("max_seq_len", max_seq_len), ("max_batch", max_batch)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ShapeError(f"{name} must be an integer, got {value!r}")
         shapes = self.shapes
-        if max_batch is not None:
-            shapes = replace(shapes, max_batch=max_batch)
-        if max_seq_len is not None:
-            shapes = replace(
-                shapes,
-                max_seq_len=max_seq_len,
-                prefill_len=prefill_len_within(shapes.prefill_len, max_seq_len),
-            )
+        seq = shapes.max_seq_len if max_seq_len is None else max_seq_len
+        batch = shapes.max_batch if max_batch is None else max_batch
+        prefill = shapes.prefill_len
+        if prefill == default_prefill_len(shapes.max_seq_len, shapes.max_batch):
+            prefill = default_prefill_len(seq, batch)
+        if min(seq, batch) > 0:  # else shape_problem says what is wrong, below
+            prefill = prefill_len_within(prefill, seq)
+        shapes = replace(shapes, max_seq_len=seq, max_batch=batch, prefill_len=prefill)
         if shapes == self.shapes:
             return self
         problem = shape_problem(self.model, shapes)
@@ -158,6 +163,23 @@ class Recipe:
 
 # A one-token prompt plus one new token: the shortest context that decodes at all.
 MIN_MAX_SEQ_LEN = 2
+
+
+# The tokens one prefill pass takes across the batch by default. A prompt that fits one
+# pass attends causally through the flash kernel; a later pass reads the cache through
+# a masked kernel that does every (query, key) product, so the whole context of the
+# seeds' 4k models is one pass. The cost is the pass's fp32 logits (rows x tokens x
+# vocab): 2 GiB at 4096 tokens of a 128k vocabulary.
+PASS_TOKENS = 4096
+# The shortest default pass per row: generate/prefill.py's CHUNK_ALIGN.
+MIN_DEFAULT_PASS = 16
+
+
+def default_prefill_len(max_seq_len: int, max_batch: int) -> int:
+    """The longest prefill pass per row when a recipe does not say: PASS_TOKENS over the
+    batch's rows, at least MIN_DEFAULT_PASS, within the context."""
+    per_row = max(MIN_DEFAULT_PASS, PASS_TOKENS // max(max_batch, 1))
+    return prefill_len_within(per_row, max(max_seq_len, 2))
 
 
 def prefill_len_within(prefill_len: int, max_seq_len: int) -> int:
@@ -402,11 +424,12 @@ def parse_recipe(data: dict[str, Any], src: str) -> Recipe:
             raise _fail(src, f"shapes.{k}", "is not a shapes field")
     default = Shapes()
     max_seq_len = _get(s, src, "shapes.", "max_seq_len", int, default.max_seq_len)
-    # Unwritten, the default chunk fits the context; written, it must.
-    default_prefill = prefill_len_within(default.prefill_len, max_seq_len)
+    max_batch = _get(s, src, "shapes.", "max_batch", int, default.max_batch)
+    # Unwritten, the default pass fits the context; written, it must.
+    default_prefill = default_prefill_len(max_seq_len, max_batch)
     shapes = Shapes(
         max_seq_len=max_seq_len,
-        max_batch=_get(s, src, "shapes.", "max_batch", int, default.max_batch),
+        max_batch=max_batch,
         prefill_len=_get(s, src, "shapes.", "prefill_len", int, default_prefill),
     )
     problem = shape_problem(model, shapes)

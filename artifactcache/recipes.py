@@ -52,7 +52,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .config import Recipe, parse_recipe
+from .config import Recipe, default_prefill_len, parse_recipe
 from .errors import RecipeError
 from .limits import read_small_file
 from .sources.hf import recipe_from_folder
@@ -105,7 +105,9 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     """The recipe as the TOML table parse_recipe reads back into an equal recipe.
 
-    Fields whose value is None are left out (TOML has no null; absent means None).
+    Fields whose value is None are left out (TOML has no null; absent means None), and
+    so is a ``prefill_len`` that is the default for the other shapes: unwritten, it
+    follows an edited ``max_seq_len`` or ``max_batch``.
     """
 
     def without_none(d: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +121,10 @@ def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:
     if recipe.weights is not None:
         out["weights"] = str(recipe.weights.resolve())
     out["model"] = without_none(asdict(recipe.model))
-    out["shapes"] = asdict(recipe.shapes)
+    shapes = asdict(recipe.shapes)
+    if recipe.shapes.prefill_len == default_prefill_len(shapes["max_seq_len"], shapes["max_batch"]):
+        del shapes["prefill_len"]
+    out["shapes"] = shapes
     out["bench"] = bench
     return out
 

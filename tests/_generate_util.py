@@ -56,13 +56,20 @@ def write_recipe(
     return path
 
 
+def masked_forward(model: Any, ids: list[int]) -> torch.Tensor:
+    """Logits [1, T, vocab] of one forward over ``ids`` through the masked whole-cache
+    read (row_start given): not the causal first-pass path (models/common.py) that the
+    runner takes, so it checks that path rather than repeating it."""
+    return model(torch.tensor([ids]), torch.arange(len(ids)), torch.zeros(1, dtype=torch.long))
+
+
 def full_forward(recipe: Any, ids: list[int]) -> torch.Tensor:
     """Eager logits [T, vocab] in one forward over the whole sequence (no chunks)."""
     from artifactcache.models import build_model
 
     model = build_model(recipe)
     with torch.no_grad():
-        return model(torch.tensor([ids]), torch.arange(len(ids)))[0].float()
+        return masked_forward(model, ids)[0].float()
 
 
 def naive_greedy(recipe: Any, ids: list[int], n: int) -> list[int]:
@@ -73,7 +80,7 @@ def naive_greedy(recipe: Any, ids: list[int], n: int) -> list[int]:
     seq = list(ids)
     with torch.no_grad():
         for _ in range(n):
-            out = model(torch.tensor([seq]), torch.arange(len(seq)))[0, -1]
+            out = masked_forward(model, seq)[0, -1]
             seq.append(int(out.argmax()))
     return seq[len(ids) :]
 

@@ -75,18 +75,18 @@ def test_a_refused_range_is_exported_with_a_runtime_check_instead(tmp_path, monk
     recipe = _long(tmp_path)
     model = build_model(recipe)
     calls = _refusing_strict_dims(monkeypatch)
-    args = example_inputs(recipe, torch.device("cpu"), decode=True)
+    args = example_inputs(recipe, torch.device("cpu"), "decode")
     with torch.no_grad():
         ep = aoti.export_step(model, args, recipe, "decode")
     assert calls == ["Dim", "_DimHint"]
-    assert aoti.exported_kv_len_range(ep) == (256, 1024)
+    assert aoti.exported_range(ep, -1, 0) == (256, 1024)
 
 
 def test_a_range_export_narrows_is_refused(tmp_path, monkeypatch):
     recipe = _long(tmp_path)
     model = build_model(recipe)
     _refusing_strict_dims(monkeypatch, narrow=(256, 512))
-    args = example_inputs(recipe, torch.device("cpu"), decode=True)
+    args = example_inputs(recipe, torch.device("cpu"), "decode")
     with torch.no_grad(), pytest.raises(BackendError) as e:
         aoti.export_step(model, args, recipe, "decode")
     assert "\n" not in str(e.value) and "(256, 512) of (256, 1024)" in str(e.value)

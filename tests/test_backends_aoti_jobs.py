@@ -295,7 +295,7 @@ def test_a_worker_that_saved_its_step_has_built_it_however_it_exits(
 ):
     ending = f"if job.step == 'decode':\n    {ending}"
     sos, _ = _stand_in_build(tmp_path, monkeypatch, ending)
-    assert sos == {"prefill": "prefill/prefill.so", "decode": "decode/decode.so"}
+    assert sos == {s: f"{s}/{s}.so" for s in ("prefill", "extend", "decode")}
     warnings = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning:")]
     assert len(warnings) == 1 and "decode step's build worker" in warnings[0], warnings
     assert how in warnings[0] and "its step is kept" in warnings[0]
@@ -308,8 +308,8 @@ def test_a_worker_that_hangs_after_saving_its_step_is_stopped_and_its_step_kept(
     monkeypatch.setattr(aoti_jobs, "_EXIT_GRACE_S", 0.2)
     said: list[str] = []
     sos, _ = _stand_in_build(tmp_path, monkeypatch, "time.sleep(600)", progress=said.append)
-    assert set(sos) == {"prefill", "decode"}
-    assert len(said) == 2 and all("was stopped" in m and "kept" in m for m in said), said
+    assert set(sos) == {"prefill", "extend", "decode"}
+    assert len(said) == 3 and all("was stopped" in m and "kept" in m for m in said), said
     assert _our_workers() == []
 
 
@@ -405,12 +405,12 @@ def test_the_concurrent_build_is_the_serial_build(tmp_path_factory, monkeypatch)
     assert set(s_meta) == set(c_meta)
     assert _sources(serial.entry.path) == _sources(conc.entry.path)
     times = c_meta["compile_seconds"]
-    for step in ("prefill", "decode"):
+    for step in ("prefill", "extend", "decode"):
         for part in ("", "_export", "_compile", "_child_start", "_imports", "_model", "_worker"):
             assert times[f"{step}{part}"] >= 0
-    assert times["wall"] >= max(times["prefill_worker"], times["decode_worker"])
+    assert times["wall"] >= max(times[f"{s}_worker"] for s in ("prefill", "extend", "decode"))
     serial_times = set(s_meta["compile_seconds"])
-    assert {"model", "compiler_probe", "prefill", "decode", "wall"} <= serial_times
+    assert {"model", "compiler_probe", "prefill", "extend", "decode", "wall"} <= serial_times
     want = api.load("tiny-llama", "aoti", cache_dir=serial_root, build_on_miss=False)
     got = api.load("tiny-llama", "aoti", cache_dir=conc_root, build_on_miss=False)
     assert got.generate(prompt, 24) == want.generate(prompt, 24)

@@ -34,9 +34,11 @@ def _spy(path: Path, dev) -> None:
 @pytest.fixture
 def entry(cache_dir):
     def build(d: Path) -> dict:
-        (d / "prefill.so").write_bytes(b"\x7fELF prefill")
-        (d / "decode.so").write_bytes(b"\x7fELF decode")
-        return {"steps": {"prefill": "prefill.so", "decode": "decode.so"}, "library": "prefill.so"}
+        steps = {}
+        for step in ("prefill", "extend", "decode"):
+            (d / f"{step}.so").write_bytes(b"\x7fELF " + step.encode())
+            steps[step] = f"{step}.so"
+        return {"steps": steps, "library": "prefill.so"}
 
     e, _ = LocalStore(cache_dir).get_or_build(compute_key(FACTORS), FACTORS, build)
     return e
@@ -65,7 +67,7 @@ def test_the_aoti_loader_refuses_a_library_outside_the_entry(entry, evil, how, m
     monkeypatch.setattr(aoti, "build_model_for", lambda *a: torch.nn.Linear(2, 2))
     ctx = SimpleNamespace(opts=BuildChoices(), recipe=None, phases={})
     rel = _escapes(entry, evil)[how]
-    meta = {"steps": {"prefill": rel, "decode": "decode.so"}}
+    meta = {"steps": {"prefill": rel, "extend": "extend.so", "decode": "decode.so"}}
     with pytest.raises(IntegrityError, match="outside|not one of|symlink"):
         aoti.BACKEND.load(ctx, entry.path, meta)  # type: ignore[arg-type]
     # The same entry with its own paths reaches dlopen, with the entry's file.

@@ -21,8 +21,8 @@ def test_profiles_from_recipe_shapes():
     assert prefill["input_pos"] == ((1,), (8,), (8,))
     assert decode == {"input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3}
     assert "past_keys" not in prefill  # static cache inputs need no profile
-    big = load_recipe("llama-7b")  # prefill_len 16
-    assert loader.profiles_for(big)[0]["input_ids"][2] == (1, 16)
+    big = load_recipe("llama-7b")  # prefill_len 255: the default for 256 positions
+    assert loader.profiles_for(big)[0]["input_ids"][2] == (1, 255)
     assert [trt_runner.profile_for_tokens(r, n) for n in (1, 2, 8)] == [1, 0, 0]
     with pytest.raises(ShapeError, match=r"outside the engine's profiles \(1..8\)"):
         trt_runner.profile_for_tokens(r, 9)

@@ -334,3 +334,53 @@ def test_a_mixed_compare_gives_each_unit_only_the_choices_of_its_kind(monkeypatc
     )  # fmt: skip
     with pytest.raises(coldstart.MeasureError, match="--tag is for a recipe"):
         compare.validate(only_specs)
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["bench", "tiny-llama", "--prompt-len", "16,x"], "separated by commas"),
+        (["bench", "tiny-llama", "--prompt-len=0,16"], "at least 1 token, got 0"),
+        (["bench", "tiny-llama", "--prompt-len", "16,16"], "names a length twice"),
+        (["bench", "tiny-llama", "--prompt-len", "16,2000"], "--prompt-len 2000 does not fit"),
+        (["bench", "tiny-llama", "--prompt-len", "64"], "64 prompt tokens + 1 new token = 65"),
+        (["bench", "tiny-llama", "--prompt-len", "200", "--max-seq-len", "128"], "max_seq_len 128"),
+        (["bench", "examples/vision.py:tiny_convnet", "--prompt-len", "4"], "is for a recipe"),
+        (["coldstart", "tiny-llama", "-b", "eager", "--prompt-len", "64"], "does not fit"),
+        (["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out", "X",
+          "--prompt-len", "4,100"], "--prompt-len 100 does not fit"),
+    ],
+)  # fmt: skip
+def test_bad_prompt_lengths_exit_1_in_one_line_and_nothing_is_built(args, needle, no_spawn,
+                                                                   tmp_path):  # fmt: skip
+    cache = tmp_path / "cache"
+    args = [str(tmp_path / "out") if a == "X" else a for a in args]
+    assert needle in one_line_error(*args, *(["--cache-dir", str(cache)] if args[0] == "bench"
+                                             else []))  # fmt: skip
+    assert not cache.exists()
+
+
+def test_bench_times_the_first_token_of_each_prompt_length(tmp_path):
+    from artifactcache.measure import prefill
+    from artifactcache.recipes import load_recipe
+
+    args = ["bench", "tiny-llama", "-b", "eager", "--prompt-len", "4,16", "--new-tokens", "4",
+            "--iters", "2", "--warmup", "1", "--cache-dir", str(tmp_path / "c")]  # fmt: skip
+    r = runner.invoke(app, [*args, "--json"])
+    assert r.exit_code == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["gemm_tflops"] > 0 and res["gemm_n"] == 1024  # measured in the probe, on CPU
+    assert [x["prompt_len"] for x in res["prompt_lengths"]] == [4, 16]  # one per length
+    rec = load_recipe("tiny-llama")
+    for x in res["prompt_lengths"]:
+        n = x["prompt_len"]
+        assert len(x["ttft_s"]) == 2 and all(t > 0 for t in x["ttft_s"])
+        assert x["ttft"]["min"] <= x["ttft_p50_s"] <= x["ttft"]["max"]
+        assert x["prefill_tok_s"] == pytest.approx(n / x["ttft_p50_s"])
+        assert x["prefill_flops"] == prefill.recipe_prefill_flops(rec, "fp32", n)
+        pct = 100 * x["prefill_flops"]["total"] / x["ttft_p50_s"] / 1e12 / res["gemm_tflops"]
+        assert x["flop_roofline_pct"] == pytest.approx(pct)
+    assert res["decode_tok_s"] is None or res["decode_tok_s"] > 0  # the bench prompt's, beside
+    r = runner.invoke(app, args)  # a table now, the entry a hit
+    assert r.exit_code == 0, r.stderr
+    assert "time to first token by prompt length" in r.stdout and "% FLOP" in r.stdout

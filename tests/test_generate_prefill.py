@@ -11,7 +11,7 @@ from _generate_util import full_forward, naive_greedy, write_recipe
 from typer.testing import CliRunner
 
 from artifactcache.errors import ShapeError
-from artifactcache.generate import PAD_ID, left_pad, plan_chunks
+from artifactcache.generate import PAD_ID, chunk_len_range, left_pad, plan_chunks
 from artifactcache.recipes import load_recipe
 
 PROMPT = [(7 * i + 11) % 32000 for i in range(300)]
@@ -33,6 +33,14 @@ BACKENDS = [
 @pytest.fixture(scope="module")
 def long_recipe(tmp_path_factory) -> Path:
     return write_recipe(tmp_path_factory.mktemp("recipes"), max_seq_len=320, prefill_len=16)
+
+
+@pytest.fixture(scope="module")
+def passes_recipe(tmp_path_factory) -> Path:
+    """Passes of 16 .. 64 tokens: the steps' token count is a dynamic dimension."""
+    return write_recipe(
+        tmp_path_factory.mktemp("recipes"), name="passes", max_seq_len=320, prefill_len=64
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +68,25 @@ def test_a_last_chunk_past_the_cache_end_overlaps_instead_of_padding():
     assert kept == ids
 
 
+def test_passes_are_as_long_as_their_tokens_rounded_to_16():
+    ids = list(range(1, 151))  # 150 tokens through passes of up to 64
+    chunks = plan_chunks(ids, 64, 320)
+    assert [(c.start, len(c.ids), c.keep) for c in chunks] == [
+        (0, 64, (0, 64)), (64, 64, (0, 64)), (128, 32, (0, 22)),
+    ]  # fmt: skip
+    assert [len(c.ids) for c in plan_chunks([5] * 6, 64, 320)] == [16]  # not 64
+    assert chunk_len_range(64) == (16, 64) and chunk_len_range(16) is None
+    assert [len(c.ids) for c in plan_chunks([5] * 6, 8, 320)] == [8]  # static T
+
+
+def test_a_pass_past_the_cache_end_ends_at_the_prompt_instead():
+    ids = list(range(1, 101))  # 64 + 36 -> a pass of 48 at 64 would end at 112 > 100
+    chunks = plan_chunks(ids, 64, 100)
+    assert [(c.start, len(c.ids), c.keep) for c in chunks] == [(0, 64, (0, 64)), (52, 48, (12, 48))]
+    kept = [t for c in chunks for t in c.ids[c.keep[0] : c.keep[1]]]
+    assert kept == ids
+
+
 def test_a_prompt_of_exactly_prefill_len_is_one_chunk():
     chunks = plan_chunks(list(range(8)), 8, 8)
     assert len(chunks) == 1 and chunks[0].keep == (0, 8)
@@ -74,6 +101,19 @@ def test_a_300_token_prompt_gives_the_full_forward(backend, long_recipe, runners
     assert got.shape == want.shape == (300, recipe.model.vocab_size)
     assert rel_err(got, want) <= 1e-4
     assert runner.generate(PROMPT, N_NEW) == naive_greedy(recipe, PROMPT, N_NEW)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_passes_of_any_length_give_the_full_forward(backend, passes_recipe, runners):
+    """One step serves every pass length (16 .. 64): the causal first pass, the later
+    passes that read the cache, and a left-padded batch, which never takes the causal
+    path; each against one masked forward of the whole prompt."""
+    recipe = load_recipe(passes_recipe)
+    runner = runners(str(passes_recipe), backend)
+    for n in (6, 40, 64, 150, 300):
+        ids = PROMPT[:n]
+        assert rel_err(runner.logits(ids), full_forward(recipe, ids)) <= 1e-4, n
+    assert runner.generate(PROMPT[:150], N_NEW) == naive_greedy(recipe, PROMPT[:150], N_NEW)
 
 
 def test_a_prompt_that_fills_the_cache_to_its_last_slot(tmp_path: Path, runners):

@@ -77,3 +77,16 @@ def test_a_model_spec_gets_one_probe_per_batch_size(spawned):
     with pytest.raises(AcacheError, match="--max-batch is for a recipe"):
         benchmark.run_module_bench(SPEC, "eager", BuildChoices(max_batch=2))
     assert spawned == []
+
+
+def test_prompt_lengths_reach_every_probe_and_are_checked_before_any(spawned):
+    benchmark.run_bench("tiny-llama", "eager", BuildChoices(), [1, 2], prompt_lens=[4, 16])
+    assert [s.prompt_lens for s in spawned] == [(4, 16), (4, 16)]
+    assert "--prompt-lens" in spawned[0].argv(None)
+    spawned.clear()
+    # 64 + 1 positions on the tiny recipe's 64: one line, no probe, nothing built.
+    with pytest.raises(AcacheError, match="--prompt-len 64 does not fit"):
+        benchmark.run_bench("tiny-llama", "eager", BuildChoices(), [1], prompt_lens=[4, 64])
+    assert spawned == []
+    benchmark.run_bench("tiny-llama", "eager", BuildChoices(max_seq_len=128), prompt_lens=[64])
+    assert [s.prompt_lens for s in spawned] == [(64,)]

@@ -62,3 +62,19 @@ def test_probe_failure_is_one_line_measure_error(tmp_path):
         spawn_probe(spec, cache, log_path=tmp_path / "p.log")
     msg = str(ei.value)
     assert "failed" in msg and "\n" not in msg
+
+
+def test_prompt_lengths_travel_to_the_child_and_are_checked_there(tmp_path):
+    from artifactcache.measure.child import probe
+
+    spec = ProbeSpec(recipe="tiny-llama", backend="eager", prompt_lens=(4, 16))
+    argv = spec.argv(None)
+    assert probe._parse(argv[argv.index("--recipe") :]).prompt_lens == "4,16"
+    assert probe._parse(["--recipe", "r", "--backend", "eager"]).prompt_lens == ""
+    cache = tmp_path / "c"
+    cache.mkdir(mode=0o700)
+    spec = ProbeSpec(recipe="tiny-llama", backend="eager", new_tokens=2, iters=1,
+                     prompt_lens=(64,))  # fmt: skip
+    with pytest.raises(MeasureError, match="--prompt-len 64 does not fit"):
+        spawn_probe(spec, cache)
+    assert not any(cache.iterdir())  # refused before anything was built

@@ -36,3 +36,32 @@ def test_requests_are_batches_and_steps_are_timed_one_by_one():
 def test_the_matmul_peak_is_measured_in_the_runs_dtype():
     got = timing.matmul_flops(torch.device("cpu"), "bf16", n=64, rounds=1)
     assert got["n"] == 64 and got["dtype"] == "bf16" and got["tflops"] > 0
+
+
+class _CountingRunner:
+    """generate(ids, 1) -> one token; remembers the length of every prompt it was given."""
+
+    def __init__(self) -> None:
+        self.lengths: list[int] = []
+
+    def generate(self, ids: list[int], max_new_tokens: int) -> list[int]:
+        assert max_new_tokens == 1
+        self.lengths.append(len(ids))
+        return [7]
+
+
+def test_ttft_warms_up_each_length_then_times_it():
+    fake = _CountingRunner()
+    cpu = torch.device("cpu")
+    got = timing.measure_ttft(fake, [[1] * 4, [2] * 16], iters=3, warmup=2, device=cpu)
+    assert fake.lengths == [4] * 5 + [16] * 5  # 2 excluded + 3 timed, one length at a time
+    assert [(r["prompt_len"], r["warmup"], len(r["ttft_s"])) for r in got] == [
+        (4, 2, 3), (16, 2, 3),
+    ]  # fmt: skip
+    assert all(t > 0 for r in got for t in r["ttft_s"])
+    # A real runner: the first token of a prompt of each length.
+    recipe = load_recipe("tiny-llama")
+    model = build_model(recipe)
+    runner = StepRunner(recipe, model, model, cpu)
+    real = timing.measure_ttft(runner, [[1] * 9], iters=1, warmup=1, device=cpu)
+    assert real[0]["prompt_len"] == 9 and real[0]["ttft_s"][0] > 0

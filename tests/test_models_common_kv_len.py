@@ -77,9 +77,10 @@ def test_decode_reads_only_its_bucket(long_recipe: Path):
     got = got[0, -1]
     assert torch.isfinite(got).all()
     assert ((got - want).abs().max() / want.abs().max()).item() <= 1e-5
-    # The whole-cache read (no kv_pos) is what the NaN would reach.
+    # The whole-cache read (row_start, no kv_pos) is what the NaN would reach.
     with torch.no_grad():
-        whole = model(torch.tensor([[ids[-1]]]), torch.tensor([299]))
+        row_start = torch.zeros(1, dtype=torch.long)
+        whole = model(torch.tensor([[ids[-1]]]), torch.tensor([299]), row_start)
     assert torch.isnan(whole).all()
 
 

@@ -164,7 +164,7 @@ def test_dynamo_traces_a_split_kv_model_whole():
         raise _Traced
 
     compiled = torch.compile(model, fullgraph=True, dynamic=False, backend=backend)
-    inputs = example_inputs(recipe, torch.device("cpu"), decode=True, kv_buckets=False)
+    inputs = example_inputs(recipe, torch.device("cpu"), "decode", kv_buckets=False)
     with torch.no_grad(), pytest.raises(Exception, match="_Traced") as caught:
         compiled(*inputs)  # Dynamo wraps the backend's exception
     assert seen, caught.value  # the whole graph reached the backend

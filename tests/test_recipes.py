@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from artifactcache.config import FAMILIES
+from artifactcache.config import FAMILIES, Shapes, default_prefill_len
 from artifactcache.errors import RecipeError
 from artifactcache.recipes import (
     builtin_names,
@@ -53,9 +53,22 @@ def test_builtins_cover_the_seed_models_and_tiny_variants():
 def test_an_unwritten_prefill_len_fits_a_short_context(tmp_path: Path):
     p = tmp_path / "short.toml"
     p.write_text(GOOD.replace("max_seq_len = 64\nprefill_len = 8", "max_seq_len = 12"))
-    assert load_recipe(p).shapes.prefill_len == 11  # the default 16 would leave no decode
+    assert load_recipe(p).shapes.prefill_len == 11  # a longer pass would leave no decode
     p.write_text(GOOD.replace("prefill_len = 8\n", ""))
-    assert load_recipe(p).shapes.prefill_len == 16
+    assert load_recipe(p).shapes.prefill_len == 63  # max_seq_len 64
+    p.write_text(GOOD.replace("max_seq_len = 64\nprefill_len = 8", "max_seq_len = 4096"))
+    assert load_recipe(p).shapes.prefill_len == 4095  # the context, less decode's slot
+
+
+def test_the_default_prefill_len_follows_the_shapes_a_build_asks_for():
+    r = load_recipe("llama-7b")  # unwritten prefill_len: the default for 256 positions
+    assert r.shapes.prefill_len == 255
+    assert r.with_shapes(max_seq_len=4096).shapes.prefill_len == 4095
+    assert r.with_shapes(max_seq_len=4096, max_batch=32).shapes.prefill_len == 128
+    assert r.with_shapes(max_seq_len=4096, max_batch=3000).shapes.prefill_len == 16
+    tiny = load_recipe("tiny-llama")  # a written prefill_len (8) is kept
+    assert tiny.with_shapes(max_seq_len=128, max_batch=4).shapes.prefill_len == 8
+    assert Shapes().prefill_len == default_prefill_len(Shapes().max_seq_len, 1)
 
 
 def test_mistral_keeps_its_sliding_window():

@@ -56,7 +56,7 @@ def test_a_context_shorter_than_the_prefill_chunk_takes_shorter_chunks():
     assert (s.max_seq_len, s.prefill_len, s.max_batch) == (4, 3, 1)
     for n in range(2, 11):  # up to and past the recipe's prefill_len
         rec = load_recipe("tiny-llama").with_shapes(max_seq_len=n)
-        _, pos, _, kv_pos = example_inputs(rec, "cpu", decode=True)
+        _, pos, _, kv_pos = example_inputs(rec, "cpu", "decode")
         # The steps are compiled at decode's example: its position must be a cache slot.
         assert int(pos[-1]) < n and kv_pos.shape[0] <= n, n
 

@@ -45,14 +45,18 @@ def test_folder_gives_transformers_logits(name: str, folders, cache_dir: Path):
     folder, hf = folders[name]
     runner = api.load(folder, "eager", cache_dir=cache_dir)
     ids = [(7 * i + 3) % COMMON["vocab_size"] for i in range(SEQ)]
-    x = torch.tensor([ids])
+    x, pos = torch.tensor([ids]), torch.arange(SEQ)
+    model = runner.keepalive
     with torch.no_grad():
         want = hf(x).logits[0].float()
-        got = runner.keepalive(x, torch.arange(SEQ))[0]
-    assert got.shape == want.shape
-    assert rel_err(got, want) <= 1e-4, rel_err(got, want)
-    assert SEQ > runner.recipe.shapes.prefill_len
-    assert rel_err(runner.logits(ids), want) <= 1e-4
+        paths = {
+            "causal first pass": model(x, pos)[0],
+            "masked cache read": model(x, pos, torch.zeros(1, dtype=torch.long))[0],
+            "runner": runner.logits(ids),
+        }
+    for path, got in paths.items():
+        assert got.shape == want.shape, path
+        assert rel_err(got, want) <= 1e-4, (path, rel_err(got, want))
 
 
 def test_the_config_is_read_not_guessed(folders):
@@ -73,7 +77,7 @@ def test_the_config_is_read_not_guessed(folders):
     assert math.isclose(lr["attention_factor"], math.sqrt(1 + math.log(8) / math.log(64)))
     assert r["phi-3-longrope"].shapes.max_seq_len == 64  # capped: long factors unsupported
     # max_position_embeddings (512) is under the 4096 cap: the whole context.
-    assert r["llama"].shapes.max_seq_len == 512 and r["llama"].shapes.prefill_len == 16
+    assert r["llama"].shapes.max_seq_len == 512 and r["llama"].shapes.prefill_len == 511
     q2 = r["qwen2"].model
     assert r["qwen2"].family == "qwen2" and (q2.qkv_bias, q2.attention_bias) == (True, False)
     assert (q2.qk_norm, q2.sliding_window, q2.tie_embeddings, q2.rope_theta) == (

@@ -49,6 +49,28 @@ NewTokens = Annotated[
 Iters = Annotated[int, typer.Option("--iters", help="Timed requests per process.")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Excluded requests before timing.")]
 Runs = Annotated[int, typer.Option("--runs", help="Fresh processes per scenario.")]
+PromptLen = Annotated[
+    str | None,
+    typer.Option(
+        "--prompt-len",
+        help="Prompt lengths in tokens, e.g. 16,128,512: also time the first token (prefill "
+        "+ one pick, batch 1) of a prompt of each length, with prefill tokens/s and % of the "
+        "FLOP roofline (a GEMM measured in the same run). Each must fit max_seq_len - 1; "
+        "not a build choice.",
+        show_default=False,
+    ),
+]
+
+
+def _prompt_lens(text: str | None, recipe_or_specs: list[str]) -> list[int]:
+    """--prompt-len parsed (one-line error on bad text); only a recipe has prompts."""
+    from ..measure.prefill import parse_prompt_lens
+
+    if text is None:
+        return []
+    if all(is_spec(r) for r in recipe_or_specs):
+        raise MeasureError("--prompt-len is for a recipe (an LLM's prompt), not a model spec")
+    return parse_prompt_lens(text)
 
 
 def _command_line() -> str:
@@ -135,6 +157,7 @@ def coldstart_cmd(
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
     json_out: JsonOut = False,
+    prompt_len: PromptLen = None,
 ) -> None:
     """Cold vs warm vs eager start in fresh processes, and break-even against eager.
 
@@ -144,8 +167,10 @@ def coldstart_cmd(
     from ..measure import compare
 
     choices.check_scope("module" if is_spec(recipe) else "recipe")
+    lens = _prompt_lens(prompt_len, [recipe])
     spec = compare.spec_for(
         [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
+        prompt_lens=tuple(lens),
     )  # fmt: skip
     compare.validate(spec)
     if out is not None:
@@ -165,6 +190,10 @@ def coldstart_cmd(
         emit_json(report)
         return
     _render_coldstart(report, recipe, backend)
+    if lens:
+        bench = report["pairs"][f"{recipe}/{backend}"]["bench"]
+        runs = "eager runs" if backend == "eager" else "warm runs"
+        _render_prompt_lens(f"{shown(recipe)} / {backend}, {runs}", [bench])
 
 
 @with_choices
@@ -196,16 +225,19 @@ def bench_cmd(
             show_default=False,
         ),
     ] = None,
+    prompt_len: PromptLen = None,
 ) -> None:
     """Steady-state latency, tokens/s per request and in aggregate, % of both rooflines.
 
     Uses your cache (building the entry first if it is missing); the build and
     the warm-up are outside the timed loop. A request of batch B is B copies of the
-    recipe's bench prompt. For a model spec (pkg.module:factory): call latency
-    percentiles and items/s per batch size.
+    recipe's bench prompt. With --prompt-len: time to first token, prefill tokens/s and
+    % of the FLOP roofline per prompt length. For a model spec (pkg.module:factory):
+    call latency percentiles and items/s per batch size.
     """
     from ..measure import bench, benchmark
 
+    lens = _prompt_lens(prompt_len, [recipe])
     if is_spec(recipe):
         from .module import bench_module
 
@@ -225,11 +257,14 @@ def bench_cmd(
         results = benchmark.run_bench(
             recipe, backend, choices, sizes, new_tokens=new_tokens, iters=iters, warmup=warmup,
             cache_dir=cache_dir, allow_shared_root=allow_shared_root, progress=say,
+            prompt_lens=lens,
         )  # fmt: skip
     if json_out:
         emit_json(results[0] if len(results) == 1 else {"batches": results})
         return
     _render_bench(recipe, backend, choices.device, choices.dtype, results)
+    if lens:
+        _render_prompt_lens(f"{shown(recipe)} / {backend}", results)
 
 
 def _render_bench(
@@ -280,6 +315,35 @@ def _render_bench(
     console.print(t)
 
 
+def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
+    """One row per (batch column, prompt length): TTFT, prefill tokens/s, % FLOP roofline."""
+    several = len(results) > 1
+    t = Table(
+        title=f"time to first token by prompt length, {title} (one prompt, batch 1)",
+        caption="GEMM: a dense matmul in the run's dtype, measured in the same process",
+    )
+    if several:
+        t.add_column("batch column", justify="right")
+    for col in ("prompt", "TTFT p50 ms", "min–max ms", "prefill tok/s", "prefill TFLOP/s",
+                "GEMM TFLOP/s", "% FLOP roofline"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for r in results:
+        for x in r.get("prompt_lengths") or []:
+            ttft = x["ttft"]
+            cells = [
+                str(x["prompt_len"]),
+                f"{ttft['p50'] * 1e3:.2f}",
+                f"{ttft['min'] * 1e3:.2f}–{ttft['max'] * 1e3:.2f}",
+                _rate(x["prefill_tok_s"]),
+                _rate(x["achieved_tflops"]),
+                _rate(r.get("gemm_tflops")),
+                _s(x["flop_roofline_pct"], "{:.1f}%"),
+            ]
+            where = f"{r['batch']} (max_batch {r['max_batch']})"
+            t.add_row(*([where] if several else []), *cells)
+    console.print(t)
+
+
 @with_choices(exclude=("mode", "extra"))
 def compare_cmd(
     recipes: Annotated[str, typer.Option("--recipes", help="Comma-separated recipes.")],
@@ -298,6 +362,7 @@ def compare_cmd(
         bool, typer.Option("--resume", help="Reuse finished units in OUT/units (resumable).")
     ] = False,
     json_out: JsonOut = False,
+    prompt_len: PromptLen = None,
 ) -> None:
     """coldstart + bench for every recipe x backend; writes report.json, report.md, PNGs.
 
@@ -306,10 +371,12 @@ def compare_cmd(
     from ..measure import compare
     from ..measure.report import seed_table, write_report
 
+    names = compare.parse_list(recipes, "recipes")
     spec = compare.spec_for(
-        compare.parse_list(recipes, "recipes"), compare.parse_list(backends, "backends"),
+        names, compare.parse_list(backends, "backends"),
         choices, runs=runs, new_tokens=new_tokens, iters=iters,
         modes=compare.parse_modes(modes or []), extras=parse_backend_extras(extra),
+        prompt_lens=tuple(_prompt_lens(prompt_len, names)),
     )  # fmt: skip
     compare.validate(spec)
     compare.check_out_dir(out)

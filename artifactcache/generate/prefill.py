@@ -1,16 +1,20 @@
-"""Chunked prefill: a prompt of any length through a step built for ``prefill_len`` tokens.
+"""Chunked prefill: a prompt of any length through steps built for up to ``prefill_len``
+tokens.
 
-The compiled prefill step takes exactly P = prefill_len tokens and their positions,
-and writes their keys and values into the static KV cache at those positions. A
-prompt of n tokens therefore runs as chunks at positions 0, P, 2P, ...
+The prefill steps take T tokens and their positions, for T anywhere in
+``chunk_len_range(prefill_len)`` (a dynamic dimension of the compiled steps), and write
+their keys and values into the static KV cache at those positions. A prompt of n
+tokens runs as one pass when n <= P = prefill_len, else as chunks at positions 0, P,
+2P, ... Each pass is as long as its tokens rounded up to a multiple of CHUNK_ALIGN
+(at most P): a 6-token prompt costs a 16-token pass, not a P-token one, while the
+number of distinct lengths a step sees stays small and tensor-core friendly.
 
-The last chunk, when shorter than P, is right-padded. The padding writes junk into
-cache slots n .. start+P-1, which is harmless: the causal mask (key s is seen by
-query p only when s <= p) hides those slots from every real query, and each decode
-step writes its own slot before attending to it, so the junk is overwritten before
-anyone reads it. Only when the padded chunk would run past the cache's end
-(max_seq_len not a multiple of P) does the last chunk instead end exactly at n,
-overlapping the previous one: the overlap recomputes tokens already in the cache,
+The padding at the end of a pass writes junk into cache slots past the prompt, which
+is harmless: the causal mask (key s is seen by query p only when s <= p) hides those
+slots from every real query, and each decode step writes its own slot before
+attending to it, so the junk is overwritten before anyone reads it. Only when the
+padded pass would run past the cache's end does the last chunk instead end exactly at
+n, overlapping the previous one: the overlap recomputes tokens already in the cache,
 writing the same keys and values again, and its rows of logits are not kept.
 
 A batch shares the positions: ``left_pad`` pads every prompt on the left to the
@@ -24,11 +28,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 PAD_ID = 0  # any id in the vocabulary: padded rows are never read
+# Pass lengths are multiples of this (or P itself): M = 16k rows suit the tensor
+# cores, and the steps see at most P / 16 distinct lengths.
+CHUNK_ALIGN = 16
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """One prefill call: ``ids`` (exactly P of them) at positions start .. start+P-1.
+    """One prefill call: ``ids`` at positions start .. start+len(ids)-1.
 
     ``keep`` is the [lo, hi) range of its output rows that are new prompt tokens.
     """
@@ -38,19 +45,37 @@ class Chunk:
     keep: tuple[int, int]
 
 
+def chunk_len_range(prefill_len: int) -> tuple[int, int] | None:
+    """(shortest, longest) pass a prefill step takes: its dynamic token dimension, or None
+    when every pass is exactly ``prefill_len`` tokens (P <= CHUNK_ALIGN: a static T)."""
+    if prefill_len <= CHUNK_ALIGN:
+        return None
+    return CHUNK_ALIGN, prefill_len
+
+
+def pass_len(tokens: int, prefill_len: int) -> int:
+    """The length of a pass over ``tokens`` (<= prefill_len) new tokens."""
+    if chunk_len_range(prefill_len) is None:
+        return prefill_len
+    return min(prefill_len, -(-tokens // CHUNK_ALIGN) * CHUNK_ALIGN)
+
+
 def plan_chunks(ids: list[int], prefill_len: int, max_seq_len: int) -> list[Chunk]:
-    """The prefill calls for ``ids`` (1 <= len(ids) <= max_seq_len, checked by the caller)."""
+    """The prefill calls for ``ids`` (1 <= len(ids) <= max_seq_len, checked by the caller;
+    prefill_len < max_seq_len, checked by the recipe)."""
     n, p = len(ids), prefill_len
     chunks: list[Chunk] = []
     for start in range(0, n, p):
         real = ids[start : start + p]
-        if len(real) == p or start + p <= max_seq_len:
-            padded = tuple(real) + (PAD_ID,) * (p - len(real))
+        size = pass_len(len(real), p)
+        if start + size <= max_seq_len:
+            padded = tuple(real) + (PAD_ID,) * (size - len(real))
             chunks.append(Chunk(start, padded, (0, len(real))))
         else:
-            # start >= p here (prefill_len <= max_seq_len), so n - p >= 0.
-            shifted = n - p
-            chunks.append(Chunk(shifted, tuple(ids[shifted:]), (start - shifted, p)))
+            # Only a later chunk can run past the end (size <= p < max_seq_len), and
+            # then start >= p >= size, so the shifted start n - size is >= 0.
+            shifted = n - size
+            chunks.append(Chunk(shifted, tuple(ids[shifted:]), (start - shifted, size)))
     return chunks
 
 

@@ -33,6 +33,9 @@ Achieved GB/s = bytes/step x steps/s; % of roofline = that / the device's copy
 bandwidth (bytes read + written per second of a large copy) measured in the same
 process.
 
+Time to first token per prompt length (``--prompt-len``) and its FLOP roofline:
+measure/prefill.py.
+
 FLOP roofline: FLOPs per decode step = B x (2 x the weights' parameters, the
 embedding table excepted, + 4 x layers x heads x head_dim x the positions a row
 attends to, for QK^T and PV). % of the FLOP roofline = achieved FLOP/s / the
@@ -252,6 +255,8 @@ def summarize(
     bpt = bytes_per_token(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant)
     fps = flops_per_step(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n)
     per_row = rates["decode_tok_s"]
+    from .prefill import summarize_prompt_lens  # it imports this module
+
     return {
         "iterations": len(request),
         "processes": len(probes),
@@ -272,6 +277,11 @@ def summarize(
         **roofline(bpt["total"], per_row, copy_gbps),
         **flop_roofline(fps["total"], per_row, peak_tflops),
         "roofline_bound": roofline_bound(bpt["total"], fps["total"], copy_gbps, peak_tflops),
+        # The dense GEMM rate of this run (the same measurement as matmul_tflops), which
+        # the prompt lengths' % of the FLOP roofline divides by (measure/prefill.py).
+        "gemm_tflops": peak_tflops,
+        "gemm_n": (probes[0].get("matmul_flops") or {}).get("n"),
+        "prompt_lengths": summarize_prompt_lens(recipe, dtype, probes, peak_tflops),
     }
 
 

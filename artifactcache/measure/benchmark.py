@@ -22,7 +22,7 @@ from typing import Any
 
 from ..choices import BuildChoices
 from ..errors import MeasureError
-from . import bench, coldstart, compare
+from . import bench, coldstart, compare, prefill
 from .compare import Progress
 
 
@@ -54,9 +54,13 @@ def run_bench(
     cache_dir: Path | None = None,
     allow_shared_root: bool = False,
     progress: Progress | None = None,
+    prompt_lens: Sequence[int] = (),
 ) -> list[dict[str, Any]]:
     """One bench result per batch size of ``sizes``, in order (bench.summarize's dict
-    plus what was measured: recipe, backend, device, dtype, mode, quant, entry, ...)."""
+    plus what was measured: recipe, backend, device, dtype, mode, quant, entry, ...).
+
+    With ``prompt_lens``, each probe also times the first token of a prompt of each
+    length (batch 1, on that size's artifact): the results' ``prompt_lengths``."""
     choices.check_scope("recipe")
     if not sizes:
         raise MeasureError("--batch needs at least one batch size, e.g. 1,8,32")
@@ -69,22 +73,26 @@ def run_bench(
         rec = compare.validate(spec)[recipe]
         bench.check_batch(rec, b)  # a batch past --max-batch: one line, nothing built
         bench.resolve_new_tokens(rec, new_tokens, b)
+        prefill.check_prompt_lens(rec, prompt_lens)  # N + 1 <= max_seq_len: nothing built
         runs.append((b, spec, rec))
     compare.require_available(runs[0][1], backend)
     say = progress or _quiet
     results = []
     for i, (b, spec, rec) in enumerate(runs):
+        lens = f", first token of {len(prompt_lens)} prompt lengths" if prompt_lens else ""
         say(
             f"bench {recipe}/{backend} batch {b} (max_batch {spec.choices.max_batch}): "
-            f"load (builds on a miss), {spec.iters} timed requests", i, len(runs),
+            f"load (builds on a miss), {spec.iters} timed requests{lens}", i, len(runs),
         )  # fmt: skip
-        results.append(_bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root))
+        results.append(
+            _bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root, prompt_lens)
+        )
     return results
 
 
 def _bench_one(
     recipe: str, backend: str, spec: compare.CompareSpec, rec: Any, batch: int,
-    cache_dir: Path | None, allow_shared_root: bool,
+    cache_dir: Path | None, allow_shared_root: bool, prompt_lens: Sequence[int] = (),
 ) -> dict[str, Any]:  # fmt: skip
     """One probe at one batch size on the artifact of ``spec.choices.max_batch`` rows."""
     ps = dataclasses.replace(
@@ -94,6 +102,7 @@ def _bench_one(
         step_latency=True,
         extra_flags=_probe_flags(allow_shared_root),
         batch=batch,
+        prompt_lens=tuple(prompt_lens),
     )
     probe = _spawn(ps, cache_dir)
     c = spec.choices

@@ -89,6 +89,9 @@ class ProbeSpec:
     # A model spec's batch size (dimension 0 of its inputs); for a recipe, the prompts
     # of each timed request.
     batch: int | None = None
+    # A recipe's prompt lengths whose time to first token is also measured
+    # (measure/prefill.py); a measurement option, never a build choice.
+    prompt_lens: tuple[int, ...] = ()
 
     def argv(self, cache_dir: Path | None) -> list[str]:
         cmd = [sys.executable, "-m", "artifactcache.measure.child.probe", "--recipe", self.recipe]
@@ -106,6 +109,8 @@ class ProbeSpec:
             cmd.append("--step-latency")
         if self.batch is not None:
             cmd += ["--batch", str(self.batch)]
+        if self.prompt_lens:
+            cmd += ["--prompt-lens", ",".join(str(n) for n in self.prompt_lens)]
         return cmd + list(self.extra_flags)
 
 

@@ -27,7 +27,7 @@ from ..choices import BuildChoices
 from ..devices import is_cuda, parse_device
 from ..dtypes import check_dtype
 from ..errors import AcacheError, BackendError, BackendUnavailable, MeasureError
-from . import bench, coldstart
+from . import bench, coldstart, prefill
 
 Progress = Callable[[str, int, int], None]  # (message, units done, units total)
 
@@ -47,6 +47,8 @@ class CompareSpec:
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
     timeout: float = coldstart.DEFAULT_TIMEOUT_S
     batch: int | None = None  # module specs: dimension 0 of every input
+    # Recipes: also the time to first token of a prompt of each length (measure/prefill.py).
+    prompt_lens: tuple[int, ...] = ()
 
 
 def spec_for(
@@ -130,6 +132,8 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
         raise MeasureError("--quant is for a recipe (acache's LLM), not a model spec")
     if c.tag is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--tag is for a recipe; a model spec keys on compile(..., version=)")
+    if spec.prompt_lens and all(rec is None for rec in recipes.values()):
+        raise MeasureError("--prompt-len is for a recipe (an LLM's prompt), not a model spec")
     if c.max_batch is not None and all(rec is None for rec in recipes.values()):
         raise MeasureError("--max-batch is for a recipe (an LLM's batch rows), not a model spec")
     for r, rec in recipes.items():
@@ -137,6 +141,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
             check_cli_spec(r, list(c.inputs), c.dtype, spec.batch)
         else:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
+            prefill.check_prompt_lens(rec, spec.prompt_lens)  # N + 1 <= max_seq_len
             for name in dict.fromkeys(["eager", *spec.backends]):
                 check_recipe_options(name, rec, build_options(spec, name))  # phi-2 fused, ...
             if parse_device(c.device)[0] == "cpu":
@@ -184,7 +189,7 @@ def probe_spec(spec: CompareSpec, backend: str) -> coldstart.ProbeSpec:
     return coldstart.ProbeSpec(
         recipe="", backend=backend, choices=build_options(spec, backend),
         new_tokens=spec.new_tokens, iters=spec.iters, warmup=spec.warmup, copy_bandwidth=True,
-        batch=spec.batch,
+        batch=spec.batch, prompt_lens=tuple(spec.prompt_lens),
     )  # fmt: skip
 
 
@@ -218,6 +223,7 @@ def run_unit(
         ps.choices = ps.choices.replace(
             max_seq_len=None, max_batch=None, quant=None, weights=None, tag=None
         )
+        ps.prompt_lens = ()  # a model spec has no prompt
     else:
         ps.batch = None  # a recipe's requests are the seed's batch 1
         ps.choices = ps.choices.replace(inputs=())  # --input is the model specs' only
@@ -385,6 +391,7 @@ def run_compare(
             "extras": spec.extras,
             "quant": spec.choices.quant,
             "tag": spec.choices.tag,
+            "prompt_lens": list(spec.prompt_lens),
         },
         "environment": _environment(pairs, spec.choices.device),
         "pairs": pairs,

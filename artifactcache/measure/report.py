@@ -177,6 +177,42 @@ def detail_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _prompt_len_pairs(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(recipe, backend, bench) of each pair that measured prompt lengths, in report order."""
+    out = []
+    for r in report["recipes"]:
+        for b in report["backends"]:
+            p = _pair(report, r, b)
+            if p and p["status"] == "ok" and p["bench"].get("prompt_lengths"):
+                out.append((r, b, p["bench"]))
+    return out
+
+
+def prompt_len_table(report: dict[str, Any]) -> list[str]:
+    """Time to first token per prompt length (``--prompt-len``); [] when none was measured."""
+    rows = [
+        (r, b, bench.get("gemm_tflops"), x)
+        for r, b, bench in _prompt_len_pairs(report)
+        for x in bench["prompt_lengths"]
+    ]
+    if not rows:
+        return []
+    lines = [
+        "| model | backend | prompt tokens | TTFT p50 (min–max) | prefill tok/s | "
+        "prefill TFLOP/s | GEMM TFLOP/s | % FLOP roofline |",
+        "|---|---|" + "---:|" * 6,
+    ]
+    for r, b, gemm, x in rows:
+        t = x["ttft"]
+        lines.append(
+            f"| {r} | {b} | {x['prompt_len']} | {t['p50'] * 1e3:.2f} ms "
+            f"({t['min'] * 1e3:.2f}–{t['max'] * 1e3:.2f}) | {_f(x['prefill_tok_s'], '{:.0f}')} | "
+            f"{_f(x['achieved_tflops'], '{:.3g}')} | {_f(gemm, '{:.3g}')} | "
+            f"{_f(x['flop_roofline_pct'], '{:.1f}', '%')} |"
+        )
+    return lines
+
+
 def segment_durations(results: list[dict[str, Any]]) -> list[float]:
     """Median duration of each SEGMENT over runs (per-run differences, then median)."""
     out = []
@@ -268,6 +304,18 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         *phase_table(report),
         "",
     ]
+    ttft = prompt_len_table(report)
+    if ttft:
+        lines += [
+            "## Time to first token by prompt length",
+            "",
+            "One prompt (batch 1) of each length, `generate(ids, 1)` after warm-up; prefill "
+            "tok/s = prompt tokens / TTFT p50; % FLOP roofline = prefill FLOPs / TTFT p50 / the "
+            "GEMM rate measured in the same process (measure/prefill.py).",
+            "",
+            *ttft,
+            "",
+        ]
     found = findings(report)
     lines += ["## Findings", ""] + ([f"- {f}" for f in found] or ["- none"]) + [""]
     if charts:
@@ -312,6 +360,40 @@ def chart_tokens(report: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("decode tokens/s (batch 1)")
     ax.set_title(f"Decode throughput, {report['settings']['device']} {report['settings']['dtype']}")
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def chart_ttft(report: dict[str, Any], path: Path) -> bool:
+    """TTFT p50 against prompt length, one line per (recipe, backend); False: none measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [(r, b, bench["prompt_lengths"]) for r, b, bench in _prompt_len_pairs(report)]
+    if not series:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    styles = ("-", "--", ":", "-.")
+    for r, b, rows in series:
+        pts = sorted((x["prompt_len"], x["ttft"]["p50"] * 1e3) for x in rows)
+        # A colour per backend, a line style per recipe: stable whatever ran.
+        i, j = report["recipes"].index(r), report["backends"].index(b)
+        label = f"{r} {b}" if len(report["recipes"]) > 1 else b
+        ax.plot([n for n, _ in pts], [ms for _, ms in pts], styles[i % len(styles)],
+                marker="o", label=label, color=f"C{j}")  # fmt: skip
+    ax.set_xscale("log")
+    lens = sorted({x["prompt_len"] for _, _, rows in series for x in rows})
+    ax.set_xticks(lens, [str(n) for n in lens])  # the measured lengths, not powers of ten
+    ax.minorticks_off()
+    ax.set_xlabel("prompt tokens")
+    ax.set_ylabel("time to first token, p50 (ms)")
+    st = report["settings"]
+    ax.set_title(f"Time to first token by prompt length, {st['device']} {st['dtype']}")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -366,6 +448,8 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
                 charts.append("tokens_per_s.png")
             if chart_phases(report, out / "phases.png"):
                 charts.append("phases.png")
+            if chart_ttft(report, out / "ttft_by_prompt_len.png"):
+                charts.append("ttft_by_prompt_len.png")
         (out / "report.md").write_text(render_markdown(report, charts) + note)
     except OSError as e:
         raise MeasureError(f"cannot write the report into {out}: {e.strerror or e}") from None

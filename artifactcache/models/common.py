@@ -13,13 +13,16 @@ RoPE scores depend only on the distance between positions, so the row's logits
 are those of the prompt run alone (up to rounding).
 
 A step reads the cache up to a length it is told by the *shape* of one input,
-``kv_pos`` (the key positions 0 .. L-1, a view of one arange): decode passes the
-filled length rounded up to a bucket (artifactcache/kv_buckets.py), so its cost
-follows the used length, not the allocated one, while one compiled step (L a dynamic
-dimension) serves every bucket. Without ``kv_pos`` (prefill, the ONNX graph) a step
-reads all ``max_seq_len`` positions. A split-KV model (``setup_caches(...,
-split_kv_decode=True)``) decodes through models/decode_attention.py instead, which
-reads the filled positions of the whole static cache, and ignores ``kv_pos``.
+``kv_pos`` (the key positions 0 .. L-1, a view of one arange): decode and a later
+prefill chunk pass the filled length rounded up to a bucket (artifactcache/kv_buckets.py),
+so their cost follows the used length, not the allocated one, while one compiled step
+(L a dynamic dimension) serves every bucket. Given ``row_start`` but no ``kv_pos`` (the
+ONNX graph) a step reads all ``max_seq_len`` positions. Given neither, the step is a
+prompt's first chunk (positions 0 .. T-1, every row starting at slot 0): it writes the
+cache and attends causally to its own keys only, which SDPA runs through its flash
+kernel (``Reads.own``). A split-KV model (``setup_caches(..., split_kv_decode=True)``)
+decodes through models/decode_attention.py instead, which reads the filled positions
+of the whole static cache, and ignores ``kv_pos``.
 """
 
 from __future__ import annotations
@@ -134,25 +137,34 @@ class KVCache(nn.Module):
             "v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
         )
 
-    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
-        """Write k/v at input_pos; the first ``length`` positions of the cache, as views."""
+    def write(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write k/v [B, Hkv, T, D] at input_pos."""
         # index_copy_ keeps the write in place and traceable (export sees a buffer mutation).
         self.k_cache.index_copy_(2, input_pos, k)
         self.v_cache.index_copy_(2, input_pos, v)
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, length: int):
+        """Write k/v at input_pos; the first ``length`` positions of the cache, as views."""
+        self.write(input_pos, k, v)
         return self.k_cache[:, :, :length], self.v_cache[:, :, :length]
 
 
 @dataclass
 class Reads:
-    """What a step's attention reads of the cache: exactly one of the two is set.
+    """What a step's attention reads of the cache.
 
-    ``mask`` [B or 1, 1, T, L] bool: SDPA over the first L positions (prefill, and
-    decode that takes its length from kv_pos's bucket). ``lo`` [B] int64: a decode
-    step (T = 1) through the split-KV kernel, over positions lo[b] .. input_pos.
+    ``mask`` [B or 1, 1, T, L] bool: SDPA over the first L positions (a later prefill
+    chunk, a batch of left-padded prompts, and decode that takes its length from
+    kv_pos's bucket). ``lo`` [B] int64: a decode step (T = 1) through the split-KV
+    kernel, over positions lo[b] .. input_pos. ``own``: a prompt's first chunk, which
+    reads nothing of the cache: causal attention over its own T keys, through SDPA's
+    flash kernel, or with ``mask`` [1, 1, T, T] when a sliding window is shorter than
+    the context.
     """
 
     mask: torch.Tensor | None = None
     lo: torch.Tensor | None = None
+    own: bool = False
 
 
 def decode_lo(
@@ -187,6 +199,9 @@ def cached_attention(
     """Write k/v [B, Hkv, T, D] at input_pos, then attend q [B, H, T, D] to the cache."""
     assert cache is not None, "call setup_caches() first"
     n_rep = q.shape[1] // k.shape[1]
+    if reads.own:
+        cache.write(input_pos, k, v)
+        return sdpa(q, k, v, reads.mask, n_rep, causal=reads.mask is None)
     if reads.lo is not None:
         # Imported here: it imports Triton, which only a split-KV build needs.
         from .decode_attention import decode_attention
@@ -225,12 +240,13 @@ def attention_mask(
     return ((mask[None] & own) | (s[None, :] == p)[None])[:, None]
 
 
-def sdpa(q, k, v, mask, n_rep: int) -> torch.Tensor:
-    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S]; GQA repeats kv heads."""
+def sdpa(q, k, v, mask, n_rep: int, causal: bool = False) -> torch.Tensor:
+    """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S] or None; GQA repeats
+    kv heads. ``causal`` (no mask, S == T): query t sees keys 0..t, SDPA's flash path."""
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
 
 class RMSNorm(nn.Module):
@@ -290,14 +306,21 @@ class CausalLM(nn.Module):
         """idx [B, T], input_pos [T], row_start [B] (None: every row starts at slot 0).
 
         Attention reads ``len(kv_pos)`` cache positions: ``kv_pos`` must be 0 .. L-1
-        with L > every input position; None reads the whole cache. Layers take the
-        read length from the mask's last dimension. A split-KV decode step ignores
-        kv_pos: its kernel reads the filled positions only.
+        with L > every input position; None with a ``row_start`` reads the whole cache.
+        With neither, the step is a prompt's first chunk: input_pos must be 0 .. T-1,
+        and attention sees the chunk's own keys, causally (the module docstring). Layers
+        take the read length from the mask's last dimension. A split-KV decode step
+        ignores kv_pos: its kernel reads the filled positions only.
         """
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
         window = self.cfg.sliding_window
         if self.split_kv_decode and idx.shape[1] == 1:
             reads = Reads(lo=decode_lo(input_pos, row_start, window, idx.shape[0]))
+        elif row_start is None and kv_pos is None:
+            # A window no shorter than the context hides nothing: plain causal (flash).
+            short = window is not None and window < self.max_seq_len
+            own = attention_mask(input_pos, input_pos, window) if short else None
+            reads = Reads(mask=own, own=True)
         else:
             if kv_pos is None:
                 kv_pos = key_positions(self.max_seq_len, input_pos.device)

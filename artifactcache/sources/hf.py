@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..config import Bench, Recipe, Shapes, parse_recipe, prefill_len_within
+from ..config import Bench, Recipe, Shapes, default_prefill_len, parse_recipe
 from ..dtypes import TORCH_DTYPE_NAMES
 from ..errors import RecipeError, WeightsError
 from ..limits import int_to_float
@@ -323,7 +323,7 @@ def recipe_from_config(data: dict[str, Any], src: str, folder: Path) -> Recipe:
     shapes = {
         "max_seq_len": max_seq_len,
         "max_batch": default.max_batch,
-        "prefill_len": prefill_len_within(default.prefill_len, max_seq_len),
+        "prefill_len": default_prefill_len(max_seq_len, default.max_batch),
     }
     archs = data.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else family

@@ -1,17 +1,19 @@
-"""aoti: torch.export + AOTInductor, two weight-stripped packages sharing one model.
+"""aoti: torch.export + AOTInductor, three weight-stripped packages sharing one model.
 
-The artifact (see docs/backends.md): the prefill and decode steps, each exported
+The artifact (see docs/backends.md): the steps of runner.STEP_KINDS (a prompt's first
+pass, causal over its own keys; a pass that reads the cache; decode), each exported
 with ``torch.export`` and compiled with ``aoti_compile_and_package`` using
-``aot_inductor.package_constants_in_so=False``. Decode's KV-read length (the size
-of its ``kv_pos`` input, models/common.py) is a dynamic dimension of the export, so
-one package serves every length bucket. Each .pt2 is unpacked into the
-entry at build time (``prefill/``, ``decode/``) and the archive dropped, so a
-load never extracts anything: it dlopens the ``.so`` straight from the entry.
+``aot_inductor.package_constants_in_so=False``. The passes' token count (up to
+prefill_len) and the KV-read length of extend and decode (the size of their ``kv_pos``
+input, models/common.py) are dynamic dimensions of the export, so one package per step
+serves every prompt length and every length bucket. Each .pt2 is unpacked into the
+entry at build time (``prefill/``, ``extend/``, ``decode/``) and the archive dropped,
+so a load never extracts anything: it dlopens the ``.so`` straight from the entry.
 
 Constants are supplied at load time. AOTInductor treats every parameter *and*
 buffer as a constant, including the KV caches (which the graphs mutate in place)
 and the RoPE table. load() builds our model once and hands the same tensors to
-both runners with ``update_constant_buffer(..., user_managed=True)``: the
+every runner with ``update_constant_buffer(..., user_managed=True)``: the
 runners keep pointers to our storage instead of copying, so prefill writes the
 KV cache that decode then reads, and the weights exist once in memory. Because
 no weights are in the artifact, ``weights_external = True``: api/recipe.py keys the
@@ -48,6 +50,7 @@ from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
 from ..shared.runner import (
+    STEP_KINDS,
     StepRunner,
     build_model_for,
     check_device_dtype,
@@ -55,6 +58,7 @@ from ..shared.runner import (
     device_of,
     example_inputs,
     kv_buckets_of,
+    prefill_tokens_range,
 )
 from ..shared.torch_private import (
     aoti_container_runner,
@@ -68,8 +72,8 @@ from .jobs import build_concurrently
 from .plan import planned_jobs
 
 RECORD = "aoti.json"
-FORMAT = 1
-STEPS = ("prefill", "decode")
+FORMAT = 2  # 2: three steps (prefill, extend, decode)
+STEPS = STEP_KINDS
 MODES = ("default", "max-autotune")
 
 
@@ -102,36 +106,57 @@ def inductor_configs(opts: BuildChoices, memo_dir: Path | None = None) -> dict[s
 def export_dynamic_shapes(
     recipe: Any, step: str, *, strict: bool = True, kv_buckets: bool = True
 ) -> Any:
-    """torch.export's dynamic_shapes for a step's inputs: decode's kv_pos length, or None.
+    """torch.export's dynamic_shapes for a step's inputs (runner.example_inputs' order):
+    the passes' token count and the KV-read length of extend and decode; None if static.
 
-    ``strict``: a named Dim, which export refuses unless it proves every guard over the
-    whole range; else ``Dim.DYNAMIC`` over the same range, under which it keeps a guard it
-    cannot prove as a runtime check.
+    ``strict``: named Dims, which export refuses unless it proves every guard over the
+    whole range; else ``Dim.DYNAMIC`` over the same ranges, under which it keeps a guard
+    it cannot prove as a runtime check.
     """
-    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
-    if step != "decode" or span is None:
-        return None
     import torch
 
-    if strict:
-        kv_len = torch.export.Dim("kv_len", min=span[0], max=span[1])
-    else:
-        kv_len = torch.export.Dim.DYNAMIC(min=span[0], max=span[1])
-    return (None, None, None, {0: kv_len})  # idx, input_pos, row_start static; kv_pos
+    def dim(name: str, span: tuple[int, int] | None) -> Any:
+        if span is None:
+            return None
+        if strict:
+            return torch.export.Dim(name, min=span[0], max=span[1])
+        return torch.export.Dim.DYNAMIC(min=span[0], max=span[1])
+
+    tokens = dim("tokens", prefill_tokens_range(recipe) if step != "decode" else None)
+    kv_len = dim("kv_len", kv_len_range(recipe.shapes.max_seq_len, kv_buckets))
+    per_token = (None, None) if tokens is None else ({1: tokens}, {0: tokens})
+    if step == "prefill":
+        return None if tokens is None else per_token
+    if tokens is None and kv_len is None:
+        return None
+    # idx, input_pos, row_start (static), kv_pos
+    return (*per_token, None, None if kv_len is None else {0: kv_len})
 
 
-def exported_kv_len_range(ep: Any) -> tuple[int, int] | None:
-    """The range an exported decode step admits for kv_pos's length (its last user
-    input); None when export made it a constant."""
-    name = ep.graph_signature.user_inputs[-1]
+def exported_range(ep: Any, index: int, dim: int) -> tuple[int, int] | None:
+    """The range an exported step admits for dimension ``dim`` of its user input
+    ``index``; None when export made it a constant."""
+    name = ep.graph_signature.user_inputs[index]
     node = next((n for n in ep.graph.nodes if n.op == "placeholder" and n.name == name), None)
     if node is None:  # a graph whose signature names no such placeholder: no range known
         return None
-    size = node.meta["val"].shape[0]
+    size = node.meta["val"].shape[dim]
     if isinstance(size, int):
         return None
     vr = ep.range_constraints.get(size.node.expr)
     return (int(vr.lower), int(vr.upper)) if vr is not None else None
+
+
+def wanted_ranges(recipe: Any, step: str, kv_buckets: bool) -> dict[tuple[int, int], Any]:
+    """{(user input, dim): range} of the dynamic dimensions a step must keep whole."""
+    out: dict[tuple[int, int], Any] = {}
+    tokens = prefill_tokens_range(recipe)
+    if step != "decode" and tokens is not None:
+        out[(0, 1)] = tokens
+    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
+    if step != "prefill" and span is not None:
+        out[(-1, 0)] = span
+    return out
 
 
 def safe_extract(archive: Path, dest: Path) -> list[str]:
@@ -196,7 +221,7 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
     except UserError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     refused = BackendError(
-        f"torch.export refused the {step} step's dynamic KV length ({first}); "
+        f"torch.export refused the {step} step's dynamic lengths ({first}); "
         f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
     )
     # A guard export could not prove over the range (on the H200, torch 2.11, CUDA:
@@ -210,13 +235,14 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
     except UserError:
         raise refused from None
-    span = kv_len_range(recipe.shapes.max_seq_len, buckets)
-    got = exported_kv_len_range(ep)
-    if span is not None and (got is None or got[0] > span[0] or got[1] < span[1]):
-        raise BackendError(
-            f"torch.export kept the {step} step's KV length only over {got} of {span}; "
-            f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
-        )
+    for (index, dim), span in wanted_ranges(recipe, step, buckets).items():
+        got = exported_range(ep, index, dim)
+        if got is None or got[0] > span[0] or got[1] < span[1]:
+            what = "token count" if index == 0 else "KV length"
+            raise BackendError(
+                f"torch.export kept the {step} step's {what} only over {got} of {span}; "
+                f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
+            )
     return ep
 
 
@@ -240,7 +266,7 @@ def build_step(
     import torch
 
     t0 = time.perf_counter()
-    args = example_inputs(recipe, dev, step == "decode", kv_buckets_of(model))
+    args = example_inputs(recipe, dev, step, kv_buckets_of(model))
     with torch.no_grad(), inductor_config_kept():
         ep = export_step(model, args, recipe, step)
         timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
@@ -386,7 +412,7 @@ class AotiBackend:
             share_constants(runner, state, s)
             return lambda *inputs: runner.run(list(inputs))
 
-        prefill, decode = open_step("prefill"), open_step("decode")
+        prefill, extend, decode = (open_step(s) for s in STEPS)
         t0 = time.perf_counter()
         # Inductor's reduce-overhead mode replays CUDA graphs; an AOTI runner has
         # none of its own, so decode gets one here (load-time only: not in the key).
@@ -401,9 +427,10 @@ class AotiBackend:
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(
             ctx.recipe,
-            prefill,
+            extend,
             decode,
             dev,
+            fresh=prefill,
             keepalive=(model, runners),
             info=info,
             kv_len_hint=True,

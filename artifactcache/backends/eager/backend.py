@@ -19,7 +19,13 @@ from ...errors import BackendError
 from ...keys import toolchain_fingerprint
 from ..base import BuildContext
 from ..shared.model_options import backend_extra, check_model_options, model_factors
-from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of
+from ..shared.runner import (
+    StepRunner,
+    build_model_for,
+    check_device_dtype,
+    device_of,
+    kv_buckets_of,
+)
 
 RECORD = "eager.json"
 # Bumped when what build() writes or what load() expects changes.
@@ -81,7 +87,11 @@ class EagerBackend:
         dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev, self.name)
         ctx.phases["artifact_ready"] = time.perf_counter()
-        return StepRunner(ctx.recipe, model, model, dev, keepalive=model, kv_len_hint=True)
+        # The model is every step: its forward picks the path from the inputs it is given.
+        return StepRunner(
+            ctx.recipe, model, model, dev, fresh=model, keepalive=model, kv_len_hint=True,
+            kv_buckets=kv_buckets_of(model),
+        )  # fmt: skip
 
 
 BACKEND = EagerBackend()

@@ -2,9 +2,13 @@
 
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
-Shapes are static but for decode's KV-read length (the size of its ``kv_pos`` input,
-models/common.py), marked dynamic when the cache has more than one length bucket,
-so one compiled decode serves them all.
+Three steps (runner.STEP_KINDS): a prompt's first pass (causal over its own keys),
+a pass that reads the cache (a later chunk, left-padded rows), and decode. Shapes are
+static but for the passes' token count (up to prefill_len) and the KV-read length of
+extend and decode (the size of their ``kv_pos`` input, models/common.py), marked
+dynamic where they vary, so one compiled step serves every length. The passes are
+compiled without CUDA graphs (a graph per pass length would be recorded, and a pass
+of hundreds of tokens is compute-bound anyway); decode keeps the mode's.
 
 ``aot_compile`` (on CPU, where ``torch.compiler.load_compiled_function`` exists): each step
 is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, *inputs), {}))``
@@ -55,6 +59,7 @@ from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
 from ..shared.model_options import check_model_options, model_factors, split_kv_decode
 from ..shared.runner import (
+    STEP_KINDS,
     StepRunner,
     build_model_for,
     check_device_dtype,
@@ -62,6 +67,7 @@ from ..shared.runner import (
     device_of,
     example_inputs,
     kv_buckets_of,
+    prefill_tokens_range,
     sync,
 )
 from ..shared.torch_private import (
@@ -83,10 +89,10 @@ from .files import install_compiled_files, save_compiled_files
 MEGACACHE = "megacache.bin"
 KERNELS = "kernels"
 RECORD = "inductor.json"
-FORMAT = 1
+FORMAT = 2  # 2: three steps (prefill, extend, decode)
 MODES = ("default", "reduce-overhead", "max-autotune")
 WARM_PATHS = ("aot_compile", "megacache")
-STEPS = ("prefill", "decode")
+STEPS = STEP_KINDS
 # The saved compiled function of each step on the aot_compile path.
 STEP_FILES = {step: f"{step}.aotfn" for step in STEPS}
 # Mega-Cache artifact types a saved compiled function already carries (its
@@ -141,17 +147,33 @@ def run_model(model: Any, *inputs: Any) -> Any:
     return model(*inputs)
 
 
-def step_inputs(recipe: Any, dev: Any, decode: bool, kv_buckets: bool = True) -> tuple[Any, ...]:
-    """example_inputs, with decode's kv_pos length marked dynamic where it varies.
+def step_inputs(recipe: Any, dev: Any, step: str, kv_buckets: bool = True) -> tuple[Any, ...]:
+    """example_inputs, with the dimensions that vary marked dynamic: the passes' token
+    count (idx's dim 1, input_pos's dim 0) and kv_pos's length.
 
     Only the example a step is compiled at is marked: Dynamo's guards on a dynamic
-    size are its range, so the runner's unmarked views of other lengths hit it.
+    size are its range, so the runner's unmarked inputs of other lengths hit it.
     """
-    inputs = example_inputs(recipe, dev, decode, kv_buckets)
+    inputs = example_inputs(recipe, dev, step, kv_buckets)
+    tokens = prefill_tokens_range(recipe)
+    if step != "decode" and tokens is not None:
+        mark_dynamic_dim(inputs[0], 1, *tokens)
+        mark_dynamic_dim(inputs[1], 0, *tokens)
     span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
-    if decode and span is not None:
+    if step != "prefill" and span is not None:
         mark_dynamic_dim(inputs[-1], 0, *span)
     return inputs
+
+
+def dynamic_dims(recipe: Any, kv_buckets: bool) -> list[str]:
+    """The dimensions the steps are compiled dynamic in (a key factor)."""
+    dims = ["tokens"] if prefill_tokens_range(recipe) else []
+    return dims + (["kv_len"] if kv_len_range(recipe.shapes.max_seq_len, kv_buckets) else [])
+
+
+def pass_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The prefill passes' Inductor options: the mode's, without CUDA graphs."""
+    return {k: v for k, v in options.items() if k != "triton.cudagraphs"}
 
 
 def register_model_ops(model: Any) -> None:
@@ -161,25 +183,34 @@ def register_model_ops(model: Any) -> None:
         import artifactcache.models.decode_attention  # noqa: F401
 
 
-def compile_steps(model: Any, opts: BuildChoices, recipe: Any, dev: Any) -> Any:
-    """torch.compile the model and run prefill + decode once each (twice more
-    for reduce-overhead, whose CUDA graphs are recorded on the second call)."""
+def compile_steps(model: Any, opts: BuildChoices, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
+    """torch.compile the steps and run each once (decode twice more for reduce-overhead,
+    whose CUDA graphs are recorded on the second call); (prefill, extend, decode).
+
+    The passes and decode are two compiled wrappers of one model: Dynamo keeps their
+    graphs apart (each entry guards on the backend that compiled it).
+    """
     import torch
 
     register_model_ops(model)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     options = _compile_options(opts)
-    compiled = torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
-    # CUDA graphs are recorded on the second call of each shape.
-    runs = 3 if options.get("triton.cudagraphs") else 1
+    compiled = {
+        "decode": torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
+    }
+    passes = pass_options(options)
+    compiled["prefill"] = compiled["extend"] = torch.compile(
+        model, fullgraph=True, dynamic=False, options=passes or None
+    )
     with torch.no_grad():
-        for decode in (False, True):
-            inputs = step_inputs(recipe, dev, decode, kv_buckets_of(model))
+        for step in STEPS:
+            inputs = step_inputs(recipe, dev, step, kv_buckets_of(model))
+            runs = 3 if step == "decode" and options.get("triton.cudagraphs") else 1
             for _ in range(runs):
-                compiled(*inputs)
+                compiled[step](*inputs)
     sync(dev)
-    return compiled
+    return compiled["prefill"], compiled["extend"], compiled["decode"]
 
 
 class InductorBackend:
@@ -217,7 +248,7 @@ class InductorBackend:
             # The entry's kernels/ are this compiler's output, and Inductor keys its
             # own caches on the compile command, so another compiler would miss them.
             codegen["cxx"] = identity(inductor_default_cxx())
-        max_seq, split_kv = recipe.shapes.max_seq_len, split_kv_decode(self.name, opts, recipe)
+        split_kv = split_kv_decode(self.name, opts, recipe)
         return {
             "format": FORMAT,
             "dtype": opts.dtype,
@@ -225,7 +256,7 @@ class InductorBackend:
             "mode": _mode(opts),
             **model_factors(self.name, recipe, opts),
             "fullgraph": True,
-            "dynamic": "kv_len" if kv_len_range(max_seq, not split_kv) else False,
+            "dynamic": dynamic_dims(recipe, not split_kv),
             "codegen": codegen,
             "warm_path": warm_path(opts.device),
         }
@@ -299,7 +330,7 @@ class InductorBackend:
         self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any
     ) -> StepRunner:
         """Install the carried files, then compile (megacache) or deserialize
-        (aot_compile) both steps and run each once."""
+        (aot_compile) the steps and run each once."""
         import torch
 
         mega = entry_dir / MEGACACHE
@@ -308,13 +339,13 @@ class InductorBackend:
             torch.compiler.load_cache_artifacts(mega.read_bytes())
         ctx.phases["cache_loaded"] = time.perf_counter()
         if path == "megacache":
-            compiled = compile_steps(model, ctx.opts, ctx.recipe, dev)
+            prefill, extend, decode = compile_steps(model, ctx.opts, ctx.recipe, dev)
             ctx.phases["artifact_ready"] = time.perf_counter()
             return StepRunner(
-                ctx.recipe, compiled, compiled, dev, keepalive=model, kv_len_hint=True,
-                kv_buckets=kv_buckets_of(model),
+                ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model,
+                kv_len_hint=True, kv_buckets=kv_buckets_of(model),
             )  # fmt: skip
-        prefill, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
+        prefill, extend, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
         if _compile_options(ctx.opts).get("triton.cudagraphs"):
@@ -323,23 +354,23 @@ class InductorBackend:
             decode, info = cuda_graph_step(decode, examples)
         ctx.phases["artifact_ready"] = time.perf_counter()
         return StepRunner(
-            ctx.recipe, prefill, decode, dev, keepalive=model, info=info, kv_len_hint=True,
-            kv_buckets=kv_buckets_of(model),
+            ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model, info=info,
+            kv_len_hint=True, kv_buckets=kv_buckets_of(model),
         )  # fmt: skip
 
 
 def save_aot_steps(
     model: Any, opts: BuildChoices, recipe: Any, dev: Any, workdir: Path
 ) -> dict[str, int]:
-    """aot_compile both steps, run each once, save them; {file: bytes}."""
+    """aot_compile every step, run each once, save them; {file: bytes}."""
     import torch
 
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
-    options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
+    options = pass_options(_compile_options(opts))
     register_model_ops(model)
     sizes = {}
     for step in STEPS:
-        args = (model, *step_inputs(recipe, dev, step == "decode", kv_buckets_of(model)))
+        args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
         with torch.no_grad():
             compiled = aot_compile_step(run_model, args, options)
             compiled(*args)  # fails here, at build, rather than in a warm process
@@ -349,8 +380,8 @@ def save_aot_steps(
     return sizes
 
 
-def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any]:
-    """(prefill, decode) step callables over ``model`` from the entry's saved
+def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
+    """(prefill, extend, decode) step callables over ``model`` from the entry's saved
     functions, each run once so its one-time costs land in the load."""
     import torch
 
@@ -363,10 +394,10 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
             return compiled(model, *inputs)
 
         with torch.no_grad():
-            call(*example_inputs(recipe, dev, step == "decode", kv_buckets_of(model)))
+            call(*example_inputs(recipe, dev, step, kv_buckets_of(model)))
         steps.append(call)
     sync(dev)
-    return steps[0], steps[1]
+    return steps[0], steps[1], steps[2]
 
 
 BACKEND = InductorBackend()

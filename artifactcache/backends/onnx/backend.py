@@ -389,8 +389,9 @@ def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
     from ..shared.runner import example_inputs
 
     cpu = torch.device("cpu")
-    steps.prefill(*example_inputs(recipe, cpu, decode=False))
-    steps.decode(*example_inputs(recipe, cpu, decode=True))
+    # The graph takes (idx, input_pos, row_start): the torch steps' kv_pos is not its.
+    steps.prefill(*example_inputs(recipe, cpu, "extend")[:3])
+    steps.decode(*example_inputs(recipe, cpu, "decode"))
 
 
 BACKEND = OrtBackend()

@@ -2,23 +2,27 @@
 
 A backend only has to supply step functions over the model's static KV cache:
 
-    prefill(idx [B, P] int64, input_pos [P] int64, row_start [B] int64) -> logits [B, P, vocab]
+    prefill(idx [B, T] int64, input_pos [T] int64, row_start [B] int64[, kv_pos [L] int64])
+        -> logits [B, T, vocab]
     decode(idx [B, 1] int64, input_pos [1] int64, row_start [B] int64[, kv_pos [L] int64])
         -> logits [B, 1, vocab]
 
-where B is ``recipe.shapes.max_batch`` and P is ``recipe.shapes.prefill_len``, a
-tuning knob rather than a limit: a longer prompt runs as several prefill calls
-(artifactcache/generate/prefill.py says why padding the last one is safe). The rows
-of a batch share positions: shorter prompts are left-padded and ``row_start[b]`` is
-row b's first real slot (models/common.py masks what lies before it). Every step
+where B is ``recipe.shapes.max_batch`` and T a pass length of up to
+``recipe.shapes.prefill_len`` tokens (generate/prefill.py: a longer prompt runs as
+several passes, each padded to a multiple of 16, and why that padding is safe). The
+rows of a batch share positions: shorter prompts are left-padded and ``row_start[b]``
+is row b's first real slot (models/common.py masks what lies before it). Every step
 runs all B rows, so a request of fewer prompts fills the rest with padding rows.
 ``prefill`` starts a request and may reset the cache; a backend whose prefill does
-(ort, trt keep the cache outside the model) also passes ``extend``, a P-token step
-that continues it. A backend whose decode reads only part of the cache (the torch
-backends: ``kv_len_hint=True``) also gets ``kv_pos``, the key positions of the filled
-length's bucket (models/common.py), as a view of one buffer made at load, so choosing
-the read length allocates nothing. Sampling and EOS are artifactcache/generate's; the
-loop is here.
+(ort, trt keep the cache outside the model) also passes ``extend``, a step that
+continues it. A backend may pass ``fresh(idx, input_pos) -> logits``, a step for a
+first pass whose rows all start at slot 0: it attends causally to its own keys
+(the torch backends' flash path, models/common.py), and the runner prefers it to
+``prefill`` whenever no row is left-padded. A backend whose steps read only part of
+the cache (the torch backends: ``kv_len_hint=True``) also gives prefill, extend and
+decode ``kv_pos``, the key positions of the filled length's bucket (models/common.py),
+as a view of one buffer made at load, so choosing the read length allocates nothing.
+Sampling and EOS are artifactcache/generate's; the loop is here.
 
 Helpers here are also what backends use to prepare tensors and the model on the
 target device, so eager/inductor/aoti/ort/trt agree on dtype, device and the
@@ -40,6 +44,7 @@ from ...generate import (
     PAD_ID,
     Checkpoint,
     Sampling,
+    chunk_len_range,
     cut_at_eos,
     left_pad,
     plan_chunks,
@@ -84,26 +89,40 @@ def sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def example_inputs(
-    recipe: Recipe, dev: torch.device, decode: bool, kv_buckets: bool = True
-) -> Inputs:
-    """The inputs, with the exact shapes and dtypes, the steps are built for.
+# The steps a torch backend compiles: a prompt's first pass (rows at slot 0, causal over
+# its own keys), a pass that reads the cache (a later chunk, left-padded rows), decode.
+STEP_KINDS = ("prefill", "extend", "decode")
 
-    prefill: (idx [B, P], input_pos [P], row_start [B]); decode: (idx [B, 1],
-    input_pos [1], row_start [B], kv_pos [L]), L the bucket of the first decode step
-    (the whole cache without ``kv_buckets``: the model's own), kv_pos a view of the
-    whole arange as the runner passes it.
+
+def example_inputs(recipe: Recipe, dev: torch.device, step: str, kv_buckets: bool = True) -> Inputs:
+    """The inputs, with the exact shapes and dtypes, a step is built for (STEP_KINDS).
+
+    prefill: (idx [B, P], input_pos [P]) at 0 .. P-1; extend: the same plus row_start
+    [B] and kv_pos [L], L the bucket of P; decode: (idx [B, 1], input_pos [1] at P,
+    row_start [B], kv_pos [L]), L the bucket of P + 1. Without ``kv_buckets`` L is the
+    whole cache (the model's own); kv_pos is a view of the whole arange, as the runner
+    passes it. P (prefill_len) is the longest pass; prefill's and extend's T is
+    dynamic over ``prefill_tokens_range``.
     """
-    n = 1 if decode else recipe.shapes.prefill_len
-    start = recipe.shapes.prefill_len if decode else 0
+    if step not in STEP_KINDS:
+        raise ValueError(f"unknown step {step!r}: one of {STEP_KINDS}")
+    decode = step == "decode"
+    p = recipe.shapes.prefill_len
+    n, start = (1, p) if decode else (p, 0)
     rows = recipe.shapes.max_batch
     idx = torch.zeros(rows, n, dtype=torch.int64, device=dev)
     pos = torch.arange(start, start + n, dtype=torch.int64, device=dev)
+    if step == "prefill":
+        return idx, pos
     row_start = torch.zeros(rows, dtype=torch.int64, device=dev)
-    if not decode:
-        return idx, pos, row_start
     s = recipe.shapes.max_seq_len
-    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + 1, s, kv_buckets)]
+    return idx, pos, row_start, key_positions(s, dev)[: kv_bucket(start + n, s, kv_buckets)]
+
+
+def prefill_tokens_range(recipe: Recipe) -> tuple[int, int] | None:
+    """(shortest, longest) pass of the prefill and extend steps, their dynamic token
+    dimension; None where every pass is prefill_len tokens (generate/prefill.py)."""
+    return chunk_len_range(recipe.shapes.prefill_len)
 
 
 def kv_buckets_of(model: Any) -> bool:
@@ -144,7 +163,7 @@ def decode_examples(recipe: Recipe, dev: torch.device, kv_buckets: bool = True) 
     before the position, so a real row); kv_pos stays the key positions of the
     first's bucket, so the second position must be in it (else only the first).
     """
-    first = example_inputs(recipe, dev, decode=True, kv_buckets=kv_buckets)
+    first = example_inputs(recipe, dev, "decode", kv_buckets)
     idx, pos, row_start, kv_pos = first
     if int(pos[-1]) + 1 >= kv_pos.shape[0]:
         return [first]
@@ -167,6 +186,7 @@ class StepRunner:
         device: torch.device,
         *,
         extend: Step | None = None,
+        fresh: Step | None = None,
         keepalive: Any = None,
         info: dict[str, Any] | None = None,
         kv_len_hint: bool = False,
@@ -178,6 +198,8 @@ class StepRunner:
         # Torch backends write the cache in place, so their prefill step continues
         # it from any position.
         self.extend_step = extend or prefill
+        # A first pass whose rows all start at slot 0: (idx, input_pos) -> logits.
+        self.fresh_step = fresh
         self.device = device
         # Objects the steps borrow storage from (the model's weights and KV cache
         # for AOTI's user-managed constants) must live as long as the runner.
@@ -249,17 +271,19 @@ class StepRunner:
         rows, starts = left_pad(prompts, shapes.max_batch)
         row_start = torch.tensor(starts, dtype=torch.int64, device=self.device)
         plans = [plan_chunks(r, shapes.prefill_len, shapes.max_seq_len) for r in rows]
+        fresh = self.fresh_step is not None and not any(starts)
         outs = []
         with torch.no_grad():
             for i, chunk in enumerate(plans[0]):  # every row has the same chunks
-                step = self.prefill_step if i == 0 else self.extend_step
                 idx = torch.tensor([p[i].ids for p in plans], dtype=torch.int64, device=self.device)
-                pos = torch.arange(
-                    chunk.start, chunk.start + len(chunk.ids), dtype=torch.int64,
-                    device=self.device,
-                )  # fmt: skip
+                end = chunk.start + len(chunk.ids)
+                pos = torch.arange(chunk.start, end, dtype=torch.int64, device=self.device)
+                if i == 0 and fresh:
+                    out = _as_tensor(self.fresh_step(idx, pos))  # type: ignore[misc]
+                else:
+                    step = self.prefill_step if i == 0 else self.extend_step
+                    out = _as_tensor(step(*self._with_kv_pos((idx, pos, row_start), end)))
                 lo, hi = chunk.keep
-                out = _as_tensor(step(idx, pos, row_start))
                 if all_rows:
                     # clone: a CUDA-graph step returns a view of its static output buffer.
                     outs.append(out[:, lo:hi].float().clone())
@@ -333,13 +357,18 @@ class StepRunner:
         self, idx: torch.Tensor, ipos: torch.Tensor, row_start: torch.Tensor, pos: int
     ) -> Inputs:
         """The decode step's inputs for tokens ``idx`` at position ``pos`` (ipos on device)."""
+        return self._with_kv_pos((idx, ipos, row_start), pos + 1)
+
+    def _with_kv_pos(self, inputs: Inputs, filled: int) -> Inputs:
+        """``inputs`` plus kv_pos for a step that leaves ``filled`` positions written,
+        where the backend's steps take one (kv_len_hint)."""
         if self._key_positions is None:
-            return idx, ipos, row_start
-        n = kv_bucket(pos + 1, self.recipe.shapes.max_seq_len, self._kv_buckets)
+            return inputs
+        n = kv_bucket(filled, self.recipe.shapes.max_seq_len, self._kv_buckets)
         view = self._kv_views.get(n)
         if view is None:
             view = self._kv_views[n] = self._key_positions[:n]
-        return idx, ipos, row_start, view
+        return (*inputs, view)
 
     def _check(
         self, prompts: list[list[int]], max_new_tokens: int, **choices: Any

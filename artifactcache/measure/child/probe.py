@@ -110,6 +110,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--step-latency", action="store_true", help="also time each decode step of one request"
     )
+    p.add_argument(
+        "--prompt-lens", default="",
+        help="also time the first token of a prompt of each of these lengths, e.g. 16,128 "
+        "(measure/prefill.py); implies --matmul-flops",
+    )  # fmt: skip
     p.add_argument("--allow-shared-root", action="store_true")
     p.add_argument(
         "--batch", type=int, default=None,
@@ -201,7 +206,7 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     from ...backends.base import BuildContext, get_backend
     from ...recipes import load_recipe
     from ...store.local import LocalStore
-    from .. import bench
+    from .. import bench, prefill
     from . import timing
 
     get_backend(args.backend)  # imports the backend module: part of "imports done"
@@ -215,6 +220,8 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     batch = args.batch or 1
     bench.check_batch(recipe, batch)
     new_tokens = bench.resolve_new_tokens(recipe, args.new_tokens, batch)
+    prompt_lens = prefill.parse_prompt_lens(args.prompt_lens) if args.prompt_lens else []
+    prefill.check_prompt_lens(recipe, prompt_lens)  # before anything is built
     dev = torch.device(choices.device)
     # The report names every choice but the inputs (a recipe has none).
     common = {k: v for k, v in dataclasses.asdict(choices).items() if k != "inputs"}
@@ -259,6 +266,11 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
             steady["step_s"] = timing.measure_step_latency(runner, prompts, new_tokens, dev)
         stamps["first_request"] = steady.pop("first_request_end")
         stamps["done"] = time.perf_counter()
+        if prompt_lens:  # after "done": the phases keep their meaning
+            prompts_n = [prefill.prompt_of_length(recipe, n) for n in prompt_lens]
+            result["ttft"] = timing.measure_ttft(
+                runner, prompts_n, iters=args.iters, warmup=args.warmup, device=dev
+            )
         for k in ("entry_ready", "weights_ready", "artifact_ready"):
             if k not in backend_stamps:
                 raise RuntimeError(f"backend {args.backend!r} did not record phase {k!r}")
@@ -299,7 +311,7 @@ def _finish(
     result["environment"] = _environment(dev)
     if args.copy_bandwidth:
         result["copy_bandwidth"] = timing.copy_bandwidth(dev)
-    if args.matmul_flops:
+    if args.matmul_flops or args.prompt_lens:  # --prompt-lens: the prefill roofline's rate
         result["matmul_flops"] = timing.matmul_flops(dev, args.choices.dtype)
     main_phases = {k: stamps.pop(k) - t0 for k in PHASE_ORDER if k in stamps}
     result["phases"] = main_phases

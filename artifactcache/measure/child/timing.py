@@ -92,6 +92,38 @@ def measure_requests(
     }
 
 
+def measure_ttft(
+    runner: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    iters: int,
+    warmup: int,
+    device: torch.device,
+) -> list[dict[str, Any]]:
+    """Time to first token of each prompt: ``runner.generate(ids, 1)`` (prefill + the
+    first greedy pick, batch 1), ``warmup`` excluded requests of that prompt, then
+    ``iters`` timed ones, each between device synchronizes. One entry per prompt, in
+    order; measure/prefill.py turns them into tokens/s and % of the FLOP roofline."""
+    if iters < 1 or warmup < 1:
+        raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
+    out = []
+    for prompt in prompts:
+        ids = list(prompt)
+        for _ in range(warmup):  # a new length may compile, capture or tune: not timed
+            runner.generate(ids, 1)
+        times = []
+        for _ in range(iters):
+            sync(device)
+            t = time.perf_counter()
+            first = runner.generate(ids, 1)
+            sync(device)
+            times.append(time.perf_counter() - t)
+            if len(first) != 1:
+                raise MeasureError(f"the runner returned {len(first)} tokens for 1 asked")
+        out.append({"prompt_len": len(ids), "warmup": warmup, "ttft_s": times})
+    return out
+
+
 def measure_step_latency(
     runner: Any, prompts: Sequence[Sequence[int]], new_tokens: int, device: torch.device
 ) -> list[float] | None:
