@@ -66,3 +66,14 @@ def test_flag_spellings():
 
     assert all(tuned(v) for v in (True, 1, "1", "true", "on"))
     assert not any(tuned(v) for v in (False, 0, "0", "false", "off"))
+
+
+def test_only_decode_is_tuned():
+    from artifactcache.backends.inductor.backend import pass_options
+    from artifactcache.backends.shared.tuning import decode_only
+
+    cfg = {"coordinate_descent_tuning": True, "max_autotune": True}
+    assert decode_only(cfg, "decode") == cfg
+    assert decode_only(cfg, "prefill") == decode_only(cfg, "extend") == {"max_autotune": True}
+    on_cuda = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+    assert pass_options(on_cuda) == {}  # the passes: neither graphs nor tuning

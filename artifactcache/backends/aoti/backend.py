@@ -67,7 +67,7 @@ from ..shared.torch_private import (
     inductor_config_kept,
     release_export_state,
 )
-from ..shared.tuning import check_extra, inductor_tuning
+from ..shared.tuning import check_extra, decode_only, inductor_tuning
 from .jobs import build_concurrently
 from .plan import planned_jobs
 
@@ -280,7 +280,7 @@ def build_step(
         pkg = torch._inductor.aoti_compile_and_package(
             ep,
             package_path=str(scratch / f"{step}.pt2"),
-            inductor_configs=cfg,
+            inductor_configs=decode_only(cfg, step),
         )
     del ep
     # Members are under "<step>/" (the package's stem), so each step

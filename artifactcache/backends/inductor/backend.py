@@ -82,7 +82,7 @@ from ..shared.torch_private import (
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
-from ..shared.tuning import check_extra, inductor_tuning
+from ..shared.tuning import check_extra, decode_only, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
 from .files import install_compiled_files, save_compiled_files
 
@@ -172,8 +172,9 @@ def dynamic_dims(recipe: Any, kv_buckets: bool) -> list[str]:
 
 
 def pass_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The prefill passes' Inductor options: the mode's, without CUDA graphs."""
-    return {k: v for k, v in options.items() if k != "triton.cudagraphs"}
+    """The prefill passes' Inductor options: the mode's without CUDA graphs, and no
+    tuning flags (tuning.decode_only)."""
+    return {k: v for k, v in decode_only(options, "prefill").items() if k != "triton.cudagraphs"}
 
 
 def register_model_ops(model: Any) -> None:
@@ -366,13 +367,13 @@ def save_aot_steps(
     import torch
 
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
-    options = pass_options(_compile_options(opts))
+    options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
     sizes = {}
     for step in STEPS:
         args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
         with torch.no_grad():
-            compiled = aot_compile_step(run_model, args, options)
+            compiled = aot_compile_step(run_model, args, decode_only(options, step))
             compiled(*args)  # fails here, at build, rather than in a warm process
         sync(dev)
         save_compiled_step(compiled, workdir / STEP_FILES[step])

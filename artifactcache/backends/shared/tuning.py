@@ -6,9 +6,16 @@ instead of calling cuBLAS's split-K GEMMs (docs/perf-notes.md has the profile). 
 concerns Triton, so it is on by default on CUDA and refused on CPU. Users turn it off
 with ``--extra coordinate_descent_tuning=0`` (for a faster build). Every flag returned
 here is passed to the compile and is part of the key through the codegen factor.
+
+Only decode is tuned (``decode_only``): a prefill pass's time is cuBLAS GEMMs over
+hundreds of rows, which the flag does not touch, while tuning its Triton kernels
+lengthens the build and, on H200, benchmarked them beside the decode step's own
+tuning when the steps build at once.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ...choices import BuildChoices
 from ...devices import is_cuda
@@ -40,3 +47,10 @@ def inductor_tuning(opts: BuildChoices) -> dict[str, bool]:
             "leave it off on cpu"
         )
     return {name: True} if on else {}
+
+
+def decode_only(cfg: dict[str, Any], step: str) -> dict[str, Any]:
+    """The Inductor config for ``step``: ``cfg`` less the tuning flags, but for decode."""
+    if step == "decode":
+        return cfg
+    return {k: v for k, v in cfg.items() if k not in EXTRA_KEYS}
