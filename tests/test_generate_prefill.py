@@ -116,6 +116,23 @@ def test_passes_of_any_length_give_the_full_forward(backend, passes_recipe, runn
     assert runner.generate(PROMPT[:150], N_NEW) == naive_greedy(recipe, PROMPT[:150], N_NEW)
 
 
+@pytest.mark.parametrize("backend", ["eager", pytest.param("aoti", marks=pytest.mark.slow)])
+def test_a_left_padded_batch_runs_through_the_passes_that_read_the_cache(
+    backend, passes_recipe, tmp_path: Path
+):
+    """Prompts of 150 and 40 tokens in one batch: the rows are left-padded, so even the
+    first pass reads the cache through the mask (no causal first pass)."""
+    from artifactcache import api
+
+    recipe = load_recipe(passes_recipe)
+    runner = api.load(passes_recipe, backend, max_batch=2, cache_dir=tmp_path / "cache")
+    prompts = [PROMPT[:150], PROMPT[:40]]
+    for got, ids in zip(runner.logits_batch(prompts), prompts, strict=True):
+        assert rel_err(got, full_forward(recipe, ids)) <= 1e-4
+    out = runner.generate_batch(prompts, N_NEW, eos_token_ids=())
+    assert out == [naive_greedy(recipe, ids, N_NEW) for ids in prompts]
+
+
 def test_a_prompt_that_fills_the_cache_to_its_last_slot(tmp_path: Path, runners):
     """max_seq_len 310 is no multiple of 16: the last chunk overlaps the one before."""
     path = write_recipe(tmp_path, name="fills", max_seq_len=310, prefill_len=16)
