@@ -340,7 +340,7 @@ def test_a_mixed_compare_gives_each_unit_only_the_choices_of_its_kind(monkeypatc
     ("args", "needle"),
     [
         (["bench", "tiny-llama", "--prompt-len", "16,x"], "separated by commas"),
-        (["bench", "tiny-llama", "--prompt-len=0,16"], "at least 1 token, got 0"),
+        (["bench", "tiny-llama", "--prompt-len=0,16"], "at least 1, got 0"),
         (["bench", "tiny-llama", "--prompt-len", "16,16"], "names a length twice"),
         (["bench", "tiny-llama", "--prompt-len", "16,2000"], "--prompt-len 2000 does not fit"),
         (["bench", "tiny-llama", "--prompt-len", "64"], "64 prompt tokens + 1 new token = 65"),

@@ -39,7 +39,7 @@ def test_a_sliding_window_caps_the_pairs_a_query_sees():
 @pytest.mark.parametrize(
     ("text", "needle"),
     [("16,x", "separated by commas"), ("1.5", "separated by commas"), (",", "at least one"),
-     ("0,16", "at least 1 token, got 0"), ("-3", "at least 1 token, got -3"),
+     ("0,16", "at least 1, got 0"), ("-3", "at least 1, got -3"),
      ("16,16", "names a length twice")],
 )  # fmt: skip
 def test_prompt_lens_parse_or_fail_in_one_line(text, needle):
@@ -55,7 +55,7 @@ def test_a_length_must_leave_the_first_new_token_a_position():
     prefill.check_prompt_lens(tiny, [1, 16, 63])
     with pytest.raises(ShapeError, match="--prompt-len 64 does not fit.*max_seq_len 64"):
         prefill.check_prompt_lens(tiny, [16, 64])
-    with pytest.raises(AcacheError, match="at least 1 token"):
+    with pytest.raises(AcacheError, match="at least 1, got 0"):
         prefill.check_prompt_lens(tiny, [0])
     prefill.check_prompt_lens(tiny.with_shapes(max_seq_len=128), [127])  # --max-seq-len
 

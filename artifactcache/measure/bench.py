@@ -314,23 +314,33 @@ def summarize_module(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def parse_batches(text: str) -> list[int]:
-    """``--batch 1,8,32`` -> [1, 8, 32]: positive, distinct (one-line MeasureError else)."""
+def parse_counts(
+    text: str, flag: str, example: str, *, what: str, one: str, unit: str
+) -> list[int]:
+    """``flag``'s comma list of ``what`` -> positive, distinct ints in the order given; a
+    one-line MeasureError else (``one``: a single one named alone, ``unit``: its noun)."""
     parts = [x.strip() for x in text.split(",") if x.strip()]
     try:
-        sizes = [int(x) for x in parts]
+        counts = [int(x) for x in parts]
     except ValueError:
         raise MeasureError(
-            f"--batch takes batch sizes separated by commas, e.g. 1,8,32; got {text!r}"
+            f"{flag} takes {what} separated by commas, e.g. {example}; got {text!r}"
         ) from None
-    if not sizes:
-        raise MeasureError("--batch needs at least one batch size, e.g. 1,8,32")
-    for b in sizes:
-        if b < 1:
-            raise MeasureError(f"--batch sizes must be at least 1, got {b}")
-    if len(set(sizes)) != len(sizes):
-        raise MeasureError(f"--batch names a size twice: {text}")
-    return sizes
+    if not counts:
+        raise MeasureError(f"{flag} needs at least one {one}, e.g. {example}")
+    for n in counts:
+        if n < 1:
+            raise MeasureError(f"{flag} {unit}s must be at least 1, got {n}")
+    if len(set(counts)) != len(counts):
+        raise MeasureError(f"{flag} names a {unit} twice: {text}")
+    return counts
+
+
+def parse_batches(text: str) -> list[int]:
+    """``--batch 1,8,32`` -> [1, 8, 32]: positive, distinct (one-line MeasureError else)."""
+    return parse_counts(
+        text, "--batch", "1,8,32", what="batch sizes", one="batch size", unit="size"
+    )
 
 
 def parse_module_batches(text: str | None) -> list[int | None]:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MeasureError, ShapeError
-from .bench import latency_stats
+from .bench import latency_stats, parse_counts
 
 if TYPE_CHECKING:
     from ..config import Recipe
@@ -41,22 +41,10 @@ if TYPE_CHECKING:
 def parse_prompt_lens(text: str) -> list[int]:
     """``--prompt-len 16,128,512`` -> [16, 128, 512]: positive, distinct integers, in the
     order given (a one-line MeasureError else). Fit to an artifact: check_prompt_lens."""
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        lens = [int(x) for x in parts]
-    except ValueError:
-        raise MeasureError(
-            f"--prompt-len takes prompt lengths in tokens separated by commas, e.g. "
-            f"16,128,512; got {text!r}"
-        ) from None
-    if not lens:
-        raise MeasureError("--prompt-len needs at least one length, e.g. 16,128,512")
-    for n in lens:
-        if n < 1:
-            raise MeasureError(f"--prompt-len lengths must be at least 1 token, got {n}")
-    if len(set(lens)) != len(lens):
-        raise MeasureError(f"--prompt-len names a length twice: {text}")
-    return lens
+    return parse_counts(
+        text, "--prompt-len", "16,128,512", what="prompt lengths in tokens",
+        one="prompt length", unit="length",
+    )  # fmt: skip
 
 
 def check_prompt_lens(recipe: Recipe, lens: Sequence[int]) -> None:
@@ -67,7 +55,7 @@ def check_prompt_lens(recipe: Recipe, lens: Sequence[int]) -> None:
     m = recipe.shapes.max_seq_len
     for n in lens:
         if n < 1:
-            raise MeasureError(f"--prompt-len lengths must be at least 1 token, got {n}")
+            raise MeasureError(f"--prompt-len lengths must be at least 1, got {n}")
         if n + 1 > m:
             raise ShapeError(
                 f"--prompt-len {n} does not fit: {n} prompt tokens + 1 new token = {n + 1} "
