@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .devices import DEVICE_HELP
-from .dtypes import DTYPE_HELP
+from .dtypes import DTYPE_HELP, canonical_dtype
 from .errors import AcacheError
 
 # Which models a choice applies to: "any", "recipe" (acache's LLM path: recipes, TOML,
@@ -99,6 +99,7 @@ class BuildChoices:
         # Normalized once, so equal choices compare, pickle and serialize equal.
         object.__setattr__(self, "extra", dict(self.extra or {}))
         object.__setattr__(self, "inputs", tuple(self.inputs or ()))
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
         if self.weights is not None:
             object.__setattr__(self, "weights", str(self.weights))
 

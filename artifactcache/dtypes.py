@@ -32,6 +32,11 @@ DTYPES: dict[str, Dtype] = {
     )
 }
 DTYPE_NAMES = tuple(DTYPES)
+# Other spellings of the same dtypes (torch's names, with or without "torch."): a build
+# choice is stored under the table's name, so every spelling keys the same entry.
+DTYPE_ALIASES = {
+    "float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+}  # fmt: skip
 DTYPE_HELP = " | ".join(DTYPE_NAMES)
 TORCH_DTYPE_NAMES = tuple(d.torch_name for d in DTYPES.values())
 # A compiled module's inputs may also be integer or boolean tensors (token ids, masks).
@@ -44,13 +49,23 @@ INPUT_DTYPES: dict[str, Dtype] = {
 }
 
 
+def canonical_dtype(name: str) -> str:
+    """The table's name for ``name`` or one of its aliases (any case, "torch." allowed);
+    anything else unchanged, for check_dtype to refuse."""
+    if not isinstance(name, str):
+        return name
+    low = name.strip().lower().removeprefix("torch.")
+    return low if low in DTYPES else DTYPE_ALIASES.get(low, name)
+
+
 def check_dtype(name: str) -> Dtype:
     """The table's row for ``name``; a one-line BackendError for any other name."""
     try:
         return DTYPES[name]
     except KeyError:
         raise BackendError(
-            f"unknown dtype {name!r}: choose one of {', '.join(DTYPE_NAMES)}"
+            f"unknown dtype {name!r}: choose one of {', '.join(DTYPE_NAMES)} "
+            f"(or {', '.join(DTYPE_ALIASES)})"
         ) from None
 
 

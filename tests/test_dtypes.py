@@ -27,10 +27,33 @@ def test_names() -> None:
 
 @pytest.mark.parametrize("name", ["float32", "int8", "FP32", ""])
 def test_unknown_dtype_is_one_line(name: str) -> None:
-    with pytest.raises(BackendError, match=r"^unknown dtype .*: choose one of fp32, bf16, fp16$"):
+    with pytest.raises(BackendError, match=r"^unknown dtype .*: choose one of fp32, bf16, fp16 "):
         check_dtype(name)
     with pytest.raises(BackendError):
         torch_dtype(name)
+
+
+@pytest.mark.parametrize(
+    ("typed", "name"),
+    [("bfloat16", "bf16"), ("torch.float16", "fp16"), ("half", "fp16"), ("Float32", "fp32"),
+     ("BF16", "bf16"), ("fp8", "fp8")],
+)  # fmt: skip
+def test_a_build_choice_takes_every_spelling_of_a_dtype(typed: str, name: str) -> None:
+    """Stored under the table's name, so `--dtype bfloat16` keys the `--dtype bf16` entry;
+    an unknown name is kept for the backend's one-line refusal."""
+    from artifactcache.choices import BuildChoices
+
+    assert BuildChoices(dtype=typed).dtype == name
+    assert BuildChoices(dtype=typed) == BuildChoices(dtype=name)
+
+
+def test_the_cli_keys_a_dtype_alias_as_its_name() -> None:
+    def key(dtype: str) -> str:
+        r = CliRunner().invoke(app, ["key", "tiny-llama", "-b", "eager", "--dtype", dtype])
+        assert r.exit_code == 0, r.output
+        return r.output.strip().splitlines()[-1]
+
+    assert key("bfloat16") == key("bf16") != key("fp32")
 
 
 def test_bench_bytes_follow_the_table() -> None:
