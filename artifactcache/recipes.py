@@ -76,17 +76,53 @@ def builtin_names() -> list[str]:
     return sorted(p.stem for p in BUILTIN_DIR.glob("*.toml"))
 
 
+# Files a user may hand over for a checkpoint folder's contents.
+CHECKPOINT_FILE_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A path a user typed, never a built-in name: an explicit path always means a path
+    (``./tiny-llama`` is that folder, or nothing, not the built-in recipe)."""
+    return (
+        any(sep in text for sep in ("/", "\\"))
+        or text.startswith((".", "~"))
+        or Path(text).suffix.lower() in (".toml", *CHECKPOINT_FILE_SUFFIXES)
+    )
+
+
+def _not_found(text: str) -> str:
+    parts = text.split("/")
+    if len(parts) == 2 and all(parts) and not text.startswith((".", "~")):
+        return (
+            f"{text!r} is not a file or folder here, and Hugging Face hub ids are not "
+            f"supported yet: download it (`hf download {text} --local-dir DIR`) and pass DIR"
+        )
+    return (
+        f"{text} not found: pass an existing recipe .toml, a checkpoint folder, or a "
+        f"built-in recipe name ({', '.join(builtin_names())})"
+    )
+
+
 def load_recipe(name_or_path: str | Path) -> Recipe:
     """A built-in recipe by name, a recipe file by path, or a checkpoint folder.
 
     A folder is a Hugging Face checkpoint: its config.json gives the architecture
-    and its safetensors the weights (artifactcache/sources/hf.py).
+    and its safetensors the weights (artifactcache/sources/hf.py). Text that looks like a
+    path (a separator, a leading "." or "~", a .toml suffix) is only ever a path.
     """
     text = str(name_or_path)
-    path = Path(text)
+    path = Path(text).expanduser()
     if path.is_dir():
         return recipe_from_folder(path)
-    if not (text.endswith(".toml") or path.is_file()):
+    if path.exists() or _looks_like_path(text):
+        if not path.exists():
+            raise RecipeError(_not_found(text))
+        if path.suffix.lower() in CHECKPOINT_FILE_SUFFIXES:
+            raise RecipeError(
+                f"{text} is a {path.suffix} file, not a recipe: pass the checkpoint folder "
+                "that holds it (config.json and *.safetensors), or a recipe .toml"
+            )
+    else:
         path = BUILTIN_DIR / f"{text}.toml"
         if not path.is_file():
             raise RecipeError(

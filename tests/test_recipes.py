@@ -192,3 +192,33 @@ def test_not_toml_and_unknown_name(tmp_path: Path):
     assert "not valid TOML" in _bad(tmp_path, "name = \n")
     with pytest.raises(RecipeError, match="unknown recipe 'nope'"):
         load_recipe("nope")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("./tiny-llama", "./tiny-llama not found"),  # a path, never the built-in recipe
+        ("missing.toml", "missing.toml not found"),
+        ("some/dir/model", "some/dir/model not found"),
+        ("meta-llama/Llama-2-7b-hf", "hub ids are not supported yet: download it"),
+        ("nope", "unknown recipe 'nope'"),  # a name: the built-in list
+    ],
+)
+def test_a_missing_path_says_what_it_is(text: str, said: str):
+    with pytest.raises(RecipeError) as e:
+        load_recipe(text)
+    assert said in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_weights_file_is_not_a_recipe(tmp_path: Path):
+    f = tmp_path / "model.safetensors"
+    f.write_bytes(b"\0" * 8)
+    with pytest.raises(RecipeError, match="is a .safetensors file, not a recipe: pass the"):
+        load_recipe(f)
+
+
+def test_an_explicit_folder_wins_over_a_built_in_name(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-llama").mkdir()  # a folder, but no checkpoint in it
+    with pytest.raises(RecipeError, match="config.json"):
+        load_recipe("./tiny-llama")
