@@ -30,6 +30,7 @@ SHARED_SOURCES = (
     "artifactcache.models",
     "artifactcache.dtypes",  # which torch dtype a --dtype name builds in
     "artifactcache.kv_buckets",  # the cache slots and decode's read lengths
+    "artifactcache.generate.prefill",  # the pass lengths the prefill steps are built for
     "artifactcache.sources.module",  # how any nn.Module is traced and fingerprinted
     "artifactcache.backends.base",
     "artifactcache.backends.shared",

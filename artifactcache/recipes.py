@@ -31,7 +31,8 @@ Example (``llama-7b.toml``)::
     [shapes]                         # what compiled artifacts are specialised to
     max_seq_len = 256                # static KV-cache length: prompt + new tokens must fit
     max_batch = 1                    # rows of the static KV cache: every step runs this many
-    prefill_len = 16                 # tokens per prefill call (< max_seq_len); prompts chunked
+    # prefill_len = 255              # longest prefill pass (< max_seq_len); unwritten:
+                                     # config.default_prefill_len of the other two
 
     [bench]                          # the seed's benchmark input
     prompt = "Hello, my name is"

@@ -7,8 +7,9 @@ every family, no memory used); the KV cache from the recipe's shapes. A build or
 load whose weights plus allocated KV cache exceed what the device has free is
 refused before anything is built (``check_fits_memory``), with one line.
 
-The memory asked of the device is ``weights + kv_cache``, and it must stay within
-``FIT_FRACTION`` of the free memory: the rest is left for activations, logits, the
+The memory asked of the device is ``weights + kv_cache + prefill_logits`` (the
+logits of the longest prefill pass), and it must stay within ``FIT_FRACTION`` of the
+free memory: the rest is left for the other activations, the
 allocator's rounding and (on CPU) the process itself. So the check refuses what
 cannot fit; passing it does not promise a build that needs far more (a compiler
 holding a second copy of the weights, say) will fit.
@@ -114,10 +115,21 @@ def available_memory(device: str) -> int | None:
     return capped if avail is None else min(avail, capped)
 
 
+def prefill_logits_bytes(recipe: Recipe, dtype: str) -> int:
+    """The logits of the longest prefill pass: every row and position, in the dtype and
+    then in fp32 (the steps' output), which a 4096-token pass makes GiB-sized."""
+    s = recipe.shapes
+    return s.max_batch * s.prefill_len * recipe.model.vocab_size * (DTYPE_BYTES[dtype] + 4)
+
+
 def memory_needed(recipe: Recipe, dtype: str) -> dict[str, int]:
     rest, embed = weight_bytes(recipe, dtype)
     kv = kv_allocated_bytes(recipe, dtype)
-    return {"weights": rest + embed, "kv_cache": kv, "total": rest + embed + kv}
+    logits = prefill_logits_bytes(recipe, dtype)
+    return {
+        "weights": rest + embed, "kv_cache": kv, "prefill_logits": logits,
+        "total": rest + embed + kv + logits,
+    }  # fmt: skip
 
 
 def check_fits_memory(
@@ -142,6 +154,7 @@ def check_fits_memory(
         f"recipe {recipe.name} at max_seq_len {recipe.shapes.max_seq_len}, max_batch "
         f"{recipe.shapes.max_batch} needs "
         f"{need['weights'] / gib:.2f} GiB of {dtype} weights + {need['kv_cache'] / gib:.2f} GiB "
-        f"of KV cache, more than {FIT_FRACTION:.0%} of the {free / gib:.2f} GiB free on "
+        f"of KV cache + {need['prefill_logits'] / gib:.2f} GiB of a prefill pass's logits, "
+        f"more than {FIT_FRACTION:.0%} of the {free / gib:.2f} GiB free on "
         f"{device}; pass a smaller --max-seq-len, --max-batch or dtype"
     )

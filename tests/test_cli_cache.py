@@ -503,3 +503,20 @@ def test_show_and_ls_json_name_where_an_entry_came_from(store):
     assert row["provenance"] == {"source": "built"}
     assert json.loads(run("show", key[:12], "--json").stdout)["provenance"] == {"source": "built"}
     assert "built here" in run("show", key[:12]).stdout
+
+
+def test_ls_tells_apart_entries_of_one_recipe_by_their_build_choices(tmp_path: Path):
+    """Two tiny-llama eager builds differing only in dtype and context: one row each,
+    showing what differs (issue 33, item 8)."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    for args in (["--dtype", "fp32"], ["--dtype", "bf16", "--max-seq-len", "32"]):
+        r = run("build", "tiny-llama", "-b", "eager", "--cache-dir", cache, *args)
+        assert r.exit_code == 0, r.output
+    r = runner.invoke(app, ["ls", "--cache-dir", str(cache)], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    rows = [ln for ln in r.stdout.splitlines() if "tiny-llama" in ln]
+    assert len(rows) == 2
+    assert any("fp32" in ln and " 64 " in ln for ln in rows), rows
+    assert any("bf16" in ln and " 32 " in ln for ln in rows), rows
+    assert "context" in r.stdout and "rows" in r.stdout

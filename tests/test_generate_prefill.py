@@ -116,6 +116,24 @@ def test_passes_of_any_length_give_the_full_forward(backend, passes_recipe, runn
     assert runner.generate(PROMPT[:150], N_NEW) == naive_greedy(recipe, PROMPT[:150], N_NEW)
 
 
+@pytest.mark.slow
+def test_a_warm_inductor_process_compiles_nothing_for_a_new_pass_length(
+    passes_recipe, tmp_path: Path, monkeypatch
+):
+    """The Mega-Cache path (the CUDA default) traces the steps with Dynamo at load: pass
+    lengths other than the one compiled at hit the dynamic token dimension's graph."""
+    from torch._dynamo.utils import counters
+
+    from artifactcache import api
+
+    monkeypatch.setenv("ACACHE_INDUCTOR_WARM_PATH", "megacache")
+    runner = api.load(passes_recipe, "inductor", cache_dir=tmp_path / "cache")
+    graphs = counters["stats"]["unique_graphs"]
+    for n in (6, 40, 64, 150):
+        runner.generate(PROMPT[:n], 2)
+    assert counters["stats"]["unique_graphs"] == graphs
+
+
 @pytest.mark.parametrize("backend", ["eager", pytest.param("aoti", marks=pytest.mark.slow)])
 def test_a_left_padded_batch_runs_through_the_passes_that_read_the_cache(
     backend, passes_recipe, tmp_path: Path

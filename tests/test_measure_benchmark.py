@@ -79,11 +79,14 @@ def test_a_model_spec_gets_one_probe_per_batch_size(spawned):
     assert spawned == []
 
 
-def test_prompt_lengths_reach_every_probe_and_are_checked_before_any(spawned):
+def test_prompt_lengths_reach_the_one_row_probe_and_are_checked_before_any(spawned):
     benchmark.run_bench("tiny-llama", "eager", BuildChoices(), [1, 2], prompt_lens=[4, 16])
-    assert [s.prompt_lens for s in spawned] == [(4, 16), (4, 16)]
+    assert [s.prompt_lens for s in spawned] == [(4, 16), ()]  # not the 2-row artifact's
     assert "--prompt-lens" in spawned[0].argv(None)
     spawned.clear()
+    with pytest.raises(AcacheError, match="add 1 to --batch"):
+        benchmark.run_bench("tiny-llama", "eager", BuildChoices(), [2], prompt_lens=[4])
+    assert spawned == []
     # 64 + 1 positions on the tiny recipe's 64: one line, no probe, nothing built.
     with pytest.raises(AcacheError, match="--prompt-len 64 does not fit"):
         benchmark.run_bench("tiny-llama", "eager", BuildChoices(), [1], prompt_lens=[4, 64])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from artifactcache.models import build_model
@@ -51,3 +52,14 @@ def test_row_start_zero_is_the_causal_first_pass():
         causal = model(idx, pos)
         masked = model(idx, pos, torch.zeros(1, dtype=torch.int64))
     torch.testing.assert_close(masked, causal, rtol=1e-5, atol=1e-5)
+
+
+def test_a_first_pass_must_start_at_position_zero():
+    """Without row_start and kv_pos the step attends to its own keys only: correct at
+    position 0 alone, so eager refuses any other start instead of a wrong answer."""
+    model = build_model(load_recipe("tiny-llama"))
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3, 4]]), torch.arange(4))
+        with pytest.raises(ValueError, match="starts at position 0; pass row_start"):
+            model(torch.tensor([[5]]), torch.tensor([4]))
+        model(torch.tensor([[5]]), torch.tensor([4]), torch.zeros(1, dtype=torch.long))

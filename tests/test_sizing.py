@@ -190,7 +190,9 @@ def test_a_tied_head_is_counted_once():
 
 def test_a_context_that_does_not_fit_the_free_memory_is_refused():
     rec = load_recipe("tiny-llama")
-    need = PARAMS * 4 + KV_PER_POSITION * 64
+    logits = 8 * rec.model.vocab_size * (4 + 4)  # prefill_len 8, fp32 twice
+    assert sizing.memory_needed(rec, "fp32")["prefill_logits"] == logits
+    need = PARAMS * 4 + KV_PER_POSITION * 64 + logits
     # 90% of the free memory may be asked for: exactly that passes, one byte less does not.
     sizing.check_fits_memory(rec, "fp32", "cpu", free_bytes=lambda _d: need * 10 // 9 + 1)
     with pytest.raises(ShapeError) as e:

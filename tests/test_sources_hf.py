@@ -59,6 +59,24 @@ def test_folder_gives_transformers_logits(name: str, folders, cache_dir: Path):
         assert rel_err(got, want) <= 1e-4, (path, rel_err(got, want))
 
 
+@pytest.mark.parametrize("name", ["llama", "mistral", "phi-2"])
+def test_a_prompt_in_several_passes_gives_transformers_logits(
+    name: str, folders, tmp_path: Path, cache_dir: Path
+):
+    """Passes of 16 tokens (a recipe TOML of the folder with prefill_len written): the
+    later passes read the cache through the mask (mistral's window is 12)."""
+    folder, hf = folders[name]
+    text = recipe_to_toml(load_recipe(folder)).replace("[shapes]\n", "[shapes]\nprefill_len = 16\n")
+    toml = tmp_path / "passes.toml"
+    toml.write_text(text)
+    runner = api.load(toml, "eager", cache_dir=cache_dir)
+    assert runner.recipe.shapes.prefill_len == 16 < SEQ
+    ids = [(7 * i + 3) % COMMON["vocab_size"] for i in range(SEQ)]
+    with torch.no_grad():
+        want = hf(torch.tensor([ids])).logits[0].float()
+    assert rel_err(runner.logits(ids), want) <= 1e-4
+
+
 def test_the_config_is_read_not_guessed(folders):
     """Guards the parity test: the derived recipe carries what each config says."""
     r = {n: load_recipe(folders[n][0]) for n in CASES}

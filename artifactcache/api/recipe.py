@@ -197,6 +197,8 @@ def _build_in(
         "device": ctx.opts.device,
         "dtype": ctx.opts.dtype,
         "mode": ctx.opts.mode,
+        "max_seq_len": ctx.recipe.shapes.max_seq_len,
+        "max_batch": ctx.recipe.shapes.max_batch,
         "weights": ctx.weights.describe(),
         "arch_key": info.arch_key,
     }

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
@@ -38,6 +39,15 @@ class LiveConsole(Console):
             self._width = None
         if kwargs.get("height") is None:
             self._height = None
+
+    def print_at_width(self, renderable: Any, width: int) -> None:
+        """Print at ``width`` columns (rich's print(width=) never exceeds the console's),
+        then measure anew at the next print."""
+        self.width = width
+        try:
+            self.print(renderable)
+        finally:
+            self._width = None
 
 
 console = LiveConsole()
@@ -84,7 +94,12 @@ def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> No
         t.add_column(cell(c), overflow="fold")
     for r in cells:
         t.add_row(*(Text(x) for x in r))
-    console.print(t)
+    if console.is_terminal:
+        console.print(t)
+        return
+    # Piped or redirected: the table's whole width, never folded at rich's 80 columns.
+    natural = Measurement.get(console, console.options.update_width(1 << 16), t).maximum
+    console.print_at_width(t, max(console.width, natural))
 
 
 class AcacheGroup(TyperGroup):

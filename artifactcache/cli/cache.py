@@ -130,18 +130,21 @@ def register(app: typer.Typer) -> None:
             lines = [dumps(e.summary(), sort_keys=True) for e in entries]
             sys.stdout.write("[\n" + ",\n".join(lines) + ("\n]\n" if lines else "]\n"))
             return
+        # The build choices that tell apart entries of one recipe and backend; an entry
+        # whose label predates a field shows "-".
+        shown = ("recipe", "backend", "device", "dtype", "mode", "max_seq_len", "max_batch")
         rows = [
             [
                 e.key[:12],
-                e.label.get("recipe", "-"),
-                e.label.get("backend", "-"),
+                *(str(e.label.get(k) if e.label.get(k) is not None else "-") for k in shown),
                 human_bytes(e.size),
                 _ago(e.last_used),
                 f"{e.build_seconds:.1f}s",
             ]
             for e in entries
         ]
-        cols = ["key", "recipe", "backend", "size", "last used", "build"]
+        cols = ["key", "recipe", "backend", "device", "dtype", "mode", "context", "rows"]
+        cols += ["size", "last used", "build"]
         _table(f"{len(entries)} entries in {store.base}", cols, rows)
 
     @app.command("show")

@@ -59,8 +59,10 @@ def run_bench(
     """One bench result per batch size of ``sizes``, in order (bench.summarize's dict
     plus what was measured: recipe, backend, device, dtype, mode, quant, entry, ...).
 
-    With ``prompt_lens``, each probe also times the first token of a prompt of each
-    length (batch 1, on that size's artifact): the results' ``prompt_lengths``."""
+    With ``prompt_lens``, the probe of the one-row artifact also times the first token
+    of a prompt of each length: its result's ``prompt_lengths``. Only there: on a wider
+    artifact a lone prompt pays for every padding row, and its passes are shorter
+    (config.default_prefill_len), so its FLOP roofline would not be the prompt's."""
     choices.check_scope("recipe")
     if not sizes:
         raise MeasureError("--batch needs at least one batch size, e.g. 1,8,32")
@@ -75,17 +77,23 @@ def run_bench(
         bench.resolve_new_tokens(rec, new_tokens, b)
         prefill.check_prompt_lens(rec, prompt_lens)  # N + 1 <= max_seq_len: nothing built
         runs.append((b, spec, rec))
+    if prompt_lens and all(spec.choices.max_batch != 1 for _, spec, _ in runs):
+        raise MeasureError(
+            "--prompt-len times the first token on the one-row artifact: add 1 to --batch "
+            "(without --max-batch)"
+        )
     compare.require_available(runs[0][1], backend)
     say = progress or _quiet
     results = []
     for i, (b, spec, rec) in enumerate(runs):
-        lens = f", first token of {len(prompt_lens)} prompt lengths" if prompt_lens else ""
+        timed = prompt_lens if spec.choices.max_batch == 1 else ()
+        lens = f", first token of {len(timed)} prompt lengths" if timed else ""
         say(
             f"bench {recipe}/{backend} batch {b} (max_batch {spec.choices.max_batch}): "
             f"load (builds on a miss), {spec.iters} timed requests{lens}", i, len(runs),
         )  # fmt: skip
         results.append(
-            _bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root, prompt_lens)
+            _bench_one(recipe, backend, spec, rec, b, cache_dir, allow_shared_root, timed)
         )
     return results
 

@@ -274,7 +274,9 @@ def run_scenarios(
                 else:
                     say(f"cold {i + 1}/{runs}: empty caches, builds")
                     shutil.rmtree(cold_dir.parent, ignore_errors=True)
-                    res = _one_run(spec, cold_dir.parent, cold_dir, timeout, must_be_empty=True)
+                    # TTFT by prompt length is read from the warm and eager runs only.
+                    cold = dataclasses.replace(spec, prompt_lens=())
+                    res = _one_run(cold, cold_dir.parent, cold_dir, timeout, must_be_empty=True)
                     _journal_add(journal, "cold", i, res)
                     out["cold"].append(res)
             if "warm" in wanted:

@@ -93,9 +93,11 @@ def prefill_flops(
       W < prompt_len each query sees at most W keys: W x prompt_len - W^2 / 2 pairs.
 
     Softmax, norms and the rotary embedding are left out (a few FLOPs per element,
-    noise beside the matmuls). An attention that computes the masked pairs too, or
-    reads the whole static cache, does more work than this counts, which shows as a
-    lower % of the roofline: the count is what the prompt needs, not what a kernel does.
+    noise beside the matmuls). The LM head is counted at every position because acache's
+    steps compute every position's logits (a peer that keeps the last one, as
+    transformers' ``logits_to_keep=1``, does ~2 x vocab x dim x (n - 1) fewer). An
+    attention that computes the masked pairs too, or reads the whole static cache, does
+    more work than this counts, which shows as a lower % of the roofline.
     """
     n = prompt_len
     w = n if sliding_window is None else min(sliding_window, n)

@@ -5,12 +5,18 @@ eval mode with its static KV cache set up for the recipe's shapes:
 
     logits = model(idx [B, T] int64, input_pos [T] int64, row_start [B] int64)  # [B, T, vocab] fp32
 
-B is the recipe's ``max_batch`` (the KV cache's rows); ``row_start`` (optional, default
-all 0) is each row's first real slot when prompts of different lengths are left-padded.
+B is the recipe's ``max_batch`` (the KV cache's rows); ``row_start`` is each row's first
+real slot when prompts of different lengths are left-padded (all 0 otherwise).
 ``kv_pos`` [L] int64 (optional, default the whole cache) makes attention read only the
 first L cache positions (its length buckets: models/common.py):
 
     logits = model(idx, input_pos, row_start, kv_pos)
+
+Without ``row_start`` and ``kv_pos`` the call is a prompt's first pass: input_pos must
+be 0 .. T-1 (eager refuses another start), every row starts at slot 0, and attention
+sees the pass's own keys causally, through SDPA's flash kernel:
+
+    logits = model(idx, arange(T))
 
 Families: ``llama``, ``mistral``, ``qwen2`` and ``qwen3`` (models/llama.py, the
 last two through the recipe's ``qkv_bias`` / ``qk_norm`` flags), ``phi-3``

@@ -317,6 +317,12 @@ class CausalLM(nn.Module):
         if self.split_kv_decode and idx.shape[1] == 1:
             reads = Reads(lo=decode_lo(input_pos, row_start, window, idx.shape[0]))
         elif row_start is None and kv_pos is None:
+            if not torch.compiler.is_compiling() and int(input_pos[0]) != 0:
+                # Eager only (one host read a request); a compiled step is the runner's.
+                raise ValueError(
+                    "a first pass (no row_start, no kv_pos) starts at position 0; pass "
+                    "row_start (and kv_pos) to continue a sequence"
+                )
             # A window no shorter than the context hides nothing: plain causal (flash).
             short = window is not None and window < self.max_seq_len
             own = attention_mask(input_pos, input_pos, window) if short else None

@@ -100,7 +100,8 @@ class Backbone(nn.Module):
 
 class LlamaModel(CausalLM):
     """forward(idx [B, T], input_pos [T], row_start [B] | None, kv_pos [L] | None)
-    -> logits [B, T, vocab] (fp32)."""
+    -> logits [B, T, vocab] (fp32); neither row_start nor kv_pos: a prompt's first pass
+    (CausalLM.forward)."""
 
     def __init__(self, cfg: ModelConfig, fused: bool = False):
         super().__init__()

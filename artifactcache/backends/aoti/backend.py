@@ -238,10 +238,13 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
     for (index, dim), span in wanted_ranges(recipe, step, buckets).items():
         got = exported_range(ep, index, dim)
         if got is None or got[0] > span[0] or got[1] < span[1]:
-            what = "token count" if index == 0 else "KV length"
+            if index == 0:
+                what, fix = "token count", f"[shapes].prefill_len ({recipe.shapes.prefill_len})"
+            else:
+                what, fix = "KV length", f"--max-seq-len (now {recipe.shapes.max_seq_len})"
             raise BackendError(
                 f"torch.export kept the {step} step's {what} only over {got} of {span}; "
-                f"try another --max-seq-len (now {recipe.shapes.max_seq_len})"
+                f"try another {fix}"
             )
     return ep
 

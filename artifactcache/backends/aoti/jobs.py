@@ -1,4 +1,4 @@
-"""How an aoti build schedules its two steps: one after the other in the building
+"""How an aoti build schedules its steps: one after the other in the building
 process, or each in a worker process of its own at the same time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the

@@ -1,4 +1,4 @@
-"""inductor: torch.compile of the prefill and decode steps, warm without recompiling.
+"""inductor: torch.compile of the prefill, extend and decode steps, warm without recompiling.
 
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
@@ -15,13 +15,13 @@ is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, *inputs), {})
 and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
 inputs: the saved function holds no weights and writes the caller's buffers. A
-warm process deserializes both functions: no Dynamo tracing, no guard building
+warm process deserializes the functions: no Dynamo tracing, no guard building
 from bytecode, no Inductor compile. On CUDA, modes whose options turn on
 ``triton.cudagraphs`` are compiled without it and decode is replayed from a graph
 captured at load (``cuda_graph.cuda_graph_step``), as for aoti.
 
 ``megacache`` (the fallback): ``megacache.bin`` from
-``torch.compiler.save_cache_artifacts()`` after compiling and running both steps
+``torch.compiler.save_cache_artifacts()`` after compiling and running the steps
 once; a warm process hot-loads it and runs torch.compile again, so Dynamo still
 traces the model while the FX-graph and AOTAutograd caches hit.
 
@@ -100,7 +100,7 @@ STEP_FILES = {step: f"{step}.aotfn" for step in STEPS}
 _BUNDLED_IN_STEPS = {"aot_autograd", "inductor"}
 # Picks the warm path against the default below, to measure one against the other.
 WARM_PATH_ENV = "ACACHE_INDUCTOR_WARM_PATH"
-# Static shapes, one recipe's prefill + decode per model class and dtype; a
+# One recipe's three steps per model class and dtype; a
 # process that loads several recipes needs more than Dynamo's default of 8
 # entries per code object before it would silently fall back to eager.
 _RECOMPILE_LIMIT = 64

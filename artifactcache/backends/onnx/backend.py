@@ -162,7 +162,7 @@ def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str,
         "trt_timing_cache_enable": "True",
         "trt_timing_cache_path": str(cache_dir),
         # Explicit profiles make the EP build its engine at session creation, for
-        # every token count the runner uses (1 for decode, prefill_len for prefill).
+        # every token count the runner uses (1 for decode, up to prefill_len for prefill).
         "trt_profile_min_shapes": shapes(0),
         "trt_profile_opt_shapes": shapes(1),
         "trt_profile_max_shapes": shapes(2),

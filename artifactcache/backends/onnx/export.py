@@ -1,7 +1,7 @@
 """ONNX export of a recipe's prefill and decode step, as a cache entry of its own.
 
 One graph serves both steps. Its token axis ``T`` is dynamic (1..prefill_len),
-so prefill runs it with T = prefill_len and decode with T = 1; its batch axis B
+so prefill runs it with passes of up to prefill_len tokens and decode with T = 1; its batch axis B
 is static at the recipe's max_batch (a smaller request pads rows). ``step_dims``
 holds these shapes, for the export and for TensorRT's profiles alike::
 

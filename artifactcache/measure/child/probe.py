@@ -267,6 +267,8 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
         stamps["first_request"] = steady.pop("first_request_end")
         stamps["done"] = time.perf_counter()
         if prompt_lens:  # after "done": the phases keep their meaning
+            # The peak of the requests above, before long prompts' passes raise it.
+            result["memory"] = _memory(dev)
             prompts_n = [prefill.prompt_of_length(recipe, n) for n in prompt_lens]
             result["ttft"] = timing.measure_ttft(
                 runner, prompts_n, iters=args.iters, warmup=args.warmup, device=dev
@@ -306,7 +308,8 @@ def _finish(
     from . import timing
 
     result["t0_source"] = t0_source
-    result["memory"] = _memory(dev)  # before the copy test, whose buffers are not the model's
+    # Before the copy test, whose buffers are not the model's (and before --prompt-lens).
+    result.setdefault("memory", _memory(dev))
     result["compile"] = _compile_report(args.backend, bool(result.get("built")))
     result["environment"] = _environment(dev)
     if args.copy_bandwidth:
