@@ -165,3 +165,15 @@ def test_prompt_lengths_get_a_table_and_a_ttft_chart(constructed, tmp_path):
     with Image.open(tmp_path / "ttft_by_prompt_len.png") as im:
         im.verify()
     assert "## Time to first token by prompt length" in (tmp_path / "report.md").read_text()
+
+
+def test_a_recipe_given_as_a_path_keeps_its_bars(constructed, tmp_path):
+    """A pair's key is "recipe/backend"; a recipe path has slashes of its own."""
+    path = "recipes/tiny-llama.toml"
+    constructed["recipes"] = [path]
+    constructed["pairs"] = {
+        k.replace("tiny-llama", path, 1): v for k, v in constructed["pairs"].items()
+    }
+    pairs = report._ok_pairs(constructed)
+    assert {(r, b) for r, b, _ in pairs} >= {(path, "eager"), (path, "inductor")}
+    assert report.chart_tokens(constructed, tmp_path / "tokens.png")

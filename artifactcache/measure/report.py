@@ -327,7 +327,7 @@ def _ok_pairs(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
     out = []
     for key, p in report["pairs"].items():
         if p["status"] == "ok":
-            r, b = key.split("/", 1)
+            r, b = key.rsplit("/", 1)  # a recipe may be a path; a backend has no "/"
             out.append((r, b, p))
     return out
 
