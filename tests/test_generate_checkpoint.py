@@ -1,4 +1,4 @@
-"""A checkpoint folder's EOS ids and tokenizer: in Python, in `acache run`, not in bench.
+"""A checkpoint folder's EOS ids and tokenizer: in Python, in `acache run`, in bench's prompt.
 
 Reading the files themselves: tests/test_sources_checkpoint_generation.py.
 """
@@ -152,3 +152,26 @@ def test_a_folder_without_a_tokenizer_takes_tokens_not_a_prompt(tmp_path: Path, 
 def test_bad_generation_options_exit_1_before_any_build(args, contains, cache: Path):
     _one_error_line(_run(cache, "tiny-llama", "--tokens", "1,2", *args), contains)
     assert list(cache.rglob("manifest.json")) == []
+
+
+def test_bench_measures_a_folder_with_its_tokenizers_prompt(tmp_path: Path, cache: Path):
+    """A folder's derived recipe records no prompt ids: bench encodes the seed prompt with
+    the folder's tokenizer.json (issue 33, item 4); without one it says what to do."""
+    from tokenizers import Tokenizer
+
+    _, folder = make_checkpoint(tmp_path)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    write_config(folder, tok.get_vocab_size(), eos=None)
+    args = ["bench", str(folder), "-b", "eager", "--new-tokens", "4", "--iters", "1",
+            "--warmup", "1", "--cache-dir", str(cache), "--json"]  # fmt: skip
+    from artifactcache.measure.bench import with_bench_prompt
+    from artifactcache.recipes import load_recipe
+
+    recipe = with_bench_prompt(load_recipe(folder))
+    assert recipe.bench.prompt_ids == tuple(tok.encode("Hello, my name is").ids)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["new_tokens"] == 4
+    (folder / "tokenizer.json").unlink()
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 1 and "no tokenizer.json in its checkpoint folder" in r.stderr

@@ -46,6 +46,7 @@ Decode is bandwidth-bound while its bytes take longer than its FLOPs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -58,6 +59,22 @@ if TYPE_CHECKING:
     from ..config import Recipe
 
 
+def with_bench_prompt(recipe: Recipe) -> Recipe:
+    """``recipe``, with its bench prompt encoded by its checkpoint folder's tokenizer.json
+    where it records no ids (a recipe derived from a folder's config.json): what the
+    measurements run. The bench is no key factor, so the entries are the same."""
+    if recipe.bench.prompt_ids or recipe.weights is None or not recipe.weights.is_dir():
+        return recipe
+    from ..generate.checkpoint import encode
+    from ..sources.checkpoint import load_tokenizer
+
+    tokenizer = load_tokenizer(recipe.weights)
+    if tokenizer is None:
+        return recipe  # resolve_new_tokens says what is missing
+    ids = tuple(encode(tokenizer, recipe.bench.prompt))
+    return dataclasses.replace(recipe, bench=dataclasses.replace(recipe.bench, prompt_ids=ids))
+
+
 def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) -> int:
     """The seed's N (recipe.bench.max_new_tokens) or the user's, checked against shapes.
 
@@ -67,7 +84,11 @@ def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) ->
     """
     n_prompt = len(recipe.bench.prompt_ids)
     if n_prompt == 0:
-        raise MeasureError(f"recipe {recipe.name!r} has no [bench].prompt_ids to measure with")
+        raise MeasureError(
+            f"recipe {recipe.name!r} has no [bench].prompt_ids to measure with, and no "
+            "tokenizer.json in its checkpoint folder to encode its prompt: write prompt_ids "
+            "in a recipe TOML (`acache recipe FOLDER > r.toml`)"
+        )
     if requested is None:
         n = min(recipe.bench.max_new_tokens, recipe.shapes.max_seq_len - n_prompt)
     else:

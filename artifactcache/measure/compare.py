@@ -121,7 +121,9 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     recipes = {
         r: None
         if is_module_spec(r)
-        else load_recipe(r).with_shapes(max_seq_len=c.max_seq_len, max_batch=c.max_batch)
+        else bench.with_bench_prompt(
+            load_recipe(r).with_shapes(max_seq_len=c.max_seq_len, max_batch=c.max_batch)
+        )
         for r in spec.recipes
     }
     if c.inputs and all(rec is not None for rec in recipes.values()):

@@ -213,8 +213,10 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     stamps["imports_done"] = time.perf_counter()
 
     choices = args.choices
-    recipe = load_recipe(args.recipe).with_shapes(
-        max_seq_len=choices.max_seq_len, max_batch=choices.max_batch
+    recipe = bench.with_bench_prompt(
+        load_recipe(args.recipe).with_shapes(
+            max_seq_len=choices.max_seq_len, max_batch=choices.max_batch
+        )
     )
     prompt = list(recipe.bench.prompt_ids)
     batch = args.batch or 1
