@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from artifactcache.errors import CacheRootError, IntegrityError, KeyLookupError
 from artifactcache.store import _fs
+from artifactcache.store import local as local_mod
 from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 
@@ -650,3 +652,39 @@ def test_a_damaged_summary_index_record_is_reread_not_trusted(store, cache_dir):
     (info,), warnings = store.ls()
     assert (info.key, info.size, warnings) == (key, 4096 + 2, [])
     assert isinstance(info.created, float)
+
+
+def test_a_corrupt_entry_rebuilt_by_a_load_is_said(store, capsys):
+    """Quarantined and rebuilt: one warning line, not silence (issue 33, item 5)."""
+    key, factors = kf(31)
+    entry, _ = store.get_or_build(key, factors, writer())
+    corrupt_flip(entry.path / "model.bin")
+    store.full_verify = True  # the flip keeps size and mtime: read the bytes
+    again, source = store.get_or_build(key, factors, writer())
+    assert source == "built"
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if key[:12] in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning: entry ")
+    assert "failed verification" in lines[0] and "treated as a miss" in lines[0]
+
+
+def test_waiting_on_another_build_is_said(store, capsys, monkeypatch):
+    """A process that found the entry only after another's build held the key's lock says
+    how long it waited, rather than passing the wait off as a plain hit."""
+    monkeypatch.setattr(local_mod, "WAIT_NOTICE_S", 0.2)
+    key, factors = kf(32)
+    started = threading.Event()
+
+    def other_builder() -> None:
+        with store.lock(key):
+            started.set()
+            time.sleep(0.5)
+            store.get_or_build(key, factors, writer())
+
+    t = threading.Thread(target=other_builder)
+    t.start()
+    started.wait(10)
+    entry, source = store.get_or_build(key, factors, writer())
+    t.join()
+    assert source == "local"
+    err = capsys.readouterr().err
+    assert "note: waited " in err and f"another build of {key[:12]}" in err

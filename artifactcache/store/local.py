@@ -26,6 +26,7 @@ import errno
 import json
 import os
 import stat
+import sys
 import threading
 import time
 import uuid
@@ -60,6 +61,16 @@ if TYPE_CHECKING:
 __all__ = ["Entry", "EntryInfo", "GcPlan", "LocalStore", "PruneResult", "VerifyResult"]
 
 LAYOUT = 1
+# A wait for another process's build this long is said (a hit would hide it).
+WAIT_NOTICE_S = 1.0
+
+
+def _say(line: str) -> None:
+    """One line on stderr about what the store did on its own (as tiered.py warns)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 SUBDIRS = ("entries", "locks", "staging", "quarantine", "state")
 # Tests set this to observe or slow down publish stages; None in normal use.
 PUBLISH_HOOK: Callable[[str], None] | None = None
@@ -215,8 +226,13 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
     # ------------------------------------------------------------- lookups --
 
     def get(self, key: str) -> Entry | None:
-        """A verified entry, or None; a corrupt entry is quarantined first."""
-        entry, _ = self._check(key)
+        """A verified entry, or None; a corrupt entry is quarantined first (and said)."""
+        entry, problem = self._check(key)
+        if problem is not None:
+            _say(
+                f"warning: entry {key[:12]} failed verification ({problem}); moved to "
+                f"{self.base / 'quarantine'} and treated as a miss"
+            )
         if entry is not None:
             entry = self._served(entry)
         if entry is None:
@@ -383,10 +399,17 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
         """
         if not force and not miss_counted and (entry := self.get(key)) is not None:
             return entry, "local"
+        t_wait = time.perf_counter()
         with self.lock(key):  # lets this thread's reader lock go while it waits
+            waited = time.perf_counter() - t_wait
             if not force:
                 entry, _ = self._check(key)  # a waiter loads what the builder published
                 if entry is not None and self._served(entry) is not None:
+                    if waited >= WAIT_NOTICE_S:
+                        _say(
+                            f"note: waited {waited:.1f} s for another build of {key[:12]}; "
+                            "using the entry it published"
+                        )
                     return self._hit(entry), "local"
             with _os_errors(f"building {key[:12]}"), self.new_staging_dir() as work:
                 t0 = time.perf_counter()
