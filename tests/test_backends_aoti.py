@@ -65,7 +65,7 @@ def test_batch_rows_equal_each_prompt_run_alone(root: Path, runners):
 def test_entry_is_unpacked_and_weight_free(root: Path):
     res = api.build("tiny-llama", "aoti", cache_dir=root)
     path, meta = res.entry.path, res.entry.meta
-    assert set(meta["steps"]) == {"prefill", "decode"}
+    assert set(meta["steps"]) == {"prefill", "extend", "decode"}
     for rel in meta["steps"].values():
         assert (path / rel).is_file() and rel.endswith(".so")
     assert not list(path.rglob("*.pt2"))  # nothing left to extract at load

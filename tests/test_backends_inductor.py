@@ -110,7 +110,7 @@ def test_entry_holds_compiled_steps_and_kernels(root: Path):
     res = api.build("tiny-llama", "inductor", cache_dir=root)
     meta, path = res.entry.meta, res.entry.path
     assert meta["warm_path"] == "aot_compile"
-    files = ("prefill.aotfn", "decode.aotfn")
+    files = ("prefill.aotfn", "extend.aotfn", "decode.aotfn")
     assert meta["steps"] == {f: (path / f).stat().st_size for f in files}
     # The model is an input of the saved functions, so no weight is in them.
     weight_bytes = _tiny_llama_weight_bytes()
@@ -187,6 +187,7 @@ def test_without_the_api_the_entry_is_a_megacache(monkeypatch, tmp_path: Path):
 
 def test_an_entry_missing_a_compiled_step_is_refused(tmp_path: Path):
     (tmp_path / "prefill.aotfn").write_bytes(b"x")
+    (tmp_path / "extend.aotfn").write_bytes(b"x")
     b, ctx = api.make_context("tiny-llama", "inductor")
     with pytest.raises(BackendError, match="no decode.aotfn: rebuild it with --force") as ei:
         b.load(ctx, tmp_path, {"warm_path": "aot_compile"})
