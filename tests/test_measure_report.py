@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from artifactcache.measure import bench, coldstart, report
+from artifactcache.measure import bench, coldstart, report, stats
 from artifactcache.recipes import load_recipe
 
 
@@ -101,7 +101,7 @@ def test_percentiles_match_numpy():
     np = pytest.importorskip("numpy")
     xs = [0.3, 0.1, 0.7, 0.2, 0.9, 0.4, 0.15]
     for q in (0, 50, 90, 99, 100):
-        assert bench.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
+        assert stats.percentile(xs, q) == pytest.approx(float(np.percentile(xs, q)))
 
 
 def test_bytes_per_token_llama_7b():

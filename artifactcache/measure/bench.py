@@ -47,13 +47,14 @@ Decode is bandwidth-bound while its bytes take longer than its FLOPs
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import sizing
 from ..errors import MeasureError
+from .prefill import summarize_prompt_lens
+from .stats import latency_stats, parse_counts
 
 if TYPE_CHECKING:
     from ..config import Recipe
@@ -97,27 +98,6 @@ def resolve_new_tokens(recipe: Recipe, requested: int | None, batch: int = 1) ->
         raise MeasureError(f"--new-tokens must be at least 1, got {n}")
     recipe.check_fits(n_prompt, n, batch)
     return n
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (q in [0, 100]), like numpy's default."""
-    if not values:
-        raise ValueError("percentile of no values")
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-def latency_stats(values: Sequence[float]) -> dict[str, float]:
-    return {
-        "p50": percentile(values, 50),
-        "p90": percentile(values, 90),
-        "p99": percentile(values, 99),
-        "min": min(values),
-        "max": max(values),
-        "mean": statistics.fmean(values),
-    }
 
 
 def derived_rates(
@@ -276,8 +256,6 @@ def summarize(
     bpt = bytes_per_token(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant)
     fps = flops_per_step(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n)
     per_row = rates["decode_tok_s"]
-    from .prefill import summarize_prompt_lens  # it imports this module
-
     return {
         "iterations": len(request),
         "processes": len(probes),
@@ -333,28 +311,6 @@ def summarize_module(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "roofline_pct": None,
         "copy_gbps": None,
     }
-
-
-def parse_counts(
-    text: str, flag: str, example: str, *, what: str, one: str, unit: str
-) -> list[int]:
-    """``flag``'s comma list of ``what`` -> positive, distinct ints in the order given; a
-    one-line MeasureError else (``one``: a single one named alone, ``unit``: its noun)."""
-    parts = [x.strip() for x in text.split(",") if x.strip()]
-    try:
-        counts = [int(x) for x in parts]
-    except ValueError:
-        raise MeasureError(
-            f"{flag} takes {what} separated by commas, e.g. {example}; got {text!r}"
-        ) from None
-    if not counts:
-        raise MeasureError(f"{flag} needs at least one {one}, e.g. {example}")
-    for n in counts:
-        if n < 1:
-            raise MeasureError(f"{flag} {unit}s must be at least 1, got {n}")
-    if len(set(counts)) != len(counts):
-        raise MeasureError(f"{flag} names a {unit} twice: {text}")
-    return counts
 
 
 def parse_batches(text: str) -> list[int]:

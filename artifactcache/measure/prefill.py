@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import MeasureError, ShapeError
-from .bench import latency_stats, parse_counts
+from .stats import latency_stats, parse_counts
 
 if TYPE_CHECKING:
     from ..config import Recipe
