@@ -62,7 +62,7 @@ def test_ls_show_stats_diff_rm(store):
     k1, k2 = put(store, 1), put(store, 2)
     r = run("ls", "--json")
     assert r.exit_code == 0 and {e["key"] for e in json.loads(r.stdout)} == {k1, k2}
-    r = run("ls")
+    r = runner.invoke(app, ["ls"], env={"COLUMNS": "200"})
     assert r.exit_code == 0 and k1[:12] in r.stdout and "2 entries" in r.stdout
     r = run("show", k1[:8], "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["manifest"]["key"] == k1
@@ -520,3 +520,12 @@ def test_ls_tells_apart_entries_of_one_recipe_by_their_build_choices(tmp_path: P
     assert any("fp32" in ln and " 64 " in ln for ln in rows), rows
     assert any("bf16" in ln and " 32 " in ln for ln in rows), rows
     assert "context" in r.stdout and "rows" in r.stdout
+
+
+def test_a_piped_table_keeps_its_whole_width_when_no_width_is_asked(store, monkeypatch):
+    """rich would fold a piped table at 80 columns; COLUMNS, when set, still rules."""
+    k1 = put(store, 1)
+    monkeypatch.delenv("COLUMNS", raising=False)
+    r = runner.invoke(app, ["ls"])
+    assert r.exit_code == 0 and k1[:12] in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) > 80

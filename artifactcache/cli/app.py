@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -94,10 +95,11 @@ def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> No
         t.add_column(cell(c), overflow="fold")
     for r in cells:
         t.add_row(*(Text(x) for x in r))
-    if console.is_terminal:
-        console.print(t)
+    if console.is_terminal or os.environ.get("COLUMNS", "").strip():
+        console.print(t)  # a terminal's width, or the one COLUMNS asks for
         return
-    # Piped or redirected: the table's whole width, never folded at rich's 80 columns.
+    # Piped or redirected with no width asked: the table's whole width, never folded at
+    # rich's default of 80 columns.
     natural = Measurement.get(console, console.options.update_width(1 << 16), t).maximum
     console.print_at_width(t, max(console.width, natural))
 
