@@ -56,6 +56,7 @@ from ..shared.runner import (
     check_device_dtype,
     decode_examples,
     device_of,
+    dynamic_ranges,
     example_inputs,
     kv_buckets_of,
     prefill_tokens_range,
@@ -147,18 +148,6 @@ def exported_range(ep: Any, index: int, dim: int) -> tuple[int, int] | None:
     return (int(vr.lower), int(vr.upper)) if vr is not None else None
 
 
-def wanted_ranges(recipe: Any, step: str, kv_buckets: bool) -> dict[tuple[int, int], Any]:
-    """{(user input, dim): range} of the dynamic dimensions a step must keep whole."""
-    out: dict[tuple[int, int], Any] = {}
-    tokens = prefill_tokens_range(recipe)
-    if step != "decode" and tokens is not None:
-        out[(0, 1)] = tokens
-    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
-    if step != "prefill" and span is not None:
-        out[(-1, 0)] = span
-    return out
-
-
 def safe_extract(archive: Path, dest: Path) -> list[str]:
     """Unpack a .pt2 (a zip we just wrote) refusing absolute or '..' member names."""
     names = []
@@ -235,10 +224,10 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
     except UserError:
         raise refused from None
-    for (index, dim), span in wanted_ranges(recipe, step, buckets).items():
+    for (index, dim), span in dynamic_ranges(recipe, step, buckets).items():
         got = exported_range(ep, index, dim)
         if got is None or got[0] > span[0] or got[1] < span[1]:
-            if index == 0:
+            if index != -1:  # idx or input_pos; kv_pos is the last input
                 what, fix = "token count", f"[shapes].prefill_len ({recipe.shapes.prefill_len})"
             else:
                 what, fix = "KV length", f"--max-seq-len (now {recipe.shapes.max_seq_len})"

@@ -65,6 +65,7 @@ from ..shared.runner import (
     check_device_dtype,
     decode_examples,
     device_of,
+    dynamic_ranges,
     example_inputs,
     kv_buckets_of,
     prefill_tokens_range,
@@ -155,13 +156,8 @@ def step_inputs(recipe: Any, dev: Any, step: str, kv_buckets: bool = True) -> tu
     size are its range, so the runner's unmarked inputs of other lengths hit it.
     """
     inputs = example_inputs(recipe, dev, step, kv_buckets)
-    tokens = prefill_tokens_range(recipe)
-    if step != "decode" and tokens is not None:
-        mark_dynamic_dim(inputs[0], 1, *tokens)
-        mark_dynamic_dim(inputs[1], 0, *tokens)
-    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
-    if step != "prefill" and span is not None:
-        mark_dynamic_dim(inputs[-1], 0, *span)
+    for (index, dim), (lo, hi) in dynamic_ranges(recipe, step, kv_buckets).items():
+        mark_dynamic_dim(inputs[index], dim, lo, hi)
     return inputs
 
 

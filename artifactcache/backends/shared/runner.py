@@ -50,7 +50,7 @@ from ...generate import (
     plan_chunks,
     resolve_eos_ids,
 )
-from ...kv_buckets import kv_bucket
+from ...kv_buckets import kv_bucket, kv_len_range
 from ...models.common import key_positions
 
 # A step takes its inputs positionally: (idx, input_pos, row_start[, kv_pos]) -> logits.
@@ -123,6 +123,21 @@ def prefill_tokens_range(recipe: Recipe) -> tuple[int, int] | None:
     """(shortest, longest) pass of the prefill and extend steps, their dynamic token
     dimension; None where every pass is prefill_len tokens (generate/prefill.py)."""
     return chunk_len_range(recipe.shapes.prefill_len)
+
+
+def dynamic_ranges(
+    recipe: Recipe, step: str, kv_buckets: bool = True
+) -> dict[tuple[int, int], tuple[int, int]]:
+    """{(input index, dim): (lo, hi)} of example_inputs(step)'s dimensions that vary:
+    the passes' token count (idx's dim 1, input_pos's dim 0) and kv_pos's length."""
+    out = {}
+    tokens = prefill_tokens_range(recipe)
+    if step != "decode" and tokens is not None:
+        out[(0, 1)] = out[(1, 0)] = tokens
+    span = kv_len_range(recipe.shapes.max_seq_len, kv_buckets)
+    if step != "prefill" and span is not None:
+        out[(-1, 0)] = span
+    return out
 
 
 def kv_buckets_of(model: Any) -> bool:
