@@ -145,7 +145,11 @@ def test_compare_cold_compiles_warm_does_not(compared):
         assert pair["status"] == "ok", pair
         sc = pair["coldstart"]["scenarios"]
         assert sc["cold"]["compiled"] == [True] and sc["warm"]["compiled"] == [False]
-        assert pair["bench"]["decode_tok_s"] and pair["bench"]["copy_gbps"]
+        bench = pair["bench"]
+        assert bench["request_tok_s"] > 0 and bench["copy_gbps"] > 0
+        # One timed 3-token request on a busy CI machine: the decode share (request less
+        # a 1-token request) can be lost in noise, which the report shows as no rate.
+        assert bench["decode_tok_s"] is None or bench["decode_tok_s"] > 0
         assert pair["coldstart"]["break_even_warm"]["verdict"] in (
             "after",
             "never",
