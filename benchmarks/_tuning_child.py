@@ -18,6 +18,7 @@ import functools
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 recipe, backend, mode, cache, out = sys.argv[1:6]
@@ -32,6 +33,9 @@ import artifactcache  # noqa: E402
 from artifactcache.recipes import load_recipe  # noqa: E402
 
 seen: dict[str, list[Any]] = collections.defaultdict(list)
+# Kept whole in the JSON: what a diagnosis compares across processes.
+FULL = ("autotune_save", "benchmark_all_configs", "coordinate_descent_tuning",
+        "triton_make_cubin", "triton_cache_lookup")  # fmt: skip
 
 
 def _name(self: Any) -> str:
@@ -56,8 +60,22 @@ wrap(th, "check_autotune_cache", "check_autotune_cache",
 wrap(th.CachingAutotuner, "recheck_autotune_cache", "recheck_autotune_cache",
      lambda a, k, r: {"kernel": _name(a[0]), "state": a[0].autotune_cache_info.get(
          "autotune_cache_state")})  # fmt: skip
-wrap(th.CachingAutotuner, "benchmark_all_configs", "benchmark_all_configs",
-     lambda a, k, r: {"kernel": _name(a[0]), "configs": len(r)})  # fmt: skip
+
+
+def _benchmarked(a: Any, k: Any, r: Any) -> dict[str, Any]:
+    """Which kernel benchmarked its configs, and the autotune-cache file it would have
+    read a winner from: was it there (installed from the entry), and was it looked up."""
+    tuner = a[0]
+    cache = getattr(getattr(tuner, "save_cache_hook", None), "__self__", None)
+    local = getattr(cache, "local_cache", None) if cache else None
+    path = Path(str(local[1])) if local else None
+    return {"kernel": _name(tuner), "configs": len(r),
+            "cache_info": {x: str(y) for x, y in (tuner.autotune_cache_info or {}).items()},
+            "best_config": "/".join(path.parts[-2:]) if path else None,
+            "best_config_exists": path.is_file() if path else None}  # fmt: skip
+
+
+wrap(th.CachingAutotuner, "benchmark_all_configs", "benchmark_all_configs", _benchmarked)
 wrap(th.CachingAutotuner, "_coordinate_descent_tuning", "coordinate_descent_tuning",
      lambda a, k, r: {"kernel": _name(a[0])})  # fmt: skip
 
@@ -79,6 +97,21 @@ try:
     wrap(CUDABackend, "make_cubin", "triton_make_cubin", _cubin)
 except ImportError:  # no CUDA Triton here: the count stays 0
     pass
+try:  # each Triton cache lookup: its hash, and whether a finished kernel dir was there
+    import triton.compiler.compiler as tcc
+
+    _real_manager = tcc.get_cache_manager
+
+    def _manager(key: str) -> Any:
+        m = _real_manager(key)
+        d = Path(getattr(m, "cache_dir", "") or "")
+        found = d.is_dir() and any(f.suffix == ".json" for f in d.iterdir())
+        seen["triton_cache_lookup"].append({"hash": key, "state": "hit" if found else "miss"})
+        return m
+
+    tcc.get_cache_manager = _manager
+except (ImportError, AttributeError):
+    pass
 
 t1 = time.perf_counter()
 if action == "build":
@@ -87,11 +120,14 @@ if action == "build":
 else:
     r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype,
                            mode=mode or None, cache_dir=cache, build_on_miss=False)  # fmt: skip
-    r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
+    tokens = r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
 if device.startswith("cuda"):
     torch.cuda.synchronize()
 t2 = time.perf_counter()
+if action != "build":  # after the timed span: whether warm processes agree on tokens
+    tokens += r.generate(list(load_recipe(recipe).bench.prompt_ids), 32, eos_token_ids=())
 summary = {
+    "tokens": tokens if action != "build" else None,
     "imports_s": round(t1 - t0, 2),
     "action": action,
     "seconds": round(t2 - t1, 2),
@@ -99,7 +135,7 @@ summary = {
         what: {
             "count": len(rows),
             "states": dict(collections.Counter(str(x.get("state")) for x in rows)),
-            "examples": rows[:8] if what != "autotune_save" else rows,
+            "examples": rows if what in FULL else rows[:8],
         }
         for what, rows in seen.items()
     },
