@@ -35,7 +35,7 @@ from artifactcache.recipes import load_recipe  # noqa: E402
 seen: dict[str, list[Any]] = collections.defaultdict(list)
 # Kept whole in the JSON: what a diagnosis compares across processes.
 FULL = ("autotune_save", "benchmark_all_configs", "coordinate_descent_tuning",
-        "triton_make_cubin", "triton_cache_lookup")  # fmt: skip
+        "triton_make_cubin", "triton_cache_lookup", "triton_cache_key")  # fmt: skip
 
 
 def _name(self: Any) -> str:
@@ -110,6 +110,21 @@ try:  # each Triton cache lookup: its hash, and whether a finished kernel dir wa
         return m
 
     tcc.get_cache_manager = _manager
+    _real_key = tcc.get_cache_key
+
+    def _key(src: Any, backend: Any, options: Any, env_vars: Any) -> Any:
+        """What a Triton cache key is made of, per kernel: which part differs between
+        the build and a warm process that misses."""
+        key = _real_key(src, backend, options, env_vars)
+        seen["triton_cache_key"].append({
+            "kernel": getattr(src, "name", None), "src": src.hash()[:16],
+            "backend": backend.hash()[:16], "options": options.hash()[:16],
+            "env": sorted(env_vars.items()), "attrs": str(getattr(src, "attrs", None))[:300],
+            "signature": str(getattr(src, "signature", None))[:300],
+        })  # fmt: skip
+        return key
+
+    tcc.get_cache_key = _key
 except (ImportError, AttributeError):
     pass
 

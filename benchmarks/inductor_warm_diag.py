@@ -12,8 +12,10 @@ have read, coordinate-descent runs, cubins compiled). Then compares:
   carries (not carried, or carried and not read?);
 - the greedy tokens of the warm processes (do they agree?).
 
-Warm processes run with ``TORCHINDUCTOR_COMPILE_THREADS=1`` so every compile happens
-in the counted process. Writes ``OUT/summary.json`` and each child's JSON.
+The build and the warm processes run with ``TORCHINDUCTOR_COMPILE_THREADS=1`` so every
+compile happens in the counted process; each warm miss is compared, part by part
+(source, backend, options, env, attrs, signature), with the build's compiles of the
+same kernel name. Writes ``OUT/summary.json`` and each child's JSON.
 
     python benchmarks/inductor_warm_diag.py llama-7b --out OUT [--warm 2]
 """
@@ -64,6 +66,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="acache-warm-diag-"))
     fw_build = Path(tempfile.mkdtemp(prefix="acache-warm-diag-fw-"))
+    # Every compile in the counted process, the build's too: its keys are compared below.
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     build = tuning(a.recipe, cache, "inductor", a.mode, out / "build-child.json",
                    a.device, a.dtype, framework=fw_build, action="build")  # fmt: skip
     (out / "build.json").write_text(json.dumps(build, indent=1))
@@ -74,7 +78,9 @@ def main() -> int:
         d.name for d in (fw_build / "triton_cache_dir").iterdir() if d.is_dir()
     } if (fw_build / "triton_cache_dir").is_dir() else set()  # fmt: skip
     entry_triton, entry_best = _entry_files(cache)
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    build_keys: dict[str, list[dict[str, Any]]] = {}
+    for r in _rows(json.loads((out / "build-child.json").read_text()), "triton_cache_key"):
+        build_keys.setdefault(str(r["kernel"]), []).append(r)
     summary: dict[str, Any] = {
         "recipe": a.recipe,
         "build_s": build.get("seconds"),
@@ -92,6 +98,18 @@ def main() -> int:
         (out / f"warm-{i}.json").write_text(json.dumps(w, indent=1))
         misses = [r["hash"] for r in _rows(w, "triton_cache_lookup") if r["state"] == "miss"]
         bench = _rows(w, "benchmark_all_configs")
+        lookups = _rows(w, "triton_cache_lookup")
+        keys = _rows(w, "triton_cache_key")  # in step with the lookups: one each per compile
+        differs = []
+        for k, look in zip(keys, lookups, strict=False):
+            if look["state"] != "miss":
+                continue
+            built = build_keys.get(str(k["kernel"]), [])
+            parts = ("src", "backend", "options", "env", "attrs", "signature")
+            differs.append({
+                "kernel": k["kernel"], "build_compiles_of_it": len(built),
+                "parts_differing_from_each": [[p for p in parts if b[p] != k[p]] for b in built],
+            })  # fmt: skip
         tokens.append(w.get("tokens"))
         summary["warm"].append({
             "rc": w["rc"],
@@ -107,6 +125,7 @@ def main() -> int:
                 {**r, "best_config_in_entry": r.get("best_config") in entry_best} for r in bench
             ],
             "coordinate_descent": [r["kernel"] for r in _rows(w, "coordinate_descent_tuning")],
+            "misses_against_the_build": differs,
             "static_rechecks": (w.get("recheck_autotune_cache") or {}).get("states"),
             "autotune_lookups": (w.get("check_autotune_cache") or {}).get("states"),
         })  # fmt: skip
