@@ -177,3 +177,21 @@ def test_a_recipe_given_as_a_path_keeps_its_bars(constructed, tmp_path):
     pairs = report._ok_pairs(constructed)
     assert {(r, b) for r, b, _ in pairs} >= {(path, "eager"), (path, "inductor")}
     assert report.chart_tokens(constructed, tmp_path / "tokens.png")
+
+
+def test_findings_say_what_a_warm_run_compiled_and_when_warm_outputs_differ(constructed):
+    rec = load_recipe("tiny-llama")
+    warm = [_probe(8.0, 0.1, 0.01, False), _probe(8.2, 0.1, 0.01, True)]
+    warm[1]["compile"].update(triton_compiles=13, kernel_benchmarks=4)
+    for p, toks in zip(warm, ([1, 2, 3], [1, 2, 4]), strict=True):
+        p["first_token"], p["steady"]["tokens"] = toks[0], toks
+    runs = {"cold": [_probe(60.0, 0.1, 0.01, True)], "warm": warm}
+    constructed["pairs"]["tiny-llama/inductor"] = _pair(rec, runs)
+    sc = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["scenarios"]["warm"]
+    assert sc["outputs_agree"] is False
+    found = "\n".join(report.findings(constructed))
+    assert "nothing counted; 13 Triton kernels, 4 kernel timings for tuning" in found
+    assert "greedy tokens differ" in found
+    warm[1]["steady"]["tokens"] = [1, 2, 3]
+    assert coldstart.outputs_agree(warm) is True
+    assert coldstart.outputs_agree(warm[:1]) is None  # one process agrees with nothing

@@ -390,6 +390,23 @@ def break_even(
     }
 
 
+def compile_counts(report: dict[str, Any]) -> dict[str, Any]:
+    """One process's compile work (measure/child/compiles.py): graphs Inductor compiled,
+    Triton kernels compiled (None where not counted), kernel timings run for tuning."""
+    return {
+        "graphs": report.get("fxgraph_cache_miss", 0) + report.get("fxgraph_cache_bypass", 0),
+        "triton_kernels": report.get("triton_compiles"),
+        "kernel_benchmarks": report.get("kernel_benchmarks", 0),
+    }
+
+
+def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
+    """Whether every process of a scenario produced the same greedy tokens (its first
+    token and its timed request's); None with fewer than two."""
+    outs = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in results]
+    return all(o == outs[0] for o in outs) if len(outs) > 1 else None
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Phase spreads per scenario, cold/warm ratio, and break-even vs eager."""
     out: dict[str, Any] = {"scenarios": {}}
@@ -402,6 +419,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "ttfr_s": ttfr(results),
             "request_latency_s": request_latency(results),
             "compiled": [bool(r["compile"]["compiled"]) for r in results],
+            "compile_counts": [compile_counts(r["compile"]) for r in results],
+            "outputs_agree": outputs_agree(results),
             "built": [bool(r.get("built")) for r in results],
             "peak_rss_bytes": max(r["memory"]["peak_rss_bytes"] for r in results),
             "peak_device_allocated_bytes": max(

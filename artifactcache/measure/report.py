@@ -242,6 +242,19 @@ def phase_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def compile_work(scenario: dict[str, Any]) -> str:
+    """What a scenario's processes compiled, per process: "13 Triton kernels; 0 / ..."."""
+    per_run = []
+    for c in scenario.get("compile_counts") or []:
+        parts = [f"{c['graphs']} graphs"] if c["graphs"] else []
+        if c["triton_kernels"]:
+            parts.append(f"{c['triton_kernels']} Triton kernels")
+        if c["kernel_benchmarks"]:
+            parts.append(f"{c['kernel_benchmarks']} kernel timings for tuning")
+        per_run.append(", ".join(parts) or "nothing counted")
+    return "; ".join(per_run) or "no counts"
+
+
 def findings(report: dict[str, Any]) -> list[str]:
     """Measured facts that contradict what the design expects, stated plainly."""
     out = []
@@ -252,7 +265,12 @@ def findings(report: dict[str, Any]) -> list[str]:
         sc = p["coldstart"]["scenarios"]
         warm, cold = sc.get("warm"), sc.get("cold")
         if warm and any(warm["compiled"]):
-            out.append(f"{key}: a warm run compiled: the artifact did not carry the warmth.")
+            out.append(
+                f"{key}: a warm run compiled ({compile_work(warm)}): the artifact did not "
+                "carry all the warmth."
+            )
+        if warm and warm.get("outputs_agree") is False:
+            out.append(f"{key}: the warm processes' greedy tokens differ from one another.")
         if cold and not all(cold["compiled"]):
             out.append(f"{key}: a cold run did not compile (were the caches really empty?).")
         if warm and cold and warm["ttfr_s"] >= cold["ttfr_s"]:

@@ -52,6 +52,7 @@ from typing import Any  # noqa: E402
 
 from ...choices import BuildChoices  # noqa: E402
 from ..phases import PHASE_ORDER, SCHEMA, T0_ENV  # noqa: E402
+from .compiles import compile_report, watch_triton_compiles  # noqa: E402
 from .recording import RecordingStore  # noqa: E402
 
 
@@ -124,39 +125,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _compile_report(backend: str, built: bool) -> dict[str, Any]:
-    """Whether this process compiled, from torch's counters and the store.
-
-    fxgraph_cache_miss/bypass count graphs Inductor compiled from scratch; a hit
-    replays a cached graph (and even replays generated_kernel_count, so that
-    metric cannot tell a hit from a compile). Dynamo tracing alone is not
-    compilation here: a warm torch.compile still traces, then hits the cache.
-    AOTInductor's compile_and_package leaves those counters untouched, so an
-    entry built in this process by any backend but eager counts as compiled too.
-    """
-    out: dict[str, Any] = {
-        "dynamo_imported": "torch._dynamo" in sys.modules,
-        "inductor_imported": "torch._inductor" in sys.modules,
-    }
-    utils = sys.modules.get("torch._dynamo.utils")
-    counters = getattr(utils, "counters", None) if utils else None
-    ind = dict(counters.get("inductor", {})) if counters else {}
-    aot = dict(counters.get("aot_autograd", {})) if counters else {}
-    stats = dict(counters.get("stats", {})) if counters else {}
-    out.update(
-        fxgraph_cache_miss=int(ind.get("fxgraph_cache_miss", 0)),
-        fxgraph_cache_hit=int(ind.get("fxgraph_cache_hit", 0)),
-        fxgraph_cache_bypass=int(ind.get("fxgraph_cache_bypass", 0)),
-        autograd_cache_miss=int(aot.get("autograd_cache_miss", 0)),
-        autograd_cache_hit=int(aot.get("autograd_cache_hit", 0)),
-        dynamo_unique_graphs=int(stats.get("unique_graphs", 0)),
-    )
-    out["inductor_codegen"] = out["fxgraph_cache_miss"] + out["fxgraph_cache_bypass"] > 0
-    out["built_here"] = built
-    out["compiled"] = out["inductor_codegen"] or (built and backend != "eager")
-    return out
-
-
 def _memory(dev: Any) -> dict[str, Any]:
     import torch
 
@@ -195,6 +163,8 @@ def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None)
     stamps: dict[str, float] = {"python_ready": _PY_READY}
     from ...sources.module import is_module_spec
 
+    if args.backend == "inductor" and str(args.choices.device).startswith("cuda"):
+        watch_triton_compiles()  # its load imports triton anyway: an import, not a cost
     if is_module_spec(args.recipe):
         from .module import measure
 
@@ -312,7 +282,7 @@ def _finish(
     result["t0_source"] = t0_source
     # Before the copy test, whose buffers are not the model's (and before --prompt-lens).
     result.setdefault("memory", _memory(dev))
-    result["compile"] = _compile_report(args.backend, bool(result.get("built")))
+    result["compile"] = compile_report(args.backend, bool(result.get("built")))
     result["environment"] = _environment(dev)
     if args.copy_bandwidth:
         result["copy_bandwidth"] = timing.copy_bandwidth(dev)
