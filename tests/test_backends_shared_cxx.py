@@ -227,7 +227,7 @@ def test_a_crash_is_remembered_but_a_child_that_could_not_run_is_not(probe_memo,
 
 @pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
 def test_doctor_probes_once_per_cache(monkeypatch, tmp_path):
-    from artifactcache.cli.doctor import doctor_report
+    from artifactcache.doctor import doctor_report
     from artifactcache.store.local import LocalStore
 
     root = tmp_path / "cache"

@@ -12,7 +12,7 @@ from _backend_util import CRASHING_PROBE, fake_cxx
 from typer.testing import CliRunner
 
 from artifactcache.cli.app import app
-from artifactcache.cli.doctor import BACKEND_ROWS, DOCTOR_SCHEMA
+from artifactcache.doctor import BACKEND_ROWS, DOCTOR_SCHEMA
 from artifactcache.settings import SETTINGS
 
 TOP_KEYS = {
@@ -28,6 +28,7 @@ TOP_KEYS = {
     "cache",
     "remote",
     "settings",
+    "probed",
 }
 BACKEND_KEYS = {"name", "available", "reason", "install"}
 SETTING_KEYS = {"name", "kind", "value", "default", "doc", "internal", "problem"}
@@ -166,3 +167,55 @@ def test_settings_in_effect_and_a_refused_value_are_reported_not_fatal(cache_dir
     assert lines["ACACHE_LOAD_THREADS"] == ("3", SETTINGS["ACACHE_LOAD_THREADS"].doc)
     assert lines["ACACHE_ORT_VERBOSE"] == ("(default: False)", SETTINGS["ACACHE_ORT_VERBOSE"].doc)
     assert lines["ACACHE_VERIFY"][1].startswith("refused: ACACHE_VERIFY='bogus'")
+
+
+def _store_root(cache_dir):
+    from artifactcache.store.local import LocalStore
+
+    LocalStore(cache_dir)  # an existing cache: doctor keeps its memo there
+    return cache_dir
+
+
+def test_a_repeat_doctor_reuses_the_toolchain_checks(cache_dir, monkeypatch):
+    from artifactcache import doctor
+
+    _store_root(cache_dir)
+    first = _doctor()
+    assert first["probed"]["from_memo"] is False and (cache_dir / "v1" / doctor.MEMO).is_file()
+
+    def no_probe(_memo_dir):
+        raise AssertionError("probed again on the same toolchain")
+
+    monkeypatch.setattr(doctor, "_probe", no_probe)
+    again = _doctor()
+    assert again["probed"] == {"at": first["probed"]["at"], "from_memo": True}
+    for k in doctor.PROBED_KEYS:
+        assert again[k] == first[k], k
+    r = CliRunner().invoke(app, ["doctor"])
+    assert r.exit_code == 0 and "kept for this toolchain" in r.stdout
+
+
+def test_full_and_a_changed_toolchain_probe_again(cache_dir, monkeypatch):
+    from artifactcache import doctor
+
+    _store_root(cache_dir)
+    _doctor()
+    calls = []
+    real = doctor._probe
+    monkeypatch.setattr(doctor, "_probe", lambda d: calls.append(d) or real(d))
+    assert _doctor("--full")["probed"]["from_memo"] is False and len(calls) == 1
+    assert _doctor()["probed"]["from_memo"] is True and len(calls) == 1
+    monkeypatch.setenv("CXX", "/nonexistent/g++")  # the compiler choice depends on it
+    assert _doctor()["probed"]["from_memo"] is False and len(calls) == 2
+
+
+def test_a_corrupt_memo_is_probed_over_and_no_cache_means_no_memo(cache_dir, tmp_path):
+    from artifactcache import doctor
+
+    _store_root(cache_dir)
+    (cache_dir / "v1" / doctor.MEMO).write_text("{not json")
+    assert _doctor()["probed"]["from_memo"] is False
+    assert json.loads((cache_dir / "v1" / doctor.MEMO).read_text())  # rewritten whole
+    absent = tmp_path / "no-cache-yet"
+    rep = _doctor("--cache-dir", str(absent))
+    assert rep["probed"]["from_memo"] is False and not absent.exists()  # never created

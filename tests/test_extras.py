@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import artifactcache
-from artifactcache.cli.doctor import INSTALL
+from artifactcache.doctor import INSTALL
 from artifactcache.extras import EXTRAS, TRT_HINT, TRTLLM_HINT, install_hint
 
 if sys.version_info >= (3, 11):

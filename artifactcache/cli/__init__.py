@@ -5,7 +5,7 @@ Commands live in small modules, one concern each, registered on one Typer app:
     cli/cache.py    ls, show, verify, rm, gc, prune, stats, export, import, key, diff
     cli/build.py    recipes, build, run
     cli/remote.py   push, pull, prewarm, remote keygen
-    cli/doctor.py   doctor
+    cli/doctor.py   doctor (its report: artifactcache/doctor.py)
     cli/measure.py  coldstart, bench, compare
 
 `acache --help` groups them in panels (HELP_PANELS in app.py). Every module

@@ -1,0 +1,308 @@
+"""What works on this machine, and why not: the report behind `acache doctor`.
+
+The report is a stable schema (``DOCTOR_SCHEMA``; docs/doctor.md): keys are only ever
+added, and a change of meaning bumps the schema.
+
+The slow part (importing torch, asking each backend, probing the C++ compiler) depends
+only on the toolchain, so its results are kept per toolchain identity in an existing
+cache (``v1/doctor.json``): package versions, Python, the driver and its GPUs, $CXX,
+$PATH, CUDA_VISIBLE_DEVICES and acache's own files. A repeat doctor on the same
+toolchain imports no torch; ``full=True`` probes again. The cache and the remote are
+always looked at afresh. Doctor never creates the cache dir and writes nothing but
+these memos (and the C++ probe's, backends/shared/cxx.py) into an existing cache.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import importlib
+import json
+import os
+import platform
+import stat
+from pathlib import Path
+from typing import Any
+
+from . import settings
+from .extras import EXTRAS, install_hint
+
+DOCTOR_SCHEMA = 1
+# Rows of the backend table, in order. "trt" is backend trt as a plain build runs it (its
+# default, --mode onnx: TensorRT only); "trt-llm" its --mode llm path (TensorRT-LLM too).
+BACKEND_ROWS = ("eager", "inductor", "aoti", "ort", "trt", "trt-llm")
+INSTALL = {name: install_hint(name) if name in EXTRAS else None for name in BACKEND_ROWS}
+
+
+def _torch_info() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    try:
+        import torch
+    except ImportError as e:
+        return {"version": None, "cuda": None, "cuda_available": False, "error": str(e)}, []
+    gpus = []
+    ok = torch.cuda.is_available()
+    for i in range(torch.cuda.device_count() if ok else 0):
+        p = torch.cuda.get_device_properties(i)
+        gpus.append(
+            {
+                "index": i,
+                "name": p.name,
+                "compute_capability": f"{p.major}.{p.minor}",
+                "memory_bytes": int(p.total_memory),
+            }
+        )
+    info = {"version": torch.__version__, "cuda": torch.version.cuda, "cuda_available": ok}
+    return info, gpus
+
+
+def backend_status(name: str, device: str) -> dict[str, Any]:
+    """{name, available, reason, install} for one row of BACKEND_ROWS."""
+    from .backends.base import get_backend
+    from .choices import BuildChoices
+    from .errors import AcacheError
+
+    row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
+    backend_name, mode = ("trt", "llm") if name == "trt-llm" else (name, None)
+    if name == "trt-llm" and importlib.util.find_spec("tensorrt_llm") is None:
+        from .backends.tensorrt.backend import TRTLLM_MISSING
+
+        row["reason"] = TRTLLM_MISSING
+        return row
+    try:
+        backend = get_backend(backend_name)
+        ok, reason = backend.available(BuildChoices(device=device, mode=mode))
+    except AcacheError as e:
+        ok, reason = False, str(e)
+    except ImportError as e:  # a backend module whose own import fails is reported, not fatal
+        ok, reason = False, f"backend module failed to import: {e}"
+    row["available"], row["reason"] = bool(ok), reason
+    return row
+
+
+def _cache_root(cache_dir: Path | None) -> Path:
+    if cache_dir is not None:
+        return Path(os.path.abspath(os.path.expanduser(cache_dir)))
+    env = settings.get("ACACHE_DIR")
+    if env:
+        return Path(os.path.abspath(os.path.expanduser(env)))
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("acache"))
+
+
+def cache_status(cache_dir: Path | None) -> dict[str, Any]:
+    """Where the cache is, how big, and whether the store will accept it (read-only look)."""
+    root = _cache_root(cache_dir)
+    out: dict[str, Any] = {
+        "dir": str(root),
+        "exists": False,
+        "mode": None,
+        "owner_is_you": None,
+        "size_bytes": 0,
+        "entries": 0,
+        "problem": None,
+        "stray": [],
+    }
+    try:
+        st = os.lstat(root)
+    except FileNotFoundError:
+        out["problem"] = "does not exist yet (the first build creates it, mode 0700)"
+        return out
+    out["exists"] = True
+    out["mode"] = f"{stat.S_IMODE(st.st_mode):04o}"
+    out["owner_is_you"] = st.st_uid == os.getuid()
+    if stat.S_ISLNK(st.st_mode):
+        out["problem"] = "is a symlink: the store refuses it without --allow-shared-root"
+    elif not stat.S_ISDIR(st.st_mode):
+        out["problem"] = "is not a directory"
+    elif not out["owner_is_you"]:
+        out["problem"] = "is owned by another user: refused without --allow-shared-root"
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        out["problem"] = "is writable by group or others: refused without --allow-shared-root"
+    elif not os.access(root, os.R_OK | os.W_OK | os.X_OK):
+        out["problem"] = "is not readable and writable by you"
+    from .store.entry import tree_bytes
+
+    out["size_bytes"] = tree_bytes(root)
+    out["entries"], out["stray"] = _count_entries(root / "v1" / "entries")
+    return out
+
+
+def _count_entries(entries: Path) -> tuple[int, list[str]]:
+    """(entry dirs under entries/<prefix>/, what else is there: paths relative to v1/)."""
+    n, stray = 0, []
+    try:
+        prefixes = sorted(os.scandir(entries), key=lambda d: d.name)
+    except OSError:
+        return 0, []
+    for p in prefixes:
+        if not p.is_dir(follow_symlinks=False):
+            stray.append(f"entries/{p.name}")
+            continue
+        try:
+            with os.scandir(p.path) as it:
+                for d in it:
+                    ok = d.is_dir(follow_symlinks=False) and d.name[:2] == p.name
+                    n += ok
+                    stray += [] if ok else [f"entries/{p.name}/{d.name}"]
+        except OSError:
+            stray.append(f"entries/{p.name}")
+    return n, stray
+
+
+def remote_status(url: str | None) -> dict[str, Any]:
+    if not url:
+        return {"configured": False, "url": None}
+    try:
+        from .store.remote import check_remote
+    except ImportError as e:
+        return {"configured": True, "url": url, "error": f"remote support not installed ({e})"}
+    return {"configured": True, **check_remote(url)}
+
+
+def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
+    """The C++ compiler aoti would build with here, and those passed over (backends/cxx.py).
+
+    This is what to look at when AOTInductor libraries crash at load: on the GPU
+    image $CXX named a compiler whose code segfaults in this process.
+    """
+    from .backends.shared import cxx
+
+    try:
+        import torch  # noqa: F401  (maps libstdc++ the way a build process has it)
+    except ImportError:
+        pass
+    chosen, rejected = cxx.compiler_choice(memo_dir=memo_dir)
+    return {
+        "cxx_env": os.environ.get("CXX"),
+        "chosen": chosen,
+        "version": cxx.compiler_version(chosen) if chosen else None,
+        "runtime": cxx.loaded_libstdcxx(),
+        "passed_over": list(rejected),
+    }
+
+
+# Distributions whose versions decide what the probed part says.
+TOOLCHAIN_DISTS = (
+    "torch", "triton", "onnx", "onnxruntime", "onnxruntime-gpu", "tensorrt",
+    "tensorrt-cu12", "tensorrt-cu13", "tensorrt-llm", "transformers",
+)  # fmt: skip
+MEMO = "doctor.json"
+PROBED_KEYS = ("torch", "gpus", "device_checked", "backends", "compiler")
+
+
+def _nvml_gpus() -> list[str]:
+    """The driver's GPU names through NVML (no torch, no subprocess); [] without one."""
+    try:
+        import ctypes
+
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            return []
+        count = ctypes.c_uint(0)
+        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return []
+        names = []
+        for i in range(count.value):
+            handle = ctypes.c_void_p()
+            buf = ctypes.create_string_buffer(96)
+            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0:
+                nvml.nvmlDeviceGetName(handle, buf, 96)
+            names.append(buf.value.decode(errors="replace"))
+        return names
+    except (OSError, AttributeError):
+        return []
+
+
+def _own_files() -> list[tuple[str, int, int]]:
+    """acache's own modules by path, size and mtime: an edit re-probes."""
+    root = Path(__file__).resolve().parent
+    out = []
+    for p in sorted(root.rglob("*.py")):
+        st = p.stat()
+        out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
+    return out
+
+
+def toolchain_identity() -> str:
+    """A hash of everything the probed part of the report depends on (module doc)."""
+    from .keys import cuda_driver_version, package_version
+
+    parts = {
+        "dists": {d: package_version(d) for d in TOOLCHAIN_DISTS},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "driver": cuda_driver_version(),
+        "gpus": _nvml_gpus(),
+        "env": {v: os.environ.get(v) for v in ("CXX", "PATH", "CUDA_VISIBLE_DEVICES")},
+        "acache": _own_files(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _read_memo(path: Path) -> dict[str, Any]:
+    try:
+        memo = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def _write_memo(path: Path, identity: str, probed: dict[str, Any]) -> None:
+    """Keep only this identity's result, atomically; a failed write is no error."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps({identity: probed}, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def _probe(memo_dir: Path | None) -> dict[str, Any]:
+    torch_info, gpus = _torch_info()
+    device = "cuda" if gpus else "cpu"
+    return {
+        "torch": torch_info,
+        "gpus": gpus,
+        "device_checked": device,
+        "backends": [backend_status(name, device) for name in BACKEND_ROWS],
+        "compiler": compiler_status(memo_dir),
+    }
+
+
+def doctor_report(
+    cache_dir: Path | None, remote: str | None, *, full: bool = False
+) -> dict[str, Any]:
+    """The whole report; the toolchain part from the memo when it matches (``probed``
+    says when it was probed and whether it came from the memo), unless ``full``."""
+    from .keys import cuda_driver_version
+
+    cache = cache_status(cache_dir)
+    # The memos live in a cache the store would accept, as aoti builds' compiler memo.
+    base = _cache_root(cache_dir) / "v1"
+    memo_dir = base if cache["problem"] is None and base.is_dir() else None
+    identity = toolchain_identity()
+    kept = _read_memo(memo_dir / MEMO).get(identity) if memo_dir and not full else None
+    if isinstance(kept, dict) and all(k in kept for k in (*PROBED_KEYS, "at")):
+        probed, from_memo = kept, True
+    else:
+        now = datetime.datetime.now(datetime.timezone.utc)
+        probed = {**_probe(memo_dir), "at": now.isoformat(timespec="seconds")}
+        from_memo = False
+        if memo_dir is not None:
+            _write_memo(memo_dir / MEMO, identity, probed)
+    return {
+        "schema": DOCTOR_SCHEMA,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": probed["torch"],
+        "driver": cuda_driver_version(),
+        "gpus": probed["gpus"],
+        "device_checked": probed["device_checked"],
+        "backends": probed["backends"],
+        "compiler": probed["compiler"],
+        "cache": cache,
+        "remote": remote_status(remote),
+        "settings": settings.report(),
+        "probed": {"at": probed["at"], "from_memo": from_memo},
+    }
