@@ -306,13 +306,23 @@ def test_a_change_to_model_source_changes_the_key(tmp_path, monkeypatch):
     )
     before = real_factors("eager")
     llama = tmp_path / "models_copy" / "llama.py"
-    llama.write_text(llama.read_text().replace("def ", "def  ", 1))
+    text = llama.read_text()
+    # Comments, docstrings and layout are not behaviour: the key stays.
+    cosmetic = text.replace("def ", "def  ", 1).replace('"""', '"""Reworded. ', 1)
+    llama.write_text("# a new comment\n\n" + cosmetic.replace("\n\n", "\n\n\n", 3))
+    code_factors.module_digest.cache_clear()
+    assert real_factors("eager") == before
+    # One constant changed is: the key moves, and the explanation says which module.
+    changed = text.replace("return ", "return 0 + ", 1)
+    assert changed != text
+    llama.write_text(changed)
     code_factors.module_digest.cache_clear()
     try:
         after = real_factors("eager")
     finally:
         code_factors.module_digest.cache_clear()
     assert [d.path for d in diff_factors(before, after)] == ["acache.source.models_copy"]
+    assert after["acache"]["source"]["models_copy"].startswith("ast-sha256:")
     # A file added to the package counts too.
     (tmp_path / "models_copy" / "extra.py").write_text("X = 1\n")
     assert code_factors.module_digest("models_copy") != after["acache"]["source"]["models_copy"]
@@ -494,3 +504,42 @@ def test_a_backend_key_covers_its_folder_and_the_folders_it_imports(tmp_path, mo
     finally:
         code_factors.backend_sources.cache_clear()
         code_factors.module_digest.cache_clear()
+
+
+def test_source_digests_ignore_comments_docstrings_and_layout_only():
+    from artifactcache.code_factors import source_digest
+
+    base = source_digest(b'"""Doc."""\ndef f(x):\n    """Say."""\n    return x + 1\n')
+    same = b'# c\ndef f( x ):  # why\n    """Other words."""\n\n    return (x + 1)\n'
+    assert source_digest(same) == base
+    assert source_digest(b"def f(x):\n    return x + 2\n") != base
+    assert source_digest(b"def f(x):\n    'kept: not first'\n    return x + 1\n") == base
+    # A string that is the only statement is still behaviour-free; a bare body stays valid.
+    assert source_digest(b"class A:\n    'doc'\n") == source_digest(b"class A:\n    pass\n")
+    # A file that does not parse is keyed by its bytes: any edit of it moves the key.
+    broken = source_digest(b"def f(:\n")
+    assert broken.startswith("raw-") and source_digest(b"def f(: \n") != broken
+
+
+def test_source_digests_are_kept_beside_the_code_by_raw_hash(tmp_path, monkeypatch):
+    import hashlib
+    import json
+
+    from artifactcache import code_factors
+
+    memo = tmp_path / "__pycache__" / "digests.json"
+    monkeypatch.setattr(code_factors, "DIGEST_MEMO", memo)
+    monkeypatch.setattr(code_factors, "_memo", None)
+    src = b"X = 1\n"
+    digest = code_factors.source_digest(src)
+    code_factors._save_memo()
+    kept = json.loads(memo.read_text())
+    assert kept[hashlib.sha256(src).hexdigest()] == digest
+    # A new process reads it: no parse needed (a stand-in digest proves it was read).
+    kept[hashlib.sha256(src).hexdigest()] = "from-the-memo"
+    memo.write_text(json.dumps(kept))
+    monkeypatch.setattr(code_factors, "_memo", None)
+    assert code_factors.source_digest(src) == "from-the-memo"
+    monkeypatch.setattr(code_factors, "_memo", None)
+    memo.write_text("{broken")
+    assert code_factors.source_digest(src) == digest  # a bad memo is parsed over
