@@ -6,7 +6,7 @@ tests. Both return ``(module, (input_ids, attention_mask))`` and the module retu
 the last hidden state, one tensor::
 
     acache build examples/text.py:bert_base --backend ort
-    acache bench examples/text.py:tiny_bert --backend aoti --batches 1,32
+    acache bench examples/text.py:tiny_bert --backend aoti --batch 1,32
 """
 
 from __future__ import annotations

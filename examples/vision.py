@@ -4,7 +4,7 @@ Each factory takes no arguments and returns ``(module, example_inputs)`` with ra
 weights (the CLI seeds torch first, so every process builds the same weights)::
 
     acache build examples/vision.py:resnet50 --backend aoti --device cuda --dtype fp16
-    acache bench examples/vision.py:tiny_convnet --backend inductor --batches 1,32
+    acache bench examples/vision.py:tiny_convnet --backend inductor --batch 1,32
 
 ``resnet50`` and ``vit_b_16`` need torchvision (imported inside the factory, so the
 tiny ones run without it); the tiny variants are plain torch and fast on a CPU.

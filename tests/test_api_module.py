@@ -262,7 +262,7 @@ def test_cli_bench_reports_latency_and_items_per_batch_size(cache_dir):
 
 def test_cli_compare_runs_a_model_spec_and_reports_items_per_second(cache_dir, tmp_path):
     out = _acache(
-        "compare", "--recipes", CONVNET, "--backends", "eager", "--iters", "2",
+        "compare", "--recipes", CONVNET, "--backends", "eager", "--runs", "1", "--iters", "2",
         "--out", str(tmp_path / "report"), "--json",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

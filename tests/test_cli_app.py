@@ -116,7 +116,8 @@ CASES = [
     (["bench", "tiny-llama", "--batch", ","], "at least one batch size"),
     (["bench", "tiny-llama", "--batch", "1,-2"], "at least 1, got -2"),
     (["bench", "tiny-llama", "--batch", "1,2", "--new-tokens", "59"], "max_seq_len"),
-    (["bench", "examples/vision.py:net", "--batch", "2"], "takes --batches"),
+    (["bench", "tiny-llama", "--batch", "1", "--batches", "2"], "old spelling --batches"),
+    ([*RUN, "--tokens", "1", "--new-tokens", "2", "--max-new-tokens", "3"], "disagree"),
     (["bench", "tiny-llama", "--new-tokens", "0"], "--new-tokens"),
     (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
     (["bench", "tiny-llama", "--mode", "fast"], "has no modes"),
@@ -364,3 +365,13 @@ def test_tables_follow_the_width_in_effect_when_they_print(monkeypatch, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 40
     assert "".join(line.split("│")[1].strip() for line in lines[3:-1]) == long
+
+
+def test_help_shows_plain_value_names_and_nothing_after_a_flag():
+    r = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "160"})
+    assert r.exit_code == 0
+    lines = {ln.split()[1]: ln for ln in r.stdout.splitlines() if ln.startswith("│ --")}
+    assert "INTEGER" in lines["--new-tokens"] and "PATH" in lines["--cache-dir"]
+    assert "<bool>" not in lines["--no-eos"] and "<bool>" not in lines["--json"]
+    assert "--max-new-tokens" not in r.stdout  # the old spelling works, hidden
+    assert "RECIPE" in r.stdout and "{recipe}" not in r.stdout

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from artifactcache.measure import coldstart
-from artifactcache.measure.coldstart import ProbeSpec, break_even, run_scenarios, summarize
+from artifactcache.measure.breakeven import break_even
+from artifactcache.measure.coldstart import ProbeSpec, run_scenarios, summarize
 
 
 def test_break_even_after():
@@ -129,3 +130,23 @@ def test_relative_work_dir_reaches_children_as_absolute_paths(tmp_path, monkeypa
     ((acache_dir, env_dirs),) = seen
     assert acache_dir.is_absolute()
     assert env_dirs and all(Path(v).is_absolute() for v in env_dirs.values())
+
+
+def _timed(ttfrs, lats):
+    return [{"phases": {"first_result": t}, "steady": {"request_s": list(lats)}} for t in ttfrs]
+
+
+def test_break_even_interval_brackets_the_median_and_says_when_it_runs_to_never():
+    from artifactcache.measure.breakeven import break_even_interval
+
+    backend = _timed([10.0, 10.4, 9.8], [1.0, 1.1, 0.9, 1.05])
+    eager = _timed([4.0, 4.1, 3.9], [3.0, 3.2, 2.9, 3.1])
+    iv = break_even_interval(backend, eager)
+    n = break_even(10.0, 1.025, 4.0, 3.05)["requests"]
+    assert iv["low"] <= n <= iv["high"] and iv["high"] < 2 * iv["low"]
+    assert iv["processes"] == [3, 3] and iv["requests_timed"] == [12, 12]
+    assert break_even_interval(backend, eager) == iv  # seeded: a report renders it again
+    # Latencies that overlap: some resamples are never level.
+    close = break_even_interval(_timed([10.0], [1.0, 1.3]), _timed([4.0], [1.2, 1.25]))
+    assert close["high"] is None
+    assert break_even_interval(backend, []) is None  # no eager runs: nothing to compare

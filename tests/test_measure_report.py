@@ -195,3 +195,22 @@ def test_findings_say_what_a_warm_run_compiled_and_when_warm_outputs_differ(cons
     warm[1]["steady"]["tokens"] = [1, 2, 3]
     assert coldstart.outputs_agree(warm) is True
     assert coldstart.outputs_agree(warm[:1]) is None  # one process agrees with nothing
+
+
+def test_break_even_is_shown_with_its_interval_and_an_uncertain_one_is_named(constructed):
+    be = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["break_even_warm"]
+    assert be["interval"] is not None
+    shown = report.break_even_with_interval(be)
+    assert shown.startswith(report.break_even_verdict(be)) and "95% interval" in shown
+    be["interval"].update(low=2.0, high=None)
+    assert report.break_even_is_uncertain(be)
+    assert any("break-even is uncertain" in f for f in report.findings(constructed))
+    be["interval"].update(low=None, high=None)
+    assert report.break_even_with_interval(be).endswith("95% interval: never level")
+    assert not report.break_even_is_uncertain(be)
+
+
+def test_a_roofline_above_100_percent_is_flagged_with_why():
+    assert bench.roofline_note(99.0, "cpu") is None
+    assert "CPU" in bench.roofline_note(109.0, "cpu")
+    assert "L2" in bench.roofline_note(130.0, "cuda:0")

@@ -115,6 +115,7 @@ class AcacheGroup(TyperGroup):
     def __init__(self, **attrs: Any) -> None:
         super().__init__(**attrs)
         _escape_help(self)
+        _plain_metavars(self)
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -126,6 +127,42 @@ class AcacheGroup(TyperGroup):
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
+
+
+_KINDS = {"int": "INTEGER", "integer": "INTEGER", "float": "FLOAT", "str": "TEXT",
+          "text": "TEXT", "path": "PATH", "Path": "PATH"}  # fmt: skip
+
+
+def _value_kind(param: Any) -> str | None:
+    """INTEGER, FLOAT, TEXT or PATH for an option's value (a list's items); None for
+    anything else (a choice keeps its list). Typer before 0.20 hands click its types;
+    later ones describe the annotation."""
+    click_type = getattr(param, "type", None)
+    if click_type is not None:
+        return _KINDS.get(getattr(click_type, "name", ""))
+    desc = getattr(param, "type_descriptor", None)
+    if desc is None or getattr(desc, "is_choice", False):
+        return None
+    if getattr(desc, "is_path", False):
+        return "PATH"
+    name = param.bare_type() if hasattr(param, "bare_type") else ""
+    return _KINDS.get(name.removeprefix("list[").removesuffix("]"))
+
+
+def _plain_metavars(command: Any) -> None:  # a click.Command
+    """Help shows RECIPE, TEXT, INTEGER, PATH as click does, and nothing after a flag,
+    instead of Typer's ``{recipe}`` and ``<bool>``; an explicit metavar stays."""
+    for param in command.params:
+        if param.metavar is not None:
+            continue
+        if param.param_type_name == "argument":
+            param.metavar = param.name.upper()
+        elif getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif kind := _value_kind(param):
+            param.metavar = kind
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
 
 
 def _escape_help(command: Any) -> None:  # a click.Command
@@ -151,6 +188,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def old_spelling(value: Any, old_value: Any, flag: str, old_flag: str) -> Any:
+    """A flag renamed for one vocabulary across commands keeps its old spelling, hidden,
+    for one release: either may be given, not both with different values."""
+    if old_value is None:
+        return value
+    if value is not None and value != old_value:
+        raise ArgumentError(f"{flag} and its old spelling {old_flag} disagree: give {flag} only")
+    return old_value
+
 
 # ------------------------------------------------------------ shared options --
 

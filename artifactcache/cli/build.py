@@ -33,6 +33,7 @@ from .app import (
     emit_json,
     err_console,
     human_bytes,
+    old_spelling,
     open_store,
     print_table,
 )
@@ -190,10 +191,14 @@ def register(app: typer.Typer) -> None:
         max_new_tokens: Annotated[
             int | None,
             typer.Option(
-                "--max-new-tokens",
-                help="New tokens (default: the recipe's, cut to fit max_seq_len).",
+                "--new-tokens",
+                help="New tokens, at most: EOS stops sooner (default: the recipe's, cut to "
+                "fit max_seq_len).",
                 show_default=False,
             ),
+        ] = None,
+        max_new_tokens_old: Annotated[
+            int | None, typer.Option("--max-new-tokens", hidden=True)
         ] = None,
         temperature: Annotated[
             float, typer.Option("--temperature", help="0 is greedy; > 0 samples.")
@@ -220,7 +225,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         no_eos: Annotated[
-            bool, typer.Option("--no-eos", help="Never stop early: exactly --max-new-tokens.")
+            bool, typer.Option("--no-eos", help="Never stop early: exactly --new-tokens.")
         ] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -239,6 +244,10 @@ def register(app: typer.Typer) -> None:
         """
         from .. import api
         from ..generate import Checkpoint, resolve_request
+
+        max_new_tokens = old_spelling(
+            max_new_tokens, max_new_tokens_old, "--new-tokens", "--max-new-tokens"
+        )
         from ..recipes import load_recipe
         from ..sources.checkpoint import checkpoint_folder
 

@@ -32,6 +32,7 @@ from .app import (
     emit_json,
     err_console,
     human_bytes,
+    old_spelling,
     parse_backend_extras,
     shown,
 )
@@ -108,7 +109,7 @@ def _rate(x: float | None) -> str:
 
 
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
-    from ..measure.report import break_even_verdict, compile_work
+    from ..measure.report import break_even_with_interval, compile_work
 
     rows = []
     base = report["baselines"].get(recipe, {})
@@ -153,7 +154,7 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         if f"break_even_{scen}" in cs:
             console.print(
                 f"break-even vs eager ({scen} start): "
-                f"{break_even_verdict(cs[f'break_even_{scen}'])}"
+                f"{break_even_with_interval(cs[f'break_even_{scen}'])}"
             )
 
 
@@ -164,7 +165,8 @@ def coldstart_cmd(
     backend: BackendOpt = "inductor",
     runs: Runs = 3,
     new_tokens: NewTokens = None,
-    iters: Iters = 3,
+    iters: Iters = 10,
+    warmup: Warmup = 2,
     out: Annotated[
         Path | None, typer.Option("--out", help="Also write report.json/.md + charts here.")
     ] = None,
@@ -182,7 +184,7 @@ def coldstart_cmd(
     lens = _prompt_lens(prompt_len, [recipe])
     spec = compare.spec_for(
         [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
-        prompt_lens=tuple(lens),
+        warmup=warmup, prompt_lens=tuple(lens),
     )  # fmt: skip
     compare.validate(spec)
     if out is not None:
@@ -217,8 +219,10 @@ def bench_cmd(
         str | None,
         typer.Option(
             "--batch",
-            help="Batch sizes, e.g. 1,8,32 (default 1): each is measured on an artifact built "
-            "for max_batch = that size (built on a miss), or on the --max-batch one.",
+            help="Batch sizes, e.g. 1,8,32 (default 1): a recipe's are measured on an "
+            "artifact built for max_batch = that size (built on a miss), or on the "
+            "--max-batch one; a model spec's set dimension 0 of every input (one entry each "
+            "unless dimension 0 is dynamic).",
             show_default=False,
         ),
     ] = None,
@@ -228,15 +232,7 @@ def bench_cmd(
     cache_dir: CacheDir = None,
     allow_shared_root: AllowSharedRoot = False,
     json_out: JsonOut = False,
-    batches: Annotated[
-        str | None,
-        typer.Option(
-            "--batches",
-            help="For a model spec: batch sizes, e.g. 1,32 (each sets dimension 0 of every "
-            "input; one entry each unless dimension 0 is dynamic).",
-            show_default=False,
-        ),
-    ] = None,
+    batches: Annotated[str | None, typer.Option("--batches", hidden=True)] = None,
     prompt_len: PromptLen = None,
 ) -> None:
     """Steady-state latency, tokens/s per request and in aggregate, % of both rooflines.
@@ -250,20 +246,17 @@ def bench_cmd(
     from ..measure import bench, benchmark
 
     lens = _prompt_lens(prompt_len, [recipe])
+    batch = old_spelling(batch, batches, "--batch", "--batches")
     if is_spec(recipe):
         from .module import bench_module
 
         choices.check_scope("module")
-        if batch is not None:
-            raise MeasureError("--batch is for a recipe; a model spec takes --batches")
         bench_module(
-            recipe, backend, choices, batches=batches, iters=iters, warmup=warmup,
+            recipe, backend, choices, batches=batch, iters=iters, warmup=warmup,
             cache_dir=cache_dir, allow_shared_root=allow_shared_root, json_out=json_out,
         )  # fmt: skip
         return
     choices.check_scope("recipe")
-    if batches is not None:
-        raise MeasureError("--batches is for a model spec; a recipe takes --batch")
     sizes = bench.parse_batches(batch) if batch is not None else [1]
     with _progress("bench") as say:
         results = benchmark.run_bench(
@@ -325,6 +318,9 @@ def _render_bench(
             lambda r: human_bytes(r["memory"].get("peak_device_allocated_bytes", 0)),
         )
     console.print(t)
+    for r in results:
+        if r.get("roofline_note"):
+            err_console.print(f"note: batch {r['batch']}: {r['roofline_note']}", highlight=False)
 
 
 def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
@@ -362,9 +358,10 @@ def compare_cmd(
     backends: Annotated[str, typer.Option("--backends", help="Comma-separated backends.")],
     out: Annotated[Path, typer.Option("--out", help="Report directory.")],
     choices: BuildChoices,
-    runs: Runs = 1,
+    runs: Runs = 3,
     new_tokens: NewTokens = None,
-    iters: Iters = 3,
+    iters: Iters = 10,
+    warmup: Warmup = 2,
     modes: Annotated[
         list[str] | None,
         typer.Option("--modes", help="BACKEND=MODE, e.g. inductor=reduce-overhead (repeatable)."),
@@ -386,7 +383,7 @@ def compare_cmd(
     names = compare.parse_list(recipes, "recipes")
     spec = compare.spec_for(
         names, compare.parse_list(backends, "backends"),
-        choices, runs=runs, new_tokens=new_tokens, iters=iters,
+        choices, runs=runs, new_tokens=new_tokens, iters=iters, warmup=warmup,
         modes=compare.parse_modes(modes or []), extras=parse_backend_extras(extra),
         prompt_lens=tuple(_prompt_lens(prompt_len, names)),
     )  # fmt: skip

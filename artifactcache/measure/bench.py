@@ -227,6 +227,21 @@ def roofline_bound(
     return "bandwidth" if bytes_s >= flops_s else "compute"
 
 
+def roofline_note(pct: float | None, device: str | None) -> str | None:
+    """Why a roofline above 100% is not a result to believe, or None at or below it."""
+    if pct is None or pct <= 100.0:
+        return None
+    if str(device or "").startswith("cuda"):
+        return (
+            f"{pct:.0f}% of the bandwidth roofline: the step reads fewer bytes than counted "
+            "(a model small enough for the GPU's L2 cache) or the copy bandwidth is too low"
+        )
+    return (
+        f"{pct:.0f}% of the bandwidth roofline: on a CPU part of each step's bytes come "
+        "from its caches, which the copy test (a buffer larger than them) does not see"
+    )
+
+
 def _median_of(probes: Sequence[dict[str, Any]], key: str, field: str) -> float | None:
     vals = [p[key][field] for p in probes if p.get(key)]
     return statistics.median(vals) if vals else None
@@ -276,6 +291,9 @@ def summarize(
         **roofline(bpt["total"], per_row, copy_gbps),
         **flop_roofline(fps["total"], per_row, peak_tflops),
         "roofline_bound": roofline_bound(bpt["total"], fps["total"], copy_gbps, peak_tflops),
+        "roofline_note": roofline_note(
+            roofline(bpt["total"], per_row, copy_gbps)["roofline_pct"], probes[0].get("device")
+        ),
         # The dense GEMM rate of this run (the same measurement as matmul_tflops), which
         # the prompt lengths' % of the FLOP roofline divides by (measure/prefill.py).
         "gemm_tflops": peak_tflops,
@@ -321,15 +339,15 @@ def parse_batches(text: str) -> list[int]:
 
 
 def parse_module_batches(text: str | None) -> list[int | None]:
-    """A model spec's ``--batches 1,32`` -> [1, 32]; None -> [None] (the inputs' own batch)."""
+    """A model spec's ``--batch 1,32`` -> [1, 32]; None -> [None] (the inputs' own batch)."""
     if text is None:
         return [None]
     try:
         sizes = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise MeasureError(f"--batches takes integers like 1,32, got {text!r}") from None
+        raise MeasureError(f"--batch takes integers like 1,32, got {text!r}") from None
     if not sizes or min(sizes) < 1:
-        raise MeasureError(f"--batches takes sizes of at least 1, got {text!r}")
+        raise MeasureError(f"--batch takes sizes of at least 1, got {text!r}")
     return list(dict.fromkeys(sizes))
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..choices import BuildChoices
 from ..errors import MeasureError
+from .breakeven import break_even, break_even_interval
 from .phases import PHASE_ORDER, T0_ENV
 
 # Framework caches a cold/warm run must not inherit from the user's machine.
@@ -80,8 +81,8 @@ class ProbeSpec:
     backend: str
     choices: BuildChoices = field(default_factory=BuildChoices)
     new_tokens: int | None = None
-    iters: int = 3
-    warmup: int = 1
+    iters: int = 10
+    warmup: int = 2
     copy_bandwidth: bool = False
     matmul_flops: bool = False
     step_latency: bool = False
@@ -342,54 +343,6 @@ def ttfr(results: list[dict[str, Any]]) -> float | None:
     return statistics.median(vals) if vals else None
 
 
-def break_even(
-    ttfr_backend: float, latency_backend: float, ttfr_eager: float, latency_eager: float
-) -> dict[str, Any]:
-    """n* = (ttfr_b - ttfr_e) / (lat_e - lat_b), in requests and in seconds of serving.
-
-    Verdicts:
-    ``immediately``  the backend's first result comes no later than eager's and it
-                     is no slower per request: ahead from the first request on;
-    ``after``        it starts later but is faster per request: level after n*
-                     requests, i.e. n* x lat_b seconds of serving after its first result;
-    ``never``        it starts later and is not faster per request;
-    ``ahead-then-behind``  it starts no later but is slower per request: eager
-                     overtakes it after ``eager_overtakes_after_requests``.
-    """
-    extra = ttfr_backend - ttfr_eager
-    gain = latency_eager - latency_backend
-    base: dict[str, Any] = {
-        "startup_extra_s": extra,
-        "per_request_gain_s": gain,
-        "ttfr_backend_s": ttfr_backend,
-        "ttfr_eager_s": ttfr_eager,
-        "latency_backend_s": latency_backend,
-        "latency_eager_s": latency_eager,
-        "requests": None,
-        "seconds": None,
-        "level_at_s": None,
-    }
-    if extra <= 0 and gain >= 0:
-        return {**base, "verdict": "immediately", "requests": 0.0, "seconds": 0.0}
-    if extra <= 0:
-        return {
-            **base,
-            "verdict": "ahead-then-behind",
-            "eager_overtakes_after_requests": extra / gain,
-        }
-    if gain <= 0:
-        return {**base, "verdict": "never"}
-    n = extra / gain
-    return {
-        **base,
-        "verdict": "after",
-        "requests": n,
-        "seconds": n * latency_backend,
-        # Since process start, both have then served n requests: the two lines cross.
-        "level_at_s": ttfr_backend + n * latency_backend,
-    }
-
-
 def compile_counts(report: dict[str, Any]) -> dict[str, Any]:
     """One process's compile work (measure/child/compiles.py): graphs Inductor compiled,
     Triton kernels compiled (None where not counted), kernel timings run for tuning."""
@@ -439,5 +392,8 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                     sc[scen]["request_latency_s"],
                     e["ttfr_s"],
                     e["request_latency_s"],
+                )
+                out[f"break_even_{scen}"]["interval"] = break_even_interval(
+                    runs[scen], runs["eager"]
                 )
     return out

@@ -39,10 +39,10 @@ class CompareSpec:
     # What every backend builds with (eager too); mode and extra are per backend, below.
     # A recipe's requests are batch 1 whatever choices.max_batch builds for.
     choices: BuildChoices = field(default_factory=BuildChoices)
-    runs: int = 1
+    runs: int = 3
     new_tokens: int | None = None
-    iters: int = 3
-    warmup: int = 1
+    iters: int = 10
+    warmup: int = 2
     modes: dict[str, str] = field(default_factory=dict)  # backend -> mode
     extras: dict[str, dict[str, Any]] = field(default_factory=dict)  # backend -> --extra options
     timeout: float = coldstart.DEFAULT_TIMEOUT_S

@@ -56,6 +56,26 @@ def break_even_verdict(be: dict[str, Any] | None) -> str:
     return f"{be['requests']:.1f} req ({be['seconds']:.1f} s serving)"
 
 
+def break_even_with_interval(be: dict[str, Any] | None) -> str:
+    """break_even_verdict and, where measured, its 95% interval in requests."""
+    text = break_even_verdict(be)
+    iv = (be or {}).get("interval")
+    if not iv:
+        return text
+    if iv["low"] is None:
+        return f"{text}; 95% interval: never level"
+    high = "never" if iv["high"] is None else f"{iv['high']:.1f}"
+    return f"{text}; 95% interval {iv['low']:.1f}–{high} req"
+
+
+def break_even_is_uncertain(be: dict[str, Any] | None) -> bool:
+    """The interval spans more than 2x, or runs to "never": more runs or requests needed."""
+    iv = (be or {}).get("interval")
+    if not iv or iv["low"] is None:  # none, or never level in every resample that counts
+        return False
+    return iv["high"] is None or iv["high"] > max(2 * iv["low"], iv["low"] + 1)
+
+
 def _cell_status(pair: dict[str, Any] | None) -> str | None:
     """None when the pair has numbers; else the reason it has none."""
     if pair is None:
@@ -169,7 +189,7 @@ def detail_table(report: dict[str, Any]) -> list[str]:
                 f"{bench['request']['p50']:.3f} / {bench['request']['p99']:.3f} s"
                 f" | {_f(bench['prefill']['p50'] * 1e3, '{:.1f}', ' ms')} | {ttfr(cold)} | "
                 f"{ttfr(warm)} | {ttfr(eager_ttfr)} | {_f(cs.get('cold_warm_ratio'), '{:.1f}x')}"
-                f" | {break_even_verdict(cs.get('break_even_warm'))} | "
+                f" | {break_even_with_interval(cs.get('break_even_warm'))} | "
                 f"{_f(bench['achieved_gbps'])} | "
                 f"{_f(bench['roofline_pct'], '{:.0f}', '%')} | {compiled(cold)} / "
                 f"{compiled(warm)} | {rss:.1f} GiB | {gpu} |"
@@ -280,10 +300,17 @@ def findings(report: dict[str, Any]) -> list[str]:
                 f"{key}: warm time to first token {warm['ttfr_s']:.1f} s exceeds the "
                 f"{WARM_TTFR_GPU_TARGET_S:.0f} s target (docs/perf-notes.md)."
             )
+        if (p.get("bench") or {}).get("roofline_note"):
+            out.append(f"{key}: {p['bench']['roofline_note']}.")
         be = p["coldstart"].get("break_even_warm")
         if be and be["verdict"] in ("never", "ahead-then-behind"):
             verdict = break_even_verdict(be)
             out.append(f"{key}: not faster than eager per request ({verdict}).")
+        if be and break_even_is_uncertain(be):
+            out.append(
+                f"{key}: the warm break-even is uncertain ({break_even_with_interval(be)}): "
+                "more --runs or --iters narrow it."
+            )
     return out
 
 

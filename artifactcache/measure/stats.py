@@ -1,10 +1,12 @@
-"""Summary statistics and the comma lists of counts the measure commands take."""
+"""Summary statistics (percentiles, a seeded bootstrap) and the comma lists of counts the
+measure commands take."""
 
 from __future__ import annotations
 
 import math
+import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..errors import MeasureError
 
@@ -28,6 +30,23 @@ def latency_stats(values: Sequence[float]) -> dict[str, float]:
         "max": max(values),
         "mean": statistics.fmean(values),
     }
+
+
+def bootstrap(
+    stat: Callable[..., float],
+    samples: Sequence[Sequence[float]],
+    *,
+    rounds: int = 2000,
+    seed: int = 0,
+) -> list[float]:
+    """``stat`` of ``rounds`` resamples (each sample drawn with replacement, on its own),
+    sorted; seeded, so a report renders the same interval from the same timings."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(rounds):
+        drawn = [[xs[rng.randrange(len(xs))] for _ in xs] for xs in samples]
+        out.append(stat(*drawn))
+    return sorted(out)
 
 
 def parse_counts(
