@@ -95,13 +95,18 @@ def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> No
         t.add_column(cell(c), overflow="fold")
     for r in cells:
         t.add_row(*(Text(x) for x in r))
+    print_wide(t)
+
+
+def print_wide(table: Table) -> None:
+    """Print a rich table at a terminal's width, or the one COLUMNS asks for; piped or
+    redirected with no width asked, at the table's whole width, never folded at rich's
+    default of 80 columns."""
     if console.is_terminal or os.environ.get("COLUMNS", "").strip():
-        console.print(t)  # a terminal's width, or the one COLUMNS asks for
+        console.print(table)
         return
-    # Piped or redirected with no width asked: the table's whole width, never folded at
-    # rich's default of 80 columns.
-    natural = Measurement.get(console, console.options.update_width(1 << 16), t).maximum
-    console.print_at_width(t, max(console.width, natural))
+    natural = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    console.print_at_width(table, max(console.width, natural))
 
 
 class AcacheGroup(TyperGroup):
@@ -286,6 +291,16 @@ RecipeArg = Annotated[
 ]
 BackendOpt = Annotated[
     str, typer.Option("--backend", "-b", help="eager | inductor | aoti | ort | trt.")
+]
+# A build or measure command's backend: one default for all, by device (defaults.py).
+DefaultBackendOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backend",
+        "-b",
+        help="eager | inductor | aoti | ort | trt (default: aoti on cuda, eager on cpu).",
+        show_default=False,
+    ),
 ]
 
 

@@ -18,8 +18,8 @@ import typer
 from ..devices import is_cuda
 from .app import (
     AllowSharedRoot,
-    BackendOpt,
     CacheDir,
+    DefaultBackendOpt,
     JsonOut,
     RebuildUntrusted,
     RecipeArg,
@@ -142,7 +142,7 @@ def register(app: typer.Typer) -> None:
     def build_cmd(
         recipe: RecipeArg,
         choices: BuildChoices,
-        backend: BackendOpt = "eager",
+        backend: DefaultBackendOpt = None,
         force: Annotated[bool, typer.Option("--force", help="Rebuild even on a hit.")] = False,
         json_out: JsonOut = False,
         cache_dir: CacheDir = None,
@@ -180,7 +180,7 @@ def register(app: typer.Typer) -> None:
     def run_cmd(
         recipe: RecipeArg,
         choices: BuildChoices,
-        backend: BackendOpt = "eager",
+        backend: DefaultBackendOpt = None,
         prompt: Annotated[
             str | None,
             typer.Option("--prompt", help="Prompt text (needs tokenizer.json in the checkpoint)."),

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from ..choices import BuildChoices
+from ..defaults import DEVICE_DEFAULT_HELP, DTYPE_DEFAULT_HELP
 from .app import ArgumentError, parse_extra
 
 # How each kind of field reads from the command line: (annotation, to the field's value).
@@ -34,13 +35,24 @@ _TYPES = {"str": str, "int": int, "str | None": str | None, "int | None": int | 
 
 def _annotation(f: dataclasses.Field) -> Any:
     kind = f.metadata["cli"]
+    if f.name in _MACHINE_DEFAULTS:
+        return str | None
     return _PARSERS[kind][0] if kind in _PARSERS else _TYPES[str(f.type)]
+
+
+# Choices whose default depends on the machine or the model (artifactcache/defaults.py):
+# None on the command line, resolved in choices_from_cli.
+_MACHINE_DEFAULTS = {"device": DEVICE_DEFAULT_HELP, "dtype": DTYPE_DEFAULT_HELP}
 
 
 def _parameter(f: dataclasses.Field) -> inspect.Parameter:
     repeatable = f.metadata["cli"] in ("key=value", "list")
     default = None if repeatable or f.metadata["cli"] == "path" else f.default
-    option = typer.Option(f.metadata["flag"], help=f.metadata["help"],
+    help_text = f.metadata["help"]
+    if f.name in _MACHINE_DEFAULTS:
+        default = None
+        help_text = f"{help_text.rstrip('.')} ({_MACHINE_DEFAULTS[f.name]})."
+    option = typer.Option(f.metadata["flag"], help=help_text,
                           show_default=default is not None)  # fmt: skip
     return inspect.Parameter(
         f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
@@ -48,8 +60,11 @@ def _parameter(f: dataclasses.Field) -> inspect.Parameter:
     )  # fmt: skip
 
 
-def choices_from_cli(values: dict[str, Any]) -> BuildChoices:
-    """BuildChoices from the parsed options; bad values are one-line ArgumentErrors."""
+def choices_from_cli(values: dict[str, Any], recipe: str | None = None) -> BuildChoices:
+    """BuildChoices from the parsed options, the machine's defaults filled in for those not
+    given (``recipe``: the command's model, whose checkpoint may name a dtype); bad values
+    are one-line ArgumentErrors."""
+    from ..defaults import default_device, default_dtype, model_folder
     from ..limits import check_seed
 
     given = {}
@@ -59,6 +74,11 @@ def choices_from_cli(values: dict[str, Any]) -> BuildChoices:
         value = values[f.name]
         kind = f.metadata["cli"]
         given[f.name] = _PARSERS[kind][1](value) if kind in _PARSERS else value
+    if "device" in values and given["device"] is None:
+        given["device"] = default_device()
+    if "dtype" in values and given["dtype"] is None:
+        folder = model_folder(recipe, given.get("weights"))
+        given["dtype"] = default_dtype(given.get("device") or "cpu", folder)
     try:
         check_seed(given.get("seed", 0), "--seed")
     except Exception as e:
@@ -96,8 +116,14 @@ def with_choices(
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..defaults import default_backend
+
         values = {n: kwargs.pop(n) for n in names}
-        return command(*args, choices=choices_from_cli(values), **kwargs)
+        recipes = kwargs.get("recipe") or (kwargs.get("recipes") or "").split(",")[0].strip()
+        choices = choices_from_cli(values, recipe=recipes or None)
+        if "backend" in kwargs and kwargs["backend"] is None:
+            kwargs["backend"] = default_backend(choices.device)
+        return command(*args, choices=choices, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in own + added}

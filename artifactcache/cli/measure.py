@@ -24,8 +24,8 @@ from ..errors import MeasureError
 from .app import (
     AllowSharedRoot,
     BackendExtraOpt,
-    BackendOpt,
     CacheDir,
+    DefaultBackendOpt,
     JsonOut,
     RecipeArg,
     console,
@@ -34,6 +34,7 @@ from .app import (
     human_bytes,
     old_spelling,
     parse_backend_extras,
+    print_wide,
     shown,
 )
 from .choices import with_choices
@@ -134,7 +135,7 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         span = f"{fr['median']:.2f} s ({fr['min']:.2f}–{fr['max']:.2f})"
         comp = "/".join("yes" if c else "no" for c in s["compiled"])
         t.add_row(name, *cells, span, _s(s["request_latency_s"], "{:.3f} s"), comp)
-    console.print(t)
+    print_wide(t)
     cs = pair["coldstart"]
     warm = cs["scenarios"].get("warm")
     if warm and any(warm["compiled"]):
@@ -162,7 +163,7 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
 def coldstart_cmd(
     recipe: RecipeArg,
     choices: BuildChoices,
-    backend: BackendOpt = "inductor",
+    backend: DefaultBackendOpt = None,
     runs: Runs = 3,
     new_tokens: NewTokens = None,
     iters: Iters = 10,
@@ -214,7 +215,7 @@ def coldstart_cmd(
 def bench_cmd(
     recipe: RecipeArg,
     choices: BuildChoices,
-    backend: BackendOpt = "eager",
+    backend: DefaultBackendOpt = None,
     batch: Annotated[
         str | None,
         typer.Option(
@@ -317,7 +318,7 @@ def _render_bench(
             "peak device memory",
             lambda r: human_bytes(r["memory"].get("peak_device_allocated_bytes", 0)),
         )
-    console.print(t)
+    print_wide(t)
     for r in results:
         if r.get("roofline_note"):
             err_console.print(f"note: batch {r['batch']}: {r['roofline_note']}", highlight=False)
@@ -349,7 +350,7 @@ def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
             ]
             where = f"{r['batch']} (max_batch {r['max_batch']})"
             t.add_row(*([where] if several else []), *cells)
-    console.print(t)
+    print_wide(t)
 
 
 @with_choices(exclude=("mode", "extra"))

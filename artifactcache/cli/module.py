@@ -73,7 +73,7 @@ def bench_module(
     from rich.table import Table
 
     from ..measure import bench, benchmark
-    from .app import console, emit_json, err_console, shown
+    from .app import emit_json, err_console, print_wide, shown
 
     def say(msg: str, _done: int, _total: int) -> None:
         err_console.print(f"[dim]{shown(msg)}[/dim]")
@@ -99,4 +99,4 @@ def bench_module(
             *(f"{lat[q] * 1e3:.2f}" for q in ("p50", "p90", "p99")),
             f"{r['items_per_s']:.1f}" if r["items_per_s"] else "–",
         )  # fmt: skip
-    console.print(t)
+    print_wide(t)

@@ -1,0 +1,77 @@
+"""The command line's defaults for what the user did not choose: fit for the machine.
+
+- device: ``cuda`` when torch sees a GPU, else ``cpu``;
+- dtype: a checkpoint folder's own (config.json's ``dtype`` / ``torch_dtype``), else
+  ``bf16`` on a GPU and ``fp32`` on a CPU; an fp16 checkpoint runs as fp32 on a CPU,
+  where fp16 kernels are slow or missing;
+- backend: one for every command: ``aoti`` on a GPU (the fastest warm start and decode
+  measured, docs/benchmarks.md), ``eager`` on a CPU (no compiler needed, and for the
+  tiny CPU recipes no compiled backend pays for its build).
+
+The library's own defaults (``BuildChoices``: cpu, fp32) stay fixed: a program says what
+it wants. Defaults resolve to values before any key is made, so a key never holds
+"auto".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .dtypes import DTYPES, canonical_dtype
+
+DEVICE_DEFAULT_HELP = "default: cuda when torch sees a GPU, else cpu"
+DTYPE_DEFAULT_HELP = "default: a checkpoint's own, else bf16 on cuda and fp32 on cpu"
+BACKEND_DEFAULT_HELP = "default: aoti on cuda, eager on cpu"
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def checkpoint_dtype(folder: str | Path | None) -> str | None:
+    """A checkpoint folder's dtype as acache names it, or None (no folder, no config.json,
+    no dtype there, or one acache does not build in; loading says why)."""
+    if folder is None:
+        return None
+    config = Path(folder) / "config.json"
+    try:
+        data = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for name in ("dtype", "torch_dtype"):  # transformers 5 and 4 spell it differently
+        value = data.get(name)
+        if isinstance(value, str):
+            name = canonical_dtype(value)
+            return name if name in DTYPES else None
+    return None
+
+
+def default_dtype(device: str, folder: str | Path | None = None) -> str:
+    cuda = device.startswith("cuda")
+    own = checkpoint_dtype(folder)
+    if own is not None:
+        return "fp32" if own == "fp16" and not cuda else own
+    return "bf16" if cuda else "fp32"
+
+
+def default_backend(device: str) -> str:
+    return "aoti" if device.startswith("cuda") else "eager"
+
+
+def model_folder(recipe: str | None, weights: str | None) -> Path | None:
+    """The checkpoint folder a command's model comes from: --weights, or a RECIPE that is
+    a folder with a config.json; None for built-ins, TOML files and model specs."""
+    for path in (weights, recipe):
+        if not path:
+            continue
+        p = Path(path)
+        if p.is_file() and p.suffix == ".safetensors":
+            p = p.parent
+        if p.is_dir() and (p / "config.json").is_file():
+            return p
+    return None
