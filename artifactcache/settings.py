@@ -77,6 +77,9 @@ _ALL = (
             "capture CUDA graphs of the decode step (0: off)"),
     Setting("ACACHE_ORT_VERBOSE", "bool", False,
             "show ONNX Runtime's own log (which optimizer passes ran)"),
+    Setting("ACACHE_VERBOSE", "bool", False,
+            "show third-party FutureWarning and DeprecationWarning lines, in acache and the "
+            "processes it starts (acache --verbose)"),
     # -- loading weights
     Setting("ACACHE_LOAD_THREADS", "int", None,
             "weights loader threads; unset: min(8, the CPUs this process may use)"),

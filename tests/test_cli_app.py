@@ -375,3 +375,29 @@ def test_help_shows_plain_value_names_and_nothing_after_a_flag():
     assert "<bool>" not in lines["--no-eos"] and "<bool>" not in lines["--json"]
     assert "--max-new-tokens" not in r.stdout  # the old spelling works, hidden
     assert "RECIPE" in r.stdout and "{recipe}" not in r.stdout
+
+
+def test_third_party_warnings_are_hidden_here_and_in_children_unless_verbose(monkeypatch):
+    import subprocess
+    import sys
+    import warnings
+
+    from artifactcache.cli.app import quiet_third_party_warnings
+
+    monkeypatch.delenv("ACACHE_VERBOSE", raising=False)
+    monkeypatch.setenv("PYTHONWARNINGS", "error::UserWarning")
+    child = [sys.executable, "-c", "import warnings; warnings.warn('old', FutureWarning)"]
+    with warnings.catch_warnings():
+        quiet_third_party_warnings()
+        quiet_third_party_warnings()  # twice: no filter repeated
+        env = os.environ["PYTHONWARNINGS"]
+        assert env == "ignore::FutureWarning,ignore::DeprecationWarning,error::UserWarning"
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.warn("old", FutureWarning, stacklevel=1)
+        assert not seen
+    assert subprocess.run(child, capture_output=True, text=True).stderr == ""
+    monkeypatch.setenv("PYTHONWARNINGS", "")
+    monkeypatch.setenv("ACACHE_VERBOSE", "1")  # what --verbose sets
+    quiet_third_party_warnings()
+    assert os.environ["PYTHONWARNINGS"] == ""
+    assert "FutureWarning: old" in subprocess.run(child, capture_output=True, text=True).stderr

@@ -199,3 +199,22 @@ def test_quant_builds_its_own_entry_and_key_explains_it(cache_dir: Path):
     assert keyed["factors"]["backend"]["options"]["quant"] == "int8wo"
     assert json.loads(run("build", "tiny-llama", "--quant", "int8wo", "--json").stdout)[
         "status"] == "hit"  # fmt: skip
+
+
+def test_a_slow_build_says_what_it_does_off_a_terminal_and_lines_stay_whole(
+    cache_dir: Path, monkeypatch
+):
+    from artifactcache.cli import build
+
+    monkeypatch.setattr(build, "PLAIN_PROGRESS_AFTER_S", 0.0)  # every build counts as slow
+    r = runner.invoke(app, ["build", "tiny-llama", "-b", "eager"], env={"COLUMNS": ""})
+    assert r.exit_code == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == "building tiny-llama with eager ..."
+    assert lines[-1].startswith("building tiny-llama with eager: ") and lines[-1].endswith(" s")
+    # Piped, the key, status, time and size stay one line (not wrapped at 80 columns).
+    (out,) = r.stdout.strip().splitlines()
+    assert len(out) > 80 and out.split()[1] == "built"
+    monkeypatch.setattr(build, "PLAIN_PROGRESS_AFTER_S", 60.0)
+    hit = runner.invoke(app, ["build", "tiny-llama", "-b", "eager"])
+    assert hit.exit_code == 0 and hit.stderr == ""  # a quick hit stays quiet

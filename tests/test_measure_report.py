@@ -214,3 +214,12 @@ def test_a_roofline_above_100_percent_is_flagged_with_why():
     assert bench.roofline_note(99.0, "cpu") is None
     assert "CPU" in bench.roofline_note(109.0, "cpu")
     assert "L2" in bench.roofline_note(130.0, "cuda:0")
+
+
+def test_a_chart_not_drawn_is_named_with_why(constructed, tmp_path):
+    paths = report.write_report(constructed, tmp_path)  # no --prompt-len in these runs
+    assert report.skipped_charts(paths) == [
+        ("ttft_by_prompt_len.png", "no prompt length was timed (--prompt-len)")
+    ]
+    md = (tmp_path / "report.md").read_text()
+    assert "Charts not drawn: ttft_by_prompt_len.png (no prompt length was timed" in md

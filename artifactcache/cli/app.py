@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import json
 import os
@@ -40,6 +41,18 @@ class LiveConsole(Console):
             self._width = None
         if kwargs.get("height") is None:
             self._height = None
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Plain lines piped or redirected, with no width asked, are never wrapped at rich's
+        default of 80 columns: a key and its status stay on one line for grep and cut."""
+        if (
+            "soft_wrap" not in kwargs
+            and all(isinstance(o, str) for o in objects)
+            and not self.is_terminal
+            and not os.environ.get("COLUMNS", "").strip()
+        ):
+            kwargs["soft_wrap"] = True
+        super().print(*objects, **kwargs)
 
     def print_at_width(self, renderable: Any, width: int) -> None:
         """Print at ``width`` columns (rich's print(width=) never exceeds the console's),
@@ -460,6 +473,42 @@ def _register_all() -> None:
 
 _register_all()
 _arrange_help()
+
+
+# Notices meant for torch's and onnx's own developers: a user can act on none of them.
+QUIET_CATEGORIES = ("FutureWarning", "DeprecationWarning")
+
+
+def quiet_third_party_warnings() -> None:
+    """Hide QUIET_CATEGORIES here and, through PYTHONWARNINGS, in every process acache
+    starts (build workers, probes), unless ACACHE_VERBOSE (acache --verbose) is set."""
+    import warnings
+
+    from .. import settings
+
+    if settings.get("ACACHE_VERBOSE"):
+        return
+    for name in QUIET_CATEGORIES:
+        warnings.filterwarnings("ignore", category=getattr(builtins, name))
+    given = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f.strip()]
+    ours = [f"ignore::{name}" for name in QUIET_CATEGORIES if f"ignore::{name}" not in given]
+    os.environ["PYTHONWARNINGS"] = ",".join(ours + given)  # the user's own, later, win
+
+
+@app.callback()
+def _global_options(
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            help="Show third-party warnings (FutureWarning, DeprecationWarning), hidden by "
+            "default (or set ACACHE_VERBOSE=1).",
+        ),
+    ] = False,
+) -> None:
+    if verbose:
+        os.environ["ACACHE_VERBOSE"] = "1"
+    quiet_third_party_warnings()
 
 
 def main() -> None:

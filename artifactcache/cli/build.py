@@ -36,6 +36,7 @@ from .app import (
     old_spelling,
     open_store,
     print_table,
+    shown,
 )
 from .choices import with_choices
 from .module import is_spec
@@ -45,14 +46,38 @@ if TYPE_CHECKING:
     from ..store.protocol import Store
 
 
+# Not a terminal (a CI log, a pipe): a plain line once the work has run this long, and
+# its time when done, so a hit stays quiet and a minutes-long build says what it does.
+PLAIN_PROGRESS_AFTER_S = 1.0
+
+
 @contextlib.contextmanager
 def _spinner(text: str) -> Iterator[None]:
-    """A spinner on stderr while something slow runs, only when a person watches."""
+    """A spinner on stderr while something slow runs when a person watches; else plain
+    progress lines (PLAIN_PROGRESS_AFTER_S)."""
     if sys.stderr.isatty():
         with err_console.status(text):
             yield
-    else:
+        return
+    import threading
+    import time
+
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def say() -> None:
+        said.set()
+        err_console.print(f"{shown(text)} ...", highlight=False)
+
+    timer = threading.Timer(PLAIN_PROGRESS_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
         yield
+    finally:
+        timer.cancel()
+        if said.is_set():
+            err_console.print(f"{shown(text)}: {time.perf_counter() - t0:.1f} s", highlight=False)
 
 
 def generate_and_print(

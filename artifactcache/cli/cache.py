@@ -87,6 +87,32 @@ def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+STAT_LABELS = {
+    "bytes_served": "served from the cache",
+    "build_seconds": "build time spent",
+    "build_seconds_saved": "build time saved by hits",
+    "bytes": "size on disk",
+    "remote_errors": "remote errors",
+}
+
+
+def _duration(seconds: float) -> str:
+    """1.2 s, 4 min 5 s, 2 h 3 min: a time as a person reads it."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def _stat_value(name: str, value: Any) -> str:
+    if name.startswith("bytes") and isinstance(value, (int, float)):
+        return human_bytes(int(value))
+    if name.endswith("seconds") or name.endswith("seconds_saved"):
+        return _duration(float(value))
+    return str(value)
+
+
 def _store(cache_dir: Path | None, allow_shared_root: bool):
     return open_store(cache_dir, allow_shared_root)  # local only: no --remote on these commands
 
@@ -297,12 +323,9 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json(s)
             return
-        shown = {
-            **s,
-            "bytes": human_bytes(s["bytes"]),
-            "bytes_served": human_bytes(s["bytes_served"]),
-        }
-        _table("cache stats", ["stat", "value"], [[k, v] for k, v in shown.items()])
+        # Words and units for a person; --json keeps the raw numbers.
+        rows = [[STAT_LABELS.get(k, k.replace("_", " ")), _stat_value(k, v)] for k, v in s.items()]
+        _table("cache stats", ["stat", "value"], rows)
 
     @app.command("export")
     def export(

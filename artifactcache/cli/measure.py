@@ -198,9 +198,10 @@ def coldstart_cmd(
     finally:
         shutil.rmtree(units, ignore_errors=True)
     if out is not None:
-        from ..measure.report import write_report
+        from ..measure.report import skipped_charts, write_report
 
-        write_report(report, out)
+        for chart, why in skipped_charts(write_report(report, out)):
+            err_console.print(f"note: {chart} not drawn: {why}", highlight=False)
     if json_out:
         emit_json(report)
         return
@@ -379,7 +380,7 @@ def compare_cmd(
     --recipes may name model specs (pkg.module:factory); --input applies to each.
     """
     from ..measure import compare
-    from ..measure.report import seed_table, write_report
+    from ..measure.report import seed_table, skipped_charts, write_report
 
     names = compare.parse_list(recipes, "recipes")
     spec = compare.spec_for(
@@ -400,6 +401,8 @@ def compare_cmd(
             progress=say,
         )
     paths = write_report(report, out)
+    for chart, why in skipped_charts(paths):
+        err_console.print(f"note: {chart} not drawn: {why}", highlight=False)
     if json_out:
         emit_json(report)
         return

@@ -471,6 +471,27 @@ def chart_phases(report: dict[str, Any], path: Path) -> bool:
     return True
 
 
+# Why a chart is absent when its function drew nothing (it returns False).
+CHARTS_NOT_DRAWN = {
+    "tokens_per_s.png": "no backend measured a decode rate",
+    "phases.png": "no run recorded its phases",
+    "ttft_by_prompt_len.png": "no prompt length was timed (--prompt-len)",
+}
+
+
+def skipped_charts(written: list[Path]) -> list[tuple[str, str]]:
+    """(chart, why) for each chart write_report did not draw."""
+    import importlib.util
+
+    names = {p.name for p in written}
+    no_mpl = importlib.util.find_spec("matplotlib") is None
+    return [
+        (c, "matplotlib is not installed here" if no_mpl else why)
+        for c, why in CHARTS_NOT_DRAWN.items()
+        if c not in names
+    ]
+
+
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     """report.json, report.md and the charts into ``out``; returns the paths written."""
     try:
@@ -495,6 +516,9 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
                 charts.append("phases.png")
             if chart_ttft(report, out / "ttft_by_prompt_len.png"):
                 charts.append("ttft_by_prompt_len.png")
+            not_drawn = [f"{c} ({why})" for c, why in CHARTS_NOT_DRAWN.items() if c not in charts]
+            if not_drawn:
+                note = f"\nCharts not drawn: {'; '.join(not_drawn)}.\n"
         (out / "report.md").write_text(render_markdown(report, charts) + note)
     except OSError as e:
         raise MeasureError(f"cannot write the report into {out}: {e.strerror or e}") from None

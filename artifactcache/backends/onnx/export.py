@@ -38,12 +38,17 @@ with :func:`export_dependency`; artifactcache/api/recipe.py opens or builds it.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import settings
 from ...errors import BackendError
 from ...keys import make_factors, toolchain_fingerprint
 from ..base import Dependency
@@ -298,11 +303,6 @@ def _dynamic_axes(recipe: Recipe, names: tuple[str, ...]) -> dict[str, dict[int,
 
 
 def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, external: bool):
-    import contextlib
-    import io
-    import logging
-    import warnings
-
     import torch
 
     axes = _dynamic_axes(recipe, INPUT_NAMES)
@@ -313,19 +313,35 @@ def _export_dynamo(step, args, path: Path, recipe: Recipe, spec: ExportSpec, ext
         name: {d: export_dims[a.name] for d, a in axes[name].items()} if name in axes else None
         for name in INPUT_NAMES
     }
-    # The exporter prints progress to stdout and warns about things we do on
-    # purpose; keep stdout clean for `--json` callers.
-    quiet = contextlib.ExitStack()
-    quiet.enter_context(contextlib.redirect_stdout(io.StringIO()))
-    quiet.enter_context(warnings.catch_warnings())
-    warnings.simplefilter("ignore")
-    onnx_log = logging.getLogger("torch.onnx")
-    old_level = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)
-    quiet.callback(onnx_log.setLevel, old_level)
-    with quiet:
+    with quiet_exporter():
         prog = _dynamo_call(step, args, shapes, spec)
     prog.save(str(path), external_data=external)
+
+
+# Loggers of the exporter and its optimizer: torch.onnx's progress, and onnxscript's
+# constant folding, which logs "Evaluation failed" for every node it leaves unfolded.
+EXPORTER_LOGGERS = ("torch.onnx", "onnxscript")
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[None]:
+    """The exporter prints progress to stdout, warns about what we do on purpose and logs
+    its optimizer's misses: stdout stays clean for `--json` callers and stderr for the
+    user, unless ACACHE_ORT_VERBOSE is set."""
+    if settings.get("ACACHE_ORT_VERBOSE"):
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for log, level in zip(loggers, levels, strict=True):
+            log.setLevel(level)
 
 
 def _dynamo_call(step, args, shapes, spec: ExportSpec):
@@ -345,8 +361,6 @@ def _dynamo_call(step, args, shapes, spec: ExportSpec):
 
 
 def _export_torchscript(step, args, path: Path, recipe: Recipe, spec: ExportSpec) -> None:
-    import warnings
-
     import torch
 
     with warnings.catch_warnings():

@@ -9,18 +9,13 @@ torchscript one does), so a runtime binds by name what the graph kept.
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ...choices import BuildChoices
 from ...errors import BackendError
 from ..shared.any_module import export_dynamic_shapes
-from .export import export_spec
+from .export import export_spec, quiet_exporter
 
 if TYPE_CHECKING:
     from ...sources.module import ModuleSpec
@@ -55,27 +50,13 @@ def export_module(
         ) from None
 
 
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """The exporter prints progress to stdout and warns about what we do on purpose."""
-    onnx_log = logging.getLogger("torch.onnx")
-    old = onnx_log.level
-    onnx_log.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        onnx_log.setLevel(old)
-
-
 def _export(spec: ModuleSpec, opts: BuildChoices, path: Path, n_out: int, external: bool) -> None:
     import torch
 
     es = export_spec(opts)
     names = [input_name(i) for i in range(len(spec.inputs))]
     outs = [output_name(i) for i in range(n_out)]
-    with torch.no_grad(), _quiet():
+    with torch.no_grad(), quiet_exporter():
         if es.exporter == "dynamo":
             prog = torch.onnx.export(
                 spec.module, spec.example_inputs, dynamo=True, input_names=names,
