@@ -68,11 +68,15 @@ def test_a_last_chunk_past_the_cache_end_overlaps_instead_of_padding():
     assert kept == ids
 
 
-def test_passes_are_as_long_as_their_tokens_rounded_to_16():
+def test_passes_are_as_long_as_their_tokens_and_at_least_16():
     ids = list(range(1, 151))  # 150 tokens through passes of up to 64
     chunks = plan_chunks(ids, 64, 320)
     assert [(c.start, len(c.ids), c.keep) for c in chunks] == [
-        (0, 64, (0, 64)), (64, 64, (0, 64)), (128, 32, (0, 22)),
+        (0, 64, (0, 64)), (64, 64, (0, 64)), (128, 22, (0, 22)),
+    ]  # fmt: skip
+    assert [len(c.ids) for c in plan_chunks([5] * 40, 64, 320)] == [40]  # ends on a token
+    assert [(len(c.ids), c.keep) for c in plan_chunks([5] * 70, 64, 320)] == [
+        (64, (0, 64)), (16, (0, 6)),
     ]  # fmt: skip
     assert [len(c.ids) for c in plan_chunks([5] * 6, 64, 320)] == [16]  # not 64
     assert chunk_len_range(64) == (16, 64) and chunk_len_range(16) is None
@@ -80,9 +84,9 @@ def test_passes_are_as_long_as_their_tokens_rounded_to_16():
 
 
 def test_a_pass_past_the_cache_end_ends_at_the_prompt_instead():
-    ids = list(range(1, 101))  # 64 + 36 -> a pass of 48 at 64 would end at 112 > 100
-    chunks = plan_chunks(ids, 64, 100)
-    assert [(c.start, len(c.ids), c.keep) for c in chunks] == [(0, 64, (0, 64)), (52, 48, (12, 48))]
+    ids = list(range(1, 71))  # 64 + 6 -> a pass of 16 at 64 would end at 80 > 70
+    chunks = plan_chunks(ids, 64, 70)
+    assert [(c.start, len(c.ids), c.keep) for c in chunks] == [(0, 64, (0, 64)), (54, 16, (10, 16))]
     kept = [t for c in chunks for t in c.ids[c.keep[0] : c.keep[1]]]
     assert kept == ids
 
@@ -114,6 +118,38 @@ def test_passes_of_any_length_give_the_full_forward(backend, passes_recipe, runn
         ids = PROMPT[:n]
         assert rel_err(runner.logits(ids), full_forward(recipe, ids)) <= 1e-4, n
     assert runner.generate(PROMPT[:150], N_NEW) == naive_greedy(recipe, PROMPT[:150], N_NEW)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_causal_first_pass_gives_the_last_positions_logits(backend, passes_recipe, runners):
+    """generate's prefill takes the causal first pass, which returns its last position's
+    logits alone (a prompt of >= 16 tokens, or a longer one's first pass); checked against
+    one masked forward of the whole prompt, which logits() also takes."""
+    recipe = load_recipe(passes_recipe)
+    runner = runners(str(passes_recipe), backend)
+    for n in (16, 40, 64, 150):
+        ids = PROMPT[:n]
+        last, _ = runner._prefill([ids], all_rows=False)
+        want = full_forward(recipe, ids)[-1]
+        assert last.shape[-1] == recipe.model.vocab_size
+        assert rel_err(last[0].float().cpu(), want) <= 1e-4, n
+
+
+def test_the_serving_model_returns_a_first_pass_last_row_only():
+    import torch
+
+    from artifactcache.models import build_model
+
+    model = build_model(load_recipe("tiny-llama"))
+    ids = torch.tensor([PROMPT[:12]])
+    every = model(ids, torch.arange(12))
+    assert every.shape[:2] == (1, 12)  # a direct call keeps every position
+    model.first_pass_last_logits = True
+    last = model(ids, torch.arange(12))
+    assert last.shape[:2] == (1, 1)
+    assert torch.allclose(last[0, 0], every[0, -1], atol=1e-5)  # one row, not twelve: blocking
+    masked = model(ids, torch.arange(12), torch.zeros(1, dtype=torch.long))
+    assert masked.shape[:2] == (1, 12)  # the masked path is not a first pass
 
 
 @pytest.mark.slow

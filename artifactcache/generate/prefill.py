@@ -5,9 +5,9 @@ The prefill steps take T tokens and their positions, for T anywhere in
 ``chunk_len_range(prefill_len)`` (a dynamic dimension of the compiled steps), and write
 their keys and values into the static KV cache at those positions. A prompt of n
 tokens runs as one pass when n <= P = prefill_len, else as chunks at positions 0, P,
-2P, ... Each pass is as long as its tokens rounded up to a multiple of CHUNK_ALIGN
-(at most P): a 6-token prompt costs a 16-token pass, not a P-token one, while the
-number of distinct lengths a step sees stays small and tensor-core friendly.
+2P, ... Each pass is as long as its tokens, at least CHUNK_ALIGN and at most P: a
+6-token prompt costs a 16-token pass, not a P-token one, and a longer pass ends on the
+prompt's last token, whose logits alone the causal first pass returns (models/common.py).
 
 The padding at the end of a pass writes junk into cache slots past the prompt, which
 is harmless: the causal mask (key s is seen by query p only when s <= p) hides those
@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 PAD_ID = 0  # any id in the vocabulary: padded rows are never read
-# Pass lengths are multiples of this (or P itself): M = 16k rows suit the tensor
-# cores, and the steps see at most P / 16 distinct lengths.
+# The shortest pass when P is longer: the steps' dynamic token dimension starts here
+# (torch.export and Dynamo specialize a dimension of 0 or 1, so it cannot start at 1).
 CHUNK_ALIGN = 16
 
 
@@ -54,10 +54,11 @@ def chunk_len_range(prefill_len: int) -> tuple[int, int] | None:
 
 
 def pass_len(tokens: int, prefill_len: int) -> int:
-    """The length of a pass over ``tokens`` (<= prefill_len) new tokens."""
+    """The length of a pass over ``tokens`` (<= prefill_len) new tokens: exactly them,
+    padded up to CHUNK_ALIGN when fewer."""
     if chunk_len_range(prefill_len) is None:
         return prefill_len
-    return min(prefill_len, -(-tokens // CHUNK_ALIGN) * CHUNK_ALIGN)
+    return min(prefill_len, max(tokens, CHUNK_ALIGN))
 
 
 def plan_chunks(ids: list[int], prefill_len: int, max_seq_len: int) -> list[Chunk]:

@@ -278,6 +278,12 @@ class CausalLM(nn.Module):
     # Decode through the split-KV kernel (setup_caches), whose cost follows the filled
     # length by itself: the steps are then given the whole cache (no length buckets).
     split_kv_decode = False
+    # Serving (backends.shared.runner.build_model_for): a first pass returns the logits
+    # of its last position only, the one its first token is picked from. The LM head over
+    # every position is ~2-6% of a 7B prompt's FLOPs, and far more of a small model's
+    # (vocab x dim per position), plus [T, vocab] fp32 logits written. Read as a constant
+    # when a step is compiled or exported.
+    first_pass_last_logits = False
 
     @property
     def kv_buckets(self) -> bool:
@@ -308,7 +314,8 @@ class CausalLM(nn.Module):
         Attention reads ``len(kv_pos)`` cache positions: ``kv_pos`` must be 0 .. L-1
         with L > every input position; None with a ``row_start`` reads the whole cache.
         With neither, the step is a prompt's first chunk: input_pos must be 0 .. T-1,
-        and attention sees the chunk's own keys, causally (the module docstring). Layers
+        and attention sees the chunk's own keys, causally (the module docstring); with
+        ``first_pass_last_logits`` it returns [B, 1, vocab], the last position's. Layers
         take the read length from the mask's last dimension. A split-KV decode step
         ignores kv_pos: its kernel reads the filled positions only.
         """
@@ -334,4 +341,6 @@ class CausalLM(nn.Module):
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
             x = layer(x, cos, sin, reads, input_pos)
+        if reads.own and self.first_pass_last_logits:
+            x = x[:, -1:]
         return self.lm_head(getattr(self.model, self.FINAL_NORM)(x)).float()

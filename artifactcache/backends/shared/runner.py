@@ -9,16 +9,17 @@ A backend only has to supply step functions over the model's static KV cache:
 
 where B is ``recipe.shapes.max_batch`` and T a pass length of up to
 ``recipe.shapes.prefill_len`` tokens (generate/prefill.py: a longer prompt runs as
-several passes, each padded to a multiple of 16, and why that padding is safe). The
+several passes, each at least 16 tokens long, and why padding a shorter one is safe). The
 rows of a batch share positions: shorter prompts are left-padded and ``row_start[b]``
 is row b's first real slot (models/common.py masks what lies before it). Every step
 runs all B rows, so a request of fewer prompts fills the rest with padding rows.
 ``prefill`` starts a request and may reset the cache; a backend whose prefill does
 (ort, trt keep the cache outside the model) also passes ``extend``, a step that
-continues it. A backend may pass ``fresh(idx, input_pos) -> logits``, a step for a
-first pass whose rows all start at slot 0: it attends causally to its own keys
-(the torch backends' flash path, models/common.py), and the runner prefers it to
-``prefill`` whenever no row is left-padded. A backend whose steps read only part of
+continues it. A backend may pass ``fresh(idx, input_pos) -> logits [B, 1, vocab]``, a
+step for a first pass whose rows all start at slot 0: it attends causally to its own
+keys (the torch backends' flash path, models/common.py) and returns its last position's
+logits only, and the runner prefers it to ``prefill`` whenever no row is left-padded and
+that position is a real token's (or later passes follow). A backend whose steps read only part of
 the cache (the torch backends: ``kv_len_hint=True``) also gives prefill, extend and
 decode ``kv_pos``, the key positions of the filled length's bucket (models/common.py),
 as a view of one buffer made at load, so choosing the read length allocates nothing.
@@ -166,6 +167,7 @@ def build_model_for(ctx: BuildContext, dev: torch.device, backend: str) -> torch
         ctx.recipe, device=dev, dtype=ctx.opts.dtype, weights=ctx.weights, stamps=ctx.phases,
         **model_build_args(backend, ctx.recipe, ctx.opts),
     )  # fmt: skip
+    model.first_pass_last_logits = True  # the runner reads a first pass's last row only
     sync(dev)
     ctx.phases["weights_ready"] = time.perf_counter()
     return model
@@ -286,7 +288,16 @@ class StepRunner:
         rows, starts = left_pad(prompts, shapes.max_batch)
         row_start = torch.tensor(starts, dtype=torch.int64, device=self.device)
         plans = [plan_chunks(r, shapes.prefill_len, shapes.max_seq_len) for r in rows]
-        fresh = self.fresh_step is not None and not any(starts)
+        # The causal first pass returns its last row's logits only: it serves a request
+        # whose rows all start at slot 0 when that row is a real token's, or when later
+        # passes follow (its logits are then unused).
+        first = plans[0][0]
+        fresh = (
+            self.fresh_step is not None
+            and not any(starts)
+            and not all_rows
+            and (len(plans[0]) > 1 or first.keep[1] == len(first.ids))
+        )
         outs = []
         with torch.no_grad():
             for i, chunk in enumerate(plans[0]):  # every row has the same chunks
@@ -295,9 +306,11 @@ class StepRunner:
                 pos = torch.arange(chunk.start, end, dtype=torch.int64, device=self.device)
                 if i == 0 and fresh:
                     out = _as_tensor(self.fresh_step(idx, pos))  # type: ignore[misc]
-                else:
-                    step = self.prefill_step if i == 0 else self.extend_step
-                    out = _as_tensor(step(*self._with_kv_pos((idx, pos, row_start), end)))
+                    if len(plans[0]) == 1:
+                        outs.append(out[:, -1])
+                    continue
+                step = self.prefill_step if i == 0 else self.extend_step
+                out = _as_tensor(step(*self._with_kv_pos((idx, pos, row_start), end)))
                 lo, hi = chunk.keep
                 if all_rows:
                     # clone: a CUDA-graph step returns a view of its static output buffer.
