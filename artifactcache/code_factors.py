@@ -16,6 +16,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -131,6 +132,9 @@ DIGEST_METHOD = "ast-sha256"
 # Parsing ~30 files costs a warm load ~50 ms, so each file's tree digest is kept by its
 # raw bytes' sha256 beside the code itself: whoever can write there can change the code.
 DIGEST_MEMO = Path(__file__).parent / "__pycache__" / "acache-source-digests.json"
+# ast.dump's text differs between Python versions, and a tree shared by interpreters
+# shares the memo: its entries are kept per version and per normalization.
+DIGEST_MEMO_SCOPE = f"{DIGEST_METHOD}.1-py{sys.version_info[0]}.{sys.version_info[1]}"
 DIGEST_MEMO_MAX = 4096
 _memo: dict[str, str] | None = None
 _memo_dirty = False
@@ -154,7 +158,7 @@ def source_digest(data: bytes) -> str:
     global _memo, _memo_dirty
     import ast
 
-    raw = hashlib.sha256(data).hexdigest()
+    raw = f"{DIGEST_MEMO_SCOPE}:{hashlib.sha256(data).hexdigest()}"
     if _memo is None:
         try:
             loaded = json.loads(DIGEST_MEMO.read_text())
@@ -168,7 +172,7 @@ def source_digest(data: bytes) -> str:
         tree = _without_docstrings(ast.parse(data))
         digest = hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
     except (SyntaxError, ValueError):
-        digest = "raw-" + raw
+        digest = "raw-" + hashlib.sha256(data).hexdigest()
     _memo[raw] = digest
     _memo_dirty = True
     return digest

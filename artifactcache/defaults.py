@@ -3,7 +3,9 @@
 - device: ``cuda`` when torch sees a GPU, else ``cpu``;
 - dtype: a checkpoint folder's own (config.json's ``dtype`` / ``torch_dtype``), else
   ``bf16`` on a GPU and ``fp32`` on a CPU; an fp16 checkpoint runs as fp32 on a CPU,
-  where fp16 kernels are slow or missing;
+  where fp16 kernels are slow or missing; with ort, whose providers take no bf16, fp16 on
+  a GPU and fp32 on a CPU (and the device is a GPU only where onnxruntime has its CUDA
+  provider);
 - backend: one for every command: ``aoti`` on a GPU (the fastest warm start and decode
   measured, docs/benchmarks.md), ``eager`` on a CPU (no compiler needed, and for the
   tiny CPU recipes no compiled backend pays for its build).
@@ -25,10 +27,20 @@ DTYPE_DEFAULT_HELP = "default: a checkpoint's own, else bf16 on cuda and fp32 on
 BACKEND_DEFAULT_HELP = "default: aoti on cuda, eager on cpu"
 
 
-def default_device() -> str:
+def default_device(backends: tuple[str, ...] = ()) -> str:
+    """cuda when torch sees a GPU (and, for ort, onnxruntime has its CUDA provider)."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not torch.cuda.is_available():
+        return "cpu"
+    if "ort" in backends:
+        try:
+            import onnxruntime
+        except ImportError:
+            return "cuda"  # ort is unavailable either way; its own check says so
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            return "cpu"
+    return "cuda"
 
 
 def checkpoint_dtype(folder: str | Path | None) -> str | None:
@@ -51,12 +63,20 @@ def checkpoint_dtype(folder: str | Path | None) -> str | None:
     return None
 
 
-def default_dtype(device: str, folder: str | Path | None = None) -> str:
+def default_dtype(
+    device: str, folder: str | Path | None = None, backends: tuple[str, ...] = ()
+) -> str:
+    """The checkpoint's own dtype, else the device's; within what every backend named
+    runs (ort: fp32 on a CPU, fp32 or fp16 on a GPU, docs/onnx.md)."""
     cuda = device.startswith("cuda")
     own = checkpoint_dtype(folder)
     if own is not None:
-        return "fp32" if own == "fp16" and not cuda else own
-    return "bf16" if cuda else "fp32"
+        dtype = "fp32" if own == "fp16" and not cuda else own
+    else:
+        dtype = "bf16" if cuda else "fp32"
+    if "ort" in backends and dtype == "bf16":
+        return "fp16" if cuda else "fp32"
+    return dtype
 
 
 def default_backend(device: str) -> str:

@@ -5,8 +5,9 @@ added, and a change of meaning bumps the schema.
 
 The slow part (importing torch, asking each backend, probing the C++ compiler) depends
 only on the toolchain, so its results are kept per toolchain identity in an existing
-cache (``v1/doctor.json``): package versions, Python, the driver and its GPUs, $CXX,
-$PATH, CUDA_VISIBLE_DEVICES and acache's own files. A repeat doctor on the same
+cache (``v1/doctor.json``): package versions, Python, the host, the driver and its GPUs,
+the C++ compilers on $PATH, $CXX, $CC, $PATH, $LD_LIBRARY_PATH, $LD_PRELOAD,
+CUDA_VISIBLE_DEVICES and acache's own files. A repeat doctor on the same
 toolchain imports no torch; ``full=True`` probes again. The cache and the remote are
 always looked at afresh. Doctor never creates the cache dir and writes nothing but
 these memos (and the C++ probe's, backends/shared/cxx.py) into an existing cache.
@@ -20,6 +21,7 @@ import importlib
 import json
 import os
 import platform
+import shutil
 import stat
 from pathlib import Path
 from typing import Any
@@ -184,9 +186,13 @@ def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
 
 # Distributions whose versions decide what the probed part says.
 TOOLCHAIN_DISTS = (
-    "torch", "triton", "onnx", "onnxruntime", "onnxruntime-gpu", "tensorrt",
+    "torch", "triton", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "tensorrt",
     "tensorrt-cu12", "tensorrt-cu13", "tensorrt-llm", "transformers",
 )  # fmt: skip
+# The C++ compilers the backends may pick (backends/shared/cxx.py): installing one on an
+# unchanged $PATH changes what works.
+COMPILERS = ("g++", "c++", "clang++", "gcc", "cc")
+TOOLCHAIN_ENV = ("CXX", "CC", "PATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "LD_PRELOAD")
 MEMO = "doctor.json"
 PROBED_KEYS = ("torch", "gpus", "device_checked", "backends", "compiler")
 
@@ -224,6 +230,16 @@ def _own_files() -> list[tuple[str, int, int]]:
     return out
 
 
+def _file_state(path: str | None) -> tuple[str, int, int] | None:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
 def toolchain_identity() -> str:
     """A hash of everything the probed part of the report depends on (module doc)."""
     from .keys import cuda_driver_version, package_version
@@ -232,9 +248,11 @@ def toolchain_identity() -> str:
         "dists": {d: package_version(d) for d in TOOLCHAIN_DISTS},
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "host": platform.node(),  # a home dir, and its cache, shared between machines
         "driver": cuda_driver_version(),
         "gpus": _nvml_gpus(),
-        "env": {v: os.environ.get(v) for v in ("CXX", "PATH", "CUDA_VISIBLE_DEVICES")},
+        "env": {v: os.environ.get(v) for v in TOOLCHAIN_ENV},
+        "compilers": {c: _file_state(shutil.which(c)) for c in COMPILERS},
         "acache": _own_files(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()

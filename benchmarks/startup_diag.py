@@ -344,7 +344,7 @@ def imports(recipe_name: str, cache: Path, runs: int, device: str, dtype: str) -
         "torch": (MODULES_AT_EXIT + "import torch\n", []),
         "load": (LOAD_CHILD, [recipe_name, "aoti", device, dtype, str(cache)]),
         "cli": (CLI_CHILD, ["run", recipe_name, "--backend", "aoti", *common,
-                            "--max-new-tokens", "1"]),
+                            "--new-tokens", "1"]),
         "eager_load": (LOAD_CHILD, [recipe_name, "eager", device, dtype, str(cache)]),
     }  # fmt: skip
     seen: dict[str, list[dict[str, int]]] = {k: [] for k in scenarios}

@@ -67,7 +67,7 @@ def test_the_command_line_fills_in_the_machines_defaults(tmp_path, monkeypatch):
     def got():
         return seen["choices"].device, seen["choices"].dtype, seen["backend"]
 
-    monkeypatch.setattr(defaults, "default_device", lambda: "cuda")
+    monkeypatch.setattr(defaults, "default_device", lambda backends=(): "cuda")
     folder = _folder(tmp_path, torch_dtype="float16")
     r = CliRunner().invoke(app, ["tiny-llama"])
     assert r.exit_code == 0, r.output
@@ -84,10 +84,20 @@ def test_the_command_line_fills_in_the_machines_defaults(tmp_path, monkeypatch):
         "fp32",
         "ort",
     )
-    monkeypatch.setattr(defaults, "default_device", lambda: "cpu")
+    monkeypatch.setattr(defaults, "default_device", lambda backends=(): "cpu")
     CliRunner().invoke(app, ["tiny-llama"])
     assert got() == (
         "cpu",
         "fp32",
         "eager",
     )
+
+
+def test_ort_gets_a_dtype_and_device_its_providers_run(tmp_path, monkeypatch):
+    assert defaults.default_dtype("cuda", None, ("ort",)) == "fp16"
+    assert defaults.default_dtype("cpu", _folder(tmp_path, dtype="bfloat16"), ("ort",)) == "fp32"
+    assert defaults.default_dtype("cuda", None, ("eager", "ort")) == "fp16"  # compare's list
+    app, seen = _capture()
+    monkeypatch.setattr(defaults, "default_device", lambda backends=(): "cuda")
+    CliRunner().invoke(app, ["tiny-llama", "-b", "ort"])
+    assert (seen["choices"].device, seen["choices"].dtype) == ("cuda", "fp16")

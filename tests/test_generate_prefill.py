@@ -109,9 +109,10 @@ def test_a_300_token_prompt_gives_the_full_forward(backend, long_recipe, runners
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_passes_of_any_length_give_the_full_forward(backend, passes_recipe, runners):
-    """One step serves every pass length (16 .. 64): the causal first pass, the later
-    passes that read the cache, and a left-padded batch, which never takes the causal
-    path; each against one masked forward of the whole prompt."""
+    """One step serves every pass length (16 .. 64): logits() runs every pass through the
+    steps that read the cache (the causal first pass returns its last row only: the next
+    test), against one masked forward of the whole prompt; generate's greedy tokens go
+    through the causal first pass."""
     recipe = load_recipe(passes_recipe)
     runner = runners(str(passes_recipe), backend)
     for n in (6, 40, 64, 150, 300):

@@ -524,6 +524,7 @@ def test_source_digests_ignore_comments_docstrings_and_layout_only():
 def test_source_digests_are_kept_beside_the_code_by_raw_hash(tmp_path, monkeypatch):
     import hashlib
     import json
+    import sys
 
     from artifactcache import code_factors
 
@@ -534,9 +535,10 @@ def test_source_digests_are_kept_beside_the_code_by_raw_hash(tmp_path, monkeypat
     digest = code_factors.source_digest(src)
     code_factors._save_memo()
     kept = json.loads(memo.read_text())
-    assert kept[hashlib.sha256(src).hexdigest()] == digest
+    name = f"{code_factors.DIGEST_MEMO_SCOPE}:{hashlib.sha256(src).hexdigest()}"
+    assert kept[name] == digest and f"py{sys.version_info[0]}" in name  # per interpreter
     # A new process reads it: no parse needed (a stand-in digest proves it was read).
-    kept[hashlib.sha256(src).hexdigest()] = "from-the-memo"
+    kept[name] = "from-the-memo"
     memo.write_text(json.dumps(kept))
     monkeypatch.setattr(code_factors, "_memo", None)
     assert code_factors.source_digest(src) == "from-the-memo"

@@ -17,13 +17,14 @@ PARAMS_7B = 6_738_415_616 - 32000 * 4096  # Llama-2-7B without its input embeddi
 def test_prefill_flops_llama_7b_by_hand():
     # 2000 tokens: every weight is a multiply-add per token; QK^T and PV over the
     # 2000^2 / 2 (query, key) pairs a causal mask keeps, per head and layer.
-    n = 2000
-    linear = 2 * PARAMS_7B * n
+    # The LM head (32000 x 4096) is one multiply-add for the last position only.
+    n, head = 2000, 32000 * 4096
+    linear = 2 * (PARAMS_7B - head) * n + 2 * head
     attention = 4 * 32 * n * n * 32 * 128 // 2  # 4 x layers x L^2 x heads x head_dim / 2
-    got = prefill.prefill_flops(PARAMS_7B, 32, 32, 128, n)
+    got = prefill.prefill_flops(PARAMS_7B, 32, 32, 128, n, lm_head=head)
     assert got == {"parameters": PARAMS_7B, "linear": linear, "attention": attention,
                    "total": linear + attention}  # fmt: skip
-    assert got["total"] == 26_429_374_464_000 + 1_048_576_000_000  # ~27.5 TFLOP
+    assert got["total"] == 26_429_374_464_000 - 2 * head * (n - 1) + 1_048_576_000_000
     # The recipe's own count: its parameters, layers and heads from llama-7b.toml.
     assert prefill.recipe_prefill_flops(load_recipe("llama-7b"), "bf16", n) == got
 

@@ -217,8 +217,11 @@ def test_a_roofline_above_100_percent_is_flagged_with_why():
 
 
 def test_a_chart_not_drawn_is_named_with_why(constructed, tmp_path):
-    paths = report.write_report(constructed, tmp_path)  # no --prompt-len in these runs
-    assert report.skipped_charts(paths) == [
+    paths = report.write_report(constructed, tmp_path)  # no --prompt-len: not expected
+    assert report.skipped_charts(constructed, paths) == []
+    constructed["settings"]["prompt_lens"] = [16, 128]  # asked, yet no probe timed one
+    paths = report.write_report(constructed, tmp_path)
+    assert report.skipped_charts(constructed, paths) == [
         ("ttft_by_prompt_len.png", "no prompt length was timed (--prompt-len)")
     ]
     md = (tmp_path / "report.md").read_text()

@@ -486,10 +486,14 @@ def quiet_third_party_warnings() -> None:
 
     from .. import settings
 
-    if settings.get("ACACHE_VERBOSE"):
-        return
+    try:
+        if settings.get("ACACHE_VERBOSE"):
+            return
+    except AcacheError:
+        pass  # a bad value: quiet, and `acache doctor` names it; no command fails on it
     for name in QUIET_CATEGORIES:
-        warnings.filterwarnings("ignore", category=getattr(builtins, name))
+        # Appended: the user's own -W and PYTHONWARNINGS filters come first and win.
+        warnings.filterwarnings("ignore", category=getattr(builtins, name), append=True)
     given = [f for f in os.environ.get("PYTHONWARNINGS", "").split(",") if f.strip()]
     ours = [f"ignore::{name}" for name in QUIET_CATEGORIES if f"ignore::{name}" not in given]
     os.environ["PYTHONWARNINGS"] = ",".join(ours + given)  # the user's own, later, win

@@ -60,9 +60,12 @@ def _parameter(f: dataclasses.Field) -> inspect.Parameter:
     )  # fmt: skip
 
 
-def choices_from_cli(values: dict[str, Any], recipe: str | None = None) -> BuildChoices:
+def choices_from_cli(
+    values: dict[str, Any], recipe: str | None = None, backends: tuple[str, ...] = ()
+) -> BuildChoices:
     """BuildChoices from the parsed options, the machine's defaults filled in for those not
-    given (``recipe``: the command's model, whose checkpoint may name a dtype); bad values
+    given (``recipe``: the command's model, whose checkpoint may name a dtype;
+    ``backends``: those the command was given, whose dtypes bound the default); bad values
     are one-line ArgumentErrors."""
     from ..defaults import default_device, default_dtype, model_folder
     from ..limits import check_seed
@@ -75,10 +78,10 @@ def choices_from_cli(values: dict[str, Any], recipe: str | None = None) -> Build
         kind = f.metadata["cli"]
         given[f.name] = _PARSERS[kind][1](value) if kind in _PARSERS else value
     if "device" in values and given["device"] is None:
-        given["device"] = default_device()
+        given["device"] = default_device(backends)
     if "dtype" in values and given["dtype"] is None:
         folder = model_folder(recipe, given.get("weights"))
-        given["dtype"] = default_dtype(given.get("device") or "cpu", folder)
+        given["dtype"] = default_dtype(given.get("device") or "cpu", folder, backends)
     try:
         check_seed(given.get("seed", 0), "--seed")
     except Exception as e:
@@ -120,7 +123,9 @@ def with_choices(
 
         values = {n: kwargs.pop(n) for n in names}
         recipes = kwargs.get("recipe") or (kwargs.get("recipes") or "").split(",")[0].strip()
-        choices = choices_from_cli(values, recipe=recipes or None)
+        given = kwargs.get("backend") or kwargs.get("backends") or ""
+        backends = tuple(b.strip() for b in given.split(",") if b.strip())
+        choices = choices_from_cli(values, recipe=recipes or None, backends=backends)
         if "backend" in kwargs and kwargs["backend"] is None:
             kwargs["backend"] = default_backend(choices.device)
         return command(*args, choices=choices, **kwargs)

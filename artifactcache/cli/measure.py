@@ -182,6 +182,12 @@ def coldstart_cmd(
     from ..measure import compare
 
     choices.check_scope("module" if is_spec(recipe) else "recipe")
+    if backend == "eager":
+        err_console.print(
+            "note: eager has no cold or warm start to compare, only its own start; "
+            "pass --backend aoti or inductor to see what compiling costs and buys",
+            highlight=False,
+        )
     lens = _prompt_lens(prompt_len, [recipe])
     spec = compare.spec_for(
         [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
@@ -200,7 +206,7 @@ def coldstart_cmd(
     if out is not None:
         from ..measure.report import skipped_charts, write_report
 
-        for chart, why in skipped_charts(write_report(report, out)):
+        for chart, why in skipped_charts(report, write_report(report, out)):
             err_console.print(f"note: {chart} not drawn: {why}", highlight=False)
     if json_out:
         emit_json(report)
@@ -401,7 +407,7 @@ def compare_cmd(
             progress=say,
         )
     paths = write_report(report, out)
-    for chart, why in skipped_charts(paths):
+    for chart, why in skipped_charts(report, paths):
         err_console.print(f"note: {chart} not drawn: {why}", highlight=False)
     if json_out:
         emit_json(report)

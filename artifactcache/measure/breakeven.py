@@ -68,14 +68,14 @@ def _requests_to_break_even(
     ttfr_b: Sequence[float], lat_b: Sequence[float], ttfr_e: Sequence[float], lat_e: Sequence[float]
 ) -> float:
     """n* of medians (break_even's), as one number: 0 when ahead from the start, inf when
-    never level."""
+    never ahead for good (``never``, and ``ahead-then-behind``: eager overtakes it)."""
     be = break_even(
         statistics.median(ttfr_b), statistics.median(lat_b),
         statistics.median(ttfr_e), statistics.median(lat_e),
     )  # fmt: skip
     if be["verdict"] == "after":
         return float(be["requests"])
-    return math.inf if be["verdict"] == "never" else 0.0
+    return 0.0 if be["verdict"] == "immediately" else math.inf
 
 
 def break_even_interval(

@@ -355,9 +355,11 @@ def compile_counts(report: dict[str, Any]) -> dict[str, Any]:
 
 def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
     """Whether every process of a scenario produced the same greedy tokens (its first
-    token and its timed request's); None with fewer than two."""
+    token and its timed request's); None with fewer than two, or none with tokens."""
     outs = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in results]
-    return all(o == outs[0] for o in outs) if len(outs) > 1 else None
+    if len(outs) < 2 or all(o == (None, None) for o in outs):  # a model spec has no tokens
+        return None
+    return all(o == outs[0] for o in outs)
 
 
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:

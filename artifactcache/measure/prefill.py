@@ -80,29 +80,30 @@ def prefill_flops(
     head_dim: int,
     prompt_len: int,
     sliding_window: int | None = None,
+    lm_head: int = 0,
 ) -> dict[str, int]:
     """FLOPs of the prefill of one prompt of ``prompt_len`` tokens (batch 1).
 
     * linear: 2 x ``parameters`` x prompt_len, where ``parameters`` are the weights
       without the input embedding table (a lookup, no FLOPs); every weight is one
-      multiply-add per token, the LM head included (the model computes every
-      position's logits);
+      multiply-add per token, except the LM head's ``lm_head`` weights (vocab x dim),
+      counted once: the first token needs the last position's logits only, and that
+      is all acache's causal first pass computes (as transformers' ``logits_to_keep=1``);
     * attention: QK^T and PV, 2 FLOPs x 2 matmuls x head_dim per (query, key) pair
       per head per layer, over the pairs a causal mask keeps: prompt_len^2 / 2, i.e.
       4 x n_layers x prompt_len^2 x n_heads x head_dim / 2. With a sliding window
       W < prompt_len each query sees at most W keys: W x prompt_len - W^2 / 2 pairs.
 
     Softmax, norms and the rotary embedding are left out (a few FLOPs per element,
-    noise beside the matmuls). The LM head is counted at every position because acache's
-    steps compute every position's logits (a peer that keeps the last one, as
-    transformers' ``logits_to_keep=1``, does ~2 x vocab x dim x (n - 1) fewer). An
-    attention that computes the masked pairs too, or reads the whole static cache, does
-    more work than this counts, which shows as a lower % of the roofline.
+    noise beside the matmuls). A pass that computes more than this (the masked path's
+    head over every position for a prompt under 16 tokens, an attention that computes
+    the masked pairs too or reads the whole static cache) shows as a lower % of the
+    roofline: this counts the work a first token needs, not the work done.
     """
     n = prompt_len
     w = n if sliding_window is None else min(sliding_window, n)
     pairs = w * n - w * w / 2  # = n^2 / 2 when every earlier key is in the window
-    linear = 2 * parameters * n
+    linear = 2 * (parameters - lm_head) * n + 2 * lm_head
     attention = round(4 * n_layers * n_heads * head_dim * pairs)
     return {"parameters": parameters, "linear": linear, "attention": attention,
             "total": linear + attention}  # fmt: skip
@@ -115,7 +116,10 @@ def recipe_prefill_flops(recipe: Recipe, dtype: str, prompt_len: int) -> dict[st
     m = recipe.model
     weights, _ = sizing.weight_bytes(recipe, dtype)
     params = weights // sizing.DTYPE_BYTES[dtype]
-    return prefill_flops(params, m.n_layers, m.n_heads, m.head_dim, prompt_len, m.sliding_window)
+    return prefill_flops(
+        params, m.n_layers, m.n_heads, m.head_dim, prompt_len, m.sliding_window,
+        lm_head=m.vocab_size * m.dim,
+    )  # fmt: skip
 
 
 def summarize_prompt_lens(

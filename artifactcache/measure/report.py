@@ -479,15 +479,21 @@ CHARTS_NOT_DRAWN = {
 }
 
 
-def skipped_charts(written: list[Path]) -> list[tuple[str, str]]:
-    """(chart, why) for each chart write_report did not draw."""
+def expected_charts(report: dict[str, Any]) -> list[str]:
+    """The charts a report is meant to have: TTFT by prompt length only when asked."""
+    asked = (report.get("settings") or {}).get("prompt_lens")
+    return [c for c in CHARTS_NOT_DRAWN if asked or c != "ttft_by_prompt_len.png"]
+
+
+def skipped_charts(report: dict[str, Any], written: list[Path]) -> list[tuple[str, str]]:
+    """(chart, why) for each expected chart write_report did not draw."""
     import importlib.util
 
     names = {p.name for p in written}
     no_mpl = importlib.util.find_spec("matplotlib") is None
     return [
-        (c, "matplotlib is not installed here" if no_mpl else why)
-        for c, why in CHARTS_NOT_DRAWN.items()
+        (c, "matplotlib is not installed here" if no_mpl else CHARTS_NOT_DRAWN[c])
+        for c in expected_charts(report)
         if c not in names
     ]
 
@@ -516,7 +522,9 @@ def write_report(report: dict[str, Any], out: Path) -> list[Path]:
                 charts.append("phases.png")
             if chart_ttft(report, out / "ttft_by_prompt_len.png"):
                 charts.append("ttft_by_prompt_len.png")
-            not_drawn = [f"{c} ({why})" for c, why in CHARTS_NOT_DRAWN.items() if c not in charts]
+            not_drawn = [
+                f"{c} ({CHARTS_NOT_DRAWN[c]})" for c in expected_charts(report) if c not in charts
+            ]
             if not_drawn:
                 note = f"\nCharts not drawn: {'; '.join(not_drawn)}.\n"
         (out / "report.md").write_text(render_markdown(report, charts) + note)

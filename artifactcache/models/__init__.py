@@ -14,7 +14,9 @@ first L cache positions (its length buckets: models/common.py):
 
 Without ``row_start`` and ``kv_pos`` the call is a prompt's first pass: input_pos must
 be 0 .. T-1 (eager refuses another start), every row starts at slot 0, and attention
-sees the pass's own keys causally, through SDPA's flash kernel:
+sees the pass's own keys causally, through SDPA's flash kernel. A model set up for
+serving (``model.first_pass_last_logits = True``, as the backends build it) returns the
+last position's logits only, [B, 1, vocab]:
 
     logits = model(idx, arange(T))
 

@@ -101,7 +101,7 @@ class Backbone(nn.Module):
 class LlamaModel(CausalLM):
     """forward(idx [B, T], input_pos [T], row_start [B] | None, kv_pos [L] | None)
     -> logits [B, T, vocab] (fp32); neither row_start nor kv_pos: a prompt's first pass
-    (CausalLM.forward)."""
+    ([B, 1, vocab] when served: CausalLM.forward)."""
 
     def __init__(self, cfg: ModelConfig, fused: bool = False):
         super().__init__()

@@ -69,7 +69,7 @@ class PhiBackbone(nn.Module):
 class Phi2Model(CausalLM):
     """forward(idx [B, T], input_pos [T], row_start [B] | None, kv_pos [L] | None)
     -> logits [B, T, vocab] (fp32); neither row_start nor kv_pos: a prompt's first pass
-    (CausalLM.forward)."""
+    ([B, 1, vocab] when served: CausalLM.forward)."""
 
     FINAL_NORM = "final_layernorm"
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -326,10 +327,11 @@ EXPORTER_LOGGERS = ("torch.onnx", "onnxscript")
 @contextlib.contextmanager
 def quiet_exporter() -> Iterator[None]:
     """The exporter prints progress to stdout, warns about what we do on purpose and logs
-    its optimizer's misses: stdout stays clean for `--json` callers and stderr for the
-    user, unless ACACHE_ORT_VERBOSE is set."""
+    its optimizer's misses: stdout stays clean for `--json` callers always, and stderr for
+    the user unless ACACHE_ORT_VERBOSE is set."""
     if settings.get("ACACHE_ORT_VERBOSE"):
-        yield
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
         return
     loggers = [logging.getLogger(name) for name in EXPORTER_LOGGERS]
     levels = [log.level for log in loggers]

@@ -30,7 +30,7 @@ def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]
 
     From the export's own dimensions (onnx/export.py step_profiles), so an engine
     profile never asks for a range the graph fixed. Profile 0 serves prefill (T over
-    1..prefill_len, tuned for prefill_len; the runner sends passes of 16k tokens up to
+    1..prefill_len, tuned for prefill_len; the runner sends passes of 16 tokens up to
     it, generate/prefill.py); profile 1 serves
     decode (T = 1). The batch axis is static at max_batch (the runner pads rows), and
     so are row_start and the KV cache: inputs without a dynamic axis need no entry.
