@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .devices import is_cuda
 from .dtypes import DTYPES, canonical_dtype
 
 DEVICE_DEFAULT_HELP = "default: cuda when torch sees a GPU, else cpu"
@@ -68,7 +69,7 @@ def default_dtype(
 ) -> str:
     """The checkpoint's own dtype, else the device's; within what every backend named
     runs (ort: fp32 on a CPU, fp32 or fp16 on a GPU, docs/onnx.md)."""
-    cuda = device.startswith("cuda")
+    cuda = is_cuda(device)
     own = checkpoint_dtype(folder)
     if own is not None:
         dtype = "fp32" if own == "fp16" and not cuda else own
@@ -80,7 +81,7 @@ def default_dtype(
 
 
 def default_backend(device: str) -> str:
-    return "aoti" if device.startswith("cuda") else "eager"
+    return "aoti" if is_cuda(device) else "eager"
 
 
 def model_folder(recipe: str | None, weights: str | None) -> Path | None:

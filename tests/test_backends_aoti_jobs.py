@@ -48,8 +48,14 @@ def _cli(*args: str):
 
 
 def _one_line_error(result) -> str:
+    """The one error line; a build that ran over a second off a terminal says so first
+    (cli/build.py _spinner), which is progress, not the error."""
     assert result.exit_code == 1, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
+    lines = [
+        ln
+        for ln in result.stderr.strip().splitlines()
+        if not (ln.startswith("building ") and ln.endswith(" ..."))
+    ]
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     return lines[0]

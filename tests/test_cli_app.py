@@ -397,7 +397,13 @@ def test_third_party_warnings_are_hidden_here_and_in_children_unless_verbose(mon
         assert not seen
     assert subprocess.run(child, capture_output=True, text=True).stderr == ""
     monkeypatch.setenv("PYTHONWARNINGS", "")
-    monkeypatch.setenv("ACACHE_VERBOSE", "1")  # what --verbose sets
+    quiet_third_party_warnings(verbose=True)  # acache --verbose
+    assert os.environ["PYTHONWARNINGS"] == ""
+    monkeypatch.setenv("ACACHE_VERBOSE", "maybe")  # a bad value fails no command: quiet
+    quiet_third_party_warnings()
+    assert os.environ["PYTHONWARNINGS"] == "ignore::FutureWarning,ignore::DeprecationWarning"
+    monkeypatch.setenv("PYTHONWARNINGS", "")
+    monkeypatch.setenv("ACACHE_VERBOSE", "1")
     quiet_third_party_warnings()
     assert os.environ["PYTHONWARNINGS"] == ""
     assert "FutureWarning: old" in subprocess.run(child, capture_output=True, text=True).stderr

@@ -36,7 +36,8 @@ def test_each_field_is_an_option_and_reaches_the_command_whole():
     out = json.loads(res.stdout)
     got = BuildChoices.from_json(out["choices"])
     assert out["model"] == "tiny" and out["force"] is True
-    assert got == BuildChoices(device="cuda", extra={"opset": 18, "fast": True},
+    # No --dtype: the device's default (defaults.py), bf16 on cuda.
+    assert got == BuildChoices(device="cuda", dtype="bf16", extra={"opset": 18, "fast": True},
                                inputs=("1x2", "3x4"), weights="/tmp", max_batch=4)  # fmt: skip
 
 

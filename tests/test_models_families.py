@@ -63,8 +63,10 @@ def test_tiny_recipe_is_the_transformers_architecture(name: str, tmp_path: Path,
     ids = [(97 * i + 5) % cfg.vocab_size for i in range(SEQ)]
     with torch.no_grad():
         want = hf(torch.tensor([ids])).logits[0]
-        got = runner.keepalive(torch.tensor([ids]), torch.arange(SEQ))[0]
+        got = runner.logits(ids)  # every position
+        last = runner.keepalive(torch.tensor([ids]), torch.arange(SEQ))[0]  # as served
     assert rel_err(got, want) <= 1e-4
+    assert last.shape[0] == 1 and rel_err(last[-1], want[-1]) <= 1e-4
 
 
 @pytest.mark.parametrize("name", ["tiny-qwen2", "tiny-qwen3"])

@@ -49,6 +49,9 @@ def test_folder_gives_transformers_logits(name: str, folders, cache_dir: Path):
     model = runner.keepalive
     with torch.no_grad():
         want = hf(x).logits[0].float()
+        served = model(x, pos)  # as the backends serve it: the last position only
+        assert served.shape[1] == 1 and rel_err(served[0, -1], want[-1]) <= 1e-4
+        model.first_pass_last_logits = False  # every position of the same causal path
         paths = {
             "causal first pass": model(x, pos)[0],
             "masked cache read": model(x, pos, torch.zeros(1, dtype=torch.long))[0],

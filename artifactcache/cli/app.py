@@ -479,15 +479,16 @@ _arrange_help()
 QUIET_CATEGORIES = ("FutureWarning", "DeprecationWarning")
 
 
-def quiet_third_party_warnings() -> None:
+def quiet_third_party_warnings(verbose: bool = False) -> None:
     """Hide QUIET_CATEGORIES here and, through PYTHONWARNINGS, in every process acache
-    starts (build workers, probes), unless ACACHE_VERBOSE (acache --verbose) is set."""
+    starts (build workers, probes), unless ``verbose`` (acache --verbose) or
+    ACACHE_VERBOSE is set."""
     import warnings
 
     from .. import settings
 
     try:
-        if settings.get("ACACHE_VERBOSE"):
+        if verbose or settings.get("ACACHE_VERBOSE"):
             return
     except AcacheError:
         pass  # a bad value: quiet, and `acache doctor` names it; no command fails on it
@@ -510,9 +511,7 @@ def _global_options(
         ),
     ] = False,
 ) -> None:
-    if verbose:
-        os.environ["ACACHE_VERBOSE"] = "1"
-    quiet_third_party_warnings()
+    quiet_third_party_warnings(verbose)
 
 
 def main() -> None:

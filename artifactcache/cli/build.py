@@ -76,8 +76,8 @@ def _spinner(text: str) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
-        if said.is_set():
-            err_console.print(f"{shown(text)}: {time.perf_counter() - t0:.1f} s", highlight=False)
+    if said.is_set():  # done: on an error its one line is the last word
+        err_console.print(f"{shown(text)}: {time.perf_counter() - t0:.1f} s", highlight=False)
 
 
 def generate_and_print(
@@ -194,7 +194,10 @@ def register(app: typer.Typer) -> None:
         if not is_spec(recipe):  # every argument checked before the store is opened
             api.make_context(recipe, backend, choices)
         else:
+            from ..devices import check_device
+
             choices.check_scope("module")
+            check_device(choices.device)  # a GPU torch cannot see: before the spec's import
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
         with _spinner(f"building {recipe} with {backend}"):
             res = api.build(recipe, backend, choices, force=force, store=store)

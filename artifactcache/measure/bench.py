@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import sizing
+from ..devices import is_cuda
 from ..errors import MeasureError
 from .prefill import summarize_prompt_lens
 from .stats import latency_stats, parse_counts
@@ -231,7 +232,7 @@ def roofline_note(pct: float | None, device: str | None) -> str | None:
     """Why a roofline above 100% is not a result to believe, or None at or below it."""
     if pct is None or pct <= 100.0:
         return None
-    if str(device or "").startswith("cuda"):
+    if device is not None and is_cuda(device):
         return (
             f"{pct:.0f}% of the bandwidth roofline: the step reads fewer bytes than counted "
             "(a model small enough for the GPU's L2 cache) or the copy bandwidth is too low"

@@ -161,9 +161,10 @@ def _environment(dev: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, t0: float, t0_source: str, proc: float | None) -> dict[str, Any]:
     stamps: dict[str, float] = {"python_ready": _PY_READY}
+    from ...devices import is_cuda
     from ...sources.module import is_module_spec
 
-    if args.backend == "inductor" and str(args.choices.device).startswith("cuda"):
+    if args.backend == "inductor" and is_cuda(args.choices.device):
         watch_triton_compiles()  # its load imports triton anyway: an import, not a cost
     if is_module_spec(args.recipe):
         from .module import measure
