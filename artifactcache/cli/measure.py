@@ -182,12 +182,6 @@ def coldstart_cmd(
     from ..measure import compare
 
     choices.check_scope("module" if is_spec(recipe) else "recipe")
-    if backend == "eager":
-        err_console.print(
-            "note: eager has no cold or warm start to compare, only its own start; "
-            "pass --backend aoti or inductor to see what compiling costs and buys",
-            highlight=False,
-        )
     lens = _prompt_lens(prompt_len, [recipe])
     spec = compare.spec_for(
         [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
@@ -197,6 +191,12 @@ def coldstart_cmd(
     if out is not None:
         compare.check_out_dir(out)
     compare.require_available(spec, backend)
+    if backend == "eager":  # after every check: an error stays the one line
+        err_console.print(
+            "note: eager has no cold or warm start to compare, only its own start; "
+            "pass --backend aoti or inductor to see what compiling costs and buys",
+            highlight=False,
+        )
     units = Path(tempfile.mkdtemp(prefix="acache-coldstart-units-"))
     try:
         with _progress("coldstart") as say:
