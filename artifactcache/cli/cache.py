@@ -171,7 +171,8 @@ def register(app: typer.Typer) -> None:
         ]
         cols = ["key", "recipe", "backend", "device", "dtype", "mode", "context", "rows"]
         cols += ["size", "last used", "build"]
-        _table(f"{len(entries)} entries in {store.base}", cols, rows)
+        noun = "entry" if len(entries) == 1 else "entries"
+        _table(f"{len(entries)} {noun} in {store.base}", cols, rows)
 
     @app.command("show")
     def show(
