@@ -17,11 +17,12 @@ it wants. Defaults resolve to values before any key is made, so a key never hold
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .devices import is_cuda
 from .dtypes import DTYPES, canonical_dtype
+from .errors import RecipeError
+from .sources.checkpoint import checkpoint_folder, has_config, read_config
 
 DEVICE_DEFAULT_HELP = "default: cuda when torch sees a GPU, else cpu"
 DTYPE_DEFAULT_HELP = "default: a checkpoint's own, else bf16 on cuda and fp32 on cpu"
@@ -46,21 +47,18 @@ def default_device(backends: tuple[str, ...] = ()) -> str:
 
 def checkpoint_dtype(folder: str | Path | None) -> str | None:
     """A checkpoint folder's dtype as acache names it, or None (no folder, no config.json,
-    no dtype there, or one acache does not build in; loading says why)."""
+    no dtype there, or one acache does not build in; loading says why, in one line)."""
     if folder is None:
         return None
-    config = Path(folder) / "config.json"
     try:
-        data = json.loads(config.read_text())
-    except (OSError, ValueError):
+        data = read_config(Path(folder))  # bounded: a FIFO or a huge file is refused
+    except RecipeError:
         return None
-    if not isinstance(data, dict):
-        return None
-    for name in ("dtype", "torch_dtype"):  # transformers 5 and 4 spell it differently
-        value = data.get(name)
+    for field in ("dtype", "torch_dtype"):  # transformers 5 and 4 spell it differently
+        value = data.get(field)
         if isinstance(value, str):
-            name = canonical_dtype(value)
-            return name if name in DTYPES else None
+            dtype = canonical_dtype(value)
+            return dtype if dtype in DTYPES else None
     return None
 
 
@@ -85,14 +83,10 @@ def default_backend(device: str) -> str:
 
 
 def model_folder(recipe: str | None, weights: str | None) -> Path | None:
-    """The checkpoint folder a command's model comes from: --weights, or a RECIPE that is
-    a folder with a config.json; None for built-ins, TOML files and model specs."""
-    for path in (weights, recipe):
-        if not path:
-            continue
-        p = Path(path)
-        if p.is_file() and p.suffix == ".safetensors":
-            p = p.parent
-        if p.is_dir() and (p / "config.json").is_file():
-            return p
+    """The checkpoint folder a command's model comes from: --weights' folder (the loader's
+    rule, sources/checkpoint.py), or a RECIPE that is a folder; either with a config.json.
+    None for built-ins, TOML files and model specs."""
+    for folder in (checkpoint_folder(weights), Path(recipe) if recipe else None):
+        if folder is not None and has_config(folder):
+            return folder
     return None

@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from ..defaults import BACKEND_DEFAULT_HELP
 from ..errors import AcacheError, ArgumentError
 
 # One table mapping exception types to exit codes. AcacheError subclasses are
@@ -311,7 +312,7 @@ DefaultBackendOpt = Annotated[
     typer.Option(
         "--backend",
         "-b",
-        help="eager | inductor | aoti | ort | trt (default: aoti on cuda, eager on cpu).",
+        help=f"eager | inductor | aoti | ort | trt ({BACKEND_DEFAULT_HELP}).",
         show_default=False,
     ),
 ]

@@ -272,12 +272,12 @@ def register(app: typer.Typer) -> None:
         """
         from .. import api
         from ..generate import Checkpoint, resolve_request
+        from ..recipes import load_recipe
+        from ..sources.checkpoint import checkpoint_folder
 
         max_new_tokens = old_spelling(
             max_new_tokens, max_new_tokens_old, "--new-tokens", "--max-new-tokens"
         )
-        from ..recipes import load_recipe
-        from ..sources.checkpoint import checkpoint_folder
 
         if is_spec(recipe):
             choices.check_scope("module")

@@ -33,16 +33,16 @@ _PARSERS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
 _TYPES = {"str": str, "int": int, "str | None": str | None, "int | None": int | None}
 
 
+# Choices whose default depends on the machine or the model (artifactcache/defaults.py):
+# None on the command line, resolved in choices_from_cli.
+_MACHINE_DEFAULTS = {"device": DEVICE_DEFAULT_HELP, "dtype": DTYPE_DEFAULT_HELP}
+
+
 def _annotation(f: dataclasses.Field) -> Any:
     kind = f.metadata["cli"]
     if f.name in _MACHINE_DEFAULTS:
         return str | None
     return _PARSERS[kind][0] if kind in _PARSERS else _TYPES[str(f.type)]
-
-
-# Choices whose default depends on the machine or the model (artifactcache/defaults.py):
-# None on the command line, resolved in choices_from_cli.
-_MACHINE_DEFAULTS = {"device": DEVICE_DEFAULT_HELP, "dtype": DTYPE_DEFAULT_HELP}
 
 
 def _parameter(f: dataclasses.Field) -> inspect.Parameter:
