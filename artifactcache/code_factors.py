@@ -11,15 +11,17 @@ through import specs, never by importing the modules.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from .store._fs import read_memo, write_memo
 
 # ------------------------------------------------------------ acache's code --
 
@@ -160,11 +162,7 @@ def source_digest(data: bytes) -> str:
 
     raw = f"{DIGEST_MEMO_SCOPE}:{hashlib.sha256(data).hexdigest()}"
     if _memo is None:
-        try:
-            loaded = json.loads(DIGEST_MEMO.read_text())
-            _memo = loaded if isinstance(loaded, dict) else {}
-        except (OSError, ValueError):
-            _memo = {}
+        _memo = read_memo(DIGEST_MEMO)
     hit = _memo.get(raw)
     if isinstance(hit, str):
         return hit
@@ -183,15 +181,11 @@ def _save_memo() -> None:
     global _memo_dirty
     if not _memo_dirty or _memo is None:
         return
-    keep = dict(list(_memo.items())[-DIGEST_MEMO_MAX:])
-    tmp = DIGEST_MEMO.with_name(f"{DIGEST_MEMO.name}.{os.getpid()}.tmp")
-    try:
+    with contextlib.suppress(OSError):
         DIGEST_MEMO.parent.mkdir(exist_ok=True)
-        tmp.write_text(json.dumps(keep))
-        os.replace(tmp, DIGEST_MEMO)
-        _memo_dirty = False
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    # Readable by every user of a shared install, as the bytecode beside it is.
+    write_memo(DIGEST_MEMO, dict(list(_memo.items())[-DIGEST_MEMO_MAX:]), mode=0o644)
+    _memo_dirty = False
 
 
 @functools.cache

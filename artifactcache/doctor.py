@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
+from .backends.shared.cxx import file_id
 from .extras import EXTRAS, install_hint
+from .store._fs import read_memo, write_memo
 
 DOCTOR_SCHEMA = 1
 # Rows of the backend table, in order. "trt" is backend trt as a plain build runs it (its
@@ -230,16 +232,6 @@ def _own_files() -> list[tuple[str, int, int]]:
     return out
 
 
-def _file_state(path: str | None) -> tuple[str, int, int] | None:
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-
-
 def toolchain_identity() -> str:
     """A hash of everything the probed part of the report depends on (module doc)."""
     from .keys import cuda_driver_version, package_version
@@ -252,28 +244,10 @@ def toolchain_identity() -> str:
         "driver": cuda_driver_version(),
         "gpus": _nvml_gpus(),
         "env": {v: os.environ.get(v) for v in TOOLCHAIN_ENV},
-        "compilers": {c: _file_state(shutil.which(c)) for c in COMPILERS},
+        "compilers": {c: file_id(path) if (path := shutil.which(c)) else None for c in COMPILERS},
         "acache": _own_files(),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _read_memo(path: Path) -> dict[str, Any]:
-    try:
-        memo = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return memo if isinstance(memo, dict) else {}
-
-
-def _write_memo(path: Path, identity: str, probed: dict[str, Any]) -> None:
-    """Keep only this identity's result, atomically; a failed write is no error."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps({identity: probed}, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
 
 
 def _probe(memo_dir: Path | None) -> dict[str, Any]:
@@ -300,15 +274,15 @@ def doctor_report(
     base = _cache_root(cache_dir) / "v1"
     memo_dir = base if cache["problem"] is None and base.is_dir() else None
     identity = toolchain_identity()
-    kept = _read_memo(memo_dir / MEMO).get(identity) if memo_dir and not full else None
+    kept = read_memo(memo_dir / MEMO).get(identity) if memo_dir and not full else None
     if isinstance(kept, dict) and all(k in kept for k in (*PROBED_KEYS, "at")):
         probed, from_memo = kept, True
     else:
         now = datetime.datetime.now(datetime.timezone.utc)
         probed = {**_probe(memo_dir), "at": now.isoformat(timespec="seconds")}
         from_memo = False
-        if memo_dir is not None:
-            _write_memo(memo_dir / MEMO, identity, probed)
+        if memo_dir is not None:  # only this identity's result; a failed write is no error
+            write_memo(memo_dir / MEMO, {identity: probed}, indent=1, sort_keys=True)
     return {
         "schema": DOCTOR_SCHEMA,
         "python": platform.python_version(),

@@ -24,8 +24,8 @@ commands stay torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import json
 import os
 import platform
 import threading
@@ -37,7 +37,7 @@ from typing import Any
 
 from .code_factors import acache_factors
 from .devices import device_index, device_type
-from .store._fs import INDEX_MAX, read_small, stat_sig
+from .store._fs import read_memo, stat_sig, write_memo
 from .store.keyformat import canonical_value
 
 KEY_SCHEMA = 2
@@ -156,13 +156,9 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
         raise WeightsError(f"weights not found: {root} (pass a safetensors file or HF folder)")
     files = _weight_files(root)  # raises WeightsError when there are none
     memo_path = (memo_dir / _MEMO_NAME) if memo_dir else None
-    memo: dict[str, str] = {}
-    if memo_path:
-        try:  # bounded, and a FIFO or a symlink there is refused, not followed
-            memo = json.loads(read_small(memo_path, INDEX_MAX))
-            memo = memo if isinstance(memo, dict) else {}
-        except (OSError, ValueError):
-            memo = {}  # absent or damaged: only a lost speed-up
+    # Bounded, and a FIFO or a symlink there is refused: absent or damaged, only a lost
+    # speed-up.
+    memo: dict[str, Any] = read_memo(memo_path) if memo_path else {}
     outer = hashlib.sha256()
     changed = False
     for f in files:
@@ -179,14 +175,9 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
         name = f.name if root.is_dir() else ""
         outer.update(f"{name}\0{st.st_size}\0{digest}\n".encode())
     if changed and memo_path:
-        with _memo_lock:
-            try:
-                memo_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_text(json.dumps(memo))
-                os.replace(tmp, memo_path)
-            except OSError:
-                pass  # read-only cache: the digest is still right, just not memoized
+        with _memo_lock, contextlib.suppress(OSError):
+            memo_path.parent.mkdir(parents=True, exist_ok=True)
+            write_memo(memo_path, memo)  # read-only cache: the digest is still right
     return "blake3:" + (outer.hexdigest() if root.is_dir() or len(files) > 1 else digest)
 
 

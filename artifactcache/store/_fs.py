@@ -10,12 +10,14 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import json
 import mmap
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 # Opening anything inside an entry never follows a symlink: a swapped-in link
 # fails with ELOOP instead of reading some other file.
@@ -264,13 +266,36 @@ def rename_noreplace(a: Path, b: Path) -> None:
     os.rename(a, b)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a small file by tmp + fsync + rename, so readers see old or new, never half."""
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write a small file by tmp + fsync + rename, so readers see old or new, never half;
+    a failed write leaves no tmp file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_memo(path: str | os.PathLike[str], limit: int = INDEX_MAX) -> dict[str, Any]:
+    """A memo file: a JSON object that only saves work. Read as read_small does (bounded,
+    never via a symlink or a fifo); absent, unreadable or damaged reads as empty."""
+    try:
+        memo = json.loads(read_small(path, limit))
+    except (OSError, ValueError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
+
+
+def write_memo(path: Path, memo: Mapping[str, Any], mode: int = 0o600, **dumps: Any) -> None:
+    """Write a memo whole (write_atomic), best effort: a read-only cache or install only
+    loses the speed-up, never the caller's result."""
+    with contextlib.suppress(OSError):
+        write_atomic(path, json.dumps(memo, **dumps).encode(), mode)

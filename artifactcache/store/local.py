@@ -373,8 +373,7 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
             _fs.rmtree(staging)  # the old entry, deleted after the readers' lock is let go
         _hook("renamed")
         _fs.fsync_path(dst.parent, directory=True)
-        with contextlib.suppress(OSError):
-            _fs.write_atomic(self._memo_path(key), json.dumps(memo).encode())
+        _fs.write_memo(self._memo_path(key), memo)
         now = time.time_ns()
         os.utime(dst, ns=(now, now))
         return Entry(key, dst, manifest)

@@ -7,7 +7,6 @@ module short; it uses only the store's own primitives (lock, entry_path, _check)
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
@@ -102,11 +101,7 @@ class MaintenanceMixin:
         to reading the manifest, and the index is rewritten (best effort).
         """
         index_path = self.base / "state" / "index.json"
-        try:
-            index = json.loads(_fs.read_small(index_path, _fs.INDEX_MAX))
-            index = index if isinstance(index, dict) else {}
-        except (OSError, ValueError):
-            index = {}
+        index = _fs.read_memo(index_path)
         fresh: dict[str, dict] = {}
         out: list[EntryInfo] = []
         warnings: list[str] = []
@@ -128,8 +123,7 @@ class MaintenanceMixin:
             fields["depends_on"] = tuple(fields["depends_on"])
             out.append(EntryInfo(key=name, dir=d.path, last_used=st.st_mtime, **fields))
         if fresh != index:
-            with contextlib.suppress(OSError):
-                _fs.write_atomic(index_path, json.dumps(fresh, separators=(",", ":")).encode())
+            _fs.write_memo(index_path, fresh, separators=(",", ":"))
         return out, warnings + self._leftover_warnings()
 
     def _one_manifest(self, prefix: str, d: os.DirEntry[str]) -> tuple[dict | None, str | None]:

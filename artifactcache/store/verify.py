@@ -8,8 +8,6 @@ ctime, inode, device per file) shows it unchanged since it was last hashed.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import stat
 from collections.abc import Callable
@@ -34,11 +32,7 @@ class VerifyMixin:
     _memo_path: Callable[[str], Path]  # LocalStore's: state/<key>.verified
 
     def _load_memo(self, key: str) -> dict[str, Any]:
-        try:
-            memo = json.loads(_fs.read_small(self._memo_path(key), _fs.STATE_MAX))
-            return memo if isinstance(memo, dict) else {}
-        except (OSError, ValueError):
-            return {}
+        return _fs.read_memo(self._memo_path(key), _fs.STATE_MAX)
 
     def _verify(self, key: str, path: Path, *, full: bool) -> tuple[dict | None, str | None]:
         """(manifest, None): intact; (None, problem): corrupt; (None, None): absent.
@@ -103,7 +97,6 @@ class VerifyMixin:
                 return None, f"{rel} does not match its digest"
             if _fs.stat_sig(before) == _fs.stat_sig(after) == sig[:-1]:
                 fresh[rel] = sig
-        if fresh != memo:
-            with contextlib.suppress(OSError):  # a read-only cache just re-hashes next time
-                _fs.write_atomic(self._memo_path(key), json.dumps(fresh).encode())
+        if fresh != memo:  # a read-only cache just re-hashes next time
+            _fs.write_memo(self._memo_path(key), fresh)
         return manifest, None

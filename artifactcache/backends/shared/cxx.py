@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import shlex
 import shutil
@@ -30,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from ...store._fs import read_memo, write_memo
 
 
 def loaded_libstdcxx() -> str | None:
@@ -118,7 +119,7 @@ def _candidates(default: str) -> tuple[list[str], list[str]]:
 PROBE_MEMO = "cxx-probes.json"
 
 
-def _file_id(path: str) -> str | None:
+def file_id(path: str) -> str | None:
     """path|realpath|mtime_ns|size: any upgrade in place changes it."""
     try:
         st = os.stat(path)
@@ -131,7 +132,7 @@ def _memo_key(cxx: str, runtime: str) -> str | None:
     """What a verdict depends on: compiler, runtime, torch, and the probe itself."""
     from ...keys import package_version
 
-    compiler, lib = _file_id(shutil.which(cxx) or cxx), _file_id(runtime)
+    compiler, lib = file_id(shutil.which(cxx) or cxx), file_id(runtime)
     if compiler is None or lib is None:
         return None
     probe = hashlib.sha256(_REGEX_PROBE.encode()).hexdigest()[:16]
@@ -139,23 +140,15 @@ def _memo_key(cxx: str, runtime: str) -> str | None:
 
 
 def _read_memo(memo_dir: Path) -> dict[str, Any]:
-    try:
-        memo = json.loads((memo_dir / PROBE_MEMO).read_text())
-    except (OSError, ValueError):
-        return {}  # absent, unreadable or damaged: only a lost speed-up
-    return memo if isinstance(memo, dict) else {}
+    return read_memo(memo_dir / PROBE_MEMO)  # absent or damaged: only a lost speed-up
 
 
 def _remember(memo_dir: Path, key: str, verdict: tuple[str, str]) -> None:
-    """Add one verdict to the memo, atomically (a reader never sees half a file)."""
+    """Add one verdict to the memo, atomically (a reader never sees half a file); a
+    read-only cache keeps the verdict right here, only unmemoized."""
     memo = _read_memo(memo_dir)
     memo[key] = list(verdict)
-    tmp = memo_dir / f"{PROBE_MEMO}.{os.getpid()}.tmp"
-    try:
-        tmp.write_text(json.dumps(memo, indent=1, sort_keys=True))
-        os.replace(tmp, memo_dir / PROBE_MEMO)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # read-only cache: the verdict is still right here
+    write_memo(memo_dir / PROBE_MEMO, memo, indent=1, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=16)
