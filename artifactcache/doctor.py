@@ -134,23 +134,20 @@ def cache_status(cache_dir: Path | None) -> dict[str, Any]:
 
 def _count_entries(entries: Path) -> tuple[int, list[str]]:
     """(entry dirs under entries/<prefix>/, what else is there: paths relative to v1/)."""
+    from .store.maintenance import prefix_listings
+
     n, stray = 0, []
     try:
-        prefixes = sorted(os.scandir(entries), key=lambda d: d.name)
-    except OSError:
+        for p, found, _error in prefix_listings(entries):
+            if found is None:  # not a directory, or one that cannot be listed
+                stray.append(f"entries/{p.name}")
+                continue
+            for d in found:
+                ok = d.is_dir(follow_symlinks=False) and d.name[:2] == p.name
+                n += ok
+                stray += [] if ok else [f"entries/{p.name}/{d.name}"]
+    except OSError:  # no entries/ yet, or one that cannot be listed
         return 0, []
-    for p in prefixes:
-        if not p.is_dir(follow_symlinks=False):
-            stray.append(f"entries/{p.name}")
-            continue
-        try:
-            with os.scandir(p.path) as it:
-                for d in it:
-                    ok = d.is_dir(follow_symlinks=False) and d.name[:2] == p.name
-                    n += ok
-                    stray += [] if ok else [f"entries/{p.name}/{d.name}"]
-        except OSError:
-            stray.append(f"entries/{p.name}")
     return n, stray
 
 

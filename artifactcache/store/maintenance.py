@@ -36,6 +36,28 @@ _KEY = re.compile("[0-9a-f]{64}")
 _INDEX_FIELDS = frozenset(EntryInfo.record({"key": "0" * 64})) | {"ino"}
 
 
+def prefix_listings(
+    entries: Path,
+) -> Iterator[tuple[os.DirEntry[str], list[os.DirEntry[str]] | None, OSError | None]]:
+    """Each item under ``entries/``, by name: (prefix dir, what it holds, None); (item,
+    None, None) for anything that is not a directory; (prefix dir, None, the error) for
+    one that cannot be listed. OSError when ``entries/`` itself cannot be listed. The
+    store's scans and doctor's read-only count walk the tree through this."""
+    with os.scandir(entries) as top:
+        items = sorted(top, key=lambda d: d.name)
+    for item in items:
+        if not item.is_dir(follow_symlinks=False):
+            yield item, None, None
+            continue
+        try:
+            with os.scandir(item.path) as it:
+                found = list(it)
+        except OSError as e:
+            yield item, None, e
+            continue
+        yield item, found, None
+
+
 class MaintenanceMixin:
     base: Path
 
@@ -48,19 +70,13 @@ class MaintenanceMixin:
         prefix dir we may not read) is skipped, with a line in ``warnings``.
         """
         notes = [] if warnings is None else warnings
-        with os.scandir(self.base / "entries") as top:
-            subs = sorted(top, key=lambda d: d.name)
-        for sub in subs:
-            if not sub.is_dir(follow_symlinks=False):
+        for sub, found, error in prefix_listings(self.base / "entries"):
+            if error is not None:
+                notes.append(f"cannot list entries/{sub.name} ({_fs.describe(error)})")
+            elif found is None:
                 notes.append(f"unexpected item entries/{sub.name} (not a directory); remove it")
-                continue
-            try:
-                with os.scandir(sub.path) as it:
-                    found = list(it)
-            except OSError as e:
-                notes.append(f"cannot list entries/{sub.name} ({_fs.describe(e)})")
-                continue
-            yield from ((sub.name, d) for d in found)
+            else:
+                yield from ((sub.name, d) for d in found)
 
     def _leftover_warnings(self) -> list[str]:
         out = []
