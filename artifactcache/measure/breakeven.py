@@ -64,6 +64,16 @@ def break_even(
     }
 
 
+def first_results(results: list[dict[str, Any]]) -> list[float]:
+    """Each process's time to first result, in seconds since its start."""
+    return [r["phases"]["first_result"] for r in results if "first_result" in r.get("phases", {})]
+
+
+def request_times(results: list[dict[str, Any]]) -> list[float]:
+    """Every timed seed request's seconds (prefill + N tokens), over all processes."""
+    return [x for r in results for x in r.get("steady", {}).get("request_s", [])]
+
+
 def _requests_to_break_even(
     ttfr_b: Sequence[float], lat_b: Sequence[float], ttfr_e: Sequence[float], lat_e: Sequence[float]
 ) -> float:
@@ -84,12 +94,8 @@ def break_even_interval(
     """A 95% bootstrap interval of the break-even in requests: the processes' times to
     first result and the timed requests' latencies, each resampled. ``high`` None: in
     some resamples the backend is never level (not faster per request)."""
-    samples = [
-        [r["phases"]["first_result"] for r in backend if "first_result" in r.get("phases", {})],
-        [x for r in backend for x in r.get("steady", {}).get("request_s", [])],
-        [r["phases"]["first_result"] for r in eager if "first_result" in r.get("phases", {})],
-        [x for r in eager for x in r.get("steady", {}).get("request_s", [])],
-    ]
+    samples = [first_results(backend), request_times(backend)]
+    samples += [first_results(eager), request_times(eager)]
     if not all(samples):
         return None
     dist = bootstrap(_requests_to_break_even, samples, rounds=BOOTSTRAP_ROUNDS)

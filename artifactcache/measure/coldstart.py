@@ -33,7 +33,7 @@ from typing import Any
 
 from ..choices import BuildChoices
 from ..errors import MeasureError
-from .breakeven import break_even, break_even_interval
+from .breakeven import break_even, break_even_interval, first_results, request_times
 from .phases import PHASE_ORDER, T0_ENV
 
 # Framework caches a cold/warm run must not inherit from the user's machine.
@@ -334,12 +334,12 @@ def phase_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
 
 def request_latency(results: list[dict[str, Any]]) -> float | None:
     """Median seconds of one seed request (prefill + N tokens) over every timed iteration."""
-    vals = [x for r in results for x in r.get("steady", {}).get("request_s", [])]
+    vals = request_times(results)
     return statistics.median(vals) if vals else None
 
 
 def ttfr(results: list[dict[str, Any]]) -> float | None:
-    vals = [r["phases"]["first_result"] for r in results if "first_result" in r.get("phases", {})]
+    vals = first_results(results)
     return statistics.median(vals) if vals else None
 
 
