@@ -110,7 +110,7 @@ def _rate(x: float | None) -> str:
 
 
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
-    from ..measure.report import break_even_with_interval, compile_work
+    from ..measure.report import break_even_with_interval, warm_start_problems
 
     rows = []
     base = report["baselines"].get(recipe, {})
@@ -137,18 +137,8 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         t.add_row(name, *cells, span, _s(s["request_latency_s"], "{:.3f} s"), comp)
     print_wide(t)
     cs = pair["coldstart"]
-    warm = cs["scenarios"].get("warm")
-    if warm and any(warm["compiled"]):
-        err_console.print(
-            f"warning: a warm process compiled ({compile_work(warm)}): the entry did not "
-            "carry all the warmth",
-            highlight=False,
-        )
-    if warm and warm.get("outputs_agree") is False:
-        err_console.print(
-            "warning: the warm processes' greedy tokens differ from one another",
-            highlight=False,
-        )
+    for problem in warm_start_problems(cs["scenarios"].get("warm")):
+        err_console.print(f"warning: {problem}", highlight=False)
     if "cold_warm_ratio" in cs:
         console.print(f"cold/warm time to first token: {cs['cold_warm_ratio']:.1f}x")
     for scen in ("warm", "cold"):

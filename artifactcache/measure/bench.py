@@ -272,6 +272,7 @@ def summarize(
     bpt = bytes_per_token(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n, quant=quant)
     fps = flops_per_step(recipe, dtype, batch, prompt_len=prompt_len, new_tokens=n)
     per_row = rates["decode_tok_s"]
+    bandwidth = roofline(bpt["total"], per_row, copy_gbps)
     return {
         "iterations": len(request),
         "processes": len(probes),
@@ -289,12 +290,10 @@ def summarize(
         "flops_per_step": fps,
         "copy_gbps": copy_gbps,
         "matmul_tflops": peak_tflops,
-        **roofline(bpt["total"], per_row, copy_gbps),
+        **bandwidth,
         **flop_roofline(fps["total"], per_row, peak_tflops),
         "roofline_bound": roofline_bound(bpt["total"], fps["total"], copy_gbps, peak_tflops),
-        "roofline_note": roofline_note(
-            roofline(bpt["total"], per_row, copy_gbps)["roofline_pct"], probes[0].get("device")
-        ),
+        "roofline_note": roofline_note(bandwidth["roofline_pct"], probes[0].get("device")),
         # The dense GEMM rate of this run (the same measurement as matmul_tflops), which
         # the prompt lengths' % of the FLOP roofline divides by (measure/prefill.py).
         "gemm_tflops": peak_tflops,

@@ -275,6 +275,19 @@ def compile_work(scenario: dict[str, Any]) -> str:
     return "; ".join(per_run) or "no counts"
 
 
+def warm_start_problems(warm: dict[str, Any] | None) -> list[str]:
+    """What a warm scenario did that a warm start must not: compile, or disagree with
+    itself on tokens. One wording for coldstart's warning lines and the report's findings."""
+    out = []
+    if warm and any(warm["compiled"]):
+        out.append(
+            f"a warm run compiled ({compile_work(warm)}): the artifact did not carry all the warmth"
+        )
+    if warm and warm.get("outputs_agree") is False:
+        out.append("the warm processes' greedy tokens differ from one another")
+    return out
+
+
 def findings(report: dict[str, Any]) -> list[str]:
     """Measured facts that contradict what the design expects, stated plainly."""
     out = []
@@ -284,13 +297,7 @@ def findings(report: dict[str, Any]) -> list[str]:
             continue
         sc = p["coldstart"]["scenarios"]
         warm, cold = sc.get("warm"), sc.get("cold")
-        if warm and any(warm["compiled"]):
-            out.append(
-                f"{key}: a warm run compiled ({compile_work(warm)}): the artifact did not "
-                "carry all the warmth."
-            )
-        if warm and warm.get("outputs_agree") is False:
-            out.append(f"{key}: the warm processes' greedy tokens differ from one another.")
+        out += [f"{key}: {problem}." for problem in warm_start_problems(warm)]
         if cold and not all(cold["compiled"]):
             out.append(f"{key}: a cold run did not compile (were the caches really empty?).")
         if warm and cold and warm["ttfr_s"] >= cold["ttfr_s"]:
