@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -118,7 +120,10 @@ try:  # each Triton cache lookup: its hash, and whether a finished kernel dir wa
         key = _real_key(src, backend, options, env_vars)
         seen["triton_cache_key"].append({
             "kernel": getattr(src, "name", None), "src": src.hash()[:16],
-            "backend": backend.hash()[:16], "options": options.hash()[:16],
+            "backend": hashlib.sha256(backend.hash().encode()).hexdigest()[:16],
+            "backend_tail": backend.hash()[-60:], "options": options.hash()[:16],
+            "ptxas_env": os.environ.get("TRITON_PTXAS_PATH"),
+            "key_sha": hashlib.sha256(key.encode()).hexdigest(),
             "env": sorted(env_vars.items()), "attrs": str(getattr(src, "attrs", None))[:300],
             "signature": str(getattr(src, "signature", None))[:300],
         })  # fmt: skip

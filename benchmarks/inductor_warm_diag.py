@@ -105,9 +105,13 @@ def main() -> int:
             if look["state"] != "miss":
                 continue
             built = build_keys.get(str(k["kernel"]), [])
-            parts = ("src", "backend", "options", "env", "attrs", "signature")
+            parts = ("src", "backend", "options", "env", "attrs", "signature", "key_sha")
             differs.append({
                 "kernel": k["kernel"], "build_compiles_of_it": len(built),
+                "warm_ptxas": f"{k.get('ptxas_env')} | {k.get('backend_tail')}",
+                "build_ptxas": sorted(
+                    {f"{b.get('ptxas_env')} | {b.get('backend_tail')}" for b in built}
+                ),
                 "parts_differing_from_each": [[p for p in parts if b[p] != k[p]] for b in built],
             })  # fmt: skip
         tokens.append(w.get("tokens"))

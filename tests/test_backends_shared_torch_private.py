@@ -3,6 +3,7 @@ is a one-line user error that names it."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -151,3 +152,35 @@ def test_restoring_inductor_config_prints_no_deprecation_warnings():
 
         tp.load_inductor_config(config.get_config_copy())
     assert not [w for w in seen if "torch._inductor.config" in str(w.message)], seen
+
+
+def test_pin_triton_ptxas_sets_the_path_inductor_compiles_with(monkeypatch, tmp_path):
+    """A warm inductor process must hash Triton keys with the build's ptxas: pinning
+    applies Inductor's own rule (torch's bundled ptxas, unless the user set one)."""
+    compile_tasks = pytest.importorskip("torch._inductor.runtime.compile_tasks")
+    ptxas = tmp_path / "bin" / "ptxas"
+    ptxas.parent.mkdir()
+    ptxas.write_text("#!/bin/sh\n")
+    ptxas.chmod(0o755)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    seen = []
+
+    def fake_set() -> None:
+        seen.append(True)
+        os.environ["TRITON_PTXAS_PATH"] = str(ptxas)
+
+    monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path", fake_set)
+    tp.pin_triton_ptxas()
+    assert seen == [True]
+    assert os.environ["TRITON_PTXAS_PATH"] == str(ptxas)
+
+
+def test_inductor_load_and_build_pin_ptxas_before_anything_compiles():
+    """Both ends of an entry pin it (the call sits before the model is built)."""
+    import inspect
+
+    from artifactcache.backends.inductor import backend
+
+    for method in (backend.InductorBackend.build, backend.InductorBackend.load):
+        src = inspect.getsource(method)
+        assert src.index("pin_triton_ptxas()") < src.index("build_model_for(")

@@ -80,6 +80,7 @@ from ..shared.torch_private import (
     inductor_mode_options,
     load_compiled_step,
     mark_dynamic_dim,
+    pin_triton_ptxas,
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
@@ -267,6 +268,7 @@ class InductorBackend:
         import torch
 
         dev = device_of(ctx.opts)
+        pin_triton_ptxas()
         model = build_model_for(ctx, dev, self.name)
         path = warm_path(ctx.opts.device)
         t0 = time.perf_counter()
@@ -319,6 +321,7 @@ class InductorBackend:
                 if not (entry_dir / f).is_file():
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
         dev = device_of(ctx.opts)
+        pin_triton_ptxas()  # before any Triton key is made: the build's ptxas (torch_private)
         model = build_model_for(ctx, dev, self.name)
         with inductor_tuning_results_kept():
             return self._load_steps(ctx, entry_dir, path, model, dev)

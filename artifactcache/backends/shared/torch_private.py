@@ -58,6 +58,23 @@ def triton_cache_dir(device_index: int = 0) -> Path:
     return Path(tcd(device_index))
 
 
+def pin_triton_ptxas() -> None:
+    """Point Triton at the ptxas Inductor compiles with (torch's own, where the wheel has one).
+
+    Triton's cache key holds the ``ptxas --version`` text. Inductor sets
+    TRITON_PTXAS_PATH on its compile paths only (async_compile, the compile workers), so
+    a process that loads kernels without compiling them (a warm start) would hash with
+    Triton's bundled ptxas instead, miss every kernel the build stored, and compile it
+    again. Pinned before the first key is made, both processes hash alike. A torch
+    without the helper has nothing to pin: Triton then picks the same ptxas in both.
+    """
+    try:
+        from torch._inductor.runtime.compile_tasks import _set_triton_ptxas_path
+    except ImportError:
+        return
+    _set_triton_ptxas_path()
+
+
 def _is_probe_state(isa: Any, name: str) -> bool:
     """An attribute an ISA probe stores on the ISA object (not one set at construction)."""
     if name.startswith("_is_") and name.endswith("_supported"):
