@@ -84,6 +84,14 @@ def test_quant_refusals_are_one_line(backend: str, quant: str, says: str):
         get_backend(backend).check_options(BuildChoices(quant=quant))
 
 
+def test_int4wo_on_cuda_takes_bf16_only():
+    for backend in ("eager", "inductor", "aoti"):
+        with pytest.raises(BackendError, match="tinygemm.*--dtype bf16"):
+            check_quant(backend, BuildChoices(quant="int4wo", device="cuda", dtype="fp16"))
+        check_quant(backend, BuildChoices(quant="int4wo", device="cuda", dtype="bf16"))
+        check_quant(backend, BuildChoices(quant="int4wo", device="cpu", dtype="fp32"))
+
+
 def test_ort_refuses_the_fusion_flag():
     with pytest.raises(BackendError, match="fuse_projections"):
         get_backend("ort").check_options(BuildChoices(extra={"fuse_projections": 1}))

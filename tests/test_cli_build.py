@@ -199,6 +199,8 @@ def test_quant_builds_its_own_entry_and_key_explains_it(cache_dir: Path):
     assert keyed["factors"]["backend"]["options"]["quant"] == "int8wo"
     assert json.loads(run("build", "tiny-llama", "--quant", "int8wo", "--json").stdout)[
         "status"] == "hit"  # fmt: skip
+    int4 = json.loads(run("build", "tiny-llama", "--quant", "int4wo", "--json").stdout)
+    assert int4["status"] == "built" and int4["key"] not in (plain["key"], quant["key"])
 
 
 def test_a_slow_build_says_what_it_does_off_a_terminal_and_lines_stay_whole(

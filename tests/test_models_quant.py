@@ -1,6 +1,9 @@
-"""Weight-only int8 (models/quant.py): the rounding bound, which layers, the old weights
-freed, a loose sanity bound against the float model, and the compiled backends held
-to eager on the quantized model.
+"""Weight-only int8 and int4 (models/quant.py): the rounding bound, which layers, the old
+weights freed, a loose sanity bound against the float model, and the compiled backends
+held to eager on the quantized model. int4's CUDA kernel (tinygemm) runs on a GPU only:
+here its CPU twin stands in as the reference of the scheme, and the layer's own
+dequantization (the plain nibbles, what CPU and CUDA prompt passes compute with) is
+held to it.
 
 How far int8wo is from the float model on a real checkpoint is not asserted here:
 benchmarks/quant_agreement.py prints it (max relative logits error, first differing
@@ -19,7 +22,17 @@ from torch import nn
 
 from artifactcache import api
 from artifactcache.models import build_model
-from artifactcache.models.quant import Int8WeightOnlyLinear, quantize, quantize_int8
+from artifactcache.models.quant import (
+    Int4WeightOnlyLinear,
+    Int8WeightOnlyLinear,
+    int4_layout,
+    int4_linear,
+    pack_nibbles,
+    quantize,
+    quantize_int4,
+    quantize_int8,
+    unpack_nibbles,
+)
 from artifactcache.recipes import load_recipe
 
 
@@ -68,11 +81,13 @@ def test_int8wo_stays_close_to_the_float_model(dtype: str, fused: bool):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["inductor", "aoti"])
-def test_compiled_int8wo_matches_eager_int8wo(backend: str, tmp_path_factory):
-    """int8 constants reach the compiled graphs (aoti: as user-managed constants) and
-    compute what eager computes on the same quantized, fused model."""
-    root = private_dir(tmp_path_factory, f"int8wo-{backend}")
-    opts = dict(quant="int8wo", extra={"fuse_projections": 1}, cache_dir=root)
+@pytest.mark.parametrize("quant", ["int8wo", "int4wo"])
+def test_compiled_quant_matches_eager_quant(backend: str, quant: str, tmp_path_factory):
+    """Quantized constants reach the compiled graphs (aoti: as user-managed constants)
+    and compute what eager computes on the same quantized, fused model (int4wo: the
+    CPU kernel through Inductor's fallback and AOTInductor's C shim)."""
+    root = private_dir(tmp_path_factory, f"{quant}-{backend}")
+    opts = dict(quant=quant, extra={"fuse_projections": 1}, cache_dir=root)
     rec = load_recipe("tiny-llama")
     ids = [(31 * i + 7) % rec.model.vocab_size for i in range(16)]
     prompt = list(rec.bench.prompt_ids)
@@ -80,3 +95,105 @@ def test_compiled_int8wo_matches_eager_int8wo(backend: str, tmp_path_factory):
     runner = api.load("tiny-llama", backend, **opts)
     assert rel_err(runner.logits(ids), eager.logits(ids)) <= 1e-4
     assert runner.generate(prompt, 8) == eager.generate(prompt, 8)
+
+
+def test_int4_groups_round_against_their_own_scale_and_zero():
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(24, 256, generator=gen) * torch.logspace(-3, 1, 24)[:, None]
+    w[3, :128] = 0.5  # a constant group: scale 0 must not divide by zero
+    q, sz = quantize_int4(w, 128)
+    assert q.dtype == torch.int32 and sz.shape == (2, 24, 2)
+    assert q.min() >= 0 and q.max() <= 15
+    scale, zero = sz[..., 0].t(), sz[..., 1].t()  # [24, 2]
+    deq = (q.reshape(24, 2, 128).float() - 8) * scale[..., None] + zero[..., None]
+    err = (deq.reshape(24, 256) - w).abs().reshape(24, 2, 128)
+    assert torch.all(err <= scale[..., None] / 2 * (1 + 1e-5) + 1e-7)
+    assert torch.all(deq.reshape(24, 256)[3, :128] == 0.5)
+
+
+def test_nibbles_round_trip():
+    q = torch.randint(0, 16, (8, 64), dtype=torch.int32)
+    packed = pack_nibbles(q)
+    assert packed.shape == (8, 32) and packed.dtype == torch.uint8
+    assert torch.equal(unpack_nibbles(packed).to(torch.int32), q)
+
+
+def test_int4_layout_fits_the_width_or_refuses():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert int4_layout(4096, 4096, cuda) == (128, 8)
+    assert int4_layout(11008, 4096, cuda) == (128, 8)  # 11008 = 86 x 128
+    assert int4_layout(64, 64, cpu) == (64, 0)  # no tinygemm layout off CUDA
+    assert int4_layout(96, 64, cuda) == (32, 2)
+    assert int4_layout(100, 64, cpu) is None  # no group divides it
+    assert int4_layout(64, 60, cuda) is None  # tinygemm tiles N by 8
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int4_dequantization_is_tinygemms(dtype: torch.dtype):
+    """The layer's own dequantization (nibbles, ``(q - 8) * scale + zero`` from
+    scales_zeros [groups, out, 2]) computes what PyTorch's int4 kernel computes from the
+    same q and scales_zeros: its CPU twin here, the CUDA one on a GPU
+    (test_int4wo_decode_rows_run_tinygemm_on_cuda)."""
+    torch.manual_seed(0)
+    lin = nn.Linear(256, 48, bias=True).to(dtype)
+    layer = int4_linear(lin)
+    assert isinstance(layer, Int4WeightOnlyLinear) and layer.packed is None  # CPU
+    q, sz = quantize_int4(lin.weight, 128)
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    x = torch.randn(3, 5, 256).to(dtype)
+    kernel = torch.ops.aten._weight_int4pack_mm_for_cpu(x.reshape(15, 256), packed, 128, sz)
+    want = kernel.reshape(3, 5, 48).float() + lin.bias.float()
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert rel_err(layer(x).float(), want) <= tol
+    assert rel_err(layer(x[:, :1]).float(), want[:, :1]) <= tol
+    w = layer.dequantized(torch.float32)
+    assert (w - lin.weight.float()).abs().max() <= sz[..., 0].float().max() / 2 + 1e-2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="tinygemm's CUDA kernel needs a GPU")
+def test_int4wo_decode_rows_run_tinygemm_on_cuda():
+    """On CUDA a decode row (one token, few sequences) runs tinygemm on its packed layout
+    and a prompt pass the dequantized GEMM: the two agree."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4096, 1024, bias=False, device="cuda", dtype=torch.bfloat16)
+    layer = int4_linear(lin)
+    assert layer is not None and layer.packed is not None
+    x = torch.randn(2, 16, 4096, device="cuda", dtype=torch.bfloat16)
+    prompt = layer(x)  # dequantized GEMM
+    for t in range(0, 16, 5):
+        decode = layer(x[:, t : t + 1].contiguous())  # tinygemm
+        assert rel_err(decode.float(), prompt[:, t : t + 1].float()) <= 2e-2
+
+
+def test_int4wo_quantizes_every_block_linear_that_fits_and_stays_close():
+    rec = load_recipe("tiny-qwen2")  # biases on q/k/v
+    ids = [(31 * i + 7) % rec.model.vocab_size for i in range(16)]
+    pos = torch.arange(len(ids))
+    with torch.no_grad():
+        want = build_model(rec)(torch.tensor([ids]), pos)[0]
+        model = build_model(rec, quant="int4wo")
+        got = model(torch.tensor([ids]), pos)[0]
+    layers = [m for m in model.model.modules() if isinstance(m, Int4WeightOnlyLinear)]
+    assert len(layers) == 4 * rec.model.n_layers  # q, k, v, o
+    # intermediate_size 172: gate/up's 172 rows are not a multiple of 8, and no group
+    # divides down's 172 inputs, so the MLP keeps its float weights.
+    kept = {
+        n.rsplit(".", 1)[-1] for n, m in model.model.named_modules() if isinstance(m, nn.Linear)
+    }
+    assert kept == {"gate_proj", "up_proj", "down_proj"}
+    # 16 levels a group on random weights: ~0.37 here (int8: 0.01-0.03); a wrong scale
+    # or a transposed weight is off by more than 1.
+    assert 0 < rel_err(got, want) < 0.6
+
+
+def test_int4wo_sizes_half_a_byte_a_weight_on_meta():
+    """The roofline's bytes (sizing.weight_bytes) count what a decode step reads: half a
+    byte a weight plus a bf16 scale and zero per 128 (llama-7b: every layer fits)."""
+    from artifactcache import sizing
+
+    rec = load_recipe("llama-7b")
+    full, _ = sizing.weight_bytes(rec, "bf16")
+    int4, _ = sizing.weight_bytes(rec, "bf16", "int4wo")
+    head = rec.model.vocab_size * rec.model.dim * 2
+    per_weight = (0.5 + 2 * 2 / 128) / 2  # of a bf16 weight's two bytes
+    assert (int4 - head) / (full - head) == pytest.approx(per_weight, rel=1e-3)

@@ -1,4 +1,6 @@
-"""Weight-only int8 (``--quant int8wo``): int8 weights with one scale per output channel.
+"""Weight-only quantization: ``--quant int8wo`` and ``--quant int4wo``.
+
+**int8wo**: int8 weights with one scale per output channel.
 
 gpt-fast's scheme: each row ``w`` of a Linear's weight is stored as
 ``round(w / s)`` in int8 with ``s = max|w| / 127``, and the layer computes
@@ -10,6 +12,23 @@ for inductor and aoti) turns the decode matmul into one Triton reduction that lo
 the int8 weights. Elsewhere (eager, CPU, the prefill's real GEMMs) the cast makes a
 full-width copy of each weight first, so int8wo is then *slower*, not faster.
 
+**int4wo**: 4-bit weights, asymmetric per group of ``group`` input channels (128 where
+the layer's width allows, else 64 or 32; a scale and a zero per group, gpt-fast's and
+torchao's tinygemm scheme: ``w = (q - 8) * scale + zero``, q in 0..15). A decode row
+(one token per sequence, at most ``TINYGEMM_MAX_ROWS`` sequences) runs PyTorch's own
+int4 kernel, ``aten._weight_int4pack_mm`` (tinygemm, the kernel torchao's tile-packed
+int4 layout calls too), which reads half a byte per weight: on an H200 it ran llama-7b's
+GEMVs 1.8-2x faster than bf16 (benchmarks/quant_kernels.py). The same kernel is 3-10x
+*slower* than a bf16 GEMM once it has 32 or more rows (it is built for few rows), so a
+prompt pass dequantizes the weight into the model's dtype and runs the regular GEMM.
+tinygemm's layout cannot be read back by anything but tinygemm, so on CUDA the layer
+also keeps the plain nibbles (two weights a byte) for that dequantization: an int4wo
+model holds as many bytes as an int8wo one (half of bf16), and decode reads half of
+them. On CPU the layer keeps the nibbles only and always dequantizes: int4 on CPU is
+for building and checking artifacts, not for speed (and AOTInductor's CPU lowering of
+the CPU kernel adds a constant of its own, which acache's shared constants cannot
+hold). CUDA's tinygemm takes bf16 activations only (check_quant refuses other dtypes).
+
 Every Linear of the blocks is quantized (q/k/v or qkv, o, gate/up, down; phi-2's
 dense, fc1, fc2); the LM head is not. Its error would go straight into the logits the
 greedy pick reads, a tied head shares its matrix with the input embedding (which
@@ -17,7 +36,10 @@ must stay full width for the lookup), and it is a small part of the bytes a step
 reads (llama-7b: 0.26 of 6.7 GB once the blocks are int8).
 
 Quantizing runs on the device after the weights are in, one Linear at a time (row
-chunks in fp32), and drops each float weight as soon as its int8 copy exists.
+chunks in fp32), and drops each float weight as soon as its quantized copy exists. On
+the meta device (sizing.weight_bytes, the bytes a decode step reads for the roofline)
+it makes empty tensors of the shapes a build stores, less int4wo's second CUDA copy
+(tinygemm's and the nibbles hold the same bytes; a step reads one of them).
 """
 
 from __future__ import annotations
@@ -29,6 +51,12 @@ from torch.nn import functional as F
 INT8_MAX = 127
 # Rows quantized per fp32 chunk: bounds the temporary to ROW_CHUNK x in_features x 4 bytes.
 ROW_CHUNK = 2048
+INT4_GROUPS = (128, 64, 32)  # the widest that divides in_features
+# tinygemm's CUDA layout tiles K by 16 x inner_k_tiles and N by 8.
+INNER_K_TILES = (8, 4, 2)
+# Decode sequences up to which tinygemm runs (beyond, the dequantized GEMM): on an H200
+# it beat bf16 at 1 row and lost 2-3x at 32 (benchmarks/quant_kernels.py).
+TINYGEMM_MAX_ROWS = 4
 
 
 class Int8WeightOnlyLinear(nn.Module):
@@ -72,6 +100,126 @@ def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return out, scales
 
 
+def int4_layout(
+    in_features: int, out_features: int, device: torch.device
+) -> tuple[int, int] | None:
+    """(group size, inner_k_tiles) for a layer, or None where no int4 layout fits.
+    Off CUDA there is no tinygemm layout: inner_k_tiles is 0."""
+    group = next((g for g in INT4_GROUPS if in_features % g == 0), None)
+    if group is None or out_features % 8:
+        return None
+    if device.type != "cuda":
+        return group, 0
+    tiles = next((t for t in INNER_K_TILES if in_features % (16 * t) == 0), None)
+    return None if tiles is None else (group, tiles)
+
+
+@torch.no_grad()
+def quantize_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q int32 [out, in] in 0..15, [in/group, out, 2] scales and zeros in weight's dtype).
+
+    Asymmetric per group: scale = (max - min) / 15, zero = min + 8 * scale, so
+    ``(q - 8) * scale + zero`` is within scale / 2 of the weight (up to the dtype's
+    rounding of scale and zero, which the rounding of q below already accounts for).
+    """
+    n, k = weight.shape
+    q = torch.empty(n, k, dtype=torch.int32, device=weight.device)
+    sz = torch.empty(n, k // group, 2, dtype=weight.dtype, device=weight.device)
+    for start in range(0, n, ROW_CHUNK):
+        rows = slice(start, start + ROW_CHUNK)
+        wg = weight[rows].float().reshape(-1, k // group, group)
+        lo, hi = wg.amin(-1, keepdim=True), wg.amax(-1, keepdim=True)
+        scale = ((hi - lo) / 15).to(weight.dtype)
+        zero = (lo + 8 * scale.float()).to(weight.dtype)
+        # Round against scale and zero as stored, so dequantization sees the same ones.
+        s32 = scale.float().clamp(min=torch.finfo(torch.float32).tiny)
+        qg = ((wg - zero.float()) / s32 + 8).round_().clamp_(0, 15)
+        q[rows] = qg.reshape(-1, k).to(torch.int32)
+        sz[rows] = torch.cat([scale, zero], dim=-1)
+    return q, sz.transpose(0, 1).contiguous()
+
+
+def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
+    """uint8 [out, in/2] from int32 [out, in] in 0..15: input channel 2j high, 2j+1 low."""
+    return (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`pack_nibbles`, as uint8 [out, in]."""
+    return torch.stack([packed >> 4, packed & 15], dim=-1).reshape(packed.shape[0], -1)
+
+
+class Int4WeightOnlyLinear(nn.Module):
+    """4-bit group-wise weights; tinygemm for decode rows, a dequantized GEMM otherwise.
+
+    Buffers (exported as constants like every other): ``nibbles`` uint8 [out, in/2], the
+    plain layout a prompt pass dequantizes; ``scales_zeros`` [in/group, out, 2]; on CUDA
+    also ``packed``, tinygemm's layout of the same weights (module docstring).
+    """
+
+    def __init__(
+        self,
+        packed: torch.Tensor | None,
+        scales_zeros: torch.Tensor,
+        nibbles: torch.Tensor,
+        bias: torch.Tensor | None,
+        in_features: int,
+        group: int,
+    ):
+        super().__init__()
+        self.in_features, self.out_features = in_features, scales_zeros.shape[1]
+        self.group = group
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_zeros", scales_zeros)
+        self.register_buffer("nibbles", nibbles)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The [out, in] weight in ``dtype``, as a prompt pass computes with it."""
+        q = unpack_nibbles(self.nibbles).reshape(self.out_features, -1, self.group)
+        sz = self.scales_zeros.transpose(0, 1)  # [out, groups, 2]
+        w = (q.to(dtype) - 8) * sz[..., :1] + sz[..., 1:]
+        return w.reshape(self.out_features, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        decode_rows = x.dim() == 3 and x.shape[1] == 1 and x.shape[0] <= TINYGEMM_MAX_ROWS
+        if decode_rows and self.packed is not None:
+            rows = x.reshape(-1, self.in_features).contiguous()
+            y = torch.ops.aten._weight_int4pack_mm(rows, self.packed, self.group, self.scales_zeros)
+            y = y.reshape(*x.shape[:-1], -1)
+        else:
+            y = F.linear(x, self.dequantized(x.dtype))
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"int4 weights, group={self.group}"
+        )
+
+
+def int4_linear(linear: nn.Linear) -> Int4WeightOnlyLinear | None:
+    """``linear`` as an Int4WeightOnlyLinear on its device, or None where no layout fits."""
+    weight = linear.weight
+    n, k = weight.shape
+    layout = int4_layout(k, n, weight.device)
+    if layout is None:
+        return None
+    group, tiles = layout
+    if weight.is_meta:  # what a CUDA decode step reads: sizing's roofline bytes
+        nibbles = torch.empty(n, k // 2, dtype=torch.uint8, device="meta")
+        sz = torch.empty(k // group, n, 2, dtype=weight.dtype, device="meta")
+        packed = None
+    else:
+        q, sz = quantize_int4(weight, group)
+        nibbles = pack_nibbles(q)
+        del q
+        packed = None
+        if tiles:
+            packed = torch.ops.aten._convert_weight_to_int4pack(nibbles, tiles)
+    return Int4WeightOnlyLinear(packed, sz, nibbles, linear.bias, k, group)
+
+
 def block_linears(model: nn.Module) -> list[tuple[nn.Module, str]]:
     """(parent, attribute) of every nn.Linear inside ``model.model`` (the LM head is not)."""
     return [
@@ -84,14 +232,23 @@ def block_linears(model: nn.Module) -> list[tuple[nn.Module, str]]:
 
 @torch.no_grad()
 def quantize(model: nn.Module, mode: str) -> int:
-    """Replace every Linear of the blocks by its int8 form, in place; how many."""
-    if mode != "int8wo":  # model_options.check_quant refuses any other name first
+    """Replace every Linear of the blocks by its quantized form, in place; how many.
+
+    int4wo leaves a layer no int4 layout fits (its in_features not a multiple of 32,
+    or out_features of 8 on CUDA, 16 on CPU) in the model's dtype.
+    """
+    if mode not in ("int8wo", "int4wo"):  # model_options.check_quant refuses others first
         raise ValueError(f"unknown quantization {mode!r}")
-    targets = block_linears(model)
-    for parent, name in targets:
+    done = 0
+    for parent, name in block_linears(model):
         linear = getattr(parent, name)
-        weight, scales = quantize_int8(linear.weight)
-        bias = linear.bias
-        del linear  # the float weight goes with the module, below
-        setattr(parent, name, Int8WeightOnlyLinear(weight, scales, bias))
-    return len(targets)
+        new: nn.Module | None
+        if mode == "int4wo":
+            new = int4_linear(linear)
+        else:
+            weight, scales = quantize_int8(linear.weight)
+            new = Int8WeightOnlyLinear(weight, scales, linear.bias)
+        if new is not None:
+            setattr(parent, name, new)  # the float weight goes with the old module
+            done += 1
+    return done

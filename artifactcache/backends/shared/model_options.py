@@ -17,6 +17,8 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   (artifactcache/kv_buckets.py); at 256 or less that is one bucket, a static step.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
+- ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
+  (PyTorch's tinygemm kernel for decode); bf16 only on CUDA (models/quant.py).
 
 The key records the model as built (``model_factors``): whether its projections are
 fused, and its quantization.
@@ -43,7 +45,7 @@ MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA)
 FUSE_BY_DEFAULT = ("inductor", "aoti")
 FUSABLE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 FUSED_FAMILIES = ("phi-3",)  # fused in the checkpoint itself
-QUANT_MODES = ("int8wo",)
+QUANT_MODES = ("int8wo", "int4wo")
 # Why each backend that builds from the ONNX export refuses --quant.
 QUANT_REFUSALS = {
     "ort": "ort runs the unquantized ONNX export it shares with trt, and ONNX Runtime's "
@@ -87,6 +89,11 @@ def check_quant(backend: str, opts: BuildChoices) -> None:
     if backend not in MODEL_BACKENDS:
         why = QUANT_REFUSALS.get(backend, f"use {', '.join(MODEL_BACKENDS)}")
         raise BackendError(f"backend {backend!r} does not take --quant {opts.quant}: {why}")
+    if opts.quant == "int4wo" and is_cuda(opts.device) and opts.dtype != "bf16":
+        raise BackendError(
+            f"--quant int4wo on CUDA runs PyTorch's tinygemm kernel, which takes bf16 "
+            f"activations only; use --dtype bf16 (not {opts.dtype})"
+        )
 
 
 def check_model_options(backend: str, opts: BuildChoices) -> None:
