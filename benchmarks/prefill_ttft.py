@@ -163,8 +163,9 @@ def _child(spec: dict[str, Any]) -> None:
     else:
         import artifactcache
 
+        backend, quant = variant(spec["backend"])
         runner = artifactcache.load(
-            spec["recipe"], backend=spec["backend"], device=spec["device"],
+            spec["recipe"], backend=backend, quant=quant, device=spec["device"],
             dtype=spec["dtype"], max_seq_len=spec["max_seq_len"], cache_dir=spec["cache"],
             seed=spec["seed"], extra=dict(kv.split("=", 1) for kv in spec["extra"]),
             build_on_miss=False,
@@ -203,6 +204,12 @@ def _child(spec: dict[str, Any]) -> None:
         keys = ("new_tokens", "iters", "decode_tok_s", "prefill_median_s", "request_median_s")
         out["decode"] = {k: r[k] for k in keys}
         save()
+
+
+def variant(name: str) -> tuple[str, str | None]:
+    """(backend, --quant) of a ``--backends`` entry: ``aoti`` or ``aoti+int4wo``."""
+    backend, _, quant = name.partition("+")
+    return backend, quant or None
 
 
 def gpu_slug(device: str) -> str:
@@ -269,10 +276,11 @@ class Run:
 
     def build(self, b: str) -> dict[str, Any]:
         a = self.a
-        cmd = [sys.executable, "-m", "artifactcache.cli", "build", a.recipe, "--backend", b,
+        backend, quant = variant(b)
+        cmd = [sys.executable, "-m", "artifactcache.cli", "build", a.recipe, "--backend", backend,
                "--device", a.device, "--dtype", a.dtype, "--max-seq-len", str(a.max_seq_len),
                "--seed", str(a.seed), "--cache-dir", str(a.cache), "--json"]  # fmt: skip
-        cmd += [f"--extra={kv}" for kv in a.extra]
+        cmd += [f"--extra={kv}" for kv in a.extra] + (["--quant", quant] if quant else [])
         print(f"[prefill] build {b}: start", flush=True)
         t0, log = time.perf_counter(), a.out / "logs" / f"build-{b}.log"
         rc, stdout = self.proc(cmd, f"build-{b}", log, pipe=True)
@@ -370,7 +378,7 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recipe", default="llama-7b")
-    ap.add_argument("--backends", default="aoti,inductor,eager")
+    ap.add_argument("--backends", default="aoti,inductor,eager", help="aoti+int4wo: quantized")
     ap.add_argument("--prompt-lens", type=ints, default=[16, 128, 512, 2000, 4000])
     ap.add_argument("--max-seq-len", type=int, default=4096)
     ap.add_argument("--device", default="cuda")
