@@ -12,12 +12,14 @@ have read, coordinate-descent runs, cubins compiled). Then compares:
   carries (not carried, or carried and not read?);
 - the greedy tokens of the warm processes (do they agree?).
 
-The build and the warm processes run with ``TORCHINDUCTOR_COMPILE_THREADS=1`` so every
-compile happens in the counted process; each warm miss is compared, part by part
-(source, backend, options, env, attrs, signature), with the build's compiles of the
+The build and the warm processes run with ``TORCHINDUCTOR_COMPILE_THREADS=1`` (unless
+``--compile-threads`` says otherwise) so every compile happens in the counted process;
+each warm miss is compared, part by part (source, backend, options, env, attrs,
+signature, ptxas, the key's sha), with the build's compiles of the
 same kernel name. Writes ``OUT/summary.json`` and each child's JSON.
 
     python benchmarks/inductor_warm_diag.py llama-7b --out OUT [--warm 2]
+    ACACHE_INDUCTOR_WARM_PATH=aot_compile python benchmarks/inductor_warm_diag.py ...
 """
 
 from __future__ import annotations
@@ -61,13 +63,16 @@ def main() -> int:
     p.add_argument("--mode", default=None)
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--compile-threads", default="1",
+                   help="TORCHINDUCTOR_COMPILE_THREADS; '' leaves Inductor's workers")  # fmt: skip
     a = p.parse_args()
     out = a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     cache = Path(tempfile.mkdtemp(prefix="acache-warm-diag-"))
     fw_build = Path(tempfile.mkdtemp(prefix="acache-warm-diag-fw-"))
-    # Every compile in the counted process, the build's too: its keys are compared below.
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+    if a.compile_threads:
+        # Every compile in the counted process, the build's too: its keys are compared below.
+        os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = a.compile_threads
     build = tuning(a.recipe, cache, "inductor", a.mode, out / "build-child.json",
                    a.device, a.dtype, framework=fw_build, action="build")  # fmt: skip
     (out / "build.json").write_text(json.dumps(build, indent=1))
