@@ -421,3 +421,29 @@ def test_the_concurrent_build_is_the_serial_build(tmp_path_factory, monkeypatch)
     got = api.load("tiny-llama", "aoti", cache_dir=conc_root, build_on_miss=False)
     assert got.generate(prompt, 24) == want.generate(prompt, 24)
     assert torch.equal(got.logits(prompt), want.logits(prompt))
+
+
+def test_jobs_bound_how_many_workers_run_at_once(tmp_path: Path, monkeypatch):
+    """ACACHE_BUILD_JOBS=2 with three steps: two workers, then the third once one has
+    saved its step (never three models in memory at once)."""
+    spawned: list[float] = []
+    real_init = aoti_jobs._Worker.__init__
+
+    def counting_init(self, job, log):
+        alive = [w for w in made if w.proc.poll() is None and aoti_jobs.saved_step(w) is None]
+        spawned.append(len(alive))
+        real_init(self, job, log)
+        made.append(self)
+
+    made: list = []
+    monkeypatch.setattr(aoti_jobs._Worker, "__init__", counting_init)
+    argv = [sys.executable, "-c", _STAND_IN.format(root=_ROOT, ending="")]
+    monkeypatch.setattr(aoti_jobs, "worker_argv", lambda: argv)
+    ctx = BuildContext(load_recipe("tiny-llama"), BuildChoices(), WeightsSpec())
+    workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
+    workdir.mkdir()
+    scratch.mkdir()
+    sos, _ = aoti_jobs.build_concurrently(ctx, workdir, scratch, aoti.STEPS, dict, jobs=2)
+    assert set(sos) == {"prefill", "extend", "decode"}
+    assert len(made) == 3 and max(spawned) <= 1, spawned  # the third waited for a save
+    assert _our_workers() == []

@@ -346,7 +346,7 @@ class AotiBackend:
             return cfg
 
         if jobs > 1:
-            steps, timings = build_concurrently(ctx, workdir, scratch, STEPS, probe)
+            steps, timings = build_concurrently(ctx, workdir, scratch, STEPS, probe, jobs)
         else:
             steps, timings = self._build_serially(ctx, workdir, scratch, probe)
         shutil.rmtree(scratch)  # the unpacked files are all load needs

@@ -284,23 +284,37 @@ def timeout_error(pending: list[_Worker], probe: Future, timeout: float) -> Back
     )
 
 
-def _wait(workers: list[_Worker], probe: Future, deadline: float, timeout: float) -> None:
-    """Until every worker saved its step, handing each the probe's config once it is known.
+def _wait(
+    workers: list[_Worker],
+    probe: Future,
+    deadline: float,
+    timeout: float,
+    queued: list[str] | None = None,
+    start: Callable[[str], _Worker] | None = None,
+) -> None:
+    """Until every worker saved its step, handing each the probe's config once it is known,
+    and starting a ``queued`` step (``start``) each time a worker saves one.
 
     The first failure (a worker's, the probe's, or the deadline) raises at once, so a
     worker that fails while the probe still runs is reported without waiting for it.
     """
-    pending, sent = list(workers), False
+    started, pending, cfg = list(workers), list(workers), None
+    queued = list(queued or [])
     while pending:
-        if not sent and probe.done():
+        if cfg is None and probe.done():
             cfg = probe.result()  # raises what the probe raised
-            for w in workers:
+            for w in started:
                 w.send(cfg)
-            sent = True
         for w in list(pending):
             code = w.proc.poll()  # before the report: an exited worker wrote all it will
             if saved_step(w) is not None:
                 pending.remove(w)
+                if queued and start is not None:
+                    nxt = start(queued.pop(0))
+                    started.append(nxt)
+                    pending.append(nxt)
+                    if cfg is not None:
+                        nxt.send(cfg)
             elif code is not None:
                 raise worker_failure(w.job.step, w.report(), code)
         if pending and time.monotonic() > deadline:
@@ -322,8 +336,11 @@ def build_concurrently(
     scratch: Path,
     steps: Iterable[str],
     probe: Callable[[], dict[str, Any]],
+    jobs: int | None = None,
 ) -> tuple[dict[str, str], dict[str, float]]:
-    """Each step in a worker at once; (step -> .so relative to workdir, timings).
+    """Each step in a worker, ``jobs`` at a time (None: all at once); (step -> .so
+    relative to workdir, timings). A queued step's worker starts when a running one has
+    saved its step, so no more than ``jobs`` models are in memory at once.
 
     ``probe`` returns the Inductor config; it runs on a thread here (it waits on its own
     child process) while the workers start. Timings: the serial path's keys, plus
@@ -343,20 +360,28 @@ def build_concurrently(
 
     with tempfile.TemporaryDirectory(prefix="acache-aoti-build-") as tmp:
         workers: list[_Worker] = []
+
+        def start(step: str) -> _Worker:
+            job = StepJob(step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
+                          Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
+            worker = _Worker(job, Path(tmp) / f"{step}.log")
+            workers.append(worker)  # before the send, so `finally` stops it
+            try:
+                worker.send(job)
+            except (pickle.PicklingError, TypeError, AttributeError) as e:
+                raise BackendError(
+                    f"the aoti {step} step's options cannot be sent to a build worker "
+                    f"({type(e).__name__}: {e}); set {JOBS_ENV}=1 to build serially"
+                ) from None
+            return worker
+
+        order = list(steps)
+        at_once = len(order) if jobs is None else max(1, jobs)
         try:
-            for step in steps:
-                job = StepJob(step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
-                              Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
-                worker = _Worker(job, Path(tmp) / f"{step}.log")
-                workers.append(worker)  # before the send, so `finally` stops it
-                try:
-                    worker.send(job)
-                except (pickle.PicklingError, TypeError, AttributeError) as e:
-                    raise BackendError(
-                        f"the aoti {step} step's options cannot be sent to a build worker "
-                        f"({type(e).__name__}: {e}); set {JOBS_ENV}=1 to build serially"
-                    ) from None
-            _wait(workers, _in_thread(timed_probe), deadline, timeout)
+            for step in order[:at_once]:
+                start(step)
+            _wait(list(workers), _in_thread(timed_probe), deadline, timeout,
+                  queued=order[at_once:], start=start)  # fmt: skip
             exits_by = time.monotonic() + _EXIT_GRACE_S
             odd = {w.job.step: w.odd_exit(exits_by - time.monotonic()) for w in workers}
         except BaseException:
