@@ -6,11 +6,13 @@ gpt-fast's scheme: each row ``w`` of a Linear's weight is stored as
 ``round(w / s)`` in int8 with ``s = max|w| / 127``, and the layer computes
 ``F.linear(x, w_int8.to(x.dtype)) * s (+ bias)``. Activations stay in the model's
 dtype. A decode step reads the weights once, so reading one byte per weight instead
-of two is what speeds it up; that only happens where the cast is fused into the
-matmul: Inductor's M=1 rewrite (``coordinate_descent_tuning``, on by default on CUDA
-for inductor and aoti) turns the decode matmul into one Triton reduction that loads
-the int8 weights. Elsewhere (eager, CPU, the prefill's real GEMMs) the cast makes a
-full-width copy of each weight first, so int8wo is then *slower*, not faster.
+of two could speed it up, but only where the cast is fused into the matmul:
+Inductor's M=1 rewrite (``coordinate_descent_tuning``, on by default on CUDA for
+inductor and aoti) turns the decode matmul into one Triton reduction that loads the
+int8 weights. On an H200 that reduction is no faster than bf16's GEMV (0.97x at the
+model level, docs/perf-notes.md attempts 9 and 23). Elsewhere (eager, CPU, the
+prefill's real GEMMs) the cast makes a full-width copy of each weight first, so int8wo
+is then *slower*.
 
 **int4wo**: 4-bit weights, asymmetric per group of ``group`` input channels (128 where
 the layer's width allows, else 64 or 32; a scale and a zero per group, gpt-fast's and
@@ -18,8 +20,8 @@ torchao's tinygemm scheme: ``w = (q - 8) * scale + zero``, q in 0..15). A decode
 (one token per sequence, at most ``TINYGEMM_MAX_ROWS`` sequences) runs PyTorch's own
 int4 kernel, ``aten._weight_int4pack_mm`` (tinygemm, the kernel torchao's tile-packed
 int4 layout calls too), which reads half a byte per weight: on an H200 it ran llama-7b's
-GEMVs 1.8-2x faster than bf16 (benchmarks/quant_kernels.py). The same kernel is 3-10x
-*slower* than a bf16 GEMM once it has 32 or more rows (it is built for few rows), so a
+GEMVs 1.8-2x faster than bf16 (benchmarks/quant_kernels.py). The same kernel is 3x
+*slower* than a bf16 GEMM at 32 rows and 24x at 512 (it is built for few rows), so a
 prompt pass dequantizes the weight into the model's dtype and runs the regular GEMM.
 tinygemm's layout cannot be read back by anything but tinygemm, so on CUDA the layer
 also keeps the plain nibbles (two weights a byte) for that dequantization: an int4wo
@@ -55,7 +57,8 @@ INT4_GROUPS = (128, 64, 32)  # the widest that divides in_features
 # tinygemm's CUDA layout tiles K by 16 x inner_k_tiles and N by 8.
 INNER_K_TILES = (8, 4, 2)
 # Decode sequences up to which tinygemm runs (beyond, the dequantized GEMM): on an H200
-# it beat bf16 at 1 row and lost 2-3x at 32 (benchmarks/quant_kernels.py).
+# it beat bf16 1.9x at 1 row and lost 3x at 32 (benchmarks/quant_kernels.py); the
+# crossover between them was not measured.
 TINYGEMM_MAX_ROWS = 4
 
 
