@@ -252,7 +252,8 @@ def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
     monkeypatch.setenv(TIMEOUT_ENV, "0.5")  # less than a worker's imports
     line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
     assert "longer than 0.5 s" in line and TIMEOUT_ENV in line
-    assert "the prefill step (" in line and "the decode step (" in line  # with their phases
+    assert "the prefill step (" in line and "the extend step (" in line  # with their phases
+    assert "the decode step (not started" in line  # two workers at once: it waits
     _nothing_cached(cache_dir)
     assert _our_workers() == []
 

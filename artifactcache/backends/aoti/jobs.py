@@ -272,12 +272,15 @@ def saved_step(w: _Worker) -> dict[str, Any] | None:
     return report
 
 
-def timeout_error(pending: list[_Worker], probe: Future, timeout: float) -> BackendError:
-    """What ran past the timeout, by name: the compiler probe, and each unfinished
-    worker with the phase it was in (a step hung at its start, its model, its export,
-    its compile, or waiting for that probe)."""
+def timeout_error(
+    pending: list[_Worker], probe: Future, timeout: float, queued: list[str] | None = None
+) -> BackendError:
+    """What ran past the timeout, by name: the compiler probe, each unfinished worker
+    with the phase it was in (a step hung at its start, its model, its export, its
+    compile, or waiting for that probe), and the steps still waiting for a worker."""
     running = [] if probe.done() else ["the C++ compiler probe (in this process)"]
     running += [f"the {w.job.step} step ({w.job.phase()})" for w in pending]
+    running += [f"the {step} step (not started: {JOBS_ENV} workers busy)" for step in queued or []]
     return BackendError(
         f"the aoti build took longer than {timeout:g} s, still running: "
         f"{'; '.join(running)}; set {TIMEOUT_ENV} to a longer time in seconds"
@@ -318,7 +321,7 @@ def _wait(
             elif code is not None:
                 raise worker_failure(w.job.step, w.report(), code)
         if pending and time.monotonic() > deadline:
-            raise timeout_error(pending, probe, timeout)
+            raise timeout_error(pending, probe, timeout, queued)
         time.sleep(_POLL_S)
 
 
