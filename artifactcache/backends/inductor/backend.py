@@ -124,10 +124,11 @@ def warm_path(device: str) -> str:
     $ACACHE_INDUCTOR_WARM_PATH, which the key names (the factor ``warm_path``), so the
     same toolchain always picks the same path.
 
-    CUDA stays on the Mega-Cache: on the H200 (torch 2.11, llama-7b, the tuned
-    defaults) both paths took about 52 s to load in a fresh process, most of it
-    re-tuning kernels whose saved static autotuners look up the build's absolute
-    paths (docs/perf-notes.md, attempt 16); nothing measured favours switching.
+    CUDA stays on the Mega-Cache until one run measures both paths' load *and* decode
+    side by side. After the ptxas pin (docs/perf-notes.md, attempt 22) aot_compile
+    loaded llama-7b in 10.0 s beyond imports on an H200, against 25.7 s for the
+    Mega-Cache in an earlier call; decode through aot_compile's own CUDA graphs at the
+    4096-position default has not been measured.
     """
     chosen = settings.raw(WARM_PATH_ENV).strip()
     if chosen:
