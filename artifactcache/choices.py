@@ -72,8 +72,8 @@ class BuildChoices:
     quant: str | None = _choice(
         flag="--quant", scope=RECIPE,
         help="Weight-only quantization (eager, inductor, aoti): int8wo (int8 weights, a "
-        "scale per output channel) or int4wo (4-bit, a scale and zero per group of 128; "
-        "bf16 on CUDA). A key factor.",
+        "scale per output channel) or int4wo (4-bit, a scale and zero per group of up to 128 "
+        "weights; bf16 on CUDA, for batches of up to 4). A key factor.",
         refusal="--quant is for a recipe (acache's LLM), not a model spec",
     )  # fmt: skip
     max_batch: int | None = _choice(

@@ -51,8 +51,9 @@ def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[
 
     A tied LM head shares the table's storage: it is counted once, as the head
     (``lm_head.weight``), and the table then adds nothing. With ``quant``, the layers
-    are counted as quantized (models/quant.py, run on the meta device: its int8
-    weights and scales, in the dtypes a real build stores them).
+    are counted as a decode step reads them (models/quant.py, run on the meta device:
+    int8 weights and scales; int4's nibbles, scales and zeros, one of the two copies a
+    CUDA build stores).
     """
     import torch
 

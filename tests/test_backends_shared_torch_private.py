@@ -156,23 +156,34 @@ def test_restoring_inductor_config_prints_no_deprecation_warnings():
 
 def test_pin_triton_ptxas_sets_the_path_inductor_compiles_with(monkeypatch, tmp_path):
     """A warm inductor process must hash Triton keys with the build's ptxas: pinning
-    applies Inductor's own rule (torch's bundled ptxas, unless the user set one)."""
+    applies Inductor's own rule (torch's bundled ptxas, unless the user set one). The
+    rule runs for real, on a fake torch tree that has a ptxas."""
     compile_tasks = pytest.importorskip("torch._inductor.runtime.compile_tasks")
-    ptxas = tmp_path / "bin" / "ptxas"
-    ptxas.parent.mkdir()
-    ptxas.write_text("#!/bin/sh\n")
-    ptxas.chmod(0o755)
-    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
-    seen = []
-
-    def fake_set() -> None:
-        seen.append(True)
-        os.environ["TRITON_PTXAS_PATH"] = str(ptxas)
-
-    monkeypatch.setattr(compile_tasks, "_set_triton_ptxas_path", fake_set)
-    tp.pin_triton_ptxas()
-    assert seen == [True]
-    assert os.environ["TRITON_PTXAS_PATH"] == str(ptxas)
+    helper = compile_tasks._set_triton_ptxas_path
+    fake = tmp_path / "torch" / "_inductor" / "runtime" / "compile_tasks.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("")
+    found = []
+    for bin_dir in (fake.parents[1] / "bin", fake.parents[2] / "bin"):  # torch releases differ
+        bin_dir.mkdir(exist_ok=True)
+        (bin_dir / "ptxas").write_text("#!/bin/sh\n")
+        (bin_dir / "ptxas").chmod(0o755)
+        found.append(str(bin_dir / "ptxas"))
+    monkeypatch.setattr(compile_tasks, "__file__", str(fake))
+    for user_set in (None, "/opt/my/ptxas"):
+        if hasattr(helper, "cache_clear"):
+            helper.cache_clear()
+        if user_set is None:
+            monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+        else:
+            monkeypatch.setenv("TRITON_PTXAS_PATH", user_set)
+        tp.pin_triton_ptxas()
+        if user_set is None:
+            assert os.environ["TRITON_PTXAS_PATH"] in found
+        else:
+            assert os.environ["TRITON_PTXAS_PATH"] == user_set  # the user's wins
+    if hasattr(helper, "cache_clear"):
+        helper.cache_clear()
 
 
 def test_inductor_load_and_build_pin_ptxas_before_anything_compiles():

@@ -29,7 +29,10 @@ model holds as many bytes as an int8wo one (half of bf16), and decode reads half
 them. On CPU the layer keeps the nibbles only and always dequantizes: int4 on CPU is
 for building and checking artifacts, not for speed (and AOTInductor's CPU lowering of
 the CPU kernel adds a constant of its own, which acache's shared constants cannot
-hold). CUDA's tinygemm takes bf16 activations only (check_quant refuses other dtypes).
+hold). CUDA's tinygemm takes bf16 activations only (check_quant refuses other dtypes) and a
+GPU of compute capability 8.0 or newer. int4wo is for small batches: an artifact built
+for more than TINYGEMM_MAX_ROWS rows (``--max-batch``) decodes through the dequantized
+GEMM, reading ~4.5 bytes a weight against bf16's 2, so it decodes slower than bf16.
 
 Every Linear of the blocks is quantized (q/k/v or qkv, o, gate/up, down; phi-2's
 dense, fc1, fc2); the LM head is not. Its error would go straight into the logits the
@@ -49,6 +52,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from ..errors import BackendError
 
 INT8_MAX = 127
 # Rows quantized per fp32 chunk: bounds the temporary to ROW_CHUNK x in_features x 4 bytes.
@@ -119,14 +124,16 @@ def int4_layout(
 
 @torch.no_grad()
 def quantize_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q int32 [out, in] in 0..15, [in/group, out, 2] scales and zeros in weight's dtype).
+    """(nibbles uint8 [out, in/2] (:func:`pack_nibbles`), [in/group, out, 2] scales and
+    zeros in weight's dtype). Temporaries are bounded by ROW_CHUNK rows.
 
-    Asymmetric per group: scale = (max - min) / 15, zero = min + 8 * scale, so
-    ``(q - 8) * scale + zero`` is within scale / 2 of the weight (up to the dtype's
-    rounding of scale and zero, which the rounding of q below already accounts for).
+    Asymmetric per group: scale = (max - min) / 15, zero = min + 8 * scale, so in fp32
+    ``(q - 8) * scale + zero`` is within scale / 2 of the weight. In bf16 the rounding of
+    zero (2^-8 of its size) can push a group far from 0 past that bound: q is rounded
+    against the stored zero but clamped to 0..15.
     """
     n, k = weight.shape
-    q = torch.empty(n, k, dtype=torch.int32, device=weight.device)
+    nibbles = torch.empty(n, k // 2, dtype=torch.uint8, device=weight.device)
     sz = torch.empty(n, k // group, 2, dtype=weight.dtype, device=weight.device)
     for start in range(0, n, ROW_CHUNK):
         rows = slice(start, start + ROW_CHUNK)
@@ -137,13 +144,13 @@ def quantize_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch
         # Round against scale and zero as stored, so dequantization sees the same ones.
         s32 = scale.float().clamp(min=torch.finfo(torch.float32).tiny)
         qg = ((wg - zero.float()) / s32 + 8).round_().clamp_(0, 15)
-        q[rows] = qg.reshape(-1, k).to(torch.int32)
+        nibbles[rows] = pack_nibbles(qg.reshape(-1, k).to(torch.uint8))
         sz[rows] = torch.cat([scale, zero], dim=-1)
-    return q, sz.transpose(0, 1).contiguous()
+    return nibbles, sz.transpose(0, 1).contiguous()
 
 
 def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
-    """uint8 [out, in/2] from int32 [out, in] in 0..15: input channel 2j high, 2j+1 low."""
+    """uint8 [out, in/2] from integers [out, in] in 0..15: input channel 2j high, 2j+1 low."""
     return (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
 
 
@@ -214,9 +221,14 @@ def int4_linear(linear: nn.Linear) -> Int4WeightOnlyLinear | None:
         sz = torch.empty(k // group, n, 2, dtype=weight.dtype, device="meta")
         packed = None
     else:
-        q, sz = quantize_int4(weight, group)
-        nibbles = pack_nibbles(q)
-        del q
+        cuda = weight.device.type == "cuda"
+        if cuda and torch.cuda.get_device_capability(weight.device) < (8, 0):
+            raise BackendError(
+                f"--quant int4wo runs PyTorch's tinygemm kernel, which needs an NVIDIA GPU "
+                f"of compute capability 8.0 or newer ({torch.cuda.get_device_name(weight.device)} "
+                "is older); use --quant int8wo"
+            )
+        nibbles, sz = quantize_int4(weight, group)
         packed = None
         if tiles:
             packed = torch.ops.aten._convert_weight_to_int4pack(nibbles, tiles)
@@ -238,7 +250,7 @@ def quantize(model: nn.Module, mode: str) -> int:
     """Replace every Linear of the blocks by its quantized form, in place; how many.
 
     int4wo leaves a layer no int4 layout fits (its in_features not a multiple of 32,
-    or out_features of 8 on CUDA, 16 on CPU) in the model's dtype.
+    or out_features of 8) in the model's dtype.
     """
     if mode not in ("int8wo", "int4wo"):  # model_options.check_quant refuses others first
         raise ValueError(f"unknown quantization {mode!r}")

@@ -1,5 +1,5 @@
 """How an aoti build schedules its steps: one after the other in the building
-process, or each in a worker process of its own at the same time.
+process, or each in a worker process of its own, up to ACACHE_BUILD_JOBS at a time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the
 GIL, so two threads would take turns. Why a fresh interpreter running worker.py's
@@ -33,9 +33,10 @@ class and message; any other exception (a bug, an Inductor crash) becomes a
 A worker that dies before its report is a one-line ``BackendError``; one that saved its
 step (the report is its last write) has built it, however it then exits (an odd exit is
 a warning). Past ``ACACHE_BUILD_TIMEOUT``, the one line names what still ran: the
-compiler probe, and each worker's phase (from its progress file). The other worker is
-stopped at once, its process group killed (Inductor's own compile workers included),
-and a worker whose parent dies exits on its own.
+compiler probe, each worker's phase (from its progress file) and the steps still
+waiting for a worker. The other workers are stopped at once, each one's process group
+killed (Inductor's own compile workers included), and a worker whose parent dies exits
+on its own.
 """
 
 from __future__ import annotations
@@ -280,10 +281,11 @@ def timeout_error(
     compile, or waiting for that probe), and the steps still waiting for a worker."""
     running = [] if probe.done() else ["the C++ compiler probe (in this process)"]
     running += [f"the {w.job.step} step ({w.job.phase()})" for w in pending]
-    running += [f"the {step} step (not started: {JOBS_ENV} workers busy)" for step in queued or []]
+    waiting = [f"the {step} step (for a worker: {JOBS_ENV})" for step in queued or []]
     return BackendError(
-        f"the aoti build took longer than {timeout:g} s, still running: "
-        f"{'; '.join(running)}; set {TIMEOUT_ENV} to a longer time in seconds"
+        f"the aoti build took longer than {timeout:g} s, still running: {'; '.join(running)}"
+        f"{'; waiting: ' + '; '.join(waiting) if waiting else ''}; set {TIMEOUT_ENV} to a "
+        "longer time in seconds"
     )
 
 
@@ -343,7 +345,8 @@ def build_concurrently(
 ) -> tuple[dict[str, str], dict[str, float]]:
     """Each step in a worker, ``jobs`` at a time (None: all at once); (step -> .so
     relative to workdir, timings). A queued step's worker starts when a running one has
-    saved its step, so no more than ``jobs`` models are in memory at once.
+    saved its step; that worker exits right after (one that lingers is stopped after
+    _EXIT_GRACE_S, below), so about ``jobs`` models are in memory at once.
 
     ``probe`` returns the Inductor config; it runs on a thread here (it waits on its own
     child process) while the workers start. Timings: the serial path's keys, plus

@@ -18,7 +18,8 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
-  (PyTorch's tinygemm kernel for decode); bf16 only on CUDA (models/quant.py).
+  (64 or 32 where the width needs it; PyTorch's tinygemm kernel for decode); bf16 only
+  on CUDA (models/quant.py).
 
 The key records the model as built (``model_factors``): whether its projections are
 fused, and its quantization.
