@@ -294,29 +294,28 @@ def _wait(
     probe: Future,
     deadline: float,
     timeout: float,
-    queued: list[str] | None = None,
-    start: Callable[[str], _Worker] | None = None,
+    queued: list[str],
+    start: Callable[[str], _Worker],
 ) -> None:
     """Until every worker saved its step, handing each the probe's config once it is known,
-    and starting a ``queued`` step (``start``) each time a worker saves one.
+    and starting a ``queued`` step each time a worker saves one (``start`` adds its worker
+    to ``workers``).
 
     The first failure (a worker's, the probe's, or the deadline) raises at once, so a
     worker that fails while the probe still runs is reported without waiting for it.
     """
-    started, pending, cfg = list(workers), list(workers), None
-    queued = list(queued or [])
+    pending, cfg, queued = list(workers), None, list(queued)
     while pending:
         if cfg is None and probe.done():
             cfg = probe.result()  # raises what the probe raised
-            for w in started:
+            for w in workers:
                 w.send(cfg)
         for w in list(pending):
             code = w.proc.poll()  # before the report: an exited worker wrote all it will
             if saved_step(w) is not None:
                 pending.remove(w)
-                if queued and start is not None:
+                if queued:
                     nxt = start(queued.pop(0))
-                    started.append(nxt)
                     pending.append(nxt)
                     if cfg is not None:
                         nxt.send(cfg)
@@ -386,8 +385,7 @@ def build_concurrently(
         try:
             for step in order[:at_once]:
                 start(step)
-            _wait(list(workers), _in_thread(timed_probe), deadline, timeout,
-                  queued=order[at_once:], start=start)  # fmt: skip
+            _wait(workers, _in_thread(timed_probe), deadline, timeout, order[at_once:], start)
             exits_by = time.monotonic() + _EXIT_GRACE_S
             odd = {w.job.step: w.odd_exit(exits_by - time.monotonic()) for w in workers}
         except BaseException:
