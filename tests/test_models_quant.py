@@ -23,8 +23,10 @@ from torch import nn
 from artifactcache import api
 from artifactcache.models import build_model
 from artifactcache.models.quant import (
+    QUANTIZERS,
     Int4WeightOnlyLinear,
     Int8WeightOnlyLinear,
+    check_int4_device,
     int4_layout,
     int4_linear,
     pack_nibbles,
@@ -199,3 +201,24 @@ def test_int4wo_sizes_half_a_byte_a_weight_on_meta():
     head = rec.model.vocab_size * rec.model.dim * 2
     per_weight = (0.5 + 2 * 2 / 128) / 2  # of a bf16 weight's two bytes
     assert (int4 - head) / (full - head) == pytest.approx(per_weight, rel=1e-3)
+
+
+def test_every_quant_mode_the_cli_takes_has_a_quantizer():
+    from artifactcache.backends.shared.model_options import QUANT_MODES
+
+    assert tuple(QUANTIZERS) == QUANT_MODES
+
+
+def test_int4wo_on_a_gpu_older_than_sm80_is_one_line(monkeypatch):
+    """tinygemm needs compute capability 8.0; the GPU is faked (its name, its capability)."""
+    from artifactcache.errors import BackendError
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    with pytest.raises(BackendError) as err:
+        check_int4_device(torch.device("cuda"))
+    assert "\n" not in str(err.value) and "Tesla T4" in str(err.value)
+    assert "8.0" in str(err.value) and "--quant int8wo" in str(err.value)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    check_int4_device(torch.device("cuda"))  # an H100/H200 passes
+    check_int4_device(torch.device("cpu"))  # no GPU asked: nothing to check

@@ -221,18 +221,31 @@ def int4_linear(linear: nn.Linear) -> Int4WeightOnlyLinear | None:
         sz = torch.empty(k // group, n, 2, dtype=weight.dtype, device="meta")
         packed = None
     else:
-        cuda = weight.device.type == "cuda"
-        if cuda and torch.cuda.get_device_capability(weight.device) < (8, 0):
-            raise BackendError(
-                f"--quant int4wo runs PyTorch's tinygemm kernel, which needs an NVIDIA GPU "
-                f"of compute capability 8.0 or newer ({torch.cuda.get_device_name(weight.device)} "
-                "is older); use --quant int8wo"
-            )
         nibbles, sz = quantize_int4(weight, group)
         packed = None
         if tiles:
             packed = torch.ops.aten._convert_weight_to_int4pack(nibbles, tiles)
     return Int4WeightOnlyLinear(packed, sz, nibbles, linear.bias, k, group)
+
+
+def check_int4_device(device: torch.device) -> None:
+    """tinygemm's CUDA kernel needs compute capability 8.0: an older GPU is one line."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 0):
+        raise BackendError(
+            f"--quant int4wo runs PyTorch's tinygemm kernel, which needs an NVIDIA GPU of "
+            f"compute capability 8.0 or newer ({torch.cuda.get_device_name(device)} is "
+            "older); use --quant int8wo"
+        )
+
+
+def int8_linear(linear: nn.Linear) -> Int8WeightOnlyLinear:
+    weight, scales = quantize_int8(linear.weight)
+    return Int8WeightOnlyLinear(weight, scales, linear.bias)
+
+
+# --quant's modes (model_options.QUANT_MODES, torch-free, names the same): how each
+# turns one Linear into its quantized form, or None where the mode leaves it as it is.
+QUANTIZERS = {"int8wo": int8_linear, "int4wo": int4_linear}
 
 
 def block_linears(model: nn.Module) -> list[tuple[nn.Module, str]]:
@@ -252,17 +265,14 @@ def quantize(model: nn.Module, mode: str) -> int:
     int4wo leaves a layer no int4 layout fits (its in_features not a multiple of 32,
     or out_features of 8) in the model's dtype.
     """
-    if mode not in ("int8wo", "int4wo"):  # model_options.check_quant refuses others first
+    make = QUANTIZERS.get(mode)
+    if make is None:  # model_options.check_quant refuses any other name first
         raise ValueError(f"unknown quantization {mode!r}")
+    if mode == "int4wo":
+        check_int4_device(model.lm_head.weight.device)
     done = 0
     for parent, name in block_linears(model):
-        linear = getattr(parent, name)
-        new: nn.Module | None
-        if mode == "int4wo":
-            new = int4_linear(linear)
-        else:
-            weight, scales = quantize_int8(linear.weight)
-            new = Int8WeightOnlyLinear(weight, scales, linear.bias)
+        new = make(getattr(parent, name))
         if new is not None:
             setattr(parent, name, new)  # the float weight goes with the old module
             done += 1
