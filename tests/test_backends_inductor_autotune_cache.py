@@ -211,3 +211,26 @@ def test_without_coordinate_descent_a_recheck_is_left_alone(tmp_path, monkeypatc
     warm_tuning.keep_coordesc_mark(tuner, [object()], None)
     assert tuner.compile_results == ["untouched"]
     assert th is not None
+
+
+def test_a_cache_hit_is_not_widened_by_dynamic_rblock_scaling(monkeypatch):
+    """torch 2.11's precompile adds a half-R0_BLOCK config to a register-heavy reduction
+    even when its config came from the autotune cache; a warm process then compiled and
+    benchmarked both. Under the context a hit keeps its one config, a miss is scaled."""
+    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+
+    def widen_like_2_11(self):  # what 2.11 does: no look at the cache state
+        self.compile_results.append("R0_BLOCK halved")
+
+    monkeypatch.setattr(th.CachingAutotuner, "_dynamic_scale_rblock", widen_like_2_11)
+    hit, miss = (object.__new__(th.CachingAutotuner) for _ in range(2))
+    hit.autotune_cache_info = {"autotune_cache_state": "hit", "best_config": "cached"}
+    miss.autotune_cache_info = {"autotune_cache_state": "miss"}
+    for tuner in (hit, miss):
+        tuner.compile_results = ["cached"]
+    with warm_tuning.inductor_tuning_results_kept():
+        hit._dynamic_scale_rblock()
+        miss._dynamic_scale_rblock()
+    assert hit.compile_results == ["cached"]
+    assert miss.compile_results == ["cached", "R0_BLOCK halved"]
+    assert th.CachingAutotuner._dynamic_scale_rblock is widen_like_2_11  # restored

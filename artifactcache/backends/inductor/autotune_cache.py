@@ -50,6 +50,12 @@ def inductor_tuning_results_kept() -> Iterator[None]:
       on any launcher whose config lacks the mark, so every such kernel was tuned
       again, compiling each config it tried. torch 2.13 does both itself; there the
       mark is already set and this step does nothing.
+    - an autotuner whose config came from an autotune-cache hit is not widened again
+      by ``_dynamic_scale_rblock``. torch 2.11 runs it after every precompile: a
+      register-heavy reduction (llama-7b's fused RMSNorm + decode matmul) gets a
+      second config with half the R0_BLOCK, which a warm process compiles and
+      benchmarks against the cached winner, then tunes again by coordinate descent
+      (docs/perf-notes.md, attempt 25). torch 2.13 returns early on a hit itself.
 
     Autotuners created inside keep the guarded save as their hook afterwards; it only
     ever skips a save. A torch without these internals runs unpatched (the slow path,
@@ -80,6 +86,7 @@ def inductor_tuning_results_kept() -> Iterator[None]:
 def _install_tuning_patches(autotuner_cls: Any, cache_cls: Any) -> None:
     real_recheck = getattr(autotuner_cls, "recheck_autotune_cache", None)
     real_save = getattr(cache_cls, "save", None)
+    real_scale = getattr(autotuner_cls, "_dynamic_scale_rblock", None)
 
     def recheck(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -106,12 +113,26 @@ def _install_tuning_patches(autotuner_cls: Any, cache_cls: Any) -> None:
             return None
         return real_save(self, *args, **kwargs)
 
+    def scale_rblock(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if cache_hit(self):
+            return None
+        return real_scale(self, *args, **kwargs)
+
+    if real_scale is not None:
+        _TUNING_REAL[(autotuner_cls, "_dynamic_scale_rblock")] = real_scale
+        autotuner_cls._dynamic_scale_rblock = scale_rblock
     if real_recheck is not None:
         _TUNING_REAL[(autotuner_cls, "recheck_autotune_cache")] = real_recheck
         autotuner_cls.recheck_autotune_cache = recheck
     if real_save is not None:
         _TUNING_REAL[(cache_cls, "save")] = real_save
         cache_cls.save = save
+
+
+def cache_hit(tuner: Any) -> bool:
+    """Whether this autotuner's configs came from an autotune-cache hit."""
+    info = getattr(tuner, "autotune_cache_info", None) or {}
+    return info.get("autotune_cache_state") == "hit"
 
 
 def keep_coordesc_mark(tuner: Any, configs: list[Any], reload_kernel_from_src: Any) -> None:
@@ -127,7 +148,7 @@ def keep_coordesc_mark(tuner: Any, configs: list[Any], reload_kernel_from_src: A
     meta = getattr(tuner, "inductor_meta", None) or {}
     if not configs or not meta.get("coordinate_descent_tuning"):
         return
-    if (getattr(tuner, "autotune_cache_info", None) or {}).get("autotune_cache_state") != "hit":
+    if not cache_hit(tuner):
         return
     results = tuner.compile_results
     if len(results) == 1 and getattr(results[0].config, "found_by_coordesc", False):
