@@ -5,8 +5,11 @@ Wraps, before the load: the autotune-cache check each kernel makes when its modu
 imported, the static autotuner's recheck of it on a cache load, benchmarking all of a
 kernel's configs, coordinate-descent tuning, and Triton's cubin stage (one per kernel
 Triton compiles here), and each autotune result it saves (where, and the configs hash).
-Writes {what: {count, examples}} as JSON to argv[5]. ACTION "build" builds the entry
-instead (``artifactcache.build``), counting the same things in the building process.
+Writes {what: {count, examples}} as JSON to argv[5], with the load's phase stamps
+(seconds after the imports). With ``ACACHE_DIAG_DECODE_TOKENS=N``, after the counted
+span, also the seed prompt's decode tok/s over N new tokens (3 timed requests after 1).
+ACTION "build" builds the entry instead (``artifactcache.build``), counting the same
+things in the building process.
 
     python benchmarks/_tuning_child.py RECIPE BACKEND MODE CACHE OUT [DEVICE DTYPE [ACTION]]
 """
@@ -26,12 +29,15 @@ from typing import Any
 recipe, backend, mode, cache, out = sys.argv[1:6]
 device, dtype, action = (sys.argv[6:9] + ["cuda", "bf16", "load"][len(sys.argv[6:9]) :])[:3]
 t0 = time.perf_counter()
+# New tokens of a timed steady-state decode after the counted span; 0: none.
+DECODE_TOKENS = int(os.environ.get("ACACHE_DIAG_DECODE_TOKENS", "0"))
 
 import torch  # noqa: E402
 import torch._inductor.runtime.autotune_cache as ac  # noqa: E402
 import torch._inductor.runtime.triton_heuristics as th  # noqa: E402
 
 import artifactcache  # noqa: E402
+from artifactcache.backends.base import BuildContext  # noqa: E402
 from artifactcache.recipes import load_recipe  # noqa: E402
 
 seen: dict[str, list[Any]] = collections.defaultdict(list)
@@ -138,19 +144,32 @@ if action == "build":
     artifactcache.build(recipe, backend, device=device, dtype=dtype, mode=mode or None,
                         cache_dir=cache)  # fmt: skip
 else:
+    ctx = BuildContext(recipe=None, opts=None, weights=None)  # type: ignore[arg-type]
     r = artifactcache.load(recipe, backend=backend, device=device, dtype=dtype,
-                           mode=mode or None, cache_dir=cache, build_on_miss=False)  # fmt: skip
+                           mode=mode or None, cache_dir=cache, build_on_miss=False,
+                           context=ctx)  # fmt: skip
+    phases = {k: round(v - t1, 3) for k, v in ctx.phases.items()}
     tokens = r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
 if device.startswith("cuda"):
     torch.cuda.synchronize()
 t2 = time.perf_counter()
+decode: dict[str, Any] = {}
 if action != "build":  # after the timed span: whether warm processes agree on tokens
-    tokens += r.generate(list(load_recipe(recipe).bench.prompt_ids), 32, eos_token_ids=())
+    seed = list(load_recipe(recipe).bench.prompt_ids)
+    tokens += r.generate(seed, 32, eos_token_ids=())
+    if DECODE_TOKENS:  # steady-state decode, as acache bench counts it (seed prompt)
+        from artifactcache.measure.child.timing import measure_requests
+
+        dev = torch.device(device)
+        d = measure_requests(r, [seed], DECODE_TOKENS, iters=3, warmup=1, device=dev)
+        decode = {k: d[k] for k in ("new_tokens", "iters", "decode_tok_s", "request_median_s")}
 summary = {
     "tokens": tokens if action != "build" else None,
     "imports_s": round(t1 - t0, 2),
     "action": action,
     "seconds": round(t2 - t1, 2),
+    "load_phases_s": phases if action != "build" else None,
+    "decode": decode,
     **{
         what: {
             "count": len(rows),

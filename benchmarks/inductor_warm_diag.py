@@ -19,6 +19,7 @@ signature, ptxas, the key's sha), with the build's compiles of the
 same kernel name. Writes ``OUT/summary.json`` and each child's JSON.
 
     python benchmarks/inductor_warm_diag.py llama-7b --out OUT [--warm 2]
+    ACACHE_DIAG_DECODE_TOKENS=200 python benchmarks/inductor_warm_diag.py ...  # + decode
     ACACHE_INDUCTOR_WARM_PATH=aot_compile python benchmarks/inductor_warm_diag.py ...
 """
 
@@ -124,6 +125,8 @@ def main() -> int:
             "rc": w["rc"],
             "seconds": w.get("seconds"),
             "imports_s": w.get("imports_s"),
+            "load_phases_s": w.get("load_phases_s"),
+            "decode": w.get("decode"),
             "triton_lookups": len(_rows(w, "triton_cache_lookup")),
             "triton_misses": len(misses),
             "misses_in_entry": sum(h in entry_triton for h in misses),
