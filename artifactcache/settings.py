@@ -71,7 +71,7 @@ _ALL = (
             "seconds the aoti build workers may take",
             parsed_by="backends/aoti/plan.py"),
     Setting("ACACHE_INDUCTOR_WARM_PATH", "choice", None,
-            "inductor warm path; unset: aot_compile on CPU where torch can, else megacache",
+            "inductor warm path; unset: aot_compile where torch can save it, else megacache",
             choices=("aot_compile", "megacache"), parsed_by="backends/inductor/backend.py"),
     Setting("ACACHE_CUDA_GRAPHS", "bool", True,
             "capture CUDA graphs of the decode step (0: off)"),

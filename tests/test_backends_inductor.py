@@ -68,12 +68,12 @@ def test_batch_rows_equal_each_prompt_run_alone(root: Path, runners):
 def test_this_torch_warms_from_saved_compiled_functions():
     """torch 2.13 (the dev venv) has the API; the rule must pick it there."""
     assert hasattr(torch.compiler, "load_compiled_function")
-    assert inductor.warm_path("cpu") == "aot_compile"
-    # CUDA keeps the Mega-Cache (both paths measured equally slow on the H200): the
-    # key says which.
-    assert inductor.warm_path("cuda:0") == "megacache"
-    cuda = BuildChoices(device="cuda", dtype="bf16")
-    assert inductor.BACKEND.factors(load_recipe("tiny-llama"), cuda)["warm_path"] == "megacache"
+    assert inductor.warm_path() == "aot_compile"
+    # CUDA too (measured faster to load and to decode on the H200): the key says which.
+    tiny = load_recipe("tiny-llama")
+    for device in ("cpu", "cuda"):
+        opts = BuildChoices(device=device, dtype="bf16")
+        assert inductor.BACKEND.factors(tiny, opts)["warm_path"] == "aot_compile"
 
 
 def test_the_warm_path_can_be_chosen_and_the_key_follows(monkeypatch):
@@ -81,13 +81,14 @@ def test_the_warm_path_can_be_chosen_and_the_key_follows(monkeypatch):
     key names the path, so the two entries never mix."""
     tiny, cuda = load_recipe("tiny-llama"), BuildChoices(device="cuda", dtype="bf16")
     monkeypatch.setenv(inductor.WARM_PATH_ENV, "aot_compile")
-    assert inductor.warm_path("cuda") == "aot_compile"
+    assert inductor.warm_path() == "aot_compile"
     assert inductor.BACKEND.factors(tiny, cuda)["warm_path"] == "aot_compile"
     monkeypatch.setenv(inductor.WARM_PATH_ENV, "megacache")
-    assert inductor.warm_path("cpu") == "megacache"
+    assert inductor.warm_path() == "megacache"
+    assert inductor.BACKEND.factors(tiny, cuda)["warm_path"] == "megacache"
     monkeypatch.setenv(inductor.WARM_PATH_ENV, "dynamo")
     with pytest.raises(BackendError, match="choose one of aot_compile, megacache"):
-        inductor.warm_path("cpu")
+        inductor.warm_path()
 
 
 def test_an_unknown_warm_path_is_a_one_line_cli_error(tmp_path, monkeypatch):

@@ -99,13 +99,13 @@ def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch)
     cold, warm = runs["cold"], runs["warm"]
     for r in cold:  # the second cold run comes after a warm one: it must compile again
         assert r["built"] and r["compile"]["compiled"], r["compile"]
-        if warm_path("cpu") == "megacache":  # aot_compile bypasses the FX-graph cache
+        if warm_path() == "megacache":  # aot_compile bypasses the FX-graph cache
             assert r["compile"]["fxgraph_cache_miss"] > 0
         assert r["framework_cache_bytes_after"]["TORCHINDUCTOR_CACHE_DIR"] > 0
     for r in warm:
         assert not r["built"] and r["entry_source"] == "local"
         assert not r["compile"]["compiled"], r["compile"]
-        if warm_path("cpu") == "aot_compile":  # saved compiled functions: nothing traced
+        if warm_path() == "aot_compile":  # saved compiled functions: nothing traced
             assert r["compile"]["dynamo_unique_graphs"] == 0, r["compile"]
         else:  # the Mega-Cache: Dynamo traces, the FX-graph cache hits
             assert r["compile"]["fxgraph_cache_hit"] > 0

@@ -118,17 +118,15 @@ def _compile_options(opts: BuildChoices) -> dict[str, Any]:
     return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
 
 
-def warm_path(device: str) -> str:
-    """How this entry is warmed: "aot_compile" on CPU where torch can save a compiled
-    function, else "megacache". A function of the torch, the device and
-    $ACACHE_INDUCTOR_WARM_PATH, which the key names (the factor ``warm_path``), so the
-    same toolchain always picks the same path.
+def warm_path() -> str:
+    """How this entry is warmed: "aot_compile" where torch can save a compiled function,
+    else "megacache". A function of the torch and $ACACHE_INDUCTOR_WARM_PATH, which the
+    key names (the factor ``warm_path``), so the same toolchain always picks the same path.
 
-    CUDA stays on the Mega-Cache until one run measures both paths' load *and* decode
-    side by side. After the ptxas pin (docs/perf-notes.md, attempt 22) aot_compile
-    loaded llama-7b in 10.0 s beyond imports on an H200, against 25.7 s for the
-    Mega-Cache in an earlier call; decode through aot_compile's own CUDA graphs at the
-    4096-position default has not been measured.
+    On an H200 (llama-7b, bf16, one call, docs/perf-notes.md attempt 25) three warm
+    aot_compile processes loaded and gave the first token in 8.0-8.9 s beyond imports,
+    with no Triton compile, benchmark or coordinate-descent run, and decoded at 222 tok/s;
+    a megacache process took 28.7 s, compiled 5 kernels, re-tuned 4, and decoded at 203.
     """
     chosen = settings.raw(WARM_PATH_ENV).strip()
     if chosen:
@@ -139,8 +137,6 @@ def warm_path(device: str) -> str:
         if chosen == "aot_compile" and (missing := aot_compile_missing()):
             raise BackendError(f"{WARM_PATH_ENV}=aot_compile: {missing}; unset it")
         return chosen
-    if is_cuda(device):
-        return "megacache"
     return "megacache" if aot_compile_missing() else "aot_compile"
 
 
@@ -257,7 +253,7 @@ class InductorBackend:
             "fullgraph": True,
             "dynamic": dynamic_dims(recipe, not split_kv),
             "codegen": codegen,
-            "warm_path": warm_path(opts.device),
+            "warm_path": warm_path(),
         }
 
     def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
@@ -271,7 +267,7 @@ class InductorBackend:
         dev = device_of(ctx.opts)
         pin_triton_ptxas()
         model = build_model_for(ctx, dev, self.name)
-        path = warm_path(ctx.opts.device)
+        path = warm_path()
         t0 = time.perf_counter()
         record: dict[str, Any] = {}
         with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
