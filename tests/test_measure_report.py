@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from PIL import Image
 
-from artifactcache.measure import bench, coldstart, report, stats
+from artifactcache.measure import bench, charts, coldstart, report, report_rows, stats
 from artifactcache.recipes import load_recipe
 
 
@@ -150,7 +150,7 @@ def test_peak_gpu_shows_cold_and_warm_apart_and_cpu_runs_render(constructed):
 
 def test_prompt_lengths_get_a_table_and_a_ttft_chart(constructed, tmp_path):
     assert report.prompt_len_table(constructed) == []  # none measured: no section, no chart
-    assert not report.chart_ttft(constructed, tmp_path / "none.png")
+    assert not charts.chart_ttft(constructed, tmp_path / "none.png")
     rec = load_recipe("tiny-llama")
     warm = _probe(8.0, 0.1, 0.01, False)
     warm["ttft"] = [{"prompt_len": 4, "ttft_s": [0.002]}, {"prompt_len": 16, "ttft_s": [0.008]}]
@@ -174,9 +174,9 @@ def test_a_recipe_given_as_a_path_keeps_its_bars(constructed, tmp_path):
     constructed["pairs"] = {
         k.replace("tiny-llama", path, 1): v for k, v in constructed["pairs"].items()
     }
-    pairs = report._ok_pairs(constructed)
+    pairs = report_rows.ok_pairs(constructed)
     assert {(r, b) for r, b, _ in pairs} >= {(path, "eager"), (path, "inductor")}
-    assert report.chart_tokens(constructed, tmp_path / "tokens.png")
+    assert charts.chart_tokens(constructed, tmp_path / "tokens.png")
 
 
 def test_findings_say_what_a_warm_run_compiled_and_when_warm_outputs_differ(constructed):
@@ -218,10 +218,10 @@ def test_a_roofline_above_100_percent_is_flagged_with_why():
 
 def test_a_chart_not_drawn_is_named_with_why(constructed, tmp_path):
     paths = report.write_report(constructed, tmp_path)  # no --prompt-len: not expected
-    assert report.skipped_charts(constructed, paths) == []
+    assert charts.skipped_charts(constructed, paths) == []
     constructed["settings"]["prompt_lens"] = [16, 128]  # asked, yet no probe timed one
     paths = report.write_report(constructed, tmp_path)
-    assert report.skipped_charts(constructed, paths) == [
+    assert charts.skipped_charts(constructed, paths) == [
         ("ttft_by_prompt_len.png", "no prompt length was timed (--prompt-len)")
     ]
     md = (tmp_path / "report.md").read_text()

@@ -194,7 +194,8 @@ def coldstart_cmd(
     finally:
         shutil.rmtree(units, ignore_errors=True)
     if out is not None:
-        from ..measure.report import skipped_charts, write_report
+        from ..measure.charts import skipped_charts
+        from ..measure.report import write_report
 
         for chart, why in skipped_charts(report, write_report(report, out)):
             err_console.print(f"note: {chart} not drawn: {why}", highlight=False)
@@ -376,7 +377,8 @@ def compare_cmd(
     --recipes may name model specs (pkg.module:factory); --input applies to each.
     """
     from ..measure import compare
-    from ..measure.report import seed_table, skipped_charts, write_report
+    from ..measure.charts import skipped_charts
+    from ..measure.report import seed_table, write_report
 
     names = compare.parse_list(recipes, "recipes")
     spec = compare.spec_for(

@@ -1,4 +1,4 @@
-"""report.json -> report.md + PNG charts (matplotlib, Agg: no display needed).
+"""report.json -> report.md, and the PNG charts (charts.py).
 
 The JSON is what compare.py writes (schema in docs/measurement.md). Every cell
 comes from a measured value in it; a pair that did not run says why instead.
@@ -7,22 +7,14 @@ comes from a measured value in it; a pair that did not run says why instead.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
 from ..devices import is_cuda
 from ..errors import MeasureError
+from .charts import draw_charts
+from .report_rows import SEGMENTS, pair_of, phase_rows, prompt_len_pairs, segment_durations
 
-# (label, from phase, to phase): the stacked segments of the phase chart.
-SEGMENTS = (
-    ("start-up + imports", None, "imports_done"),
-    ("lookup/verify (+build)", "imports_done", "entry_ready"),
-    ("weights", "entry_ready", "weights_ready"),
-    ("artifact load", "weights_ready", "artifact_ready"),
-    ("first token", "artifact_ready", "first_result"),
-)
-SEGMENT_COLORS = ("#bbbbbb", "#d62728", "#1f77b4", "#ff7f0e", "#2ca02c")
 # The warm time to first token acache aims for on a GPU (docs/measurement.md); a warm run
 # over it is reported as a finding.
 WARM_TTFR_GPU_TARGET_S = 8.0
@@ -85,35 +77,12 @@ def _cell_status(pair: dict[str, Any] | None) -> str | None:
     return f"{'not run' if pair['status'] == 'skipped' else 'failed'}: {pair['reason']}"
 
 
-def _pair(report: dict[str, Any], recipe: str, backend: str) -> dict[str, Any] | None:
-    return report["pairs"].get(f"{recipe}/{backend}")
-
-
 def _baseline(report: dict[str, Any], recipe: str) -> dict[str, Any] | None:
     """The eager scenario's summary for a recipe, or None where it did not run."""
     base = report.get("baselines", {}).get(recipe)
     if not base or base["status"] != "ok":
         return None
     return base["coldstart"]["scenarios"]["eager"]
-
-
-def phase_rows(report: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
-    """(label, raw runs, phase summary): eager baseline, then each backend's cold and warm."""
-    rows = []
-    for recipe in report["recipes"]:
-        base = report.get("baselines", {}).get(recipe)
-        if base and base["status"] == "ok":
-            summ = base["coldstart"]["scenarios"]["eager"]
-            rows.append((f"{recipe} eager", base["runs"]["eager"], summ["phases"]))
-        for b in report["backends"]:
-            p = _pair(report, recipe, b)
-            if b == "eager" or not p or p["status"] != "ok":
-                continue
-            for scen in ("cold", "warm"):
-                if scen in p["runs"]:
-                    summ = p["coldstart"]["scenarios"][scen]
-                    rows.append((f"{recipe} {b} {scen}", p["runs"][scen], summ["phases"]))
-    return rows
 
 
 def seed_table(report: dict[str, Any]) -> list[str]:
@@ -125,7 +94,7 @@ def seed_table(report: dict[str, Any]) -> list[str]:
     for recipe in report["recipes"]:
         cells = []
         for b in backends:
-            p = _pair(report, recipe, b)
+            p = pair_of(report, recipe, b)
             why = _cell_status(p)
             if why:
                 cells.append(why)
@@ -155,7 +124,7 @@ def detail_table(report: dict[str, Any]) -> list[str]:
     for recipe in report["recipes"]:
         eager_ttfr = _baseline(report, recipe)
         for b in report["backends"]:
-            p = _pair(report, recipe, b)
+            p = pair_of(report, recipe, b)
             why = _cell_status(p)
             if why:
                 lines.append(f"| {recipe} | {b} | {why} |" + " |" * 12)
@@ -197,22 +166,11 @@ def detail_table(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _prompt_len_pairs(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    """(recipe, backend, bench) of each pair that measured prompt lengths, in report order."""
-    out = []
-    for r in report["recipes"]:
-        for b in report["backends"]:
-            p = _pair(report, r, b)
-            if p and p["status"] == "ok" and p["bench"].get("prompt_lengths"):
-                out.append((r, b, p["bench"]))
-    return out
-
-
 def prompt_len_table(report: dict[str, Any]) -> list[str]:
     """Time to first token per prompt length (``--prompt-len``); [] when none was measured."""
     rows = [
         (r, b, bench.get("gemm_tflops"), x)
-        for r, b, bench in _prompt_len_pairs(report)
+        for r, b, bench in prompt_len_pairs(report)
         for x in bench["prompt_lengths"]
     ]
     if not rows:
@@ -231,19 +189,6 @@ def prompt_len_table(report: dict[str, Any]) -> list[str]:
             f"{_f(x['flop_roofline_pct'], '{:.1f}', '%')} |"
         )
     return lines
-
-
-def segment_durations(results: list[dict[str, Any]]) -> list[float]:
-    """Median duration of each SEGMENT over runs (per-run differences, then median)."""
-    out = []
-    for _label, a, b in SEGMENTS:
-        vals = []
-        for r in results:
-            ph = r["phases"]
-            if b in ph and (a is None or a in ph):
-                vals.append(max(0.0, ph[b] - (ph[a] if a else 0.0)))
-        out.append(statistics.median(vals) if vals else 0.0)
-    return out
 
 
 def phase_table(report: dict[str, Any]) -> list[str]:
@@ -375,165 +320,13 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _ok_pairs(report: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
-    out = []
-    for key, p in report["pairs"].items():
-        if p["status"] == "ok":
-            r, b = key.rsplit("/", 1)  # a recipe may be a path; a backend has no "/"
-            out.append((r, b, p))
-    return out
-
-
-def chart_tokens(report: dict[str, Any], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    recipes, backends = report["recipes"], report["backends"]
-    ok = {(r, b): p for r, b, p in _ok_pairs(report) if p["bench"]["decode_tok_s"]}
-    if not ok:
-        return False
-    width = 0.8 / max(len(backends), 1)
-    # Capped width: five models x four backends must still fit a page.
-    fig, ax = plt.subplots(figsize=(min(16, max(6, 0.8 * len(recipes) * len(backends))), 4.5))
-    for j, b in enumerate(backends):
-        xs, ys = [], []
-        for i, r in enumerate(recipes):
-            if (r, b) in ok:
-                xs.append(i + (j - (len(backends) - 1) / 2) * width)
-                ys.append(ok[(r, b)]["bench"]["decode_tok_s"])
-        if not xs:  # nothing measured: an empty series would still get a (wrong) legend patch
-            continue
-        # An explicit colour per backend, stable whichever backends have numbers.
-        bars = ax.bar(xs, ys, width, label=b, color=f"C{j}")
-        ax.bar_label(bars, fmt="%.0f", fontsize=7)
-    ax.set_xticks(range(len(recipes)), recipes)
-    ax.set_ylabel("decode tokens/s (batch 1)")
-    ax.set_title(f"Decode throughput, {report['settings']['device']} {report['settings']['dtype']}")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def chart_ttft(report: dict[str, Any], path: Path) -> bool:
-    """TTFT p50 against prompt length, one line per (recipe, backend); False: none measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = [(r, b, bench["prompt_lengths"]) for r, b, bench in _prompt_len_pairs(report)]
-    if not series:
-        return False
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    styles = ("-", "--", ":", "-.")
-    for r, b, rows in series:
-        pts = sorted((x["prompt_len"], x["ttft"]["p50"] * 1e3) for x in rows)
-        # A colour per backend, a line style per recipe: stable whatever ran.
-        i, j = report["recipes"].index(r), report["backends"].index(b)
-        label = f"{r} {b}" if len(report["recipes"]) > 1 else b
-        ax.plot([n for n, _ in pts], [ms for _, ms in pts], styles[i % len(styles)],
-                marker="o", label=label, color=f"C{j}")  # fmt: skip
-    ax.set_xscale("log")
-    lens = sorted({x["prompt_len"] for _, _, rows in series for x in rows})
-    ax.set_xticks(lens, [str(n) for n in lens])  # the measured lengths, not powers of ten
-    ax.minorticks_off()
-    ax.set_xlabel("prompt tokens")
-    ax.set_ylabel("time to first token, p50 (ms)")
-    st = report["settings"]
-    ax.set_title(f"Time to first token by prompt length, {st['device']} {st['dtype']}")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-def chart_phases(report: dict[str, Any], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [(label, segment_durations(results)) for label, results, _ in phase_rows(report)]
-    if not rows:
-        return False
-    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.5))
-    left = [0.0] * len(rows)
-    for k, (label, _a, _b) in enumerate(SEGMENTS):
-        widths = [seg[k] for _, seg in rows]
-        ax.barh(range(len(rows)), widths, left=left, color=SEGMENT_COLORS[k], label=label)
-        left = [x + w for x, w in zip(left, widths, strict=True)]
-    ax.set_yticks(range(len(rows)), [lbl for lbl, _ in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds from process start to first token (median per segment)")
-    ax.set_title("Cold vs warm vs eager start")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
-
-
-# Why a chart is absent when its function drew nothing (it returns False).
-CHARTS_NOT_DRAWN = {
-    "tokens_per_s.png": "no backend measured a decode rate",
-    "phases.png": "no run recorded its phases",
-    "ttft_by_prompt_len.png": "no prompt length was timed (--prompt-len)",
-}
-
-
-def expected_charts(report: dict[str, Any]) -> list[str]:
-    """The charts a report is meant to have: TTFT by prompt length only when asked."""
-    asked = (report.get("settings") or {}).get("prompt_lens")
-    return [c for c in CHARTS_NOT_DRAWN if asked or c != "ttft_by_prompt_len.png"]
-
-
-def skipped_charts(report: dict[str, Any], written: list[Path]) -> list[tuple[str, str]]:
-    """(chart, why) for each expected chart write_report did not draw."""
-    import importlib.util
-
-    names = {p.name for p in written}
-    no_mpl = importlib.util.find_spec("matplotlib") is None
-    return [
-        (c, "matplotlib is not installed here" if no_mpl else CHARTS_NOT_DRAWN[c])
-        for c in expected_charts(report)
-        if c not in names
-    ]
-
-
 def write_report(report: dict[str, Any], out: Path) -> list[Path]:
     """report.json, report.md and the charts into ``out``; returns the paths written."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         written = [out / "report.json"]
         (out / "report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-        charts: list[str] = []
-        note = ""
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            # matplotlib is a dev extra, often absent on GPU machines: keep the numbers;
-            # the charts can be drawn from report.json wherever it is installed.
-            note = (
-                "\nCharts not drawn: matplotlib is not installed here; run "
-                "`python -m artifactcache.measure.report DIR` where it is.\n"
-            )
-        else:
-            if chart_tokens(report, out / "tokens_per_s.png"):
-                charts.append("tokens_per_s.png")
-            if chart_phases(report, out / "phases.png"):
-                charts.append("phases.png")
-            if chart_ttft(report, out / "ttft_by_prompt_len.png"):
-                charts.append("ttft_by_prompt_len.png")
-            not_drawn = [
-                f"{c} ({CHARTS_NOT_DRAWN[c]})" for c in expected_charts(report) if c not in charts
-            ]
-            if not_drawn:
-                note = f"\nCharts not drawn: {'; '.join(not_drawn)}.\n"
+        charts, note = draw_charts(report, out)
         (out / "report.md").write_text(render_markdown(report, charts) + note)
     except OSError as e:
         raise MeasureError(f"cannot write the report into {out}: {e.strerror or e}") from None
