@@ -18,12 +18,25 @@ from .report_rows import (
 )
 
 
-def chart_tokens(report: dict[str, Any], path: Path) -> bool:
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend: no display needed."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _saved(plt: Any, fig: Any, path: Path) -> bool:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def chart_tokens(report: dict[str, Any], path: Path) -> bool:
+    plt = _pyplot()
     recipes, backends = report["recipes"], report["backends"]
     ok = {(r, b): p for r, b, p in ok_pairs(report) if p["bench"]["decode_tok_s"]}
     if not ok:
@@ -46,19 +59,12 @@ def chart_tokens(report: dict[str, Any], path: Path) -> bool:
     ax.set_ylabel("decode tokens/s (batch 1)")
     ax.set_title(f"Decode throughput, {report['settings']['device']} {report['settings']['dtype']}")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _saved(plt, fig, path)
 
 
 def chart_ttft(report: dict[str, Any], path: Path) -> bool:
     """TTFT p50 against prompt length, one line per (recipe, backend); False: none measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     series = [(r, b, bench["prompt_lengths"]) for r, b, bench in prompt_len_pairs(report)]
     if not series:
         return False
@@ -80,18 +86,11 @@ def chart_ttft(report: dict[str, Any], path: Path) -> bool:
     st = report["settings"]
     ax.set_title(f"Time to first token by prompt length, {st['device']} {st['dtype']}")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _saved(plt, fig, path)
 
 
 def chart_phases(report: dict[str, Any], path: Path) -> bool:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rows = [(label, segment_durations(results)) for label, results, _ in phase_rows(report)]
     if not rows:
         return False
@@ -106,10 +105,7 @@ def chart_phases(report: dict[str, Any], path: Path) -> bool:
     ax.set_xlabel("seconds from process start to first token (median per segment)")
     ax.set_title("Cold vs warm vs eager start")
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    return _saved(plt, fig, path)
 
 
 # Why a chart is absent when its function drew nothing (it returns False).
