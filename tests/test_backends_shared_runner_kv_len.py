@@ -158,7 +158,7 @@ def test_a_second_process_decodes_every_bucket_without_compiling(
 def test_the_megacache_path_warms_one_dynamic_decode(
     long_recipe: Path, runners, tmp_path: Path, monkeypatch
 ):
-    """Where torch cannot save compiled functions (CUDA today): Dynamo traces again in the
+    """Where torch cannot save compiled functions: Dynamo traces again in the
     warm process, every graph hits the FX-graph cache, and a new bucket recompiles nothing."""
     prompt = prompt_of(PROMPT_LENS[0])
     want = _eager_ids(runners, long_recipe, prompt)

@@ -10,7 +10,7 @@ dynamic where they vary, so one compiled step serves every length. The passes ar
 compiled without CUDA graphs (a graph per pass length would be recorded, and a pass
 of hundreds of tokens is compute-bound anyway); decode keeps the mode's.
 
-``aot_compile`` (on CPU, where ``torch.compiler.load_compiled_function`` exists): each step
+``aot_compile`` (wherever ``torch.compiler.load_compiled_function`` exists, CPU and CUDA): each step
 is ``torch.compile(run_model, fullgraph=True).aot_compile(((model, *inputs), {}))``
 and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
