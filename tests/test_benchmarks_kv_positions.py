@@ -81,5 +81,9 @@ def test_a_cpu_run_builds_measures_and_reports(tmp_path: Path):
     assert [w["start"] for w in by_len[64]["windows"]] == [18, 38]
     assert [w["start"] for w in by_len[32]["windows"]] == [18]  # 38 + 4 > 32
     for r in by_len.values():
-        assert r["seed"]["tok_s"] > 0 and all(w["tok_s"] > 0 for w in r["windows"])
+        # The seed's rate is its requests' time after the prefill over 3 new tokens: on a
+        # busy machine timing noise can leave no time after the prefill, and the rate is
+        # then None (measure_requests), never a wrong number. The windows time decode alone.
+        assert r["seed"]["tok_s"] is None or r["seed"]["tok_s"] > 0
+        assert all(w["tok_s"] > 0 for w in r["windows"])
     assert "| eager | 18-21 |" in p.stdout
