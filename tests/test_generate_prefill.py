@@ -157,8 +157,9 @@ def test_the_serving_model_returns_a_first_pass_last_row_only():
 def test_a_warm_inductor_process_compiles_nothing_for_a_new_pass_length(
     passes_recipe, tmp_path: Path, monkeypatch
 ):
-    """The Mega-Cache path (a torch without saved compiled functions) traces the steps with Dynamo at load: pass
-    lengths other than the one compiled at hit the dynamic token dimension's graph."""
+    """The Mega-Cache path (a torch without saved compiled functions) traces the steps
+    with Dynamo at load: pass lengths other than the one compiled at hit the dynamic token
+    dimension's graph."""
     from torch._dynamo.utils import counters
 
     from artifactcache import api
