@@ -149,13 +149,13 @@ else:
                            mode=mode or None, cache_dir=cache, build_on_miss=False,
                            context=ctx)  # fmt: skip
     phases = {k: round(v - t1, 3) for k, v in ctx.phases.items()}
-    tokens = r.generate(list(load_recipe(recipe).bench.prompt_ids), 1)
+    seed = list(load_recipe(recipe).bench.prompt_ids)
+    tokens = r.generate(seed, 1)
 if device.startswith("cuda"):
     torch.cuda.synchronize()
 t2 = time.perf_counter()
 decode: dict[str, Any] = {}
 if action != "build":  # after the timed span: whether warm processes agree on tokens
-    seed = list(load_recipe(recipe).bench.prompt_ids)
     tokens += r.generate(seed, 32, eos_token_ids=())
     if DECODE_TOKENS:  # steady-state decode, as acache bench counts it (seed prompt)
         from artifactcache.measure.child.timing import measure_requests

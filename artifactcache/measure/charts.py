@@ -108,18 +108,18 @@ def chart_phases(report: dict[str, Any], path: Path) -> bool:
     return _saved(plt, fig, path)
 
 
-# Why a chart is absent when its function drew nothing (it returns False).
-CHARTS_NOT_DRAWN = {
-    "tokens_per_s.png": "no backend measured a decode rate",
-    "phases.png": "no run recorded its phases",
-    "ttft_by_prompt_len.png": "no prompt length was timed (--prompt-len)",
+# Each chart: the function that draws it, and why it is absent when that drew nothing.
+CHARTS = {
+    "tokens_per_s.png": (chart_tokens, "no backend measured a decode rate"),
+    "phases.png": (chart_phases, "no run recorded its phases"),
+    "ttft_by_prompt_len.png": (chart_ttft, "no prompt length was timed (--prompt-len)"),
 }
 
 
 def expected_charts(report: dict[str, Any]) -> list[str]:
     """The charts a report is meant to have: TTFT by prompt length only when asked."""
     asked = (report.get("settings") or {}).get("prompt_lens")
-    return [c for c in CHARTS_NOT_DRAWN if asked or c != "ttft_by_prompt_len.png"]
+    return [c for c in CHARTS if asked or c != "ttft_by_prompt_len.png"]
 
 
 def skipped_charts(report: dict[str, Any], written: list[Path]) -> list[tuple[str, str]]:
@@ -129,7 +129,7 @@ def skipped_charts(report: dict[str, Any], written: list[Path]) -> list[tuple[st
     names = {p.name for p in written}
     no_mpl = importlib.util.find_spec("matplotlib") is None
     return [
-        (c, "matplotlib is not installed here" if no_mpl else CHARTS_NOT_DRAWN[c])
+        (c, "matplotlib is not installed here" if no_mpl else CHARTS[c][1])
         for c in expected_charts(report)
         if c not in names
     ]
@@ -147,9 +147,8 @@ def draw_charts(report: dict[str, Any], out: Path) -> tuple[list[str], str]:
             "`python -m artifactcache.measure.report DIR` where it is.\n"
         )
     charts = []
-    for name, draw in (("tokens_per_s.png", chart_tokens), ("phases.png", chart_phases),
-                       ("ttft_by_prompt_len.png", chart_ttft)):  # fmt: skip
+    for name, (draw, _) in CHARTS.items():
         if draw(report, out / name):
             charts.append(name)
-    not_drawn = [f"{c} ({CHARTS_NOT_DRAWN[c]})" for c in expected_charts(report) if c not in charts]
+    not_drawn = [f"{c} ({CHARTS[c][1]})" for c in expected_charts(report) if c not in charts]
     return charts, f"\nCharts not drawn: {'; '.join(not_drawn)}.\n" if not_drawn else ""
