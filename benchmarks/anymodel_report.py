@@ -61,8 +61,11 @@ def run_cell(
     from artifactcache.measure import coldstart
 
     device, dtype, mode, label = cell_settings(backend, args.device, args.dtype)
+    from artifactcache.choices import BuildChoices
+
     ps = coldstart.ProbeSpec(
-        recipe=str(REPO / spec), backend=backend, device=device, dtype=dtype, mode=mode,
+        recipe=str(REPO / spec), backend=backend,
+        choices=BuildChoices(device=device, dtype=dtype, mode=mode),
         iters=args.iters, warmup=args.warmup, batch=batch,
     )  # fmt: skip
     row: dict[str, Any] = {

@@ -355,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = {k.get("key") for k in report["keys"].values()}
     report["keys_equal"] = len(keys) == 1 and None not in keys
     save()
+    from artifactcache.choices import BuildChoices
     from artifactcache.measure.coldstart import ProbeSpec
     from artifactcache.recipes import load_recipe
 
@@ -362,19 +363,18 @@ def main(argv: list[str] | None = None) -> int:
     flags = [] if args.allow_build else ["--no-build"]
     paths = {
         "folder (TOML)": (
-            ProbeSpec(recipe=str(toml), backend=args.backend),
+            ProbeSpec(str(toml), args.backend, BuildChoices(device=args.device, dtype=args.dtype)),
             load_recipe(str(toml)),
         ),
         f"{base.name} --weights DIR": (
-            ProbeSpec(recipe=base.name, backend=args.backend, weights=str(folder)),
+            ProbeSpec(base.name, args.backend, BuildChoices(
+                device=args.device, dtype=args.dtype, weights=str(folder))),
             base,
         ),
     }
     report["probes"] = {}
     for name, (spec, rec) in paths.items():
-        spec.device, spec.dtype, spec.iters, spec.extra_flags = (
-            args.device, args.dtype, args.iters, flags,
-        )  # fmt: skip
+        spec.iters, spec.extra_flags = args.iters, flags
         say(f"probes: {name}")
         res = run_probes(spec, cache, args.runs, nbytes, rec, args.dtype)
         report["probes"][name] = res

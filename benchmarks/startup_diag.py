@@ -25,7 +25,8 @@ entries' ``kernels/`` carry, so a recompile in the warm process shows.
 
 ``profile``: one warm ``artifactcache.load`` + first token of that entry under cProfile
 in a fresh process with empty framework caches; the top functions by cumulative and
-by own time go to ``--out``. It says where a slow warm start's seconds go.
+by own time go to ``--out``, the raw stats to ``--out`` + ``.pstats`` (for callers). It
+says where a slow warm start's seconds go.
 
 ``tuning``: the same warm load, counting what Inductor's runtime does to its Triton
 kernels there (autotune-cache checks and their hits, benchmarking, coordinate-descent
@@ -188,6 +189,7 @@ def warm(
     recipe_name: str, cache: Path, runs: int, backend: str = "aoti", mode: str | None = None,
     device: str = "cuda", dtype: str = "bf16",
 ) -> dict[str, Any]:  # fmt: skip
+    from artifactcache.choices import BuildChoices
     from artifactcache.measure.coldstart import ProbeSpec, fresh_framework_dirs, spawn_probe
 
     keep = ("phases", "subphases", "compile", "memory", "backend_durations", "first_token",
@@ -196,8 +198,9 @@ def warm(
     eager_cache = Path(tempfile.mkdtemp(prefix="acache-diag-eager-"))
     for _ in range(runs):
         for name, where in ((backend, cache), ("eager", eager_cache)):
-            spec = ProbeSpec(recipe_name, name, device, dtype, iters=1,
-                             mode=mode if name == backend else None)  # fmt: skip
+            choices = BuildChoices(device=device, dtype=dtype,
+                                   mode=mode if name == backend else None)  # fmt: skip
+            spec = ProbeSpec(recipe_name, name, choices, iters=1)
             dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-diag-fw-")))
             r = spawn_probe(spec, where, env_dirs=dirs)
             row = {k: r.get(k) for k in keep}
@@ -231,10 +234,11 @@ PROFILE_CHILD = (
     "torch.cuda.synchronize() if device.startswith('cuda') else None\n"
     "prof.disable()\n"
     "t2 = time.perf_counter()\n"
+    "prof.dump_stats(out + '.pstats')\n"
     "s = io.StringIO()\n"
     "st = pstats.Stats(prof, stream=s)\n"
-    "st.sort_stats('cumulative').print_stats(45)\n"
-    "st.sort_stats('tottime').print_stats(30)\n"
+    "st.sort_stats('cumulative').print_stats(80)\n"
+    "st.sort_stats('tottime').print_stats(50)\n"
     "head = f'imports {t1 - t0:.2f} s, load + 1 token {t2 - t1:.2f} s\\n'\n"
     "open(out, 'w').write(head + s.getvalue())\n"
 )

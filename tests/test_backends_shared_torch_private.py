@@ -195,3 +195,23 @@ def test_inductor_load_and_build_pin_ptxas_before_anything_compiles():
     for method in (backend.InductorBackend.build, backend.InductorBackend.load):
         src = inspect.getsource(method)
         assert src.index("pin_triton_ptxas()") < src.index("build_model_for(")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(tp.aot_compile_missing() != "", reason="torch cannot save compiled functions")
+def test_a_saved_step_guards_its_inputs_but_not_the_model_parameters(tmp_path):
+    """A parameter guard would check requires_grad, so a model whose parameters differ
+    only there would fail it; an input of another shape must still fail its guard."""
+
+    def step(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return model(x).relu()
+
+    built = torch.nn.Linear(8, 4).requires_grad_(False)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        tp.save_compiled_step(tp.aot_compile_step(step, (built, x), {}), tmp_path / "step")
+        loaded = tp.load_compiled_step(tmp_path / "step")
+        other = torch.nn.Linear(8, 4)  # requires_grad=True: only a parameter guard sees it
+        torch.testing.assert_close(loaded(other, x), step(other, x))
+        with pytest.raises(Exception, match="(?i)guard"):
+            loaded(built, torch.randn(3, 8))

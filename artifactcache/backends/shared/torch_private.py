@@ -355,8 +355,30 @@ def aot_compile_missing() -> str:
     return ""
 
 
+def step_guards_kept(guard_entries: Any) -> list[bool]:
+    """Dynamo's ``guard_filter_fn`` for a saved step: keep the shape/dtype/device guards
+    of the tensors a caller passes in (tokens, positions, caches), drop the rest.
+
+    A step's first argument is the model, so by default every parameter gets a tensor
+    guard, and the module's attributes get type and value guards: on llama-7b ~290
+    tensors a step, unpickled and rebuilt in every warm process (~0.8 s of a warm
+    load's profile, attempt 27) and checked on every call made outside a CUDA graph.
+    The entry's key already fixes what they guard (architecture, dtype, device, shapes
+    and acache's code), so they can only fail where the key would have missed. A wrong
+    input still fails its guard, so a misuse is an error, not a silent wrong result."""
+    import torch
+
+    return [
+        entry.guard_type == "TENSOR_MATCH"
+        and not entry.is_global  # torch cannot save a global's guard
+        and not isinstance(entry.value, torch.nn.Parameter)
+        for entry in guard_entries
+    ]
+
+
 def aot_compile_step(fn: Any, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-    """``torch.compile(fn, fullgraph=True, dynamic=False, options=...).aot_compile(args)``.
+    """``torch.compile(fn, fullgraph=True, dynamic=False, options=...).aot_compile(args)``,
+    saving only the guards :func:`step_guards_kept` keeps.
 
     Returns the compiled function (callable with ``args``' structure, savable with
     :func:`save_compiled_step`). torch gates the method behind
@@ -366,8 +388,9 @@ def aot_compile_step(fn: Any, args: tuple[Any, ...], options: dict[str, Any]) ->
     import torch._dynamo.config as dc
 
     flag = {"enable_aot_compile": True} if hasattr(dc, "enable_aot_compile") else {}
+    options = {**(options or {}), "guard_filter_fn": step_guards_kept}
     with dc.patch(**flag):
-        compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options or None)
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
         aot = getattr(compiled, "aot_compile", None)
         if aot is None:
             raise TorchPrivateAPIMissing("torch.compile(...).aot_compile")
