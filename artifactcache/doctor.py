@@ -247,6 +247,42 @@ def toolchain_identity() -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+# A module of torch's that every warm inductor or compile load imports, and `import torch`
+# does not: whether its bytecode is cached says whether those ~1,300 modules are.
+BYTECODE_PROBE = ("torch", "_dynamo", "__init__.py")
+
+
+def bytecode_status() -> dict[str, Any]:
+    """Whether torch's lazily imported modules load from cached bytecode, without importing
+    torch. Without it, and with a Python that writes none (``PYTHONDONTWRITEBYTECODE``, a
+    package installed with ``--no-compile``), every process compiles each module from
+    source: on the H200 image that was 1,424 modules in a warm inductor load, ~4.5 s of
+    its profile (docs/perf-notes.md, attempt 27)."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec(BYTECODE_PROBE[0])
+    writes = not sys.dont_write_bytecode
+    out: dict[str, Any] = {"writes_bytecode": writes, "pycache_prefix": sys.pycache_prefix,
+                           "torch_bytecode": None, "problem": None}  # fmt: skip
+    if spec is None or not spec.submodule_search_locations:
+        return out
+    source = Path(next(iter(spec.submodule_search_locations)), *BYTECODE_PROBE[1:])
+    if not source.is_file():
+        return out
+    out["torch_bytecode"] = Path(importlib.util.cache_from_source(str(source))).is_file()
+    if not out["torch_bytecode"] and not writes:
+        site = source.parents[2]
+        out["problem"] = (
+            "torch's modules have no cached bytecode and this Python writes none "
+            "(PYTHONDONTWRITEBYTECODE is set): every process compiles each module it imports, "
+            "seconds more per warm start; compile them once with "
+            f"`python -m compileall -q -j 0 {site}` (as `pip install` does by default), "
+            "or unset PYTHONDONTWRITEBYTECODE"
+        )
+    return out
+
+
 def _probe(memo_dir: Path | None) -> dict[str, Any]:
     torch_info, gpus = _torch_info()
     device = "cuda" if gpus else "cpu"
@@ -293,5 +329,6 @@ def doctor_report(
         "cache": cache,
         "remote": remote_status(remote),
         "settings": settings.report(),
+        "bytecode": bytecode_status(),
         "probed": {"at": probed["at"], "from_memo": from_memo},
     }

@@ -28,6 +28,7 @@ TOP_KEYS = {
     "cache",
     "remote",
     "settings",
+    "bytecode",
     "probed",
 }
 BACKEND_KEYS = {"name", "available", "reason", "install"}
@@ -62,6 +63,8 @@ def test_schema_is_stable(cache_dir):
     by_name = {s["name"]: s for s in rep["settings"]}
     assert by_name["ACACHE_DIR"]["value"] == str(cache_dir)
     assert by_name["ACACHE_VERIFY"]["default"] == "memo"
+    assert set(rep["bytecode"]) == {"writes_bytecode", "pycache_prefix", "torch_bytecode",
+                                    "problem"}  # fmt: skip
 
 
 @pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None, reason="tensorrt present")
@@ -219,3 +222,20 @@ def test_a_corrupt_memo_is_probed_over_and_no_cache_means_no_memo(cache_dir, tmp
     absent = tmp_path / "no-cache-yet"
     rep = _doctor("--cache-dir", str(absent))
     assert rep["probed"]["from_memo"] is False and not absent.exists()  # never created
+
+
+def test_a_python_that_neither_has_nor_writes_torch_bytecode_is_named(
+    cache_dir, monkeypatch, tmp_path
+):
+    """As the H200 image was: PYTHONDONTWRITEBYTECODE=1 and no .pyc in site-packages.
+    An empty pycache prefix makes this machine's torch look the same."""
+    import sys
+
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "empty"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert _doctor()["bytecode"]["problem"] is None  # it would write them: no problem
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    b = _doctor()["bytecode"]
+    assert b["torch_bytecode"] is False and "compileall" in b["problem"]
+    r = CliRunner().invoke(app, ["doctor"])
+    assert r.exit_code == 0 and "PYTHONDONTWRITEBYTECODE" in r.output

@@ -76,6 +76,8 @@ def _render(rep: dict[str, Any]) -> None:
             k for k in ("reachable", "readable", "writable") if r.get(k)
         )
         console.print(f"remote {shown(r['url'])}: {shown(state)}", highlight=False)
+    if rep["bytecode"]["problem"]:
+        console.print(f"warning: {rep['bytecode']['problem']}", highlight=False)
     rows = [
         [
             s["name"],
