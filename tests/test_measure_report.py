@@ -226,3 +226,11 @@ def test_a_chart_not_drawn_is_named_with_why(constructed, tmp_path):
     ]
     md = (tmp_path / "report.md").read_text()
     assert "Charts not drawn: ttft_by_prompt_len.png (no prompt length was timed" in md
+
+
+def test_a_run_without_cached_bytecode_says_so_in_the_header(constructed):
+    assert "- bytecode: not recorded" in report.render_markdown(constructed, [])
+    constructed["environment"]["bytecode"] = {"torch_bytecode": False, "writes_bytecode": False}
+    assert "every process compiled each module" in report.render_markdown(constructed, [])
+    constructed["environment"]["bytecode"] = {"torch_bytecode": True, "writes_bytecode": False}
+    assert "- bytecode: cached" in report.render_markdown(constructed, [])

@@ -278,6 +278,7 @@ def pair_result(
 
 
 def _environment(pairs: dict[str, Any], device: str) -> dict[str, Any]:
+    from ..doctor import bytecode_status
     from ..keys import cuda_driver_version
 
     env: dict[str, Any] = {"host": platform.node(), "machine": platform.machine()}
@@ -295,6 +296,9 @@ def _environment(pairs: dict[str, Any], device: str) -> dict[str, Any]:
         pass
     env["cpu_count"] = os.cpu_count()
     env["driver"] = cuda_driver_version() if is_cuda(device) else None
+    # Without cached bytecode every process compiles what it imports: seconds of each
+    # start that a normal install does not pay (docs/doctor.md, "bytecode").
+    env["bytecode"] = {k: v for k, v in bytecode_status().items() if k != "problem"}
     return env
 
 

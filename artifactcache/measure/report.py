@@ -266,6 +266,15 @@ def findings(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _bytecode_line(b: dict[str, Any] | None) -> str:
+    if not b:
+        return "not recorded"
+    if b.get("torch_bytecode") is False and not b.get("writes_bytecode"):
+        return ("none cached and none written: every process compiled each module it "
+                "imported, seconds more per start than a normal install")  # fmt: skip
+    return "cached" if b.get("torch_bytecode") else "written on first import"
+
+
 def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
     env, st = report["environment"], report["settings"]
     weights = st.get("weights") or f"random (seed {st['seed']})"
@@ -280,6 +289,7 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"dtype {st['dtype']}{', ' + st['quant'] if st.get('quant') else ''}, weights {weights}",
         f"- versions: python {env.get('python')}, torch {env.get('torch')}, "
         f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
+        f"- bytecode: {_bytecode_line(env.get('bytecode'))}",
         f"- setup: batch 1{rows}, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
         f"greedy, no early stop; {st['runs']} fresh process(es) per scenario; "
         f"{st['iters']} timed requests per process after {st['warmup']} excluded",
