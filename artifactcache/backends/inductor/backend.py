@@ -16,7 +16,9 @@ and saved with ``save_compiled_function``. The model is an *argument*, so its
 parameters and buffers (the KV caches, mutated in place, included) are graph
 inputs: the saved function holds no weights and writes the caller's buffers. A
 warm process deserializes the functions: no Dynamo tracing, no guard building
-from bytecode, no Inductor compile. On CUDA, modes whose options turn on
+from bytecode, no Inductor compile. Only the inputs' tensor guards are saved
+(``torch_private.step_guards_kept``): guards on ~290 parameters were rebuilt in every
+warm process and checked on every call. On CUDA, modes whose options turn on
 ``triton.cudagraphs`` are compiled without it and decode is replayed from a graph
 captured at load (``cuda_graph.cuda_graph_step``), as for aoti.
 
