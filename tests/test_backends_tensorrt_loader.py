@@ -19,7 +19,10 @@ def test_profiles_from_recipe_shapes():
     prefill, decode = loader.profiles_for(r)
     assert prefill["input_ids"] == ((1, 1), (1, 8), (1, 8))
     assert prefill["input_pos"] == ((1,), (8,), (8,))
-    assert decode == {"input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3}
+    assert prefill["logit_rows"] == ((1,), (1,), (8,))  # tuned for a first pass's last row
+    assert decode == {
+        "input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3, "logit_rows": ((1,),) * 3
+    }  # fmt: skip
     assert "past_keys" not in prefill  # static cache inputs need no profile
     big = load_recipe("llama-7b")  # prefill_len 255: the default for 256 positions
     assert loader.profiles_for(big)[0]["input_ids"][2] == (1, 255)

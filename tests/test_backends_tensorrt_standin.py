@@ -84,12 +84,14 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     assert "<standin tensorrt.BuilderFlag.VERSION_COMPATIBLE>" in flags
     pools = [(repr(a[0]), a[1]) for a, _ in rec.called("set_memory_pool_limit")]
     assert ("<standin tensorrt.MemoryPoolType.WORKSPACE>", 64 << 20) in pools
-    shapes = [a for a, _ in rec.called("set_shape")][:4]  # the first build's two profiles
+    shapes = [a for a, _ in rec.called("set_shape")][:6]  # the first build's two profiles
     assert shapes == [
         ("input_ids", (1, 1), (1, 8), (1, 8)),
         ("input_pos", (1,), (8,), (8,)),
+        ("logit_rows", (1,), (1,), (8,)),
         ("input_ids", (1, 1), (1, 1), (1, 1)),
         ("input_pos", (1,), (1,), (1,)),
+        ("logit_rows", (1,), (1,), (1,)),
     ]
     assert rec.assigned("builder_optimization_level")[0] == 3
     # The timing cache: absent for the first build, read by the second, merged after each.

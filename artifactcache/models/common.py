@@ -308,6 +308,7 @@ class CausalLM(nn.Module):
         input_pos: torch.Tensor,
         row_start: torch.Tensor | None = None,
         kv_pos: torch.Tensor | None = None,
+        logit_rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """idx [B, T], input_pos [T], row_start [B] (None: every row starts at slot 0).
 
@@ -317,7 +318,9 @@ class CausalLM(nn.Module):
         and attention sees the chunk's own keys, causally (the module docstring); with
         ``first_pass_last_logits`` it returns [B, 1, vocab], the last position's. Layers
         take the read length from the mask's last dimension. A split-KV decode step
-        ignores kv_pos: its kernel reads the filled positions only.
+        ignores kv_pos: its kernel reads the filled positions only. ``logit_rows`` [R]
+        (positions within the pass) keeps those positions' logits only, [B, R, vocab]:
+        the ONNX step graph's way to a first pass's last row (onnx/export.py).
         """
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
         window = self.cfg.sliding_window
@@ -343,4 +346,6 @@ class CausalLM(nn.Module):
             x = layer(x, cos, sin, reads, input_pos)
         if reads.own and self.first_pass_last_logits:
             x = x[:, -1:]
+        elif logit_rows is not None:
+            x = x.index_select(1, logit_rows)
         return self.lm_head(getattr(self.model, self.FINAL_NORM)(x)).float()

@@ -48,9 +48,11 @@ from .export import (
     OUTPUT_NAMES,
     STEP_INPUT_NAMES,
     cache_shape,
+    every_row,
     export_dependency,
     export_spec,
     exported,
+    first_pass_rows,
     step_profiles,
 )
 
@@ -211,12 +213,16 @@ class _OrtSteps:
         logits, self.keys, self.values = self.sess.run_with_ort_values(list(OUTPUT_NAMES), feeds)
         return torch.from_numpy(logits.numpy())
 
-    def prefill(self, *inputs: Any) -> Any:
+    def prefill(self, idx: Any, pos: Any, row_start: Any) -> Any:
         # A request starts from an empty cache; stale slots would be masked anyway.
-        return self._run(inputs, self.zero_k, self.zero_v)
+        return self._run((idx, pos, row_start, every_row(pos)), self.zero_k, self.zero_v)
 
-    def decode(self, *inputs: Any) -> Any:
-        return self._run(inputs, self.keys, self.values)
+    def decode(self, idx: Any, pos: Any, row_start: Any) -> Any:
+        return self._run((idx, pos, row_start, every_row(pos)), self.keys, self.values)
+
+    def fresh(self, idx: Any, pos: Any) -> Any:
+        """A first pass of rows that all start at slot 0: the last position's logits only."""
+        return self._run((idx, pos, *first_pass_rows(idx)), self.zero_k, self.zero_v)
 
 
 class OrtBackend:
@@ -372,7 +378,7 @@ class OrtBackend:
         # the graph takes, so it also runs a long prompt's later chunks.
         runner = StepRunner(
             ctx.recipe, steps.prefill, steps.decode, torch.device("cpu"),
-            extend=steps.decode, keepalive=keepalive,
+            extend=steps.decode, fresh=steps.fresh, keepalive=keepalive,
         )  # fmt: skip
         if tmp is not None:
             weakref.finalize(runner, shutil.rmtree, tmp, True)
@@ -390,8 +396,10 @@ def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
 
     cpu = torch.device("cpu")
     # The graph takes (idx, input_pos, row_start): the torch steps' kv_pos is not its.
-    steps.prefill(*example_inputs(recipe, cpu, "extend")[:3])
-    steps.decode(*example_inputs(recipe, cpu, "decode"))
+    idx, pos, row_start = example_inputs(recipe, cpu, "extend")[:3]
+    steps.fresh(idx, pos)
+    steps.prefill(idx, pos, row_start)
+    steps.decode(*example_inputs(recipe, cpu, "decode")[:3])
 
 
 BACKEND = OrtBackend()

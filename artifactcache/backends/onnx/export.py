@@ -6,12 +6,16 @@ is static at the recipe's max_batch (a smaller request pads rows). ``step_dims``
 holds these shapes, for the export and for TensorRT's profiles alike::
 
     inputs:  input_ids [B, T] int64, input_pos [T] int64, row_start [B] int64,
+             logit_rows [R] int64,
              past_keys / past_values [n_layers, B, n_kv_heads, max_seq_len, head_dim]
-    outputs: logits [B, T, vocab] fp32,
+    outputs: logits [B, R, vocab] fp32,
              present_keys / present_values (same shape as past_*)
 
 ``row_start[b]`` is row b's first real slot (prompts are left-padded to the
-longest, backends/runner.py).
+longest, backends/runner.py). ``logit_rows`` names the positions of the pass whose
+logits come out (0..T-1): all of them for ``logits()``, only the last for a prompt's
+first pass, whose LM head over every position would otherwise cost as much as the
+rest of a small model and write [T, vocab] fp32 (perf-notes attempt 29).
 
 The KV cache is an explicit input and output, not a buffer: the models'
 in-place ``KVCache`` is swapped for :class:`_FunctionalKV`, which writes with an
@@ -65,18 +69,34 @@ EXPORT_DEP = "onnx_export"  # its name in a dependent's ctx.deps and meta["built
 MODEL_FILE = "model.onnx"
 DATA_FILE = "model.onnx.data"
 # Bumped when the graph's I/O contract (names, layout) changes.
-GRAPH_FORMAT = "llm-step-v2"
+GRAPH_FORMAT = "llm-step-v3"
 DEFAULT_OPSET = 18
 MIN_OPSET = 18  # the dynamo exporter's floor
 EXPORTERS = ("dynamo", "torchscript")
 EXPORT_DTYPES = ("fp32", "fp16", "bf16")
 # The runner's step inputs, in the order a step takes them; then the cache.
-STEP_INPUT_NAMES = ("input_ids", "input_pos", "row_start")
+STEP_INPUT_NAMES = ("input_ids", "input_pos", "row_start", "logit_rows")
 CACHE_INPUT_NAMES = ("past_keys", "past_values")
 INPUT_NAMES = STEP_INPUT_NAMES + CACHE_INPUT_NAMES
 OUTPUT_NAMES = ("logits", "present_keys", "present_values")
 # Above this many parameter bytes, weights go to an external data file (protobuf's 2 GiB cap).
 EXTERNAL_DATA_BYTES = 1 << 30
+
+
+def every_row(pos: torch.Tensor) -> torch.Tensor:
+    """``logit_rows`` for every position of a pass (input_pos ``pos``)."""
+    import torch
+
+    return torch.arange(len(pos), dtype=torch.int64, device=pos.device)
+
+
+def first_pass_rows(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row_start, logit_rows) of a first pass whose rows all start at slot 0: its last row."""
+    import torch
+
+    b, t = idx.shape
+    return (torch.zeros(b, dtype=torch.int64, device=idx.device),
+            torch.tensor([t - 1], dtype=torch.int64, device=idx.device))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -201,9 +221,9 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
             for i, layer in enumerate(inner.model.layers):
                 layer.self_attn.kv_cache = _FunctionalKV(self.slot, i)
 
-        def forward(self, input_ids, input_pos, row_start, past_keys, past_values):
+        def forward(self, input_ids, input_pos, row_start, logit_rows, past_keys, past_values):
             self.slot["k"], self.slot["v"] = past_keys.unbind(0), past_values.unbind(0)
-            logits = self.inner(input_ids, input_pos, row_start)
+            logits = self.inner(input_ids, input_pos, row_start, logit_rows=logit_rows)
             out = [self.slot["out"][i] for i in range(self.n_layers)]
             keys = torch.stack([kv[0] for kv in out])
             values = torch.stack([kv[1] for kv in out])
@@ -240,30 +260,35 @@ def step_dims(recipe: Recipe) -> StepDims:
     """
     s = recipe.shapes
     t, b = Axis("T", 1, s.prefill_len), s.max_batch
+    r = Axis("R", 1, s.prefill_len)
     cache = cache_shape(recipe)
     return {
         "input_ids": (b, t),
         "input_pos": (t,),
         "row_start": (b,),
+        "logit_rows": (r,),
         "past_keys": cache,
         "past_values": cache,
-        "logits": (b, t, recipe.model.vocab_size),
+        "logits": (b, r, recipe.model.vocab_size),
         "present_keys": cache,
         "present_values": cache,
     }
 
 
 def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """The inputs the export traces: every axis at its largest (T = prefill_len)."""
+    """The inputs the export traces: every axis at its largest (T = prefill_len), but two
+    logit rows: an example equal to T's would tie R to T, one of 1 would fix R at 1."""
     import torch
 
     dims = step_dims(recipe)
     shape = {n: tuple(d.hi if isinstance(d, Axis) else d for d in dims[n]) for n in INPUT_NAMES}
     ids = torch.zeros(shape["input_ids"], dtype=torch.int64)
-    pos = torch.arange(shape["input_pos"][0], dtype=torch.int64)
+    t = shape["input_pos"][0]
+    pos = torch.arange(t, dtype=torch.int64)
     row_start = torch.zeros(shape["row_start"], dtype=torch.int64)
+    rows = torch.tensor([0, t - 1], dtype=torch.int64)
     keys = torch.zeros(shape["past_keys"], dtype=dtype)
-    return ids, pos, row_start, keys, torch.zeros(shape["past_values"], dtype=dtype)
+    return ids, pos, row_start, rows, keys, torch.zeros(shape["past_values"], dtype=dtype)
 
 
 Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
@@ -272,8 +297,9 @@ Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 def step_profiles(recipe: Recipe) -> list[Profile]:
     """TensorRT's (min, opt, max) shapes of the inputs with a dynamic axis: [prefill, decode].
 
-    Prefill takes each axis over its range, tuned for its largest (T = prefill_len);
-    decode takes T = 1. Read by the trt backend's engine and ort's TensorRT EP.
+    Prefill takes each axis over its range, tuned for its largest (T = prefill_len) but
+    for one logit row (a prompt's first pass); decode takes T = R = 1. Read by the trt
+    backend's engine and ort's TensorRT EP.
     """
     dims = step_dims(recipe)
 
@@ -288,8 +314,8 @@ def step_profiles(recipe: Recipe) -> list[Profile]:
                 out[name] = (lo, opt, hi)
         return out
 
-    prefill = profile(lambda a: (a.lo, a.hi, a.hi))
-    decode = profile(lambda a: (1, 1, 1) if a.name == "T" else (a.lo, a.hi, a.hi))
+    prefill = profile(lambda a: (a.lo, 1 if a.name == "R" else a.hi, a.hi))
+    decode = profile(lambda a: (1, 1, 1) if a.name in ("T", "R") else (a.lo, a.hi, a.hi))
     return [prefill, decode]
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
+from ..onnx.export import every_row, first_pass_rows
 from .options import engine_options
 from .util import (
     PLAN_HEADER_BYTES,
@@ -79,7 +80,8 @@ class _EngineSteps:
         step = dict(zip(STEP_INPUT_NAMES, (t.contiguous() for t in inputs), strict=True))
         rows, n = (int(d) for d in step["input_ids"].shape)
         context = self.contexts[profile_for_tokens(self.recipe, n)]
-        logits = torch.empty(rows, n, self.vocab, dtype=torch.float32, device=self.device)
+        kept = int(step["logit_rows"].shape[0])
+        logits = torch.empty(rows, kept, self.vocab, dtype=torch.float32, device=self.device)
         for name in self.dynamic_inputs:
             context.set_input_shape(name, tuple(step[name].shape))
         tensors = {
@@ -96,15 +98,21 @@ class _EngineSteps:
             raise BackendError("TensorRT execute_async_v3 failed (see the TensorRT log)")
         return logits
 
-    def prefill(self, *inputs: Any) -> Any:
+    def prefill(self, idx: Any, pos: Any, row_start: Any) -> Any:
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        return self._run(inputs, self.zero, self.zero, k_out, v_out)
+        return self._run((idx, pos, row_start, every_row(pos)), self.zero, self.zero, k_out, v_out)
 
-    def decode(self, *inputs: Any) -> Any:
+    def decode(self, idx: Any, pos: Any, row_start: Any) -> Any:
         (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
         self.cur = 1 - self.cur
-        return self._run(inputs, k_in, v_in, k_out, v_out)
+        return self._run((idx, pos, row_start, every_row(pos)), k_in, v_in, k_out, v_out)
+
+    def fresh(self, idx: Any, pos: Any) -> Any:
+        """A first pass of rows that all start at slot 0: the last position's logits only."""
+        k_out, v_out = self.bufs[0]
+        self.cur = 0
+        return self._run((idx, pos, *first_pass_rows(idx)), self.zero, self.zero, k_out, v_out)
 
 
 def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
@@ -138,6 +146,6 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     # decode continues the cache at any token count a profile serves, so it also runs
     # a long prompt's later chunks (prefill restarts the cache).
     return StepRunner(
-        ctx.recipe, steps.prefill, steps.decode, dev, extend=steps.decode,
+        ctx.recipe, steps.prefill, steps.decode, dev, extend=steps.decode, fresh=steps.fresh,
         keepalive=(runtime, steps),
     )  # fmt: skip
