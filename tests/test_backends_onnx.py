@@ -154,6 +154,6 @@ def test_ort_tensorrt_ep_takes_the_same_prefill_profile(tmp_path):
     """The EP's one profile is the trt backend's prefill profile (onnx/export.py step_profiles)."""
     recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)  # prefill_len 8
     o = ortb.trt_ep_options(recipe, tmp_path, 0)
-    assert o["trt_profile_min_shapes"] == "input_ids:2x1,input_pos:1,logit_rows:1"
-    assert o["trt_profile_opt_shapes"] == "input_ids:2x8,input_pos:8,logit_rows:1"
-    assert o["trt_profile_max_shapes"] == "input_ids:2x8,input_pos:8,logit_rows:8"
+    assert o["trt_profile_min_shapes"] == "input_ids:2x1,input_pos:1,kv_pos:1,logit_rows:1"
+    assert o["trt_profile_opt_shapes"] == "input_ids:2x8,input_pos:8,kv_pos:8,logit_rows:1"
+    assert o["trt_profile_max_shapes"] == "input_ids:2x8,input_pos:8,kv_pos:64,logit_rows:8"

@@ -51,17 +51,19 @@ def test_functional_step_matches_the_in_place_model():
     recipe = load_recipe("tiny-mistral")  # sliding window: the mask matters
     ref = build_model(recipe)
     step = ox._step_module(build_model(recipe))
-    ids, pos, rs, _, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids, pos, rs, kv, _, keys, values = ox.example_inputs(recipe, torch.float32)
     ids = torch.randint(0, 1000, ids.shape)
     with torch.no_grad():
         want = ref(ids, pos, rs)
-        last, _, _ = step(ids, pos, *ox.first_pass_rows(ids), keys, values)
+        # A first pass reads its own positions and returns its last row.
+        last, _, _ = step(ids, pos, *ox.first_pass_inputs(ids), keys, values)
         assert last.shape[1] == 1 and _rel(last, want[:, -1:]) < 1e-6
-        logits, keys, values = step(ids, pos, rs, ox.every_row(pos), keys, values)
+        logits, keys, values = step(ids, pos, rs, kv, ox.every_row(pos), keys, values)
         assert _rel(logits, want) < 1e-6
         for t in range(20):  # past the 16-token window
             tok, p = torch.tensor([[7 + t]]), torch.tensor([recipe.shapes.prefill_len + t])
-            logits, keys, values = step(tok, p, rs, ox.every_row(p), keys, values)
+            filled = torch.arange(int(p) + 1 + t % 3)  # any L past the position
+            logits, keys, values = step(tok, p, rs, filled, ox.every_row(p), keys, values)
             assert _rel(logits, ref(tok, p, rs)) < 1e-5
     assert keys.shape == ox.cache_shape(recipe)
 
@@ -77,10 +79,10 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
     assert [o.name for o in graph.output] == list(ox.OUTPUT_NAMES)
     ids_dims = graph.input[0].type.tensor_type.shape.dim
     assert ids_dims[0].dim_value == 1 and ids_dims[1].dim_param  # dynamic token axis
-    rows_dim = graph.input[3].type.tensor_type.shape.dim[0]
-    assert graph.input[3].name == "logit_rows" and rows_dim.dim_param  # dynamic R
-    assert rows_dim.dim_param != ids_dims[1].dim_param  # R is not tied to T
-    cache_dims = [d.dim_value for d in graph.input[4].type.tensor_type.shape.dim]
+    axes = {i.name: i.type.tensor_type.shape.dim[0].dim_param for i in graph.input[3:5]}
+    assert list(axes) == ["kv_pos", "logit_rows"] and all(axes.values())  # dynamic L, R
+    assert len({*axes.values(), ids_dims[1].dim_param}) == 3  # L, R and T untied
+    cache_dims = [d.dim_value for d in graph.input[5].type.tensor_type.shape.dim]
     assert tuple(cache_dims) == ox.cache_shape(ctx.recipe)
     # A second request is a hit on the same entry: no second export.
     path2, key2, _, source2 = _export(_ctx(), ox.ExportSpec(), store)
@@ -91,15 +93,16 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
     recipe = ctx.recipe
     ref = build_model(recipe)
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids, pos, rs, _, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids, pos, rs, kv, _, keys, values = ox.example_inputs(recipe, torch.float32)
     ids = torch.randint(0, 1000, ids.shape)
     want = ref(ids, pos, rs)
-    last = sess.run(None, _feeds(ids, pos, *ox.first_pass_rows(ids), keys, values))[0]
+    last = sess.run(None, _feeds(ids, pos, *ox.first_pass_inputs(ids), keys, values))[0]
     assert last.shape[1] == 1 and _rel(torch.from_numpy(last), want[:, -1:]) < 1e-4
-    out = sess.run(None, _feeds(ids, pos, rs, ox.every_row(pos), keys, values))
+    out = sess.run(None, _feeds(ids, pos, rs, kv, ox.every_row(pos), keys, values))
     assert _rel(torch.from_numpy(out[0]), want) < 1e-4
     tok, p = torch.tensor([[3]]), torch.tensor([recipe.shapes.prefill_len])
-    out = sess.run(None, _feeds(tok, p, rs, ox.every_row(p), out[1], out[2]))
+    filled = torch.arange(recipe.shapes.prefill_len + 1)  # the decode step reads no more
+    out = sess.run(None, _feeds(tok, p, rs, filled, ox.every_row(p), out[1], out[2]))
     assert _rel(torch.from_numpy(out[0]), ref(tok, p, rs)) < 1e-4
 
 
@@ -110,10 +113,10 @@ def test_torchscript_exporter_on_request(tmp_path):
     assert meta["exporter_used"] == "torchscript" and meta["opset"] == ox.DEFAULT_OPSET
     ref = build_model(ctx.recipe)
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids, pos, rs, _, keys, values = ox.example_inputs(ctx.recipe, torch.float32)
-    out = sess.run(None, _feeds(ids, pos, rs, ox.every_row(pos), keys, values))
+    ids, pos, rs, kv, _, keys, values = ox.example_inputs(ctx.recipe, torch.float32)
+    out = sess.run(None, _feeds(ids, pos, rs, kv, ox.every_row(pos), keys, values))
     assert _rel(torch.from_numpy(out[0]), ref(ids, pos, rs)) < 1e-4
-    last = sess.run(None, _feeds(ids, pos, *ox.first_pass_rows(ids), keys, values))[0]
+    last = sess.run(None, _feeds(ids, pos, *ox.first_pass_inputs(ids), keys, values))[0]
     assert _rel(torch.from_numpy(last), ref(ids, pos, rs)[:, -1:]) < 1e-4
     assert not ox.has_qdq(path)
 

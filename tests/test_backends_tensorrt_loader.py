@@ -20,8 +20,10 @@ def test_profiles_from_recipe_shapes():
     assert prefill["input_ids"] == ((1, 1), (1, 8), (1, 8))
     assert prefill["input_pos"] == ((1,), (8,), (8,))
     assert prefill["logit_rows"] == ((1,), (1,), (8,))  # tuned for a first pass's last row
+    assert prefill["kv_pos"] == ((1,), (8,), (64,))  # ... reading its own 8 positions
     assert decode == {
-        "input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3, "logit_rows": ((1,),) * 3
+        "input_ids": ((1, 1),) * 3, "input_pos": ((1,),) * 3, "logit_rows": ((1,),) * 3,
+        "kv_pos": ((1,), (64,), (64,)),
     }  # fmt: skip
     assert "past_keys" not in prefill  # static cache inputs need no profile
     big = load_recipe("llama-7b")  # prefill_len 255: the default for 256 positions
@@ -94,7 +96,7 @@ def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
         ]
         for i in graph.input
     }
-    assert dims["past_keys"] == list(ox.cache_shape(recipe)) == [2, max_batch, 2, 40, 16]
+    assert dims["past_keys"] == list(ox.cache_shape(recipe)) == [2, max_batch, 2, 41, 16]
     prefill, decode = loader.profiles_for(recipe)
     for profile in (prefill, decode):
         for name, (lo, opt, hi) in profile.items():

@@ -84,13 +84,15 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     assert "<standin tensorrt.BuilderFlag.VERSION_COMPATIBLE>" in flags
     pools = [(repr(a[0]), a[1]) for a, _ in rec.called("set_memory_pool_limit")]
     assert ("<standin tensorrt.MemoryPoolType.WORKSPACE>", 64 << 20) in pools
-    shapes = [a for a, _ in rec.called("set_shape")][:6]  # the first build's two profiles
+    shapes = [a for a, _ in rec.called("set_shape")][:8]  # the first build's two profiles
     assert shapes == [
         ("input_ids", (1, 1), (1, 8), (1, 8)),
         ("input_pos", (1,), (8,), (8,)),
+        ("kv_pos", (1,), (8,), (64,)),
         ("logit_rows", (1,), (1,), (8,)),
         ("input_ids", (1, 1), (1, 1), (1, 1)),
         ("input_pos", (1,), (1,), (1,)),
+        ("kv_pos", (1,), (64,), (64,)),
         ("logit_rows", (1,), (1,), (1,)),
     ]
     assert rec.assigned("builder_optimization_level")[0] == 3

@@ -52,7 +52,7 @@ from .export import (
     export_dependency,
     export_spec,
     exported,
-    first_pass_rows,
+    first_pass_inputs,
     step_profiles,
 )
 
@@ -213,16 +213,18 @@ class _OrtSteps:
         logits, self.keys, self.values = self.sess.run_with_ort_values(list(OUTPUT_NAMES), feeds)
         return torch.from_numpy(logits.numpy())
 
-    def prefill(self, idx: Any, pos: Any, row_start: Any) -> Any:
+    def prefill(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
         # A request starts from an empty cache; stale slots would be masked anyway.
-        return self._run((idx, pos, row_start, every_row(pos)), self.zero_k, self.zero_v)
+        inputs = (idx, pos, row_start, kv_pos, every_row(pos))
+        return self._run(inputs, self.zero_k, self.zero_v)
 
-    def decode(self, idx: Any, pos: Any, row_start: Any) -> Any:
-        return self._run((idx, pos, row_start, every_row(pos)), self.keys, self.values)
+    def decode(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
+        return self._run((idx, pos, row_start, kv_pos, every_row(pos)), self.keys, self.values)
 
     def fresh(self, idx: Any, pos: Any) -> Any:
-        """A first pass of rows that all start at slot 0: the last position's logits only."""
-        return self._run((idx, pos, *first_pass_rows(idx)), self.zero_k, self.zero_v)
+        """A first pass of rows that all start at slot 0: it reads its own positions and
+        returns the last one's logits only."""
+        return self._run((idx, pos, *first_pass_inputs(idx)), self.zero_k, self.zero_v)
 
 
 class OrtBackend:
@@ -378,7 +380,7 @@ class OrtBackend:
         # the graph takes, so it also runs a long prompt's later chunks.
         runner = StepRunner(
             ctx.recipe, steps.prefill, steps.decode, torch.device("cpu"),
-            extend=steps.decode, fresh=steps.fresh, keepalive=keepalive,
+            extend=steps.decode, fresh=steps.fresh, keepalive=keepalive, kv_len_hint=True,
         )  # fmt: skip
         if tmp is not None:
             weakref.finalize(runner, shutil.rmtree, tmp, True)
@@ -395,11 +397,10 @@ def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
     from ..shared.runner import example_inputs
 
     cpu = torch.device("cpu")
-    # The graph takes (idx, input_pos, row_start): the torch steps' kv_pos is not its.
-    idx, pos, row_start = example_inputs(recipe, cpu, "extend")[:3]
+    idx, pos, row_start, kv_pos = example_inputs(recipe, cpu, "extend")
     steps.fresh(idx, pos)
-    steps.prefill(idx, pos, row_start)
-    steps.decode(*example_inputs(recipe, cpu, "decode")[:3])
+    steps.prefill(idx, pos, row_start, kv_pos)
+    steps.decode(*example_inputs(recipe, cpu, "decode"))
 
 
 BACKEND = OrtBackend()

@@ -6,8 +6,8 @@ is static at the recipe's max_batch (a smaller request pads rows). ``step_dims``
 holds these shapes, for the export and for TensorRT's profiles alike::
 
     inputs:  input_ids [B, T] int64, input_pos [T] int64, row_start [B] int64,
-             logit_rows [R] int64,
-             past_keys / past_values [n_layers, B, n_kv_heads, max_seq_len, head_dim]
+             kv_pos [L] int64, logit_rows [R] int64,
+             past_keys / past_values [n_layers, B, n_kv_heads, max_seq_len + 1, head_dim]
     outputs: logits [B, R, vocab] fp32,
              present_keys / present_values (same shape as past_*)
 
@@ -15,14 +15,18 @@ holds these shapes, for the export and for TensorRT's profiles alike::
 longest, backends/runner.py). ``logit_rows`` names the positions of the pass whose
 logits come out (0..T-1): all of them for ``logits()``, only the last for a prompt's
 first pass, whose LM head over every position would otherwise cost as much as the
-rest of a small model and write [T, vocab] fp32 (perf-notes attempt 29).
+rest of a small model and write [T, vocab] fp32 (perf-notes attempt 29). ``kv_pos``
+(0..L-1) is how many cache positions attention reads, as the torch backends' steps take
+it: a first pass reads its own T, decode the filled length's bucket (kv_buckets.py).
 
 The KV cache is an explicit input and output, not a buffer: the models'
 in-place ``KVCache`` is swapped for :class:`_FunctionalKV`, which writes with an
 out-of-place ``index_copy`` and hands the new cache back. The cache's sequence
-axis stays static at ``max_seq_len``, and the graph takes no ``kv_pos``, so every
-step reads the whole cache: a fixed-size cache is what TensorRT profiles and ORT
-buffers want. Caches are stacked over layers
+axis stays static (a fixed-size cache is what TensorRT profiles and ORT buffers
+want) at ``max_seq_len`` + 1: the spare slot, never written, keeps the read view
+``cache[:, :, :L]`` non-contiguous for every L, so the export does not specialize L
+on contiguity (kv_buckets.cache_slots says the same of the torch models' cache).
+Caches are stacked over layers
 (one tensor each for keys and values) because ``torch.export`` cannot take a
 variable number of inputs, and four I/O tensors keep TensorRT bindings simple.
 
@@ -75,7 +79,7 @@ MIN_OPSET = 18  # the dynamo exporter's floor
 EXPORTERS = ("dynamo", "torchscript")
 EXPORT_DTYPES = ("fp32", "fp16", "bf16")
 # The runner's step inputs, in the order a step takes them; then the cache.
-STEP_INPUT_NAMES = ("input_ids", "input_pos", "row_start", "logit_rows")
+STEP_INPUT_NAMES = ("input_ids", "input_pos", "row_start", "kv_pos", "logit_rows")
 CACHE_INPUT_NAMES = ("past_keys", "past_values")
 INPUT_NAMES = STEP_INPUT_NAMES + CACHE_INPUT_NAMES
 OUTPUT_NAMES = ("logits", "present_keys", "present_values")
@@ -90,13 +94,16 @@ def every_row(pos: torch.Tensor) -> torch.Tensor:
     return torch.arange(len(pos), dtype=torch.int64, device=pos.device)
 
 
-def first_pass_rows(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row_start, logit_rows) of a first pass whose rows all start at slot 0: its last row."""
+def first_pass_inputs(idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(row_start, kv_pos, logit_rows) of a first pass whose rows all start at slot 0:
+    attention reads its own T positions, and its last row's logits come out."""
     import torch
 
     b, t = idx.shape
-    return (torch.zeros(b, dtype=torch.int64, device=idx.device),
-            torch.tensor([t - 1], dtype=torch.int64, device=idx.device))  # fmt: skip
+    dev = idx.device
+    return (torch.zeros(b, dtype=torch.int64, device=dev),
+            torch.arange(t, dtype=torch.int64, device=dev),
+            torch.tensor([t - 1], dtype=torch.int64, device=dev))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -192,7 +199,7 @@ def exported(ctx: BuildContext) -> tuple[Path, Any]:
 
 def _step_module(model: torch.nn.Module) -> torch.nn.Module:
     """The model with a functional KV cache:
-    (ids, pos, row_start, keys, values) -> (logits, keys, values)."""
+    (ids, pos, row_start, kv_pos, logit_rows, keys, values) -> (logits, keys, values)."""
     import torch
     from torch import nn
 
@@ -207,9 +214,7 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
             kn = self.slot["k"][self.layer].index_copy(2, input_pos, k)
             vn = self.slot["v"][self.layer].index_copy(2, input_pos, v)
             self.slot["out"][self.layer] = (kn, vn)
-            # The graph never passes kv_pos, so length is always the whole cache.
-            assert length == kn.shape[2], "the ONNX step reads the whole cache"
-            return kn, vn
+            return kn[:, :, :length], vn[:, :, :length]
 
     class ExportStep(nn.Module):
         def __init__(self, inner: nn.Module) -> None:
@@ -221,9 +226,11 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
             for i, layer in enumerate(inner.model.layers):
                 layer.self_attn.kv_cache = _FunctionalKV(self.slot, i)
 
-        def forward(self, input_ids, input_pos, row_start, logit_rows, past_keys, past_values):
+        def forward(
+            self, input_ids, input_pos, row_start, kv_pos, logit_rows, past_keys, past_values
+        ):
             self.slot["k"], self.slot["v"] = past_keys.unbind(0), past_values.unbind(0)
-            logits = self.inner(input_ids, input_pos, row_start, logit_rows=logit_rows)
+            logits = self.inner(input_ids, input_pos, row_start, kv_pos, logit_rows=logit_rows)
             out = [self.slot["out"][i] for i in range(self.n_layers)]
             keys = torch.stack([kv[0] for kv in out])
             values = torch.stack([kv[1] for kv in out])
@@ -233,8 +240,9 @@ def _step_module(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def cache_shape(recipe: Recipe) -> tuple[int, ...]:
+    """The stacked cache: max_seq_len positions and the spare slot (module docstring)."""
     m, s = recipe.model, recipe.shapes
-    return (m.n_layers, s.max_batch, m.n_kv_heads, s.max_seq_len, m.head_dim)
+    return (m.n_layers, s.max_batch, m.n_kv_heads, s.max_seq_len + 1, m.head_dim)
 
 
 @dataclass(frozen=True)
@@ -261,11 +269,13 @@ def step_dims(recipe: Recipe) -> StepDims:
     s = recipe.shapes
     t, b = Axis("T", 1, s.prefill_len), s.max_batch
     r = Axis("R", 1, s.prefill_len)
+    kv = Axis("L", 1, s.max_seq_len)
     cache = cache_shape(recipe)
     return {
         "input_ids": (b, t),
         "input_pos": (t,),
         "row_start": (b,),
+        "kv_pos": (kv,),
         "logit_rows": (r,),
         "past_keys": cache,
         "past_values": cache,
@@ -276,8 +286,9 @@ def step_dims(recipe: Recipe) -> StepDims:
 
 
 def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """The inputs the export traces: every axis at its largest (T = prefill_len), but two
-    logit rows: an example equal to T's would tie R to T, one of 1 would fix R at 1."""
+    """The inputs the export traces: every axis at its largest (T = prefill_len, L =
+    max_seq_len), but two logit rows: an example equal to another axis's would tie the
+    two, one of 1 would fix R at 1. So L's example is one less where T's equals it."""
     import torch
 
     dims = step_dims(recipe)
@@ -286,9 +297,12 @@ def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ..
     t = shape["input_pos"][0]
     pos = torch.arange(t, dtype=torch.int64)
     row_start = torch.zeros(shape["row_start"], dtype=torch.int64)
+    length = shape["kv_pos"][0]
+    kv_pos = torch.arange(length - 1 if length == t else length, dtype=torch.int64)
     rows = torch.tensor([0, t - 1], dtype=torch.int64)
     keys = torch.zeros(shape["past_keys"], dtype=dtype)
-    return ids, pos, row_start, rows, keys, torch.zeros(shape["past_values"], dtype=dtype)
+    values = torch.zeros(shape["past_values"], dtype=dtype)
+    return ids, pos, row_start, kv_pos, rows, keys, values
 
 
 Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
@@ -297,9 +311,9 @@ Profile = dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
 def step_profiles(recipe: Recipe) -> list[Profile]:
     """TensorRT's (min, opt, max) shapes of the inputs with a dynamic axis: [prefill, decode].
 
-    Prefill takes each axis over its range, tuned for its largest (T = prefill_len) but
-    for one logit row (a prompt's first pass); decode takes T = R = 1. Read by the trt
-    backend's engine and ort's TensorRT EP.
+    Prefill takes each axis over its range, tuned for a prompt's first pass of the
+    longest chunk (T = L = prefill_len, one logit row); decode takes T = R = 1 and L over
+    its range. Read by the trt backend's engine and ort's TensorRT EP.
     """
     dims = step_dims(recipe)
 
@@ -314,7 +328,10 @@ def step_profiles(recipe: Recipe) -> list[Profile]:
                 out[name] = (lo, opt, hi)
         return out
 
-    prefill = profile(lambda a: (a.lo, 1 if a.name == "R" else a.hi, a.hi))
+    longest_pass = recipe.shapes.prefill_len
+    # Tuned for a first pass of the longest chunk: R = 1 row out, L = T positions read.
+    opt = {"R": 1, "L": longest_pass}
+    prefill = profile(lambda a: (a.lo, opt.get(a.name, a.hi), a.hi))
     decode = profile(lambda a: (1, 1, 1) if a.name in ("T", "R") else (a.lo, a.hi, a.hi))
     return [prefill, decode]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
-from ..onnx.export import every_row, first_pass_rows
+from ..onnx.export import every_row, first_pass_inputs
 from .options import engine_options
 from .util import (
     PLAN_HEADER_BYTES,
@@ -98,21 +98,24 @@ class _EngineSteps:
             raise BackendError("TensorRT execute_async_v3 failed (see the TensorRT log)")
         return logits
 
-    def prefill(self, idx: Any, pos: Any, row_start: Any) -> Any:
+    def prefill(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        return self._run((idx, pos, row_start, every_row(pos)), self.zero, self.zero, k_out, v_out)
+        inputs = (idx, pos, row_start, kv_pos, every_row(pos))
+        return self._run(inputs, self.zero, self.zero, k_out, v_out)
 
-    def decode(self, idx: Any, pos: Any, row_start: Any) -> Any:
+    def decode(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
         (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
         self.cur = 1 - self.cur
-        return self._run((idx, pos, row_start, every_row(pos)), k_in, v_in, k_out, v_out)
+        return self._run((idx, pos, row_start, kv_pos, every_row(pos)), k_in, v_in, k_out, v_out)
 
     def fresh(self, idx: Any, pos: Any) -> Any:
-        """A first pass of rows that all start at slot 0: the last position's logits only."""
+        """A first pass of rows that all start at slot 0: it reads its own positions and
+        returns the last one's logits only."""
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        return self._run((idx, pos, *first_pass_rows(idx)), self.zero, self.zero, k_out, v_out)
+        inputs = (idx, pos, *first_pass_inputs(idx))
+        return self._run(inputs, self.zero, self.zero, k_out, v_out)
 
 
 def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any]) -> Any:
@@ -147,5 +150,5 @@ def load_step_runner(ctx: BuildContext, engine_path: Path, meta: dict[str, Any])
     # a long prompt's later chunks (prefill restarts the cache).
     return StepRunner(
         ctx.recipe, steps.prefill, steps.decode, dev, extend=steps.decode, fresh=steps.fresh,
-        keepalive=(runtime, steps),
+        keepalive=(runtime, steps), kv_len_hint=True,
     )  # fmt: skip
