@@ -275,7 +275,8 @@ def bytecode_status() -> dict[str, Any]:
         site = source.parents[2]
         out["problem"] = (
             "torch's modules have no cached bytecode and this Python writes none "
-            "(PYTHONDONTWRITEBYTECODE is set): every process compiles each module it imports, "
+            "(PYTHONDONTWRITEBYTECODE or python -B): every process compiles each module it "
+            "imports, "
             "seconds more per warm start; compile them once with "
             f"`python -m compileall -q -j 0 {site}` (as `pip install` does by default), "
             "or unset PYTHONDONTWRITEBYTECODE"

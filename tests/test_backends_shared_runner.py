@@ -172,7 +172,7 @@ def test_decode_gets_its_bucket_as_a_view_of_one_buffer(tmp_path):
 
 
 def test_without_the_hint_decode_gets_no_kv_pos():
-    """ort and trt: their graphs take no kv_pos and read the whole cache."""
+    """A backend whose steps take no kv_pos (none of acache's since ort and trt take it)."""
     recipe = load_recipe("tiny-llama")
     model = build_model(recipe)
     seen: list = []

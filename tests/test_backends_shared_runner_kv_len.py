@@ -77,14 +77,15 @@ def _caches(runner: Any) -> list[Any]:
     return [layer.self_attn.kv_cache for layer in model.model.layers]
 
 
-def _observed(runner: Any, hinted: bool, seen: list) -> Any:
+def _observed(runner: Any, in_place: bool, seen: list) -> Any:
     """The runner's decode step, recording (position, kv_pos length, logits) per call;
-    with ``hinted``, NaN fills the cache past kv_pos during the call."""
+    with ``in_place`` (a torch backend's own cache buffers), NaN fills the cache past
+    kv_pos during the call."""
     step = runner.decode_step
-    caches = _caches(runner) if hinted else []
+    caches = _caches(runner) if in_place else []
 
     def observed(*inputs: torch.Tensor) -> Any:
-        n = inputs[3].shape[0] if hinted else None  # (idx, pos, row_start, kv_pos)
+        n = inputs[3].shape[0]  # (idx, pos, row_start, kv_pos)
         for c in caches:
             c.k_cache[:, :, n:] = float("nan")
             c.v_cache[:, :, n:] = float("nan")
@@ -103,11 +104,11 @@ def _observed(runner: Any, hinted: bool, seen: list) -> Any:
 def test_decode_across_buckets_gives_the_full_forward(backend: str, long_recipe, runners):
     recipe = load_recipe(long_recipe)
     runner = runners(str(long_recipe), backend)
-    hinted = backend != "ort"  # ort's graph takes no kv_pos and reads the whole cache
+    in_place = backend != "ort"  # ort's cache is its graph's input, not a model buffer
     plain = runner.decode_step
     for n in PROMPT_LENS:
         seen: list = []
-        runner.decode_step = _observed(runner, hinted, seen)
+        runner.decode_step = _observed(runner, in_place, seen)
         try:
             prompt = prompt_of(n)
             new = runner.generate(prompt, N_NEW, eos_token_ids=())
@@ -118,10 +119,9 @@ def test_decode_across_buckets_gives_the_full_forward(backend: str, long_recipe,
         got = torch.stack([logits for _, _, logits in seen])
         assert torch.isfinite(got).all()
         assert rel_err(got, want[n : n + N_NEW - 1]) <= 1e-4
-        if hinted:
-            lengths = [length for _, length, _ in seen]
-            assert lengths == [kv_bucket(pos + 1, MAX_SEQ_LEN) for pos, _, _ in seen]
-            assert len(set(lengths)) == 2  # the request crossed a bucket boundary
+        lengths = [length for _, length, _ in seen]
+        assert lengths == [kv_bucket(pos + 1, MAX_SEQ_LEN) for pos, _, _ in seen]
+        assert len(set(lengths)) == 2  # the request crossed a bucket boundary
 
 
 def _eager_ids(runners, long_recipe: Path, prompt: list[int]) -> list[int]:

@@ -201,17 +201,24 @@ def test_inductor_load_and_build_pin_ptxas_before_anything_compiles():
 @pytest.mark.skipif(tp.aot_compile_missing() != "", reason="torch cannot save compiled functions")
 def test_a_saved_step_guards_its_inputs_but_not_the_model_parameters(tmp_path):
     """A parameter guard would check requires_grad, so a model whose parameters differ
-    only there would fail it; an input of another shape must still fail its guard."""
+    only there would fail it; an input of another shape, or a dynamic size outside its
+    range, must still fail its guard."""
 
     def step(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         return model(x).relu()
 
     built = torch.nn.Linear(8, 4).requires_grad_(False)
+    traced = torch.randn(2, 8)
+    tp.mark_dynamic_dim(traced, 0, 2, 4)  # as the inductor steps mark a pass's length
     x = torch.randn(2, 8)
     with torch.no_grad():
-        tp.save_compiled_step(tp.aot_compile_step(step, (built, x), {}), tmp_path / "step")
+        compiled = tp.aot_compile_step(step, (built, traced), {})
+        tp.save_compiled_step(compiled, tmp_path / "step")
         loaded = tp.load_compiled_step(tmp_path / "step")
         other = torch.nn.Linear(8, 4)  # requires_grad=True: only a parameter guard sees it
         torch.testing.assert_close(loaded(other, x), step(other, x))
+        torch.testing.assert_close(loaded(built, torch.randn(3, 8)).shape, (3, 4))
         with pytest.raises(Exception, match="(?i)guard"):
-            loaded(built, torch.randn(3, 8))
+            loaded(built, torch.randn(2, 9))
+        with pytest.raises(Exception, match="(?i)guard"):
+            loaded(built, torch.randn(6, 8))  # past the dynamic range's top

@@ -272,6 +272,8 @@ def _bytecode_line(b: dict[str, Any] | None) -> str:
     if b.get("torch_bytecode") is False and not b.get("writes_bytecode"):
         return ("none cached and none written: every process compiled each module it "
                 "imported, seconds more per start than a normal install")  # fmt: skip
+    if b.get("torch_bytecode") is None:
+        return "unknown"
     return "cached" if b.get("torch_bytecode") else "written on first import"
 
 

@@ -16,8 +16,9 @@ A step reads the cache up to a length it is told by the *shape* of one input,
 ``kv_pos`` (the key positions 0 .. L-1, a view of one arange): decode and a later
 prefill chunk pass the filled length rounded up to a bucket (artifactcache/kv_buckets.py),
 so their cost follows the used length, not the allocated one, while one compiled step
-(L a dynamic dimension) serves every bucket. Given ``row_start`` but no ``kv_pos`` (the
-ONNX graph) a step reads all ``max_seq_len`` positions. Given neither, the step is a
+(L a dynamic dimension) serves every bucket; the ONNX graph takes ``kv_pos`` as an input
+the same way. Given ``row_start`` but no ``kv_pos`` a step reads all ``max_seq_len``
+positions. Given neither, the step is a
 prompt's first chunk (positions 0 .. T-1, every row starting at slot 0): it writes the
 cache and attends causally to its own keys only, which SDPA runs through its flash
 kernel (``Reads.own``). A split-KV model (``setup_caches(..., split_kv_decode=True)``)

@@ -299,7 +299,7 @@ def example_inputs(recipe: Recipe, dtype: torch.dtype) -> tuple[torch.Tensor, ..
     row_start = torch.zeros(shape["row_start"], dtype=torch.int64)
     length = shape["kv_pos"][0]
     kv_pos = torch.arange(length - 1 if length == t else length, dtype=torch.int64)
-    rows = torch.tensor([0, t - 1], dtype=torch.int64)
+    rows = torch.tensor([0] + [t - 1] * (2 if t == 2 else 1), dtype=torch.int64)  # R != T
     keys = torch.zeros(shape["past_keys"], dtype=dtype)
     values = torch.zeros(shape["past_values"], dtype=dtype)
     return ids, pos, row_start, kv_pos, rows, keys, values

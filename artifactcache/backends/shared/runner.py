@@ -20,7 +20,7 @@ step for a first pass whose rows all start at slot 0: it attends causally to its
 keys (the torch backends' flash path, models/common.py) and returns its last position's
 logits only, and the runner prefers it to ``prefill`` whenever no row is left-padded and
 that position is a real token's (or later passes follow). A backend whose steps read only part of
-the cache (the torch backends: ``kv_len_hint=True``) also gives prefill, extend and
+the cache (every backend here: ``kv_len_hint=True``) also gives prefill, extend and
 decode ``kv_pos``, the key positions of the filled length's bucket (models/common.py),
 as a view of one buffer made at load, so choosing the read length allocates nothing.
 Sampling and EOS are artifactcache/generate's; the loop is here.

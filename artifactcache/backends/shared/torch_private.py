@@ -357,7 +357,9 @@ def aot_compile_missing() -> str:
 
 def step_guards_kept(guard_entries: Any) -> list[bool]:
     """Dynamo's ``guard_filter_fn`` for a saved step: keep the shape/dtype/device guards
-    of the tensors a caller passes in (tokens, positions, caches), drop the rest.
+    of the tensors a caller passes in (tokens, positions, caches) and the shape
+    environment's guard (the ranges of dynamic dimensions: a pass's T, kv_pos's L),
+    drop the rest.
 
     A step's first argument is the model, so by default every parameter gets a tensor
     guard, and the module's attributes get type and value guards: on llama-7b ~290
@@ -365,13 +367,18 @@ def step_guards_kept(guard_entries: Any) -> list[bool]:
     load's profile, attempt 27) and checked on every call made outside a CUDA graph.
     The entry's key already fixes what they guard (architecture, dtype, device, shapes
     and acache's code), so they can only fail where the key would have missed. A wrong
-    input still fails its guard, so a misuse is an error, not a silent wrong result."""
+    input still fails its guard (a dynamic size outside its range too), so a misuse is
+    an error, not a silent wrong result. Buffers keep their guards: int8/int4 weights
+    are buffers, so quantized steps keep theirs."""
     import torch
 
     return [
-        entry.guard_type == "TENSOR_MATCH"
-        and not entry.is_global  # torch cannot save a global's guard
-        and not isinstance(entry.value, torch.nn.Parameter)
+        entry.guard_type == "SHAPE_ENV"
+        or (
+            entry.guard_type == "TENSOR_MATCH"
+            and not entry.is_global  # torch cannot save a global's guard
+            and not isinstance(entry.value, torch.nn.Parameter)
+        )
         for entry in guard_entries
     ]
 

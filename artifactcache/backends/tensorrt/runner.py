@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...errors import BackendError
-from ..onnx.export import every_row, first_pass_inputs
 from .options import engine_options
 from .util import (
     PLAN_HEADER_BYTES,
@@ -70,6 +69,10 @@ class _EngineSteps:
         self.cur = 0  # which buffer pair holds the live cache
         self.vocab = recipe.model.vocab_size
         self.dynamic_inputs = tuple(profiles_for(recipe)[0])  # the rest are static
+        # logit_rows, a first pass's kv_pos and row_start as views of tensors made once:
+        # no allocation or host copy per decode token.
+        self.positions = torch.arange(recipe.shapes.prefill_len, device=device)
+        self.no_padding = torch.zeros(recipe.shapes.max_batch, dtype=torch.int64, device=device)
 
     def _run(self, inputs: tuple[Any, ...], k_in: Any, v_in: Any, k_out: Any, v_out: Any) -> Any:
         """One step: the runner's inputs (STEP_INPUT_NAMES, in order), then the cache."""
@@ -101,20 +104,23 @@ class _EngineSteps:
     def prefill(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        inputs = (idx, pos, row_start, kv_pos, every_row(pos))
+        inputs = (idx, pos, row_start, kv_pos, self.positions[: len(pos)])
         return self._run(inputs, self.zero, self.zero, k_out, v_out)
 
     def decode(self, idx: Any, pos: Any, row_start: Any, kv_pos: Any) -> Any:
         (k_in, v_in), (k_out, v_out) = self.bufs[self.cur], self.bufs[1 - self.cur]
         self.cur = 1 - self.cur
-        return self._run((idx, pos, row_start, kv_pos, every_row(pos)), k_in, v_in, k_out, v_out)
+        inputs = (idx, pos, row_start, kv_pos, self.positions[: len(pos)])
+        return self._run(inputs, k_in, v_in, k_out, v_out)
 
     def fresh(self, idx: Any, pos: Any) -> Any:
         """A first pass of rows that all start at slot 0: it reads its own positions and
         returns the last one's logits only."""
         k_out, v_out = self.bufs[0]
         self.cur = 0
-        inputs = (idx, pos, *first_pass_inputs(idx))
+        t = idx.shape[1]
+        own, last = self.positions[:t], self.positions[t - 1 : t]
+        inputs = (idx, pos, self.no_padding[: idx.shape[0]], own, last)
         return self._run(inputs, self.zero, self.zero, k_out, v_out)
 
 
