@@ -49,6 +49,9 @@ start=$SECONDS
 timeout 200 python3 benchmarks/startup_diag.py warm "$recipe" --backend inductor \
   --cache-dir "$cache" --runs "$runs" >"$out/warm-plain.jsonl" 2>"$out/warm-plain.log"
 step "warm plain exit $? after $((SECONDS - start)) s"
+# Bytecode written and read under a prefix of its own: the image's
+# PYTHONDONTWRITEBYTECODE=1 would otherwise leave the prefix empty.
+unset PYTHONDONTWRITEBYTECODE
 export PYTHONPYCACHEPREFIX=$work/pyc
 start=$SECONDS
 timeout 200 python3 benchmarks/startup_diag.py warm "$recipe" --backend inductor \
