@@ -1,6 +1,6 @@
 # Each closure below is timed before its loop moves on, so late binding is harmless.
 # ruff: noqa: B023
-"""acache's weight-only GEMV kernels (models/gemv.py) against the alternatives, one GPU.
+"""acache's int8 weight-only GEMV kernel (models/gemv.py) against the alternatives, one GPU.
 
 Per seed-model Linear shape (llama-7b's and phi-3-mini's fused qkv, o, fused gate/up,
 down; phi-2's fused qkv, dense, fc1, fc2) at decode rows (``--rows``, default 1 and 4):
@@ -12,8 +12,10 @@ down; phi-2's fused qkv, dense, fc1, fc2) at decode rows (``--rows``, default 1 
 - ``int8_gemv``: models/gemv.py's int8 kernel at its own tile, and ``int8_gemv_cvt`` the
   same with the plain int-to-float conversion instead of the magic-number cast;
 - ``int8_gemv@BNxBKwW``: the sweep of tiles (``--sweep``), to check int8_launch's choice;
-- ``int4_tinygemm``: ``aten._weight_int4pack_mm`` (group 128), what int4wo decoded with;
-- ``int4_gemv`` (and ``@...`` with ``--sweep``): models/gemv.py's int4 kernel, group 128.
+- ``int4_tinygemm``: ``aten._weight_int4pack_mm`` (group 128), what int4wo decodes with.
+
+(A Triton int4 kernel of the same design was measured here too, at 6ff0eb0; it lost to
+tinygemm and is gone, docs/perf-notes.md attempt 30.)
 
 Timing: ``triton.testing.do_bench_cudagraph`` median (replays of a CUDA graph, as
 acache's decode runs; host launch costs would otherwise dominate), each call on the next
@@ -76,16 +78,13 @@ def rotating(fn: Callable[..., Any], x: torch.Tensor, *weights: torch.Tensor) ->
     return call
 
 
-def sweep_tiles(rows: int, int4: bool) -> list[gemv.GemvLaunch]:
-    """Tiles of 1k-16k weights a loop step over the rows' accumulators, 4-8 warps
-    (int4: 2-8)."""
+def sweep_tiles(rows: int) -> list[gemv.GemvLaunch]:
+    """Tiles of 2k-16k weights a loop step over the rows' accumulators, 4 and 8 warps."""
     out = []
-    for bk in (GROUP,) if int4 else (256, 512, 1024, 2048):
-        for bn in (1, 2, 4, 8, 16, 32, 64, 128):
-            elems = bn * bk * gemv._pow2(rows) // (2 if int4 else 1)
-            if not (1024 if int4 else 2048) <= elems <= 16384:
-                continue
-            out += [gemv.GemvLaunch(bn, bk, w) for w in ((2, 4, 8) if int4 else (4, 8))]
+    for bk in (256, 512, 1024, 2048):
+        for bn in (1, 2, 4, 8, 16, 32, 64):
+            if 2048 <= bn * bk * gemv._pow2(rows) <= 16384:
+                out += [gemv.GemvLaunch(bn, bk, w) for w in (4, 8)]
     return out
 
 
@@ -163,7 +162,7 @@ def main() -> int:
                 fn = lambda x, w8, s8: gemv.launch_int8(x, w8, s8, None, own, magic)  # noqa: E731
                 record(shape, rows, label, fn, ref8, b8, w8, s8, x=x)
             if args.sweep:
-                for cut in sweep_tiles(rows, int4=False):
+                for cut in sweep_tiles(rows):
                     fn = lambda x, w8, s8: gemv.launch_int8(x, w8, s8, None, cut)  # noqa: E731
                     label = f"int8_gemv@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
                     record(shape, rows, label, fn, ref8, b8, w8, s8, x=x)
@@ -178,19 +177,13 @@ def main() -> int:
             packed = torch.ops.aten._convert_weight_to_int4pack(nib, 8)
             record(shape, rows, "int4_tinygemm", tinygemm, ref4, b4, packed, sz, x=x)
             del packed
-            own4 = gemv.int4_launch(rows, n, GROUP)
-            fn = lambda x, nib, sz: gemv.launch_int4(x, nib, sz, GROUP, None, own4)  # noqa: E731
-            record(shape, rows, "int4_gemv", fn, ref4, b4, nib, sz, x=x)
-            if args.sweep:
-                for cut in sweep_tiles(rows, int4=True):
-                    fn = lambda x, nib, sz: gemv.launch_int4(x, nib, sz, GROUP, None, cut)  # noqa: E731
-                    label = f"int4_gemv@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
-                    record(shape, rows, label, fn, ref4, b4, nib, sz, x=x)
             del w, nib, sz
             torch.cuda.empty_cache()
             (args.out / "quant_gemv.json").write_text(
-                json.dumps({"env": env, "args": vars(args) | {"out": str(args.out)},
-                            "results": results}, indent=1)  # fmt: skip
+                json.dumps(
+                    {"env": env, "args": vars(args) | {"out": str(args.out)}, "results": results},
+                    indent=1,
+                )  # fmt: skip
             )
     return 0
 

@@ -1,30 +1,31 @@
-"""Weight-only GEMV for decode rows: int8 (per-row scale) and int4 (per-group scale and
-zero) weights read once, at the width they are stored in.
+"""Weight-only int8 GEMV for a decode row: int8 weights (per-row scale) read once, at
+the width they are stored in.
 
-A decode step multiplies a few rows (one token per sequence) by every weight matrix, so
-its time is the bytes of the weights over the memory bandwidth. Reading int8 or int4
-weights only pays if the kernel keeps that pace while it widens each weight to fp32;
-Inductor's fused cast did not (1.2-1.7 TB/s on the H200, docs/perf-notes.md attempt 9),
-nor does PyTorch's tinygemm for int4 (0.9-1.5 TB/s, attempt 23).
+A decode step multiplies one row (one token) by every weight matrix, so its time is the
+bytes of the weights over the memory bandwidth. Reading int8 weights only pays if the
+kernel keeps that pace while it widens each weight to fp32. Inductor's own GEMV of the
+cast does, alone (2.2-3.3 TB/s on the H200), but in a model it fuses the preceding
+RMSNorm into that reduction and falls to 1.2-1.7 TB/s (docs/perf-notes.md, attempts 9
+and 30); this kernel is an op Inductor cannot fuse into.
 
 One program owns ``block_n`` output channels and walks K in tiles of ``block_k``,
 accumulating ``x * w`` element-wise in fp32 registers and reducing once at the end (no
 cross-thread reduction inside the loop). The widening avoids the integer-to-float
 conversion instruction, which Hopper issues at a quarter of the FMA rate and which would
 bound the kernel below the memory rate: a byte ``u`` becomes ``float(0x4B000000 | u)``
-(2**23 + u exactly, one bitwise op), minus a constant. For int8 the byte's sign bit is
-flipped first (``u ^ 0x80`` is ``q + 128``), both in one XOR with ``0x4B000080``.
+(2**23 + u exactly, one bitwise op), minus a constant; the byte's sign bit is flipped
+in the same XOR (``u ^ 0x80`` is ``q + 128``): one XOR with ``0x4B000080``.
 
-- ``int8_gemv(x [M, K], weight int8 [N, K], scales [N], bias [N] | None) -> [M, N]``:
-  ``(x @ weight.T) * scales + bias``, accumulated in fp32, rounded once.
-- ``int4_gemv(x, nibbles uint8 [N, K/2], scales_zeros [K/group, N, 2], group, bias)``:
-  the weight ``(q - 8) * scale + zero`` of models/quant.py's layout (channel 2j in a
-  byte's high nibble, 2j+1 in its low); one group a tile.
+``int8_gemv(x [M, K], weight int8 [N, K], scales [N], bias [N] | None) -> [M, N]``:
+``(x @ weight.T) * scales + bias``, accumulated in fp32, rounded once. The kernel takes
+up to ``MAX_ROWS`` rows, but the model calls it for one row only: at 4 rows it ran at
+half bf16's speed (benchmarks/quant_gemv.py), where the cast and cuBLAS's GEMM win.
 
-Rows are at most ``MAX_ROWS`` (decode); a prompt pass keeps the cast and the GEMM. The
-ops are registered at import (torch.library's triton_op imports Triton and Dynamo), so
-only the quantized layers of a CUDA model import this module. Their parity tests run in
-Triton's interpreter (tests/_gemv_child.py); their speed is benchmarks/quant_gemv.py's.
+The op is registered at import (torch.library's triton_op imports Triton and Dynamo),
+so only int8 layers on CUDA import this module. Its parity tests run in Triton's
+interpreter (tests/_gemv_child.py); its speed is benchmarks/quant_gemv.py's. A Triton
+int4 kernel of the same shape ran at 0.4-1.1 TB/s, below tinygemm (attempt 30), and
+is not kept.
 """
 
 from __future__ import annotations
@@ -55,33 +56,14 @@ class GemvLaunch:
     num_warps: int = 4
 
 
-def _pow2_divisor(k: int, cap: int) -> int:
-    """The largest power of two up to ``cap`` dividing ``k`` (at least 16)."""
-    b = cap
-    while b > 16 and k % b:
-        b //= 2
-    return b
-
-
 def int8_launch(rows: int, n: int, k: int) -> GemvLaunch:
-    """The int8 kernel's tile for ``rows`` x [n, k]: about 8 KB of weights a loop step
-    (enough loads in flight per thread), a block_k that divides k where one does (no
-    masks on the loads), and more programs for narrow outputs (fills the SMs).
-    benchmarks/quant_gemv.py sweeps the alternatives."""
-    block_k = _pow2_divisor(k, 512)
-    block_n = max(1, 8192 // block_k // _pow2(rows))
-    if n // block_n < 512:
-        block_n = max(1, block_n // 2)
-    return GemvLaunch(block_n=block_n, block_k=block_k, num_warps=4)
-
-
-def int4_launch(rows: int, n: int, group: int) -> GemvLaunch:
-    """The int4 kernel's tile: one group of input channels a loop step (its scale and
-    zero are one vector), ``block_n`` rows of packed bytes, about 4 KB a step."""
-    block_n = max(1, 8192 // group // _pow2(rows))
-    if n // block_n < 512:
-        block_n = max(1, block_n // 2)
-    return GemvLaunch(block_n=block_n, block_k=group, num_warps=4)
+    """The tile for ``rows`` x [n, k]: 1024 input channels a loop step (masked where
+    they do not divide k) and 4 output channels a program, 8 for a long k (fewer, longer
+    programs), over the rows' accumulators. The best or within 4% of the best of 32
+    tiles on each of llama-7b's four shapes at one row (benchmarks/quant_gemv.py
+    --sweep, docs/perf-notes.md attempt 30)."""
+    block_n = 8 if k > 8192 else 4
+    return GemvLaunch(block_n=max(1, block_n // _pow2(rows)), block_k=1024, num_warps=4)
 
 
 def _pow2(n: int) -> int:
@@ -89,17 +71,18 @@ def _pow2(n: int) -> int:
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any]:
-    """(int8, int4), Triton-compiled on first use.
+def _kernels() -> Any:
+    """The int8 kernel, Triton-compiled on first use.
 
     Each row of x has an accumulator of its own, [BLOCK_N, BLOCK_K] in fp32 (up to
     MAX_ROWS, spelled out: Triton keeps no list of tensors across a loop), so the weight
-    tile loaded once serves every row and all tensors stay 2-D: a 3-D [rows, N, K] tile
-    moved x between layouts through shared memory on every step (2.3 TB/s at best).
+    tile loaded once serves every row and all tensors stay 2-D. A first version with one
+    3-D [rows, N, K] accumulator ran at 1.2-2.6 TB/s on llama-7b's shapes against this
+    one's 2.3-3.3 (attempt 30); why was not profiled.
     """
     # The kernels find tl and their helpers among this module's globals, as Triton looks
     # names up (not in this function's closure).
-    global tl, _store_row, _int4_row
+    global tl, _store_row
     import triton
     import triton.language
 
@@ -160,57 +143,7 @@ def _kernels() -> tuple[Any, Any]:
         if M > 3:
             _store_row(acc3, 3, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
 
-    @triton.jit
-    def _int4_row(acc, x_ptrs, w_hi, w_lo):
-        x_hi = tl.load(x_ptrs).to(tl.float32)
-        x_lo = tl.load(x_ptrs + 1).to(tl.float32)
-        return acc + x_hi[None, :] * w_hi + x_lo[None, :] * w_lo
-
-    @triton.jit
-    def _int4(
-        X, P, SZ, BIAS, Y, N, K, stride_xm, stride_ym,
-        M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ):  # fmt: skip
-        HALF: tl.constexpr = GROUP // 2
-        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        rj = tl.arange(0, HALF)  # byte j of a group holds channels 2j (high) and 2j+1
-        nmask = rn < N
-        p_ptrs = P + rn.to(tl.int64)[:, None] * (K // 2) + rj[None, :]
-        x_ptrs = X + 2 * rj
-        sz_ptrs = SZ + rn * 2
-        acc0 = tl.zeros([BLOCK_N, HALF], tl.float32)
-        acc1 = tl.zeros([BLOCK_N, HALF], tl.float32)
-        acc2 = tl.zeros([BLOCK_N, HALF], tl.float32)
-        acc3 = tl.zeros([BLOCK_N, HALF], tl.float32)
-        for _g in range(0, K // GROUP):
-            u = tl.load(p_ptrs, mask=nmask[:, None], other=0).to(tl.int32)
-            scale = tl.load(sz_ptrs, mask=nmask, other=0.0).to(tl.float32)[:, None]
-            zero = tl.load(sz_ptrs + 1, mask=nmask, other=0.0).to(tl.float32)[:, None]
-            # q - 8 for each nibble: MAGIC_BITS | q, as a float, less MAGIC + 8.
-            hi = ((u >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-            lo = ((u & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-            w_hi = hi * scale + zero
-            w_lo = lo * scale + zero
-            acc0 = _int4_row(acc0, x_ptrs, w_hi, w_lo)
-            if M > 1:
-                acc1 = _int4_row(acc1, x_ptrs + stride_xm, w_hi, w_lo)
-            if M > 2:
-                acc2 = _int4_row(acc2, x_ptrs + 2 * stride_xm, w_hi, w_lo)
-            if M > 3:
-                acc3 = _int4_row(acc3, x_ptrs + 3 * stride_xm, w_hi, w_lo)
-            p_ptrs += HALF
-            x_ptrs += GROUP
-            sz_ptrs += 2 * N
-        one = tl.full([BLOCK_N], 1.0, tl.float32)
-        _store_row(acc0, 0, rn, nmask, one, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 1:
-            _store_row(acc1, 1, rn, nmask, one, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 2:
-            _store_row(acc2, 2, rn, nmask, one, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 3:
-            _store_row(acc3, 3, rn, nmask, one, BIAS, Y, stride_ym, HAS_BIAS)
-
-    return _int8, _int4
+    return _int8
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -232,7 +165,7 @@ def launch_int8(
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    int8, _ = _kernels()
+    int8 = _kernels()
     # Read as bytes: the magic cast flips the sign bit itself.
     w = weight.view(torch.uint8) if magic_cast else weight
     wrap_triton(int8)[(-(-n // cut.block_n),)](
@@ -244,47 +177,13 @@ def launch_int8(
     return y
 
 
-def launch_int4(
-    x: torch.Tensor,
-    nibbles: torch.Tensor,
-    scales_zeros: torch.Tensor,
-    group: int,
-    bias: torch.Tensor | None,
-    cut: GemvLaunch,
-) -> torch.Tensor:
-    """The int4 kernel with an explicit tile (``cut.block_k`` is the group)."""
-    x = _rows(x)
-    m, k = x.shape
-    n = nibbles.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    _, int4 = _kernels()
-    wrap_triton(int4)[(-(-n // cut.block_n),)](
-        x, nibbles, scales_zeros, bias if bias is not None else scales_zeros, y, n, k,
-        x.stride(0), y.stride(0), M=m, BLOCK_N=cut.block_n, GROUP=group,
-        HAS_BIAS=bias is not None, num_warps=cut.num_warps,
-    )  # fmt: skip
-    return y
-
-
 # Registered at import: Dynamo must meet a registered op, and refuses to register one
 # from inside a function it traces.
 @triton_op("acache::int8_gemv", mutates_args=())
 def int8_gemv(
     x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
 ) -> torch.Tensor:
-    """x [M <= MAX_ROWS, K]; weight int8 [N, K]; scales [N]; bias [N] or None -> [M, N]."""
+    """x [M <= MAX_ROWS, K]; weight int8 [N, K]; scales [N]; bias [N] or None -> [M, N]
+    in x's dtype."""
     cut = int8_launch(x.shape[0], weight.shape[0], weight.shape[1])
     return launch_int8(x, weight, scales, bias, cut)
-
-
-@triton_op("acache::int4_gemv", mutates_args=())
-def int4_gemv(
-    x: torch.Tensor,
-    nibbles: torch.Tensor,
-    scales_zeros: torch.Tensor,
-    group: int,
-    bias: torch.Tensor | None,
-) -> torch.Tensor:
-    """x [M <= MAX_ROWS, K]; nibbles uint8 [N, K/2]; scales_zeros [K/group, N, 2] -> [M, N]."""
-    cut = int4_launch(x.shape[0], nibbles.shape[0], group)
-    return launch_int4(x, nibbles, scales_zeros, group, bias, cut)

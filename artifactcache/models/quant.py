@@ -6,13 +6,12 @@ gpt-fast's scheme: each row ``w`` of a Linear's weight is stored as
 ``round(w / s)`` in int8 with ``s = max|w| / 127``, and the layer computes
 ``F.linear(x, w_int8.to(x.dtype)) * s (+ bias)``. Activations stay in the model's
 dtype. A decode step reads the weights once, so reading one byte per weight instead
-of two could speed it up, but only where the cast is fused into the matmul:
-Inductor's M=1 rewrite (``coordinate_descent_tuning``, on by default on CUDA for
-inductor and aoti) turns the decode matmul into one Triton reduction that loads the
-int8 weights. On an H200 that reduction is no faster than bf16's GEMV (0.97x at the
-model level, docs/perf-notes.md attempts 9 and 23). Elsewhere (eager, CPU, the
-prefill's real GEMMs) the cast makes a full-width copy of each weight first, so int8wo
-is then *slower*.
+of two speeds it up where the cast happens inside the matmul: on CUDA a one-row decode
+runs models/gemv.py's int8 GEMV (a Triton op, in every backend that runs the model
+code), which reads the int8 weights at up to 3.3 TB/s on an H200. Inductor's own fused
+cast was no faster than bf16 in a model (0.97x, docs/perf-notes.md attempts 9 and 30).
+Elsewhere (CPU, decode batches of several rows, the prefill's real GEMMs) the cast
+makes a full-width copy of each weight first, so int8wo is then *slower* than bf16.
 
 **int4wo**: 4-bit weights, asymmetric per group of ``group`` input channels (128 where
 the layer's width allows, else 64 or 32; a scale and a zero per group, gpt-fast's and
@@ -83,6 +82,11 @@ class Int8WeightOnlyLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:  # one decode row
+            gemv = torch.ops.acache.int8_gemv(
+                x.reshape(1, self.in_features), self.weight, self.scales, self.bias
+            )
+            return gemv.reshape(*x.shape[:-1], self.out_features)
         y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         return y if self.bias is None else y + self.bias
 
@@ -238,6 +242,16 @@ def check_int4_device(device: torch.device) -> None:
         )
 
 
+def register_ops(model: nn.Module) -> None:
+    """Register the int8 GEMV op of a CUDA int8 model, before Dynamo or torch.export
+    trace it (they refuse to register an op inside a traced function). Builds and warm
+    loads call it; a CPU model never imports Triton for it."""
+    for module in model.modules():
+        if isinstance(module, Int8WeightOnlyLinear) and module.weight.is_cuda:
+            from . import gemv  # noqa: F401 - registers acache::int8_gemv
+            return
+
+
 def int8_linear(linear: nn.Linear) -> Int8WeightOnlyLinear:
     weight, scales = quantize_int8(linear.weight)
     return Int8WeightOnlyLinear(weight, scales, linear.bias)
@@ -276,4 +290,5 @@ def quantize(model: nn.Module, mode: str) -> int:
         if new is not None:
             setattr(parent, name, new)  # the float weight goes with the old module
             done += 1
+    register_ops(model)
     return done
