@@ -61,3 +61,29 @@ def test_a_cpu_int8_model_never_imports_triton():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_a_fresh_process_finds_the_kernel_by_module_and_name():
+    """torch's saved compiled functions (the inductor warm path) record a user-defined
+    Triton kernel as (module, name) and look it up with getattr in the loading process,
+    where nothing has defined the kernel yet: the module's __getattr__ must."""
+    types = pytest.importorskip("torch._dynamo.aot_compile_types")
+    if not hasattr(types, "_deserialize_triton_kernel"):
+        pytest.skip("this torch saves no Triton kernel by module and name")
+    from artifactcache.models import gemv
+
+    gemv._define_kernels()
+    module, name = types._serialize_triton_kernel(gemv._int8_gemv)
+    code = (
+        "import sys\n"
+        "from torch._dynamo.aot_compile_types import _deserialize_triton_kernel\n"
+        f"k = _deserialize_triton_kernel(({module!r}, {name!r}))\n"
+        "print(type(k).__name__, k.fn.__name__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["JITFunction", "_int8_gemv"]
+    with pytest.raises(AttributeError):
+        gemv.no_such_kernel  # noqa: B018 - the lookup itself is the test

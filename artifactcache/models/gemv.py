@@ -24,18 +24,23 @@ half bf16's speed (benchmarks/quant_gemv.py), where the cast and cuBLAS's GEMM w
 The op is registered at import (torch.library's triton_op imports Triton and Dynamo),
 so only int8 layers on CUDA import this module. Its parity tests run in Triton's
 interpreter (tests/_gemv_child.py); its speed is benchmarks/quant_gemv.py's. A Triton
-int4 kernel of the same shape ran at 0.4-1.1 TB/s, below tinygemm (attempt 30), and
+int4 kernel of the same shape ran at 0.4-1.2 TB/s, below tinygemm (attempt 30), and
 is not kept.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 from torch.library import triton_op, wrap_triton
+
+# Set by _define_kernels(): Triton (a CUDA build of torch's dependency, not acache's) is
+# imported when a kernel is first needed, so importing this module never needs it.
+tl: Any = None
+_KERNELS = ("_int8_gemv", "_store_row")
 
 MAX_ROWS = 4
 # 2**23 as fp32 bits: OR-ing a byte u into its mantissa gives the float 2**23 + u. The
@@ -67,71 +72,86 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-# The kernels live at module level: Inductor's generated code and its compile workers
-# import a user-defined Triton kernel by its module and name.
-#
-# Each row of x has an accumulator of its own, [BLOCK_N, BLOCK_K] in fp32 (up to
-# MAX_ROWS, spelled out: Triton keeps no list of tensors across a loop), so the weight
-# tile loaded once serves every row and all tensors stay 2-D. A first version with one
-# 3-D [rows, N, K] accumulator ran at 1.2-2.6 TB/s on llama-7b's shapes, this one at
-# 2.4-3.4 with its best tiles (attempt 30); why was not profiled.
+@functools.cache
+def _define_kernels() -> None:
+    """Define the kernels as this module's globals. Inductor's generated code and its
+    compile workers look a user-defined Triton kernel up by module and name (a kernel
+    local to a function failed an inductor build), and Triton resolves the helper a
+    kernel calls among the same globals; the module's ``__getattr__`` defines them on
+    such a lookup in a fresh process."""
+    global tl, _int8_gemv, _store_row
+    import triton
+    import triton.language
 
+    tl = triton.language
 
-@triton.jit
-def _store_row(acc, row, rn, nmask, scale, BIAS, Y, stride_ym, HAS_BIAS: tl.constexpr):
-    y = tl.sum(acc, axis=1) * scale
-    if HAS_BIAS:
-        y += tl.load(BIAS + rn, mask=nmask, other=0.0).to(tl.float32)
-    tl.store(Y + row * stride_ym + rn, y.to(Y.dtype.element_ty), mask=nmask)
+    # Each row of x has an accumulator of its own, [BLOCK_N, BLOCK_K] in fp32 (up to
+    # MAX_ROWS, spelled out: Triton keeps no list of tensors across a loop), so the weight
+    # tile loaded once serves every row and all tensors stay 2-D. A first version with one
+    # 3-D [rows, N, K] accumulator ran at 1.2-2.6 TB/s on llama-7b's shapes, this one at
+    # 2.4-3.4 with its best tiles (attempt 30); why was not profiled.
 
+    @triton.jit
+    def _store_row(acc, row, rn, nmask, scale, BIAS, Y, stride_ym, HAS_BIAS: tl.constexpr):
+        y = tl.sum(acc, axis=1) * scale
+        if HAS_BIAS:
+            y += tl.load(BIAS + rn, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(Y + row * stride_ym + rn, y.to(Y.dtype.element_ty), mask=nmask)
 
-@triton.jit
-def _int8_gemv(
-    X, W, S, BIAS, Y, N, K, stride_xm, stride_ym,
-    M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, MAGIC_CAST: tl.constexpr,
-):  # fmt: skip
-    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    nmask = rn < N
-    w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
-    x_ptrs = X + rk
-    acc0 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    acc3 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            kmask = rk < BLOCK_K
-        else:
-            kmask = (k0 + rk) < K
-        w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
-        if MAGIC_CAST:
-            # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa.
-            bits = w.to(tl.int32) ^ 0x4B000080  # MAGIC_BITS | 0x80
-            wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # MAGIC + 128
-        else:
-            wf = w.to(tl.float32)
-        acc0 += tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :] * wf
+    @triton.jit
+    def _int8_gemv(
+        X, W, S, BIAS, Y, N, K, stride_xm, stride_ym,
+        M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, MAGIC_CAST: tl.constexpr,
+    ):  # fmt: skip
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        rk = tl.arange(0, BLOCK_K)
+        nmask = rn < N
+        w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
+        x_ptrs = X + rk
+        acc0 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc3 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            if EVEN_K:
+                kmask = rk < BLOCK_K
+            else:
+                kmask = (k0 + rk) < K
+            w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
+            if MAGIC_CAST:
+                # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa.
+                bits = w.to(tl.int32) ^ 0x4B000080  # MAGIC_BITS | 0x80
+                wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # MAGIC + 128
+            else:
+                wf = w.to(tl.float32)
+            acc0 += tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :] * wf
+            if M > 1:
+                x1 = tl.load(x_ptrs + stride_xm, mask=kmask, other=0.0).to(tl.float32)
+                acc1 += x1[None, :] * wf
+            if M > 2:
+                x2 = tl.load(x_ptrs + 2 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
+                acc2 += x2[None, :] * wf
+            if M > 3:
+                x3 = tl.load(x_ptrs + 3 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
+                acc3 += x3[None, :] * wf
+            w_ptrs += BLOCK_K
+            x_ptrs += BLOCK_K
+        s = tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
+        _store_row(acc0, 0, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
         if M > 1:
-            x1 = tl.load(x_ptrs + stride_xm, mask=kmask, other=0.0).to(tl.float32)
-            acc1 += x1[None, :] * wf
+            _store_row(acc1, 1, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
         if M > 2:
-            x2 = tl.load(x_ptrs + 2 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
-            acc2 += x2[None, :] * wf
+            _store_row(acc2, 2, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
         if M > 3:
-            x3 = tl.load(x_ptrs + 3 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
-            acc3 += x3[None, :] * wf
-        w_ptrs += BLOCK_K
-        x_ptrs += BLOCK_K
-    s = tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
-    _store_row(acc0, 0, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-    if M > 1:
-        _store_row(acc1, 1, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-    if M > 2:
-        _store_row(acc2, 2, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-    if M > 3:
-        _store_row(acc3, 3, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
+            _store_row(acc3, 3, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _KERNELS:
+        _define_kernels()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _rows(x: torch.Tensor) -> torch.Tensor:
@@ -153,6 +173,7 @@ def launch_int8(
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    _define_kernels()
     # Read as bytes: the magic cast flips the sign bit itself.
     w = weight.view(torch.uint8) if magic_cast else weight
     wrap_triton(_int8_gemv)[(-(-n // cut.block_n),)](
