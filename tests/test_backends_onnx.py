@@ -108,8 +108,26 @@ def test_export_options_change_the_ort_key():
     }
     assert len(keys) == 4 and base not in keys
     factors = api.key_for(b, ctx).factors
-    assert factors["backend"]["options"]["export"]["opset"] == ox.DEFAULT_OPSET
+    assert factors["backend"]["options"]["export"]["opset"] == ortb.default_opset("cpu")
     assert "onnxruntime" in factors["toolchain"] and "cpu_isa" in factors["hardware"]
+
+
+@pytest.mark.parametrize(
+    ("ep", "version", "opset"),
+    [
+        ("cpu", (1, 32), 23),  # ONNX's Attention op, one CPU kernel
+        ("cpu", (1, 23), 23),
+        ("cpu", (1, 22), 18),  # no CPU Attention kernel yet
+        ("cuda", (1, 32), 18),  # the CUDA EP ran Attention on the CPU
+        ("tensorrt", (1, 32), 18),  # unverified with it
+    ],
+)
+def test_the_default_opset_follows_the_execution_provider(monkeypatch, ep, version, opset):
+    monkeypatch.setattr(ortb, "ort_version", lambda: version)
+    assert ortb.default_opset(ep) == opset
+    # An explicit --extra opset wins over the default.
+    opts = BuildChoices(device="cpu", dtype="fp32", extra={"opset": 19})
+    assert ortb.ort_export_spec(opts).opset == 19
 
 
 @pytest.mark.parametrize(

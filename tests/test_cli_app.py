@@ -344,29 +344,6 @@ def test_every_help_text_shows_every_bracketed_span_it_was_written_with():
     assert spans >= 15  # [shapes] in --max-seq-len/--max-batch of seven commands, and more
 
 
-def test_tables_follow_the_width_in_effect_when_they_print(monkeypatch, capsys):
-    """A console made while COLUMNS said 60 (as pytest-xdist's workers import the app
-    under COLUMNS=80) prints at the width COLUMNS gives later: a long cell stays on one
-    line at 250 columns and folds, never crops, at 40; its markup and control
-    characters are shown as text."""
-    import importlib
-
-    cli = importlib.import_module("artifactcache.cli.app")  # the module, not the Typer app
-    monkeypatch.setenv("COLUMNS", "60")
-    monkeypatch.setattr(cli, "console", type(cli.console)())
-    long = "backend.options.codegen.inductor_config.aot_inductor.package_constants_in_so"
-    rows = [[long, "[bold]x[/bold]\x1b[2J"]]
-    monkeypatch.setenv("COLUMNS", "250")
-    cli.print_table(None, ["factor", "value"], rows)
-    out = capsys.readouterr().out
-    assert long in out and "[bold]x[/bold]\\x1b[2J" in out and "\x1b" not in out
-    monkeypatch.setenv("COLUMNS", "40")
-    cli.print_table(None, ["factor", "value"], rows)
-    lines = capsys.readouterr().out.splitlines()
-    assert max(len(line) for line in lines) <= 40
-    assert "".join(line.split("│")[1].strip() for line in lines[3:-1]) == long
-
-
 def test_help_shows_plain_value_names_and_nothing_after_a_flag():
     r = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "160"})
     assert r.exit_code == 0

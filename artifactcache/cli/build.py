@@ -29,17 +29,12 @@ from .app import (
     SigningKeyOpt,
     TrustedKeysOpt,
     check_seed_option,
-    console,
-    emit_json,
-    err_console,
-    human_bytes,
     old_spelling,
     open_store,
-    print_table,
-    shown,
 )
 from .choices import with_choices
 from .module import is_spec
+from .render import console, emit_json, err_console, human_bytes, print_table, shown
 
 if TYPE_CHECKING:
     from ..choices import BuildChoices

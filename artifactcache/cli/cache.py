@@ -27,18 +27,12 @@ from .app import (
     JsonOut,
     RecipeArg,
     check_prefixes,
-    console,
-    emit_json,
-    err_console,
-    human_bytes,
     open_store,
-    print_table,
-    shown,
-    visible,
 )
 from .choices import with_choices
 from .module import is_spec
 from .remote import RemoteFlag, RemoteUrl, ls_remote
+from .render import console, emit_json, err_console, human_bytes, print_table, shown, visible
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}

@@ -10,16 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from ..doctor import doctor_report
-from .app import (
-    CacheDir,
-    JsonOut,
-    Remote,
-    console,
-    emit_json,
-    human_bytes,
-    print_table,
-    shown,
-)
+from .app import CacheDir, JsonOut, Remote
+from .render import console, emit_json, human_bytes, print_table, shown
 
 
 def _default(value: Any) -> str:

@@ -28,17 +28,12 @@ from .app import (
     DefaultBackendOpt,
     JsonOut,
     RecipeArg,
-    console,
-    emit_json,
-    err_console,
-    human_bytes,
     old_spelling,
     parse_backend_extras,
-    print_wide,
-    shown,
 )
 from .choices import with_choices
 from .module import is_spec
+from .render import console, emit_json, err_console, human_bytes, print_wide, shown
 
 NewTokens = Annotated[
     int | None,

@@ -73,7 +73,7 @@ def bench_module(
     from rich.table import Table
 
     from ..measure import bench, benchmark
-    from .app import emit_json, err_console, print_wide, shown
+    from .render import emit_json, err_console, print_wide, shown
 
     def say(msg: str, _done: int, _total: int) -> None:
         err_console.print(f"[dim]{shown(msg)}[/dim]")

@@ -27,14 +27,10 @@ from .app import (
     SigningKeyOpt,
     TrustedKeysOpt,
     check_prefixes,
-    console,
-    emit_json,
-    err_console,
-    human_bytes,
     open_store,
-    print_table,
 )
 from .choices import with_choices
+from .render import console, emit_json, err_console, human_bytes, print_table
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
 

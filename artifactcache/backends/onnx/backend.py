@@ -44,6 +44,7 @@ from ...keys import toolchain_fingerprint
 from ..base import BuildContext, Dependency
 from ..shared.model_options import check_quant
 from .export import (
+    DEFAULT_OPSET,
     EXPORT_DEP,
     OUTPUT_NAMES,
     STEP_INPUT_NAMES,
@@ -59,6 +60,7 @@ from .export import (
 if TYPE_CHECKING:
     from ...config import Recipe
     from ..shared.runner import StepRunner
+    from .export import ExportSpec
 
 OPT_MODEL = "model.opt.onnx"
 OPT_DATA = "model.opt.onnx.data"
@@ -75,12 +77,34 @@ EP_PROVIDER = {
 EP_DTYPES = {"cpu": ("fp32",), "cuda": ("fp32", "fp16"), "tensorrt": ("fp32", "fp16")}
 OPT_LEVELS = ("basic", "extended", "all")
 EXTRA_KEYS = ("opset", "exporter", "graph_optimization")
+# The CPU EP's default opset: at 23 the exporter turns SDPA into ONNX's Attention op,
+# which ORT's CPU EP (1.23 and later) runs as one kernel instead of MatMul, mask and
+# Softmax (docs/perf-notes.md attempt 32). The CUDA EP placed that op on the CPU
+# (onnxruntime#28025) and TensorRT is unverified with it, so the GPU EPs keep the floor.
+ATTENTION_OPSET = 23
+ATTENTION_ORT = (1, 23)
 
 
 def onnxruntime_module() -> Any:
     import onnxruntime
 
     return onnxruntime
+
+
+def ort_version() -> tuple[int, ...]:
+    parts = onnxruntime_module().__version__.split(".")[:2]
+    return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in parts)
+
+
+def default_opset(ep: str) -> int:
+    """The opset an export for ``ep`` gets unless ``--extra opset=N`` says otherwise."""
+    if ep == "cpu" and ort_version() >= ATTENTION_ORT:
+        return ATTENTION_OPSET
+    return DEFAULT_OPSET
+
+
+def ort_export_spec(opts: BuildChoices) -> ExportSpec:
+    return export_spec(opts, default_opset=default_opset(resolve_ep(opts)))
 
 
 def tensorrt_importable() -> bool:
@@ -270,7 +294,7 @@ class OrtBackend:
                 f"{', '.join(EP_DTYPES[ep])}, not {opts.dtype!r}"
             )
         graph_level(opts)
-        export_spec(opts)
+        ort_export_spec(opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The export's own key is a function of the recipe and weights (already in this
@@ -283,7 +307,7 @@ class OrtBackend:
             "dtype": opts.dtype,
             "ep": resolve_ep(opts),
             "graph_optimization": graph_level(opts),
-            "export": {**export_spec(opts).factors(), "toolchain": export_toolchain()},
+            "export": {**ort_export_spec(opts).factors(), "toolchain": export_toolchain()},
         }
 
     def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
@@ -302,7 +326,7 @@ class OrtBackend:
         # With the TensorRT EP the artifact is the EP's engine cache, not a graph: a load
         # opens the session over the export again, so the export must outlive the entry.
         at_load = resolve_ep(ctx.opts) == "tensorrt"
-        return [export_dependency(ctx, weights, export_spec(ctx.opts), at_load=at_load)]
+        return [export_dependency(ctx, weights, ort_export_spec(ctx.opts), at_load=at_load)]
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         import onnx

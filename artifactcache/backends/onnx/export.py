@@ -123,12 +123,14 @@ class ExportSpec:
         }
 
 
-def export_spec(opts: BuildChoices, dtype: str | None = None) -> ExportSpec:
+def export_spec(
+    opts: BuildChoices, dtype: str | None = None, default_opset: int = DEFAULT_OPSET
+) -> ExportSpec:
     """The export a backend's options ask for; bad values are one-line BackendErrors."""
     dt = dtype or opts.dtype
     if dt not in EXPORT_DTYPES:
         raise BackendError(f"ONNX export supports dtype {', '.join(EXPORT_DTYPES)}, got {dt!r}")
-    raw_opset = opts.extra.get("opset", DEFAULT_OPSET)
+    raw_opset = opts.extra.get("opset", default_opset)
     try:
         opset = int(raw_opset)
     except (TypeError, ValueError):
