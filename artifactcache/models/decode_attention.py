@@ -116,8 +116,11 @@ def kernel_constants(
 
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
-    """(partial, combine), Triton-compiled on first use."""
-    global tl
+    """(partial, combine), Triton-compiled on first use, and set as this module's
+    globals: a saved compiled function (the inductor warm path) records a user-defined
+    kernel by module and name, and the loading process looks it up with getattr, which
+    the module's ``__getattr__`` answers by defining them."""
+    global tl, _partial, _combine
     import triton
     import triton.language
 
@@ -222,6 +225,12 @@ def _kernels() -> tuple[Any, Any]:
         tl.store(OUT + b * stride_ob + h * stride_oh + d, out.to(OUT.dtype.element_ty), mask=dmask)
 
     return _partial, _combine
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("_partial", "_combine"):
+        return dict(zip(("_partial", "_combine"), _kernels(), strict=True))[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _next_pow2(n: int) -> int:
