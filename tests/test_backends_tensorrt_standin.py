@@ -190,12 +190,23 @@ def test_trt_and_ort_share_one_export(monkeypatch, tmp_path):
         weights=WeightsSpec(None, 0),
     )
     trt_export = TRT.dependencies(ctx, "random:0", for_load=False)[0]
-    from artifactcache.backends.onnx.backend import BACKEND as ORT
+    from artifactcache.backends.onnx import backend as ort_backend
 
-    ctx.opts = BuildChoices()
-    (ort_export,) = ORT.dependencies(ctx, "random:0", for_load=False)
-    assert trt_export.name == ort_export.name == ox.EXPORT_DEP
-    assert compute_key(trt_export.factors) == compute_key(ort_export.factors)
+    def ort_export_key(opts: BuildChoices) -> str:
+        ctx.opts = opts
+        (ort_export,) = ort_backend.BACKEND.dependencies(ctx, "random:0", for_load=False)
+        assert trt_export.name == ort_export.name == ox.EXPORT_DEP
+        return compute_key(ort_export.factors)
+
+    trt_key = compute_key(trt_export.factors)
+    # ort on the GPU exports at the same opset as trt: one export serves both.
+    assert ort_export_key(BuildChoices(device="cuda", dtype="fp32")) == trt_key
+    # ort on the CPU defaults to ONNX's Attention op (opset 23, onnxruntime >= 1.23): its
+    # own export then, and the shared one again when the opsets are made equal.
+    cpu_default = ort_export_key(BuildChoices())
+    assert (cpu_default == trt_key) == (ort_backend.default_opset("cpu") == ox.DEFAULT_OPSET)
+    assert ort_export_key(BuildChoices(extra={"opset": ox.DEFAULT_OPSET})) == trt_key
+    ctx.opts = BuildChoices(device="cuda", mode="onnx")
     assert TRT.dependencies(ctx, "random:0", for_load=True) == []  # an engine stands alone
 
 
