@@ -123,10 +123,10 @@ def env(out: Path) -> dict[str, str]:
     return e
 
 
-def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "artifactcache.cli", "bench", args.recipe, "--backend",
-           v["backend"], "--device", args.device, "--dtype", args.dtype, "--iters", str(args.iters),
-           "--json", "--cache-dir", str(cache)]  # fmt: skip
+def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> list[str]:
+    """The options one variant passes to `acache bench` and `acache build` alike."""
+    cmd = [args.recipe, "--backend", v["backend"], "--device", args.device, "--dtype",
+           args.dtype, "--json", "--cache-dir", str(cache)]  # fmt: skip
     if v["mode"]:
         cmd += ["--mode", v["mode"]]
     for k, val in v["extra"].items():
@@ -137,6 +137,28 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
         cmd += ["--max-batch", str(v["batch"]), "--batch", str(v["batch"])]
     if v["max_seq_len"]:
         cmd += ["--max-seq-len", str(v["max_seq_len"])]
+    return cmd
+
+
+def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
+    """`acache build` of one variant (a cache hit if it is built already)."""
+    args_v = variant_args(v, args, cache)
+    if v["batch"] > 1:  # --batch is bench's, not a build option
+        i = args_v.index("--batch")
+        del args_v[i : i + 2]
+    cmd = [sys.executable, "-m", "artifactcache.cli", "build", *args_v]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
+                       timeout=args.timeout_s)  # fmt: skip
+    wall = round(time.perf_counter() - t0, 1)
+    if p.returncode != 0:
+        return {**v, "error": (p.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
+    return {**v, "wall_s": wall, "build": json.loads(p.stdout)}
+
+
+def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "artifactcache.cli", "bench", *variant_args(v, args, cache),
+           "--iters", str(args.iters)]  # fmt: skip
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip
@@ -188,6 +210,9 @@ def main() -> int:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--cache-dir", type=Path, help="default: OUT/cache")
     ap.add_argument("--timeout-s", type=float, default=540)
+    ap.add_argument("--build-only", action="store_true",
+                    help="only `acache build` each variant (OUT/builds.json), to build "
+                    "several side by side before they are measured one at a time")  # fmt: skip
     args = ap.parse_args()
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -197,6 +222,12 @@ def main() -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "rows": [], "profiles": [],
     }  # fmt: skip
+    if args.build_only:
+        builds = [build(parse_variant(text), args, cache) for text in args.variants]
+        (args.out / "builds.json").write_text(json.dumps({**report, "rows": builds}, indent=2))
+        for b in builds:
+            print(json.dumps({k: b.get(k) for k in ("variant", "wall_s", "error")}), flush=True)
+        return int(any("error" in b for b in builds))
     path = args.out / "decode_step.json"
     for text in args.variants:
         row = bench(parse_variant(text), args, cache)

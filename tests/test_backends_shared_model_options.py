@@ -29,7 +29,8 @@ from artifactcache.recipes import load_recipe
         ("inductor", "cuda:1", "tiny-qwen3", True),
         ("eager", "cuda", "tiny-llama", False),  # eager keeps the checkpoint's layout
         ("inductor", "cpu", "tiny-mistral", False),
-        ("aoti", "cuda", "tiny-phi-2", False),  # not fused, whatever the default
+        ("aoti", "cuda", "tiny-phi-2", True),  # in_proj and out_proj (models/phi2.py)
+        ("eager", "cpu", "tiny-phi-2", False),
         ("eager", "cpu", "tiny-phi-3", True),  # fused in the checkpoint
     ],
 )
@@ -50,7 +51,6 @@ def test_the_flag_overrides_the_default():
 @pytest.mark.parametrize(
     ("recipe", "value", "says"),
     [
-        ("tiny-phi-2", 1, "keeps its projections apart"),
         ("tiny-phi-3", 0, "cannot split them"),
         ("tiny-llama", "maybe", "expected 0 or 1"),
     ],

@@ -2,10 +2,16 @@
 
 Module names mirror transformers' PhiForCausalLM (``self_attn.dense``,
 ``mlp.fc1``, ``model.final_layernorm``), so its checkpoints load by name.
+
+Because attention and MLP read the same normalized input and their outputs are summed,
+a fused block (models/fuse.py, ``PhiBlock.fused``) runs two matmuls instead of six:
+``in_proj`` = [q; k; v; fc1] on the LayerNorm's output, and ``out_proj`` = [dense | fc2]
+on the attention output and the GELU side by side, with one bias (dense's + fc2's).
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.nn import functional as F
 
@@ -25,15 +31,20 @@ class PhiAttention(nn.Module):
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
-        B, T, _ = x.shape
+        y = self.attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, reads, input_pos)
+        return self.dense(y)
+
+    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos):
+        """q [B, T, H * D], k/v [B, T, Hkv * D] -> attention output [B, T, H * D]."""
+        B, T, _ = q.shape
         cfg = self.cfg
-        q = self.q_proj(x).view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
+        k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
+        v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
         y = cached_attention(self.kv_cache, q, k, v, input_pos, reads)
-        return self.dense(y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim))
+        return y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim)
 
 
 class PhiMLP(nn.Module):
@@ -43,19 +54,34 @@ class PhiMLP(nn.Module):
         self.fc2 = nn.Linear(cfg.intermediate_size, cfg.dim, bias=cfg.mlp_bias)
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))  # HF "gelu_new"
+        return self.fc2(gelu(self.fc1(x)))
+
+
+def gelu(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")  # HF "gelu_new"
 
 
 class PhiBlock(nn.Module):
+    # Set by models/fuse.py once ``in_proj`` and ``out_proj`` replace the six projections.
+    fused = False
+    in_proj: nn.Linear
+    out_proj: nn.Linear
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.input_layernorm = nn.LayerNorm(cfg.dim, eps=cfg.norm_eps)
         self.self_attn = PhiAttention(cfg)
         self.mlp = PhiMLP(cfg)
+        kv = cfg.n_kv_heads * cfg.head_dim
+        self.in_sizes = [cfg.n_heads * cfg.head_dim, kv, kv, cfg.intermediate_size]
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
         h = self.input_layernorm(x)
-        return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
+        if not self.fused:
+            return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
+        q, k, v, up = self.in_proj(h).split(self.in_sizes, dim=-1)
+        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos)
+        return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
 
 
 class PhiBackbone(nn.Module):

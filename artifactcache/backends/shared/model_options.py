@@ -5,10 +5,11 @@ all three through ``runner.build_model_for``; the surgery itself is models/fuse.
 models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
 
 - ``--extra fuse_projections=0|1``: q/k/v become one ``qkv_proj`` and gate/up one
-  ``gate_up_proj`` (llama, mistral, qwen2, qwen3). On by default for CUDA builds of
-  inductor and aoti, where one wide GEMV reads the weights faster than three narrow
-  ones (docs/perf-notes.md); off elsewhere, so the eager baseline keeps the
-  checkpoint's layout. Phi-3 checkpoints are fused already; phi-2 is not fused.
+  ``gate_up_proj`` (llama, mistral, qwen2, qwen3); phi-2's q/k/v/fc1 become one
+  ``in_proj`` and its dense/fc2 one ``out_proj`` (models/phi2.py). On by default for
+  CUDA builds of inductor and aoti, where one wide GEMV reads the weights faster than
+  several narrow ones (docs/perf-notes.md); off elsewhere, so the eager baseline keeps
+  the checkpoint's layout. Phi-3 checkpoints are fused already.
 - ``--extra split_kv_decode=0|1``: decode attends through acache's split-KV Triton
   kernel (models/decode_attention.py), which reads only the filled positions of a
   static cache, so the decode step is static (one CUDA graph) at any context length.
@@ -44,7 +45,6 @@ MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
-FUSABLE_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 FUSED_FAMILIES = ("phi-3",)  # fused in the checkpoint itself
 QUANT_MODES = ("int8wo", "int4wo")
 # Why each backend that builds from the ONNX export refuses --quant.
@@ -118,13 +118,6 @@ def fuse_projections(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
                 f"(qkv_proj, gate_up_proj); --extra {FUSE_EXTRA}=0 cannot split them"
             )
         return True
-    if family not in FUSABLE_FAMILIES:
-        if asked:
-            raise BackendError(
-                f"{recipe.name}: --extra {FUSE_EXTRA}=1 is for "
-                f"{', '.join(FUSABLE_FAMILIES)}; {family} keeps its projections apart"
-            )
-        return False
     if asked is None:
         return backend in FUSE_BY_DEFAULT and is_cuda(opts.device)
     return asked
