@@ -2,7 +2,8 @@
 # Decode of several recipes' build variants in one GPU call (issue 32): every entry built
 # first, DECODE_JOBS at a time, then each recipe measured alone by decode_step.py (a fresh
 # `acache bench` per variant: tok/s and % of the copy roofline from the same process),
-# with one decode step profiled per variant unless DECODE_PROFILE=0.
+# with one decode step profiled per variant (DECODE_PROFILE=1, the default), none (0), or
+# those listed (DECODE_PROFILE="RECIPE/VARIANT ...").
 #
 #   benchmarks/decode_call.sh OUT CACHE_DIR RECIPE/VARIANT...
 #   e.g. benchmarks/decode_call.sh R C phi-2/aoti phi-2/aoti+fuse_projections=0 phi-3-mini/aoti
@@ -42,7 +43,14 @@ for recipe in $recipes; do
   variants=()
   for spec in "$@"; do [ "${spec%%/*}" = "$recipe" ] && variants+=("${spec#*/}"); done
   profile=()
-  [ "${DECODE_PROFILE:-1}" = 1 ] && profile=(--profile "${variants[@]}")
+  case ${DECODE_PROFILE:-1} in
+    1) profile=(--profile "${variants[@]}") ;;
+    0) ;;
+    *) for v in ${DECODE_PROFILE}; do  # RECIPE/VARIANT entries: this recipe's only
+         [ "${v%%/*}" = "$recipe" ] && profile+=("${v#*/}")
+       done
+       [ ${#profile[@]} -gt 0 ] && profile=(--profile "${profile[@]}") ;;
+  esac
   timeout 400 python3 benchmarks/decode_step.py "$recipe" --out "$out/$recipe" \
     --cache-dir "$cache" --variants "${variants[@]}" "${profile[@]}" --timeout-s 200 "${more[@]}" \
     >"$out/$recipe.log" 2>&1
