@@ -21,6 +21,31 @@ CHILD = Path(__file__).with_name("_load_child.py")
 NO_AOT_COMPILE_ENV = "ACACHE_TEST_WITHOUT_AOT_COMPILE"
 
 
+def found_in_a_fresh_process(kernels: Any) -> list[tuple[str, str]]:
+    """(type, function name) of each Triton kernel of ``kernels`` as a fresh interpreter
+    finds it from the (module, name) torch's saved compiled functions (the inductor warm
+    path) record it as: looked up with getattr before anything there defined it. Skips
+    where this torch saves no Triton kernel that way."""
+    import pytest
+
+    types = pytest.importorskip("torch._dynamo.aot_compile_types")
+    if not hasattr(types, "_deserialize_triton_kernel"):
+        pytest.skip("this torch saves no Triton kernel by module and name")
+    infos = [types._serialize_triton_kernel(k) for k in kernels]
+    code = (
+        "from torch._dynamo.aot_compile_types import _deserialize_triton_kernel\n"
+        f"for info in {infos!r}:\n"
+        "    k = _deserialize_triton_kernel(info)\n"
+        "    print(type(k).__name__, k.fn.__name__)\n"
+    )
+    repo = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return [tuple(line.split()) for line in done.stdout.splitlines()]
+
+
 def private_dir(tmp_path_factory: Any, name: str) -> Path:
     d = tmp_path_factory.mktemp(name)
     os.chmod(d, 0o700)  # LocalStore refuses group/world-writable roots

@@ -55,6 +55,22 @@ def int8_matches(name, rows, n, k, with_bias, tile, dtype):
     assert got.dtype == dtype and got.shape == (rows, n)
 
 
+def strided_inputs_match(dtype):
+    """x's rows apart in memory, its columns too (copied), scales and bias every other
+    element (made contiguous): the op reads them as the plain product does."""
+    torch.manual_seed(1)
+    n, k = 24, 96
+    weight, scales = quantize_int8(torch.randn(n, k, dtype=dtype))
+    x = torch.randn(2, 2 * k, dtype=dtype)
+    bias = torch.randn(2 * n, dtype=dtype)[::2]
+    strided_scales = torch.stack([scales, scales], 1).reshape(-1)[::2]
+    for rows in (x[:, :k], x[:, ::2]):
+        got = gemv.int8_gemv(rows, weight, strided_scales, bias)
+        want = int8_reference(rows, weight, scales, bias)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
+
+
 def too_many_rows_is_refused():
     x = torch.randn(gemv.MAX_ROWS + 1, 64)
     weight, scales = quantize_int8(torch.randn(8, 64))
@@ -71,6 +87,8 @@ def main() -> None:
         for name, case in INT8_CASES.items():
             int8_matches(name, *case, dtype)
             print(f"ok: int8 {name} ({dtype})")
+        strided_inputs_match(dtype)
+        print(f"ok: int8 strided inputs ({dtype})")
     too_many_rows_is_refused()
     print("ok: too many rows")
 

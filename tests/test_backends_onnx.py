@@ -3,6 +3,8 @@ the shared export cache, and one-line errors for bad inputs."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from _backend_util import BATCH_PROMPTS, assert_rows_match_alone
@@ -128,6 +130,25 @@ def test_the_default_opset_follows_the_execution_provider(monkeypatch, ep, versi
     # An explicit --extra opset wins over the default.
     opts = BuildChoices(device="cpu", dtype="fp32", extra={"opset": 19})
     assert ortb.ort_export_spec(opts).opset == 19
+
+
+def test_without_onnxruntime_ort_is_unavailable_not_a_traceback(monkeypatch, cache_dir):
+    """check_options (the default opset) runs before require_available, and compare's
+    availability() catches only AcacheError: neither may import onnxruntime."""
+    from artifactcache.cli.app import app
+    from artifactcache.measure import compare
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # find_spec None, import fails
+    assert ortb.ort_version() is None
+    assert ortb.default_opset("cpu") == ox.DEFAULT_OPSET == 18
+    r = CliRunner().invoke(app, ["build", "tiny-llama", "-b", "ort"])
+    assert r.exit_code == 1, r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit), r.exception
+    assert r.output.strip().count("\n") == 0, r.output
+    assert "unavailable" in r.output and "onnxruntime not importable" in r.output
+    spec = compare.CompareSpec(recipes=["tiny-llama"], backends=["ort"])
+    ok, reason = compare.availability(spec)["ort"]
+    assert not ok and "onnxruntime not importable" in reason
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _backend_util import found_in_a_fresh_process
 
 triton = pytest.importorskip("triton", reason="the split-KV kernel is Triton's")
 
@@ -187,19 +188,9 @@ def test_a_fresh_process_finds_the_kernels_by_module_and_name():
     """A saved compiled function (inductor's warm path, with split-KV on by default
     past 256 positions) records each user-defined kernel as (module, name) and the
     loading process looks it up with getattr before anything has defined it."""
-    types = pytest.importorskip("torch._dynamo.aot_compile_types")
-    if not hasattr(types, "_deserialize_triton_kernel"):
-        pytest.skip("this torch saves no Triton kernel by module and name")
     from artifactcache.models import decode_attention as da
 
-    names = [types._serialize_triton_kernel(k) for k in da._kernels()]
-    code = (
-        "from torch._dynamo.aot_compile_types import _deserialize_triton_kernel\n"
-        f"for info in {names!r}:\n"
-        "    print(_deserialize_triton_kernel(info).fn.__name__)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["_partial", "_combine"]
+    assert found_in_a_fresh_process(da._kernels()) == [
+        ("JITFunction", "_partial"),
+        ("JITFunction", "_combine"),
+    ]

@@ -222,3 +222,74 @@ def test_int4wo_on_a_gpu_older_than_sm80_is_one_line(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     check_int4_device(torch.device("cuda"))  # an H100/H200 passes
     check_int4_device(torch.device("cpu"))  # no GPU asked: nothing to check
+
+
+# A CPU tensor that says it is on CUDA: Int8WeightOnlyLinear takes its GEMV branch, and
+# Triton's interpreter (TRITON_INTERPRET=1) runs the kernel on the CPU.
+_MOVED_LAYER = """
+import sys, torch
+from artifactcache.models import quant
+
+class OnCuda(torch.Tensor):
+    @property
+    def is_cuda(self):
+        return True
+
+lin = quant.int8_linear(torch.nn.Linear(64, 16))  # quantized on the CPU: nothing registered
+x = torch.randn(1, 1, 64)
+want = lin(x)
+print(quant._gemv_registered, "artifactcache.models.gemv" in sys.modules)
+got = lin(x.as_subclass(OnCuda)).as_subclass(torch.Tensor)
+torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+quant.register_gemv()  # idempotent
+quant.register_ops(torch.nn.Sequential(lin))
+print(quant._gemv_registered, hasattr(torch.ops.acache, "int8_gemv"))
+"""
+
+
+def test_an_int8_layer_moved_to_cuda_registers_its_op_on_first_call():
+    """A layer quantized on the CPU (quantize() registered nothing) then moved to CUDA:
+    its first decode row registers acache::int8_gemv rather than failing to find it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="the int8 GEMV kernel is Triton's")
+    repo = Path(__file__).resolve().parents[1]
+    path = os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
+    done = subprocess.run(
+        [sys.executable, "-c", _MOVED_LAYER], env=env, cwd=repo, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False", "True", "True"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the int8 GEMV runs on CUDA")
+def test_an_int8_layer_moved_to_cuda_decodes_eager_and_compiled():
+    """Compiled before any eager call, the op is not registered (Dynamo cannot register
+    it mid-trace): the layer keeps the cast. After an eager call registered it, a new
+    compile runs the op. Both agree with the cast."""
+    from artifactcache.models import quant
+
+    torch.manual_seed(0)
+    layer = quant.int8_linear(nn.Linear(256, 64)).to("cuda")
+    x = torch.randn(1, 1, 256, device="cuda")
+    want = torch.nn.functional.linear(x, layer.weight.float()) * layer.scales + layer.bias
+    graphs: list[str] = []
+
+    def backend(gm, example_inputs):
+        graphs.append(str(gm.graph))
+        return gm
+
+    registered = quant._gemv_registered
+    got = torch.compile(layer, backend=backend, fullgraph=True)(x)
+    assert rel_err(got, want) <= 1e-5
+    assert ("int8_gemv" in graphs[-1]) == registered
+    assert rel_err(layer(x), want) <= 1e-5  # eager: registers the op
+    assert quant._gemv_registered
+    torch._dynamo.reset()
+    got = torch.compile(layer, backend=backend, fullgraph=True)(x)
+    assert rel_err(got, want) <= 1e-5 and "int8_gemv" in graphs[-1]

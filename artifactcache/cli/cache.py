@@ -121,7 +121,7 @@ def _warn(warnings: list[str]) -> None:
         err_console.print(f"warning: {visible(w)}", highlight=False, markup=False, soft_wrap=True)
 
 
-# Labels, recipe names and paths are the user's text: app.print_table shows them as data.
+# Labels, recipe names and paths are the user's text: render.print_table shows them as data.
 _table = print_table
 
 

@@ -25,13 +25,14 @@ causal mask, and to the same arithmetic written in torch, in Triton's interprete
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch.library import triton_op, wrap_triton
+
+from .lazy_kernels import kernel_getattr, once
 
 # Triton's kernels read ``tl`` from this module's globals; _kernels() sets it when it
 # first builds them.
@@ -114,12 +115,10 @@ def kernel_constants(
     return partial, combine
 
 
-@functools.cache
+@once
 def _kernels() -> tuple[Any, Any]:
     """(partial, combine), Triton-compiled on first use, and set as this module's
-    globals: a saved compiled function (the inductor warm path) records a user-defined
-    kernel by module and name, and the loading process looks it up with getattr, which
-    the module's ``__getattr__`` answers by defining them."""
+    globals (models/lazy_kernels.py says why)."""
     global tl, _partial, _combine
     import triton
     import triton.language
@@ -227,10 +226,7 @@ def _kernels() -> tuple[Any, Any]:
     return _partial, _combine
 
 
-def __getattr__(name: str) -> Any:
-    if name in ("_partial", "_combine"):
-        return dict(zip(("_partial", "_combine"), _kernels(), strict=True))[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = kernel_getattr(__name__, ("_partial", "_combine"), _kernels)
 
 
 def _next_pow2(n: int) -> int:

@@ -30,23 +30,19 @@ is not kept.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.library import triton_op, wrap_triton
 
+from .lazy_kernels import kernel_getattr, once
+
 # Set by _define_kernels(): Triton (a CUDA build of torch's dependency, not acache's) is
 # imported when a kernel is first needed, so importing this module never needs it.
 tl: Any = None
-_KERNELS = ("_int8_gemv", "_store_row")
 
 MAX_ROWS = 4
-# 2**23 as fp32 bits: OR-ing a byte u into its mantissa gives the float 2**23 + u. The
-# kernels spell these out (Triton reads a module global only if it is a constexpr).
-MAGIC_BITS = 0x4B000000
-MAGIC = 8388608.0
 
 
 @dataclass(frozen=True)
@@ -72,13 +68,11 @@ def _pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-@functools.cache
+@once
 def _define_kernels() -> None:
-    """Define the kernels as this module's globals. Inductor's generated code and its
-    compile workers look a user-defined Triton kernel up by module and name (a kernel
-    local to a function failed an inductor build), and Triton resolves the helper a
-    kernel calls among the same globals; the module's ``__getattr__`` defines them on
-    such a lookup in a fresh process."""
+    """Define the kernels as this module's globals (models/lazy_kernels.py says why; a
+    kernel local to a function failed an inductor build), where Triton also resolves
+    the helper a kernel calls."""
     global tl, _int8_gemv, _store_row
     import triton
     import triton.language
@@ -120,9 +114,11 @@ def _define_kernels() -> None:
                 kmask = (k0 + rk) < K
             w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
             if MAGIC_CAST:
-                # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa.
-                bits = w.to(tl.int32) ^ 0x4B000080  # MAGIC_BITS | 0x80
-                wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # MAGIC + 128
+                # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
+                # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
+                # Literals: Triton reads a module global only if it is a constexpr.
+                bits = w.to(tl.int32) ^ 0x4B000080
+                wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
             else:
                 wf = w.to(tl.float32)
             acc0 += tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :] * wf
@@ -147,17 +143,33 @@ def _define_kernels() -> None:
             _store_row(acc3, 3, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _KERNELS:
-        _define_kernels()
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = kernel_getattr(__name__, ("_int8_gemv", "_store_row"), _define_kernels)
 
 
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    if x.dim() != 2 or x.shape[0] > MAX_ROWS:
-        raise ValueError(f"the weight-only GEMV takes [rows <= {MAX_ROWS}, K], got {list(x.shape)}")
-    return x if x.stride(-1) == 1 else x.contiguous()
+def _checked(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The inputs as the kernel reads them, checked on the host before any launch: a
+    ValueError for what it cannot read. x's rows keep their stride; scales and bias
+    ([N], cheap) are made contiguous; a strided weight is refused, as a silent copy of
+    it would cost its whole size in memory and time on every call."""
+    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
+        raise ValueError(
+            f"the weight-only GEMV takes x of [1 to {MAX_ROWS} rows, K], got {list(x.shape)}"
+        )
+    if weight.dim() != 2 or weight.dtype != torch.int8 or weight.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"the weight-only GEMV takes an int8 weight [N, {x.shape[1]}], "
+            f"got {weight.dtype} {list(weight.shape)}"
+        )
+    if not weight.is_contiguous():
+        raise ValueError("the weight-only GEMV reads a contiguous weight (call .contiguous() once)")
+    n = weight.shape[0]
+    for name, t in (("scales", scales), ("bias", bias)):
+        if t is not None and tuple(t.shape) != (n,):
+            raise ValueError(f"the weight-only GEMV takes {name} [{n}], got {list(t.shape)}")
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    return x, scales.contiguous(), None if bias is None else bias.contiguous()
 
 
 def launch_int8(
@@ -169,7 +181,7 @@ def launch_int8(
     magic_cast: bool = True,
 ) -> torch.Tensor:
     """The int8 kernel with an explicit tile (the op's body; the benchmark's sweep)."""
-    x = _rows(x)
+    x, scales, bias = _checked(x, weight, scales, bias)
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -193,5 +205,6 @@ def int8_gemv(
 ) -> torch.Tensor:
     """x [M <= MAX_ROWS, K]; weight int8 [N, K]; scales [N]; bias [N] or None -> [M, N]
     in x's dtype."""
+    x, scales, bias = _checked(x, weight, scales, bias)  # before int8_launch reads the shapes
     cut = int8_launch(x.shape[0], weight.shape[0], weight.shape[1])
     return launch_int8(x, weight, scales, bias, cut)

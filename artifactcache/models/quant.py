@@ -83,10 +83,18 @@ class Int8WeightOnlyLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:  # one decode row
-            gemv = torch.ops.acache.int8_gemv(
-                x.reshape(1, self.in_features), self.weight, self.scales, self.bias
-            )
-            return gemv.reshape(*x.shape[:-1], self.out_features)
+            # quantize() registers the op for layers on CUDA; a layer quantized on the CPU
+            # and moved .to("cuda") after has not, so an eager call registers it (one flag
+            # read once done). Dynamo and torch.export refuse to register an op inside
+            # what they trace, so there the flag decides: the op where it is registered,
+            # else the cast below (the same product, slower) rather than a crash.
+            if not torch.compiler.is_compiling():
+                register_gemv()
+            if _gemv_registered:
+                gemv = torch.ops.acache.int8_gemv(
+                    x.reshape(1, self.in_features), self.weight, self.scales, self.bias
+                )
+                return gemv.reshape(*x.shape[:-1], self.out_features)
         y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         return y if self.bias is None else y + self.bias
 
@@ -242,14 +250,25 @@ def check_int4_device(device: torch.device) -> None:
         )
 
 
+# Set once models/gemv.py is imported (which registers acache::int8_gemv).
+_gemv_registered = False
+
+
+def register_gemv() -> None:
+    """Register acache::int8_gemv (imports models/gemv.py, Triton and Dynamo); idempotent."""
+    global _gemv_registered
+    if not _gemv_registered:
+        from . import gemv  # noqa: F401 - registers acache::int8_gemv
+
+        _gemv_registered = True
+
+
 def register_ops(model: nn.Module) -> None:
     """Register the int8 GEMV op of a CUDA int8 model, before Dynamo or torch.export
     trace it (they refuse to register an op inside a traced function). Builds and warm
     loads call it; a CPU model never imports Triton for it."""
-    for module in model.modules():
-        if isinstance(module, Int8WeightOnlyLinear) and module.weight.is_cuda:
-            from . import gemv  # noqa: F401 - registers acache::int8_gemv
-            return
+    if any(isinstance(m, Int8WeightOnlyLinear) and m.weight.is_cuda for m in model.modules()):
+        register_gemv()
 
 
 def int8_linear(linear: nn.Linear) -> Int8WeightOnlyLinear:

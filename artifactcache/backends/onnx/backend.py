@@ -91,14 +91,25 @@ def onnxruntime_module() -> Any:
     return onnxruntime
 
 
-def ort_version() -> tuple[int, ...]:
-    parts = onnxruntime_module().__version__.split(".")[:2]
+def ort_version() -> tuple[int, ...] | None:
+    """onnxruntime's (major, minor), or None where it is not installed or fails to import:
+    check_options runs before require_available (and compare's availability() catches only
+    AcacheError), so a missing onnxruntime must reach the one-line "unavailable" error."""
+    try:
+        if importlib.util.find_spec("onnxruntime") is None:
+            return None
+        version = onnxruntime_module().__version__
+    except (ImportError, ValueError):  # ValueError: find_spec of a module without a spec
+        return None
+    parts = version.split(".")[:2]
     return tuple(int("".join(c for c in p if c.isdigit()) or 0) for p in parts)
 
 
 def default_opset(ep: str) -> int:
-    """The opset an export for ``ep`` gets unless ``--extra opset=N`` says otherwise."""
-    if ep == "cpu" and ort_version() >= ATTENTION_ORT:
+    """The opset an export for ``ep`` gets unless ``--extra opset=N`` says otherwise
+    (the floor where onnxruntime is missing: the build then stops as unavailable)."""
+    version = ort_version()
+    if ep == "cpu" and version is not None and version >= ATTENTION_ORT:
         return ATTENTION_OPSET
     return DEFAULT_OPSET
 
