@@ -168,9 +168,17 @@ def dynamic_dims(recipe: Any, kv_buckets: bool) -> list[str]:
 
 
 def pass_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The prefill passes' Inductor options: the mode's without CUDA graphs, and no
-    tuning flags (tuning.decode_only)."""
-    return {k: v for k, v in decode_only(options, "prefill").items() if k != "triton.cudagraphs"}
+    """The prefill passes' Inductor options: the mode's without CUDA graphs, no tuning
+    flags (tuning.decode_only), and no matmul padding.
+
+    Why no padding: on CUDA, Inductor's pad_mm pass weighs padding an unaligned matmul
+    dimension by comparing the token count with the weight's sizes, which adds a guard
+    such as ``tokens >= 172`` (tiny-llama-2k's intermediate size) that Dynamo refuses as
+    a violation of the compiled token range: the build failed (H200, torch 2.11). The
+    seed models' dimensions are aligned, so they never padded.
+    """
+    passes = decode_only(options, "prefill").items()
+    return {**{k: v for k, v in passes if k != "triton.cudagraphs"}, "shape_padding": False}
 
 
 def register_model_ops(model: Any) -> None:
