@@ -224,3 +224,26 @@ def test_modes_are_key_factors_and_reduce_overhead_needs_cuda():
     assert "\n" not in str(ei.value)
     with pytest.raises(BackendError, match="unknown inductor mode"):
         api.make_context("tiny-llama", "inductor", mode="fast")
+
+
+def test_the_prompt_passes_compile_without_pad_mm(monkeypatch, tmp_path: Path):
+    """Both warm paths compile prefill and extend with shape_padding off: on CUDA,
+    pad_mm's guard on the token count broke builds with an unaligned dimension
+    (pass_options says why); decode, of one static shape, keeps Inductor's default."""
+    from artifactcache.models import build_model
+
+    seen: list[dict] = []
+
+    def record(fn, args, options):
+        seen.append(options)
+        return lambda *a: None
+
+    monkeypatch.setattr(inductor, "aot_compile_step", record)
+    monkeypatch.setattr(inductor, "save_compiled_step", lambda c, p: p.write_bytes(b"x"))
+    rec = load_recipe("tiny-llama")
+    model = build_model(rec)
+    inductor.save_aot_steps(model, BuildChoices(device="cpu"), rec, torch.device("cpu"), tmp_path)
+    assert len(seen) == len(inductor.STEPS)
+    for step, options in zip(inductor.STEPS, seen):
+        assert options.get("shape_padding") is (None if step == "decode" else False), step
+    assert inductor.pass_options({})["shape_padding"] is False  # the megacache path's passes

@@ -379,7 +379,8 @@ def save_aot_steps(
     for step in STEPS:
         args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
         with torch.no_grad():
-            compiled = aot_compile_step(run_model, args, decode_only(options, step))
+            step_options = options if step == "decode" else pass_options(options)
+            compiled = aot_compile_step(run_model, args, step_options)
             compiled(*args)  # fails here, at build, rather than in a warm process
         sync(dev)
         save_compiled_step(compiled, workdir / STEP_FILES[step])
