@@ -21,7 +21,9 @@ computed from the weight bytes each step must read.
         --variants aoti aoti+fuse_projections=0 aoti+quant=int8wo inductor:reduce-overhead \
         --profile aoti aoti+quant=int8wo
 
-Writes ``OUT/decode_step.json`` and prints a markdown table last.
+Writes ``OUT/decode_step.json`` and prints a markdown table last. ``--build-only`` runs
+``acache build`` for each variant instead (``OUT/builds.json``), so that a caller
+(decode_call.sh) can build several side by side before measuring them one at a time.
 """
 
 from __future__ import annotations
