@@ -17,7 +17,8 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 
 import torch  # noqa: E402
 
-from artifactcache.backends.shared.runner import StepRunner, kv_buckets_of  # noqa: E402
+from artifactcache.backends.shared.runner import StepRunner  # noqa: E402
+from artifactcache.backends.shared.steps import kv_buckets_of  # noqa: E402
 from artifactcache.kv_buckets import kv_bucket  # noqa: E402
 from artifactcache.models import build_model  # noqa: E402
 from artifactcache.models.common import key_positions  # noqa: E402

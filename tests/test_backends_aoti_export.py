@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.exc import UserError, UserErrorType
 
 from artifactcache.backends.aoti import backend as aoti
-from artifactcache.backends.shared.runner import example_inputs
+from artifactcache.backends.shared.steps import example_inputs
 from artifactcache.errors import BackendError
 from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe

@@ -244,6 +244,6 @@ def test_the_prompt_passes_compile_without_pad_mm(monkeypatch, tmp_path: Path):
     model = build_model(rec)
     inductor.save_aot_steps(model, BuildChoices(device="cpu"), rec, torch.device("cpu"), tmp_path)
     assert len(seen) == len(inductor.STEPS)
-    for step, options in zip(inductor.STEPS, seen):
+    for step, options in zip(inductor.STEPS, seen, strict=True):
         assert options.get("shape_padding") is (None if step == "decode" else False), step
     assert inductor.pass_options({})["shape_padding"] is False  # the megacache path's passes

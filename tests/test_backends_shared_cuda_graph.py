@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from artifactcache.backends.shared.cuda_graph import cuda_graph_step
-from artifactcache.backends.shared.runner import StepRunner, decode_examples
+from artifactcache.backends.shared.runner import StepRunner
+from artifactcache.backends.shared.steps import decode_examples
 from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 

@@ -6,11 +6,8 @@ import pytest
 import torch
 from _backend_util import BATCH_PROMPTS, TINY, assert_rows_match_alone
 
-from artifactcache.backends.shared.runner import (
-    EOS_CHECK_EVERY,
-    StepRunner,
-    decode_examples,
-)
+from artifactcache.backends.shared.runner import EOS_CHECK_EVERY, StepRunner
+from artifactcache.backends.shared.steps import decode_examples
 from artifactcache.errors import ShapeError
 from artifactcache.kv_buckets import kv_bucket
 from artifactcache.models import build_model

@@ -151,7 +151,7 @@ def test_dynamo_traces_a_split_kv_model_whole():
     import torch
 
     from artifactcache.backends.inductor.backend import register_model_ops
-    from artifactcache.backends.shared.runner import example_inputs
+    from artifactcache.backends.shared.steps import example_inputs
     from artifactcache.models import build_model
     from artifactcache.recipes import load_recipe
 

@@ -50,7 +50,7 @@ def test_max_seq_len_is_a_key_factor_and_the_recipes_own_is_the_default():
 
 
 def test_a_context_shorter_than_the_prefill_chunk_takes_shorter_chunks():
-    from artifactcache.backends.shared.runner import example_inputs
+    from artifactcache.backends.shared.steps import example_inputs
 
     s = load_recipe("tiny-llama").with_shapes(max_seq_len=4).shapes  # prefill_len 8
     assert (s.max_seq_len, s.prefill_len, s.max_batch) == (4, 3, 1)

@@ -1,6 +1,6 @@
 """aoti: torch.export + AOTInductor, three weight-stripped packages sharing one model.
 
-The artifact (see docs/backends.md): the steps of runner.STEP_KINDS (a prompt's first
+The artifact (see docs/backends.md): the steps of steps.STEP_KINDS (a prompt's first
 pass, causal over its own keys; a pass that reads the cache; decode), each exported
 with ``torch.export`` and compiled with ``aoti_compile_and_package`` using
 ``aot_inductor.package_constants_in_so=False``. The passes' token count (up to
@@ -50,12 +50,14 @@ from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
 from ..shared.runner import (
-    STEP_KINDS,
     StepRunner,
     build_model_for,
     check_device_dtype,
-    decode_examples,
     device_of,
+)
+from ..shared.steps import (
+    STEP_KINDS,
+    decode_examples,
     dynamic_ranges,
     example_inputs,
     kv_buckets_of,
@@ -107,7 +109,7 @@ def inductor_configs(opts: BuildChoices, memo_dir: Path | None = None) -> dict[s
 def export_dynamic_shapes(
     recipe: Any, step: str, *, strict: bool = True, kv_buckets: bool = True
 ) -> Any:
-    """torch.export's dynamic_shapes for a step's inputs (runner.example_inputs' order):
+    """torch.export's dynamic_shapes for a step's inputs (steps.example_inputs' order):
     the passes' token count and the KV-read length of extend and decode; None if static.
 
     ``strict``: named Dims, which export refuses unless it proves every guard over the

@@ -24,6 +24,8 @@ from ..shared.runner import (
     build_model_for,
     check_device_dtype,
     device_of,
+)
+from ..shared.steps import (
     kv_buckets_of,
 )
 

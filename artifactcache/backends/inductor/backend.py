@@ -2,7 +2,7 @@
 
 Two ways to warm, chosen per torch (``warm_path``, a key factor: the files differ):
 
-Three steps (runner.STEP_KINDS): a prompt's first pass (causal over its own keys),
+Three steps (steps.STEP_KINDS): a prompt's first pass (causal over its own keys),
 a pass that reads the cache (a later chunk, left-padded rows), and decode. Shapes are
 static but for the passes' token count (up to prefill_len) and the KV-read length of
 extend and decode (the size of their ``kv_pos`` input, models/common.py), marked
@@ -61,17 +61,19 @@ from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
 from ..shared.model_options import check_model_options, model_factors, split_kv_decode
 from ..shared.runner import (
-    STEP_KINDS,
     StepRunner,
     build_model_for,
     check_device_dtype,
-    decode_examples,
     device_of,
+    sync,
+)
+from ..shared.steps import (
+    STEP_KINDS,
+    decode_examples,
     dynamic_ranges,
     example_inputs,
     kv_buckets_of,
     prefill_tokens_range,
-    sync,
 )
 from ..shared.torch_private import (
     aot_compile_missing,

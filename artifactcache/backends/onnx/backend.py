@@ -429,7 +429,7 @@ def _device_id(opts: BuildChoices) -> int:
 def _warm(steps: _OrtSteps, recipe: Recipe) -> None:
     import torch
 
-    from ..shared.runner import example_inputs
+    from ..shared.steps import example_inputs
 
     cpu = torch.device("cpu")
     idx, pos, row_start, kv_pos = example_inputs(recipe, cpu, "extend")
