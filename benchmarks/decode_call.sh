@@ -10,8 +10,10 @@
 #
 # VARIANT is decode_step.py's `backend[:mode][+key=value,...]`. OUT gets build-N.log
 # (each build's JSON lines), RECIPE/decode_step.json and RECIPE.log (its table last).
-# DECODE_JOBS (default 2): builds at once; three llama-7b builds ran the H200 out of
-# memory, three of the small seed models did not. DECODE_TIMEOUT_S (default 330): per build.
+# DECODE_JOBS (default 2): builds at once; three of the small seed models side by side
+# fit the H200, four builds with three 7-8B models among them ran it out of memory.
+# DECODE_TIMEOUT_S (default 330): per build. The exit status is 1 if any build or
+# measurement failed.
 # DECODE_ARGS: more decode_step.py options for every run (a CPU check:
 # DECODE_ARGS="--device cpu --dtype fp32" DECODE_PROFILE=0 ... tiny-llama/eager).
 set -uo pipefail
@@ -24,20 +26,25 @@ cd "$(dirname "$0")/.."
 mkdir -p "$out"
 jobs=${DECODE_JOBS:-2} limit=${DECODE_TIMEOUT_S:-330}
 read -ra more <<<"${DECODE_ARGS:-}"
+for spec in "$@"; do  # every spec checked before anything starts
+  case $spec in */*) ;; *) echo "not RECIPE/VARIANT: $spec" >&2; exit 2 ;; esac
+done
 start=$SECONDS
+status=0
 n=0
 for spec in "$@"; do
-  case $spec in */*) ;; *) echo "not RECIPE/VARIANT: $spec" >&2; exit 2 ;; esac
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
   n=$((n + 1))
-  timeout "$limit" python3 benchmarks/decode_step.py "${spec%%/*}" --build-only \
+  # decode_step's own limit, under the outer one, stops its `acache build` child and
+  # writes builds.json; the outer one only catches a hung decode_step.
+  timeout "$((limit + 15))" python3 benchmarks/decode_step.py "${spec%%/*}" --build-only \
     --out "$out/builds/$n" --cache-dir "$cache" --variants "${spec#*/}" \
     --timeout-s "$limit" "${more[@]}" >"$out/build-$n.log" 2>&1 &
   echo "build $n: $spec"
 done
 wait
 echo "builds done after $((SECONDS - start)) s"
-grep -h '"error": "' "$out"/build-*.log
+if grep -h '"error": "' "$out"/build-*.log; then status=1; fi
 recipes=$(for spec in "$@"; do echo "${spec%%/*}"; done | awk '!seen[$0]++')
 for recipe in $recipes; do
   variants=()
@@ -54,6 +61,9 @@ for recipe in $recipes; do
   timeout 400 python3 benchmarks/decode_step.py "$recipe" --out "$out/$recipe" \
     --cache-dir "$cache" --variants "${variants[@]}" "${profile[@]}" --timeout-s 200 "${more[@]}" \
     >"$out/$recipe.log" 2>&1
-  echo "$recipe: decode_step exit $? after $((SECONDS - start)) s"
+  rc=$?
+  echo "$recipe: decode_step exit $rc after $((SECONDS - start)) s"
+  [ $rc -eq 0 ] || status=1
   grep -A30 '^| variant' "$out/$recipe.log"
 done
+exit $status

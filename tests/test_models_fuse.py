@@ -69,7 +69,8 @@ def test_fused_phi2_gives_the_unfused_logits_and_tokens(cache_dir: Path):
     plain = build_model(rec)
     fused = build_model(rec, fuse_projections=True)
     block = fused.model.layers[0]
-    assert block.fused and not hasattr(block.self_attn, "q_proj") and not hasattr(block.mlp, "fc1")
+    assert block.fused and block.outputs_fused
+    assert not hasattr(block.self_attn, "q_proj") and not hasattr(block.mlp, "fc1")
     assert rel_err(_logits(fused, ids), _logits(plain, ids)) <= 1e-5
     prompt = list(rec.bench.prompt_ids)
     eager = api.load("tiny-phi-2", "eager", cache_dir=cache_dir)
@@ -99,6 +100,19 @@ def test_phi2_fusion_stacks_the_inputs_and_sums_the_outputs():
     assert torch.equal(block.out_proj.bias, want_out_bias)
     assert block.out_proj.in_features == want_out.shape[1]
     assert fuse_projections(model) == 0
+
+
+@pytest.mark.parametrize("quant", ["int8wo", "int4wo"])
+def test_a_quantized_phi2_keeps_dense_and_fc2_apart(quant: str):
+    """One int8 scale per output row: a row of [dense | fc2] would share it across both."""
+    rec = load_recipe("tiny-phi-2")
+    model = build_model(rec, fuse_projections=True, quant=quant)
+    block = model.model.layers[0]
+    assert block.fused and not block.outputs_fused and not hasattr(block, "out_proj")
+    assert hasattr(block.self_attn, "dense") and hasattr(block.mlp, "fc2")
+    ids = [(31 * i + 7) % rec.model.vocab_size for i in range(SEQ)]
+    plain = build_model(rec, quant=quant)  # the same rows, the same scales
+    assert rel_err(_logits(model, ids), _logits(plain, ids)) <= 1e-5
 
 
 def test_phi3_is_left_as_it_is():

@@ -145,7 +145,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
             prefill.check_prompt_lens(rec, spec.prompt_lens)  # N + 1 <= max_seq_len
             for name in dict.fromkeys(["eager", *spec.backends]):
-                check_recipe_options(name, rec, build_options(spec, name))  # phi-2 fused, ...
+                check_recipe_options(name, rec, build_options(spec, name))  # phi-3 unfused, ...
             if parse_device(c.device)[0] == "cpu":
                 # On a GPU the probe checks, before it builds: asking CUDA here would
                 # hold a context in this process for the whole measurement.

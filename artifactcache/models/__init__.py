@@ -93,7 +93,7 @@ def build_model(
     if fuse_projections:
         from .fuse import fuse_projections as fuse
 
-        fuse(model)
+        fuse(model, for_quant=quant is not None)
     if quant is not None:
         from .quant import quantize
 

@@ -57,22 +57,27 @@ def _side_by_side(parts: list[nn.Linear]) -> nn.Linear:
     return fused
 
 
-def _fuse_phi_block(block: PhiBlock) -> None:
+def _fuse_phi_block(block: PhiBlock, outputs: bool) -> None:
     attn, mlp = block.self_attn, block.mlp
     block.in_proj = _concat([attn.q_proj, attn.k_proj, attn.v_proj, mlp.fc1])
-    block.out_proj = _side_by_side([attn.dense, mlp.fc2])
-    del attn.q_proj, attn.k_proj, attn.v_proj, attn.dense, mlp.fc1, mlp.fc2
+    del attn.q_proj, attn.k_proj, attn.v_proj, mlp.fc1
+    if outputs:
+        block.out_proj = _side_by_side([attn.dense, mlp.fc2])
+        del attn.dense, mlp.fc2
+        block.outputs_fused = True
 
 
 @torch.no_grad()
-def fuse_projections(model: nn.Module) -> int:
-    """Fuse every unfused Attention and MLP of ``model`` in place; how many were fused."""
+def fuse_projections(model: nn.Module, *, for_quant: bool = False) -> int:
+    """Fuse every unfused Attention, MLP and PhiBlock of ``model`` in place; how many were
+    fused. ``for_quant``: the model is to be quantized, so a PhiBlock keeps dense and fc2
+    apart (models/phi2.py says why)."""
     # Only the blocks are listed: a list holding the old Linears would keep them alive.
     kinds = (Attention, MLP, PhiBlock)
     targets = [m for m in model.modules() if isinstance(m, kinds) and not m.fused]
     for module in targets:
         if isinstance(module, PhiBlock):
-            _fuse_phi_block(module)
+            _fuse_phi_block(module, outputs=not for_quant)
         elif isinstance(module, Attention):
             module.qkv_proj = _concat([module.q_proj, module.k_proj, module.v_proj])
             del module.q_proj, module.k_proj, module.v_proj

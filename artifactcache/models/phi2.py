@@ -7,6 +7,9 @@ Because attention and MLP read the same normalized input and their outputs are s
 a fused block (models/fuse.py, ``PhiBlock.fused``) runs two matmuls instead of six:
 ``in_proj`` = [q; k; v; fc1] on the LayerNorm's output, and ``out_proj`` = [dense | fc2]
 on the attention output and the GELU side by side, with one bias (dense's + fc2's).
+A block fused for quantization keeps dense and fc2 apart (``outputs_fused`` False):
+int8wo has one scale per output row, and a row of ``out_proj`` would share it across
+both matrices, the smaller one's weights rounded by the larger one's range.
 """
 
 from __future__ import annotations
@@ -62,8 +65,10 @@ def gelu(x: torch.Tensor) -> torch.Tensor:
 
 
 class PhiBlock(nn.Module):
-    # Set by models/fuse.py once ``in_proj`` and ``out_proj`` replace the six projections.
+    # Set by models/fuse.py: ``in_proj`` replaces q/k/v/fc1, and ``out_proj`` dense/fc2
+    # where ``outputs_fused``.
     fused = False
+    outputs_fused = False
     in_proj: nn.Linear
     out_proj: nn.Linear
 
@@ -81,7 +86,9 @@ class PhiBlock(nn.Module):
             return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
         q, k, v, up = self.in_proj(h).split(self.in_sizes, dim=-1)
         y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos)
-        return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
+        if self.outputs_fused:
+            return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
+        return x + self.self_attn.dense(y) + self.mlp.fc2(gelu(up))
 
 
 class PhiBackbone(nn.Module):

@@ -34,10 +34,11 @@ for more than TINYGEMM_MAX_ROWS rows (``--max-batch``) decodes through the dequa
 GEMM, reading ~4.5 bytes a weight against bf16's 2, so it decodes slower than bf16.
 
 Every Linear of the blocks is quantized (q/k/v or qkv, o, gate/up, down; phi-2's
-dense, fc1, fc2); the LM head is not. Its error would go straight into the logits the
-greedy pick reads, a tied head shares its matrix with the input embedding (which
-must stay full width for the lookup), and it is a small part of the bytes a step
-reads (llama-7b: 0.26 of 6.7 GB once the blocks are int8).
+q/k/v, dense, fc1, fc2, or in_proj, dense, fc2 when fused); the LM head is not. Its
+error would go straight into the logits the greedy pick reads, a tied head shares its
+matrix with the input embedding (which must stay full width for the lookup), and it is
+a small part of the bytes a step reads (llama-7b: 0.26 of 6.7 GB once the blocks are
+int8).
 
 Quantizing runs on the device after the weights are in, one Linear at a time (row
 chunks in fp32), and drops each float weight as soon as its quantized copy exists. On
