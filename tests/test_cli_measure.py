@@ -63,7 +63,7 @@ def one_line_error(*args: str) -> str:
         ),
         (["bench", "tiny-llama", "--quant", "int4"], "unknown --quant"),
         (["coldstart", "tiny-llama", "-b", "ort", "--quant", "int8wo"], "constant folding"),
-        (["bench", "tiny-phi-2", "--extra", "fuse_projections=1"], "projections apart"),
+        (["bench", "tiny-phi-3", "--extra", "fuse_projections=0"], "cannot split them"),
         (
             [
                 "compare",
