@@ -126,7 +126,8 @@ def env(out: Path) -> dict[str, str]:
 
 
 def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> list[str]:
-    """The options one variant passes to `acache bench` and `acache build` alike."""
+    """The options one variant passes to `acache build` and `acache bench` alike (bench
+    adds the rows it runs)."""
     cmd = [args.recipe, "--backend", v["backend"], "--device", args.device, "--dtype",
            args.dtype, "--json", "--cache-dir", str(cache)]  # fmt: skip
     if v["mode"]:
@@ -136,7 +137,7 @@ def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> li
     if v["quant"]:
         cmd += ["--quant", v["quant"]]
     if v["batch"] > 1:
-        cmd += ["--max-batch", str(v["batch"]), "--batch", str(v["batch"])]
+        cmd += ["--max-batch", str(v["batch"])]
     if v["max_seq_len"]:
         cmd += ["--max-seq-len", str(v["max_seq_len"])]
     return cmd
@@ -144,11 +145,7 @@ def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> li
 
 def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """`acache build` of one variant (a cache hit if it is built already)."""
-    args_v = variant_args(v, args, cache)
-    if v["batch"] > 1:  # --batch is bench's, not a build option
-        i = args_v.index("--batch")
-        del args_v[i : i + 2]
-    cmd = [sys.executable, "-m", "artifactcache.cli", "build", *args_v]
+    cmd = [sys.executable, "-m", "artifactcache.cli", "build", *variant_args(v, args, cache)]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip
@@ -161,6 +158,8 @@ def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
 def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "artifactcache.cli", "bench", *variant_args(v, args, cache),
            "--iters", str(args.iters)]  # fmt: skip
+    if v["batch"] > 1:
+        cmd += ["--batch", str(v["batch"])]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
                        timeout=args.timeout_s)  # fmt: skip

@@ -180,8 +180,20 @@ def launch_int8(
     cut: GemvLaunch,
     magic_cast: bool = True,
 ) -> torch.Tensor:
-    """The int8 kernel with an explicit tile (the op's body; the benchmark's sweep)."""
+    """The int8 kernel with an explicit tile (the benchmark's sweep), inputs checked."""
     x, scales, bias = _checked(x, weight, scales, bias)
+    return _launch(x, weight, scales, bias, cut, magic_cast)
+
+
+def _launch(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    cut: GemvLaunch,
+    magic_cast: bool,
+) -> torch.Tensor:
+    """The kernel's launch on inputs _checked has passed."""
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
@@ -207,4 +219,4 @@ def int8_gemv(
     in x's dtype."""
     x, scales, bias = _checked(x, weight, scales, bias)  # before int8_launch reads the shapes
     cut = int8_launch(x.shape[0], weight.shape[0], weight.shape[1])
-    return launch_int8(x, weight, scales, bias, cut)
+    return _launch(x, weight, scales, bias, cut, magic_cast=True)
