@@ -12,85 +12,104 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 
 import torch  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 from artifactcache.models import gemv  # noqa: E402
 from artifactcache.models.quant import quantize_int8  # noqa: E402
 
 
-def int8_reference(x, weight, scales, bias):
-    y = (x.double() @ weight.double().T) * scales.double()
-    return y if bias is None else y + bias.double()
+def reference(x, weight, scales, bias, norm_weight, eps, silu_mul, residual):
+    """The module docstring's product in float64 (the norm unrounded, as the kernel's)."""
+    a = x.double().reshape(-1)
+    if silu_mul:
+        gate, up = a.chunk(2)
+        a = F.silu(gate) * up
+    if norm_weight is not None:
+        a = a * torch.rsqrt(a.pow(2).mean() + eps) * norm_weight.double()
+    y = weight.double() @ a
+    if scales is not None:
+        y = y * scales.double()
+    if bias is not None:
+        y = y + bias.double()
+    if residual is not None:
+        y = y.to(x.dtype).double() + residual.double()
+    return y.reshape(1, -1)
 
 
-# (rows, N, K, bias, tile (block_n, block_k) or None for the op's own)
-INT8_CASES = {
-    "one row, the op's tile": (1, 96, 256, False, None),
-    "three rows, a bias": (3, 40, 128, True, None),
-    "K not a multiple of the tile, N of the block": (2, 37, 200, False, (16, 128)),
-    "four rows, one output channel a program": (4, 5, 64, True, (1, 32)),
-    "the magic cast's extremes -127 and 127": (1, 8, 64, False, None),
-}
+# name: (N, K, int8, bias, norm, silu_mul, residual, tile (block_n, block_k) or None)
+CASES = {
+    "plain, the op's tile": (96, 256, False, False, False, False, False, None),
+    "a bias": (40, 128, False, True, False, False, False, None),
+    "RMSNorm prologue": (64, 192, False, False, True, False, False, None),
+    "SiLU-and-mul prologue and a skip": (48, 128, False, False, False, True, True, None),
+    "RMSNorm, a bias and a skip": (33, 96, False, True, True, False, True, None),
+    "K not a multiple of the tile, N of the block": (37, 200, False, False, True, False, False, (16, 128)),
+    "one output channel a program": (5, 64, False, True, False, False, True, (1, 32)),
+    "int8": (96, 256, True, False, False, False, False, None),
+    "int8, RMSNorm and a bias": (40, 200, True, True, True, False, False, (8, 64)),
+    "int8, SiLU-and-mul and a skip": (24, 64, True, False, False, True, True, None),
+    "int8, the magic cast's extremes -127 and 127": (8, 64, True, False, False, False, False, None),
+}  # fmt: skip
 
 
-def int8_matches(name, rows, n, k, with_bias, tile, dtype):
+def case_matches(name, n, k, int8, with_bias, norm, silu_mul, with_residual, tile, dtype):
     torch.manual_seed(0)
-    w = torch.randn(n, k)
-    if "extremes" in name:
-        w[:, ::2] = w.abs().amax(1, keepdim=True)
-        w[:, 1::2] = -w[:, ::2]
-    weight, scales = quantize_int8(w.to(dtype))
-    if "extremes" in name:
-        assert weight.max() == 127 and weight.min() == -127
-    x = torch.randn(rows, k, dtype=dtype)
+    w = torch.randn(n, k, dtype=dtype) / k**0.5
+    scales = None
+    if int8:
+        if "extremes" in name:
+            w[:, ::2] = w.abs().amax(1, keepdim=True)
+            w[:, 1::2] = -w[:, ::2]
+        w, scales = quantize_int8(w)
+        if "extremes" in name:
+            assert w.max() == 127 and w.min() == -127
+    x = torch.randn(1, 2 * k if silu_mul else k, dtype=dtype)
     bias = torch.randn(n, dtype=dtype) if with_bias else None
-    if tile is None:
-        got = gemv.int8_gemv(x, weight, scales, bias)
-    else:
-        got = gemv.launch_int8(x, weight, scales, bias, gemv.GemvLaunch(*tile))
-    plain = gemv.launch_int8(x, weight, scales, bias, gemv.int8_launch(rows, n, k), False)
-    want = int8_reference(x, weight, scales, bias)
+    g = (1 + torch.rand(k)).to(dtype) if norm else None
+    residual = torch.randn(n, dtype=dtype) if with_residual else None
+    args = (x, w, scales, bias, g, 1e-5, silu_mul, residual)
+    got = gemv.row_gemv(*args) if tile is None else gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile))
+    want = reference(*args)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
-    torch.testing.assert_close(plain, got, rtol=tol, atol=tol)
-    assert got.dtype == dtype and got.shape == (rows, n)
+    assert got.dtype == dtype and got.shape == (1, n)
 
 
 def strided_inputs_match(dtype):
-    """x's rows apart in memory, its columns too (copied), scales and bias every other
+    """x's columns apart in memory (copied), scales, bias and norm weight every other
     element (made contiguous): the op reads them as the plain product does."""
     torch.manual_seed(1)
     n, k = 24, 96
     weight, scales = quantize_int8(torch.randn(n, k, dtype=dtype))
-    x = torch.randn(2, 2 * k, dtype=dtype)
+    x = torch.randn(1, 2 * k, dtype=dtype)[:, ::2]
     bias = torch.randn(2 * n, dtype=dtype)[::2]
+    g = torch.rand(2 * k, dtype=dtype)[::2] + 1
     strided_scales = torch.stack([scales, scales], 1).reshape(-1)[::2]
-    for rows in (x[:, :k], x[:, ::2]):
-        got = gemv.int8_gemv(rows, weight, strided_scales, bias)
-        want = int8_reference(rows, weight, scales, bias)
-        tol = 1e-5 if dtype == torch.float32 else 2e-2
-        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
+    got = gemv.row_gemv(x, weight, strided_scales, bias, g, 1e-6, False, None)
+    want = reference(x, weight, scales, bias, g, 1e-6, False, None)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
 
 
-def too_many_rows_is_refused():
-    x = torch.randn(gemv.MAX_ROWS + 1, 64)
-    weight, scales = quantize_int8(torch.randn(8, 64))
+def several_rows_are_refused():
+    w = torch.randn(8, 64)
     try:
-        gemv.int8_gemv(x, weight, scales, None)
+        gemv.row_gemv(torch.randn(2, 64), w, None, None, None, 0.0, False, None)
     except ValueError as e:
-        assert "rows" in str(e)
+        assert "one row" in str(e)
     else:
         raise AssertionError("a prompt's rows went through the GEMV")
 
 
 def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
-        for name, case in INT8_CASES.items():
-            int8_matches(name, *case, dtype)
-            print(f"ok: int8 {name} ({dtype})")
+        for name, case in CASES.items():
+            case_matches(name, *case, dtype)
+            print(f"ok: {name} ({dtype})")
         strided_inputs_match(dtype)
-        print(f"ok: int8 strided inputs ({dtype})")
-    too_many_rows_is_refused()
-    print("ok: too many rows")
+        print(f"ok: strided inputs ({dtype})")
+    several_rows_are_refused()
+    print("ok: several rows")
 
 
 if __name__ == "__main__":

@@ -73,11 +73,14 @@ def build_model(
     fuse_projections: bool = False,
     quant: str | None = None,
     split_kv_decode: bool = False,
+    row_gemv: bool = False,
 ) -> nn.Module:
     """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps.
 
     ``split_kv_decode``: decode attends through the split-KV kernel (CUDA only;
     models/decode_attention.py), and the steps are given the whole cache.
+    ``row_gemv``: one-row steps run acache's GEMV with the norms folded in (a fused
+    llama-family model on CUDA; models/rows.py).
     """
     weights = weights or WeightsSpec()
     dev = torch.device(device)
@@ -98,6 +101,8 @@ def build_model(
         from .quant import quantize
 
         quantize(model, quant)
+    if row_gemv:
+        model.use_row_gemv()
     model.setup_caches(
         recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len, split_kv_decode
     )

@@ -37,6 +37,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from ..kv_buckets import cache_slots
+from .rows import row_linear
 
 
 def llama3_inv_freq(inv: torch.Tensor, rs: dict) -> torch.Tensor:
@@ -285,6 +286,8 @@ class CausalLM(nn.Module):
     # (vocab x dim per position), plus [T, vocab] fp32 logits written. Read as a constant
     # when a step is compiled or exported.
     first_pass_last_logits = False
+    # One-row steps through acache's GEMV (models/rows.py; LlamaModel.use_row_gemv).
+    row_gemv = False
 
     @property
     def kv_buckets(self) -> bool:
@@ -349,4 +352,7 @@ class CausalLM(nn.Module):
             x = x[:, -1:]
         elif logit_rows is not None:
             x = x.index_select(1, logit_rows)
-        return self.lm_head(getattr(self.model, self.FINAL_NORM)(x)).float()
+        norm = getattr(self.model, self.FINAL_NORM)
+        if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
+            return row_linear(self.lm_head, x, norm=norm).float()
+        return self.lm_head(norm(x)).float()

@@ -1,31 +1,40 @@
-"""Weight-only int8 GEMV for a decode row: int8 weights (per-row scale) read once, at
-the width they are stored in.
+"""One decode row times one weight matrix, with what surrounds the matmul in a block
+folded in: acache's own GEMV, for bf16/fp16/fp32 or int8 (per-row scale) weights.
 
-A decode step multiplies one row (one token) by every weight matrix, so its time is the
-bytes of the weights over the memory bandwidth. Reading int8 weights only pays if the
-kernel keeps that pace while it widens each weight to fp32. Inductor's own GEMV of the
-cast does, alone (2.2-3.3 TB/s on the H200), but in a model it fuses the preceding
-RMSNorm into that reduction and falls to 1.2-1.7 TB/s (docs/perf-notes.md, attempts 9
-and 30); this kernel is an op Inductor cannot fuse into.
+A decode step at batch 1 multiplies one token by every weight matrix, so its time is the
+bytes of the weights over the memory bandwidth. Inductor's GEMVs reach ~4 TB/s alone on
+an H200, but in a model Inductor fuses the RMSNorm (or SiLU-and-mul) before a projection
+into the reduction and falls to ~2.8 TB/s, and cuBLAS's GEMVs leave each norm a kernel
+of its own (docs/perf-notes.md, attempts 30 and 34). This kernel does both jobs in one
+pass over the weights:
+
+- ``norm_weight`` (RMSNorm prologue): ``W @ rmsnorm(x)``. Each program reads all of x,
+  so it accumulates ``sum(x**2)`` beside ``sum(w * g * x)`` in the same loop and scales
+  the dot product by ``rsqrt(mean(x**2) + eps)`` at the end: one pass, no second read of
+  x and no kernel for the norm. (Rounding: transformers rounds ``x * rstd`` to the
+  activation dtype before the norm's weight; here it stays fp32, as Inductor's fused
+  norms do.)
+- ``silu_mul``: x is ``[gate | up]`` (a fused gate/up projection's output, 2K wide) and
+  the product is ``W @ (silu(gate) * up)``.
+- ``residual``: ``residual + W @ x``, the block's skip connection, rounded as eager
+  rounds it (the product to the output dtype first).
+- ``scales`` (int8 weights): ``(W @ x) * scales``.
 
 One program owns ``block_n`` output channels and walks K in tiles of ``block_k``,
 accumulating ``x * w`` element-wise in fp32 registers and reducing once at the end (no
-cross-thread reduction inside the loop). The widening avoids the integer-to-float
-conversion instruction, which Hopper issues at a quarter of the FMA rate and which would
-bound the kernel below the memory rate: a byte ``u`` becomes ``float(0x4B000000 | u)``
-(2**23 + u exactly, one bitwise op), minus a constant; the byte's sign bit is flipped
-in the same XOR (``u ^ 0x80`` is ``q + 128``): one XOR with ``0x4B000080``.
+cross-thread reduction inside the loop). int8 weights are widened without the
+integer-to-float conversion instruction, which Hopper issues at a quarter of the FMA
+rate and which would bound the kernel below the memory rate: a byte ``u`` becomes
+``float(0x4B000000 | u)`` (2**23 + u exactly, one bitwise op), minus a constant; the
+byte's sign bit is flipped in the same XOR (``u ^ 0x80`` is ``q + 128``): one XOR with
+``0x4B000080``.
 
-``int8_gemv(x [M, K], weight int8 [N, K], scales [N], bias [N] | None) -> [M, N]``:
-``(x @ weight.T) * scales + bias``, accumulated in fp32, rounded once. The kernel takes
-up to ``MAX_ROWS`` rows, but the model calls it for one row only: at 4 rows it ran at
-half bf16's speed (benchmarks/quant_gemv.py), where the cast and cuBLAS's GEMM win.
-
-The op is registered at import (torch.library's triton_op imports Triton and Dynamo),
-so only int8 layers on CUDA import this module. Its parity tests run in Triton's
-interpreter (tests/_gemv_child.py); its speed is benchmarks/quant_gemv.py's. A Triton
-int4 kernel of the same shape ran at 0.4-1.2 TB/s, below tinygemm (attempt 30), and
-is not kept.
+One row only: with four rows' accumulators the int8 kernel ran at half bf16's speed
+(attempt 30), where cuBLAS's GEMM wins; several rows take the plain layers. The op is a
+``triton_op``, so aoti compiles it into the .so and Inductor fuses nothing into it. It
+is registered at import (torch.library's triton_op imports Triton and Dynamo), so only
+CUDA models import this module (models/rows.py). Its parity tests run in Triton's
+interpreter (tests/_gemv_child.py); its speed is benchmarks/row_gemv.py's.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from .lazy_kernels import kernel_getattr, once
 # imported when a kernel is first needed, so importing this module never needs it.
 tl: Any = None
 
-MAX_ROWS = 4
+Vector = torch.Tensor | None
 
 
 @dataclass(frozen=True)
@@ -54,66 +63,49 @@ class GemvLaunch:
     num_warps: int = 4
 
 
-def int8_launch(rows: int, n: int, k: int) -> GemvLaunch:
-    """The tile for ``rows`` x [n, k]: 1024 input channels a loop step (masked where
-    they do not divide k) and 4 output channels a program, 8 for a long k (fewer, longer
-    programs), over the rows' accumulators. The best or within 4% of the best of 32
-    tiles on each of llama-7b's four shapes at one row (benchmarks/quant_gemv.py
-    --sweep, docs/perf-notes.md attempt 30)."""
+def gemv_launch(n: int, k: int, int8: bool) -> GemvLaunch:
+    """The tile for one row times [n, k].
+
+    int8: 1024 input channels a loop step (masked where they do not divide k) and 4
+    output channels a program, 8 for a long k (fewer, longer programs): the best or
+    within 4% of the best of 32 tiles on each of llama-7b's four shapes (attempt 30).
+    bf16: the same 8 KB of weights a loop step (4 x 512 or 8 x 512), a first choice
+    before benchmarks/row_gemv.py's sweep on the H200.
+    """
     block_n = 8 if k > 8192 else 4
-    return GemvLaunch(block_n=max(1, block_n // _pow2(rows)), block_k=1024, num_warps=4)
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
+    return GemvLaunch(block_n=block_n, block_k=1024 if int8 else 512, num_warps=4)
 
 
 @once
 def _define_kernels() -> None:
-    """Define the kernels as this module's globals (models/lazy_kernels.py says why; a
-    kernel local to a function failed an inductor build), where Triton also resolves
-    the helper a kernel calls."""
-    global tl, _int8_gemv, _store_row
+    """Define the kernel as this module's global (models/lazy_kernels.py says why; a
+    kernel local to a function failed an inductor build)."""
+    global tl, _row_gemv
     import triton
     import triton.language
 
     tl = triton.language
 
-    # Each row of x has an accumulator of its own, [BLOCK_N, BLOCK_K] in fp32 (up to
-    # MAX_ROWS, spelled out: Triton keeps no list of tensors across a loop), so the weight
-    # tile loaded once serves every row and all tensors stay 2-D. A first version with one
-    # 3-D [rows, N, K] accumulator ran at 1.2-2.6 TB/s on llama-7b's shapes, this one at
-    # 2.4-3.4 with its best tiles (attempt 30); why was not profiled.
-
     @triton.jit
-    def _store_row(acc, row, rn, nmask, scale, BIAS, Y, stride_ym, HAS_BIAS: tl.constexpr):
-        y = tl.sum(acc, axis=1) * scale
-        if HAS_BIAS:
-            y += tl.load(BIAS + rn, mask=nmask, other=0.0).to(tl.float32)
-        tl.store(Y + row * stride_ym + rn, y.to(Y.dtype.element_ty), mask=nmask)
-
-    @triton.jit
-    def _int8_gemv(
-        X, W, S, BIAS, Y, N, K, stride_xm, stride_ym,
-        M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, MAGIC_CAST: tl.constexpr,
+    def _row_gemv(
+        X, W, S, BIAS, G, R, Y, N, K, eps,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+        INT8: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr,
+        SILU_MUL: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         rk = tl.arange(0, BLOCK_K)
         nmask = rn < N
         w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
-        x_ptrs = X + rk
-        acc0 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc1 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        acc3 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        squares = tl.zeros([BLOCK_K], tl.float32)
         for k0 in range(0, K, BLOCK_K):
             if EVEN_K:
                 kmask = rk < BLOCK_K
             else:
                 kmask = (k0 + rk) < K
             w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
-            if MAGIC_CAST:
+            if INT8:
                 # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
                 # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
                 # Literals: Triton reads a module global only if it is a constexpr.
@@ -121,102 +113,143 @@ def _define_kernels() -> None:
                 wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
             else:
                 wf = w.to(tl.float32)
-            acc0 += tl.load(x_ptrs, mask=kmask, other=0.0).to(tl.float32)[None, :] * wf
-            if M > 1:
-                x1 = tl.load(x_ptrs + stride_xm, mask=kmask, other=0.0).to(tl.float32)
-                acc1 += x1[None, :] * wf
-            if M > 2:
-                x2 = tl.load(x_ptrs + 2 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
-                acc2 += x2[None, :] * wf
-            if M > 3:
-                x3 = tl.load(x_ptrs + 3 * stride_xm, mask=kmask, other=0.0).to(tl.float32)
-                acc3 += x3[None, :] * wf
+            x = tl.load(X + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
+            if SILU_MUL:
+                up = tl.load(X + K + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
+                x = x / (1.0 + tl.exp(-x)) * up
+            if NORM:
+                squares += x * x
+                x *= tl.load(G + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
+            acc += x[None, :] * wf
             w_ptrs += BLOCK_K
-            x_ptrs += BLOCK_K
-        s = tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
-        _store_row(acc0, 0, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 1:
-            _store_row(acc1, 1, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 2:
-            _store_row(acc2, 2, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
-        if M > 3:
-            _store_row(acc3, 3, rn, nmask, s, BIAS, Y, stride_ym, HAS_BIAS)
+        y = tl.sum(acc, axis=1)
+        if NORM:
+            y *= tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+        if INT8:
+            y *= tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            y += tl.load(BIAS + rn, mask=nmask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            # Eager rounds the projection to the activation dtype, then adds.
+            y = y.to(Y.dtype.element_ty).to(tl.float32)
+            y += tl.load(R + rn, mask=nmask, other=0.0).to(tl.float32)
+        tl.store(Y + rn, y.to(Y.dtype.element_ty), mask=nmask)
 
 
-__getattr__ = kernel_getattr(__name__, ("_int8_gemv", "_store_row"), _define_kernels)
+__getattr__ = kernel_getattr(__name__, ("_row_gemv",), _define_kernels)
 
 
 def _checked(
-    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The inputs as the kernel reads them, checked on the host before any launch: a
-    ValueError for what it cannot read. x's rows keep their stride; scales and bias
-    ([N], cheap) are made contiguous; a strided weight is refused, as a silent copy of
-    it would cost its whole size in memory and time on every call."""
-    if x.dim() != 2 or not 1 <= x.shape[0] <= MAX_ROWS:
-        raise ValueError(
-            f"the weight-only GEMV takes x of [1 to {MAX_ROWS} rows, K], got {list(x.shape)}"
-        )
-    if weight.dim() != 2 or weight.dtype != torch.int8 or weight.shape[1] != x.shape[1]:
-        raise ValueError(
-            f"the weight-only GEMV takes an int8 weight [N, {x.shape[1]}], "
-            f"got {weight.dtype} {list(weight.shape)}"
-        )
-    if not weight.is_contiguous():
-        raise ValueError("the weight-only GEMV reads a contiguous weight (call .contiguous() once)")
-    n = weight.shape[0]
-    for name, t in (("scales", scales), ("bias", bias)):
-        if t is not None and tuple(t.shape) != (n,):
-            raise ValueError(f"the weight-only GEMV takes {name} [{n}], got {list(t.shape)}")
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    return x, scales.contiguous(), None if bias is None else bias.contiguous()
-
-
-def launch_int8(
     x: torch.Tensor,
     weight: torch.Tensor,
-    scales: torch.Tensor,
-    bias: torch.Tensor | None,
-    cut: GemvLaunch,
-    magic_cast: bool = True,
+    scales: Vector,
+    bias: Vector,
+    norm_weight: Vector,
+    silu_mul: bool,
+    residual: Vector,
+) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector]:
+    """The inputs as the kernel reads them, checked on the host before any launch: a
+    ValueError for what it cannot read. x and the [N] and [K] vectors are made
+    contiguous (cheap); a strided weight is refused, as a silent copy of it would cost
+    its whole size in memory and time on every call."""
+    if x.dim() != 2 or x.shape[0] != 1:
+        raise ValueError(f"the row GEMV takes x of [1, K] (one row), got {list(x.shape)}")
+    if weight.dim() != 2:
+        raise ValueError(f"the row GEMV takes a weight [N, K], got {list(weight.shape)}")
+    n, k = weight.shape
+    width = 2 * k if silu_mul else k
+    if x.shape[1] != width:
+        raise ValueError(
+            f"the row GEMV's weight [{n}, {k}] takes x of [1, {width}]"
+            f"{' (gate and up)' if silu_mul else ''}, got {list(x.shape)}"
+        )
+    if weight.dtype != torch.int8 and not weight.dtype.is_floating_point:
+        raise ValueError(f"the row GEMV reads float or int8 weights, got {weight.dtype}")
+    if (weight.dtype == torch.int8) != (scales is not None):
+        raise ValueError("the row GEMV takes scales with an int8 weight, and only then")
+    if silu_mul and norm_weight is not None:
+        raise ValueError("the row GEMV applies one prologue: RMSNorm or SiLU-and-mul")
+    if not weight.is_contiguous():
+        raise ValueError("the row GEMV reads a contiguous weight (call .contiguous() once)")
+    sizes = {"scales": (scales, n), "bias": (bias, n), "residual": (residual, n)}
+    sizes["norm_weight"] = (norm_weight, k)
+    for name, (t, size) in sizes.items():
+        if t is not None and t.numel() != size:
+            raise ValueError(f"the row GEMV takes {name} of {size} values, got {list(t.shape)}")
+
+    def flat(t: Vector) -> Vector:
+        return None if t is None else t.reshape(-1).contiguous()
+
+    return x.contiguous(), flat(scales), flat(bias), flat(norm_weight), flat(residual)
+
+
+def launch_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: Vector = None,
+    bias: Vector = None,
+    norm_weight: Vector = None,
+    eps: float = 0.0,
+    silu_mul: bool = False,
+    residual: Vector = None,
+    cut: GemvLaunch | None = None,
 ) -> torch.Tensor:
-    """The int8 kernel with an explicit tile (the benchmark's sweep), inputs checked."""
-    x, scales, bias = _checked(x, weight, scales, bias)
-    return _launch(x, weight, scales, bias, cut, magic_cast)
+    """The kernel with an explicit tile (``cut``; None: gemv_launch's), inputs checked:
+    the benchmark's and the tests' entry. Returns [1, N] in x's dtype."""
+    x, scales, bias, norm_weight, residual = _checked(
+        x, weight, scales, bias, norm_weight, silu_mul, residual
+    )
+    return _launch(x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut)
 
 
 def _launch(
     x: torch.Tensor,
     weight: torch.Tensor,
-    scales: torch.Tensor,
-    bias: torch.Tensor | None,
-    cut: GemvLaunch,
-    magic_cast: bool,
+    scales: Vector,
+    bias: Vector,
+    norm_weight: Vector,
+    eps: float,
+    silu_mul: bool,
+    residual: Vector,
+    cut: GemvLaunch | None,
 ) -> torch.Tensor:
     """The kernel's launch on inputs _checked has passed."""
-    m, k = x.shape
-    n = weight.shape[0]
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    n, k = weight.shape
+    int8 = weight.dtype == torch.int8
+    cut = cut or gemv_launch(n, k, int8)
+    y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _define_kernels()
-    # Read as bytes: the magic cast flips the sign bit itself.
-    w = weight.view(torch.uint8) if magic_cast else weight
-    wrap_triton(_int8_gemv)[(-(-n // cut.block_n),)](
-        x, w, scales, bias if bias is not None else scales, y, n, k, x.stride(0), y.stride(0),
-        M=m, BLOCK_N=cut.block_n, BLOCK_K=cut.block_k,
-        EVEN_K=k % cut.block_k == 0, HAS_BIAS=bias is not None, MAGIC_CAST=magic_cast,
-        num_warps=cut.num_warps,
+    # int8 is read as bytes: the magic cast flips the sign bit itself.
+    w = weight.view(torch.uint8) if int8 else weight
+
+    def given(t: Vector) -> torch.Tensor:
+        return x if t is None else t  # a pointer the kernel never reads for a variant
+
+    wrap_triton(_row_gemv)[(-(-n // cut.block_n),)](
+        x, w, given(scales), given(bias), given(norm_weight), given(residual), y, n, k, eps,
+        BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
+        HAS_BIAS=bias is not None, NORM=norm_weight is not None, SILU_MUL=silu_mul,
+        HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
     )  # fmt: skip
     return y
 
 
 # Registered at import: Dynamo must meet a registered op, and refuses to register one
 # from inside a function it traces.
-@triton_op("acache::int8_gemv", mutates_args=())
-def int8_gemv(
-    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None
+@triton_op("acache::row_gemv", mutates_args=())
+def row_gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    norm_weight: torch.Tensor | None,
+    eps: float,
+    silu_mul: bool,
+    residual: torch.Tensor | None,
 ) -> torch.Tensor:
-    """x [M <= MAX_ROWS, K]; weight int8 [N, K]; scales [N]; bias [N] or None -> [M, N]
-    in x's dtype."""
-    x, scales, bias = _checked(x, weight, scales, bias)  # before int8_launch reads the shapes
-    cut = int8_launch(x.shape[0], weight.shape[0], weight.shape[1])
-    return _launch(x, weight, scales, bias, cut, magic_cast=True)
+    """x [1, K] ([1, 2K] with silu_mul); weight [N, K] (float, or int8 with scales [N]);
+    bias, residual [N]; norm_weight [K] -> [1, N] in x's dtype (the module docstring)."""
+    x, scales, bias, norm_weight, residual = _checked(
+        x, weight, scales, bias, norm_weight, silu_mul, residual
+    )
+    return _launch(x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None)

@@ -17,6 +17,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, RMSNorm, apply_rope, cached_attention, embedding
+from .rows import register_gemv, row_linear
 
 
 class Attention(nn.Module):
@@ -39,12 +40,20 @@ class Attention(nn.Module):
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
-        B, T, _ = x.shape
-        cfg = self.cfg
         if self.fused:
-            q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+            q, k, v = self.split(self.qkv_proj(x))
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(self.attend(q, k, v, cos, sin, reads, input_pos))
+
+    def split(self, qkv):
+        return qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+
+    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos):
+        """q [B, T, H D], k/v [B, T, Hkv D] -> the attention output [B, T, H D], before
+        o_proj."""
+        B, T, _ = q.shape
+        cfg = self.cfg
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
@@ -54,7 +63,7 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin, cfg.rotary_dim)
         k = apply_rope(k, cos, sin, cfg.rotary_dim)
         y = cached_attention(self.kv_cache, q, k, v, input_pos, reads)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.q_size))
+        return y.transpose(1, 2).reshape(B, T, self.q_size)
 
 
 class MLP(nn.Module):
@@ -85,9 +94,25 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = MLP(cfg, fused)
 
+        # One decode row through acache's GEMV, norms and skips folded in (models/rows.py):
+        # set by LlamaModel.use_row_gemv on a fused CUDA model.
+        self.row_gemv = False
+
     def forward(self, x, cos, sin, reads: Reads, input_pos):
+        if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
+            return self.one_row(x, cos, sin, reads, input_pos)
         h = x + self.self_attn(self.input_layernorm(x), cos, sin, reads, input_pos)
         return h + self.mlp(self.post_attention_layernorm(h))
+
+    def one_row(self, x, cos, sin, reads: Reads, input_pos):
+        """The block for x [1, 1, dim] as four GEMVs: RMSNorm + qkv, o + skip,
+        RMSNorm + gate/up, SiLU-and-mul + down + skip."""
+        attn, mlp = self.self_attn, self.mlp
+        qkv = row_linear(attn.qkv_proj, x, norm=self.input_layernorm)
+        y = attn.attend(*attn.split(qkv), cos, sin, reads, input_pos)
+        h = row_linear(attn.o_proj, y, residual=x)
+        gate_up = row_linear(mlp.gate_up_proj, h, norm=self.post_attention_layernorm)
+        return row_linear(mlp.down_proj, gate_up, silu_mul=True, residual=h)
 
 
 class Backbone(nn.Module):
@@ -109,3 +134,14 @@ class LlamaModel(CausalLM):
         self.model = Backbone(cfg, fused)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.max_seq_len = 0
+
+    def use_row_gemv(self) -> None:
+        """Run one-row steps (decode at batch 1, a first pass's last row) through
+        acache's GEMV with the norms and skips folded in (models/rows.py); registers the
+        op. The projections must be fused (qkv_proj, gate_up_proj)."""
+        if not all(layer.self_attn.fused and layer.mlp.fused for layer in self.model.layers):
+            raise ValueError("the row GEMV runs fused projections: fuse_projections first")
+        register_gemv()
+        self.row_gemv = True
+        for layer in self.model.layers:
+            layer.row_gemv = True

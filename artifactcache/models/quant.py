@@ -7,7 +7,7 @@ gpt-fast's scheme: each row ``w`` of a Linear's weight is stored as
 ``F.linear(x, w_int8.to(x.dtype)) * s (+ bias)``. Activations stay in the model's
 dtype. A decode step reads the weights once, so reading one byte per weight instead
 of two speeds it up where the cast happens inside the matmul: on CUDA a one-row decode
-runs models/gemv.py's int8 GEMV (a Triton op, in every backend that runs the model
+runs models/gemv.py's GEMV (a Triton op, in every backend that runs the model
 code), which reads the int8 weights at up to 3.3 TB/s on an H200. Inductor's own fused
 cast was no faster than bf16 in a model (0.97x, docs/perf-notes.md attempts 9 and 30).
 Elsewhere (CPU, decode batches of several rows, the prefill's real GEMMs) the cast
@@ -54,6 +54,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..errors import BackendError
+from . import rows
 
 INT8_MAX = 127
 # Rows quantized per fp32 chunk: bounds the temporary to ROW_CHUNK x in_features x 4 bytes.
@@ -90,12 +91,9 @@ class Int8WeightOnlyLinear(nn.Module):
             # what they trace, so there the flag decides: the op where it is registered,
             # else the cast below (the same product, slower) rather than a crash.
             if not torch.compiler.is_compiling():
-                register_gemv()
-            if _gemv_registered:
-                gemv = torch.ops.acache.int8_gemv(
-                    x.reshape(1, self.in_features), self.weight, self.scales, self.bias
-                )
-                return gemv.reshape(*x.shape[:-1], self.out_features)
+                rows.register_gemv()
+            if rows.gemv_registered():
+                return rows.row_linear(self, x)
         y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         return y if self.bias is None else y + self.bias
 
@@ -251,25 +249,12 @@ def check_int4_device(device: torch.device) -> None:
         )
 
 
-# Set once models/gemv.py is imported (which registers acache::int8_gemv).
-_gemv_registered = False
-
-
-def register_gemv() -> None:
-    """Register acache::int8_gemv (imports models/gemv.py, Triton and Dynamo); idempotent."""
-    global _gemv_registered
-    if not _gemv_registered:
-        from . import gemv  # noqa: F401 - registers acache::int8_gemv
-
-        _gemv_registered = True
-
-
 def register_ops(model: nn.Module) -> None:
-    """Register the int8 GEMV op of a CUDA int8 model, before Dynamo or torch.export
-    trace it (they refuse to register an op inside a traced function). Builds and warm
-    loads call it; a CPU model never imports Triton for it."""
+    """Register the GEMV op of a CUDA int8 model, before Dynamo or torch.export trace it
+    (they refuse to register an op inside a traced function). Builds and warm loads call
+    it; a CPU model never imports Triton for it."""
     if any(isinstance(m, Int8WeightOnlyLinear) and m.weight.is_cuda for m in model.modules()):
-        register_gemv()
+        rows.register_gemv()
 
 
 def int8_linear(linear: nn.Linear) -> Int8WeightOnlyLinear:

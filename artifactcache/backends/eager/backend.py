@@ -52,8 +52,8 @@ class EagerBackend:
             raise BackendError(f"backend 'eager' has no modes (got --mode {opts.mode}): drop it")
         if own := backend_extra(opts):
             raise BackendError(
-                "backend 'eager' takes no extra options but fuse_projections and "
-                f"split_kv_decode (got {sorted(own)})"
+                "backend 'eager' takes no extra options but fuse_projections, "
+                f"split_kv_decode and row_gemv (got {sorted(own)})"
             )
         check_model_options(self.name, opts)
 

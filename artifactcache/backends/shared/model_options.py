@@ -16,6 +16,12 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   On by default for CUDA builds of inductor and aoti with max_seq_len over 256; CUDA
   only. Off, decode reads the cache by length bucket through SDPA
   (artifactcache/kv_buckets.py); at 256 or less that is one bucket, a static step.
+- ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
+  row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
+  SiLU-and-mul and skip connection around it folded in: four kernels a block. On by
+  default for CUDA builds of inductor and aoti of the llama families (llama, mistral,
+  qwen2, qwen3, phi-3) with fused projections, unquantized or int8wo; it needs fused
+  projections and refuses int4wo (tinygemm's layout) and phi-2 (a LayerNorm block).
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -41,7 +47,9 @@ if TYPE_CHECKING:
 MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"
 SPLIT_KV_EXTRA = "split_kv_decode"
-MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA)
+ROW_GEMV_EXTRA = "row_gemv"
+MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA)
+ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
@@ -151,10 +159,39 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
     return asked
 
 
+def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
+    """Whether one-row steps run acache's GEMV; an impossible request is one line."""
+    raw = opts.extra.get(ROW_GEMV_EXTRA)
+    asked = None if raw is None else parse_flag(ROW_GEMV_EXTRA, raw)
+    if backend not in MODEL_BACKENDS:
+        if asked:
+            raise BackendError(
+                f"--extra {ROW_GEMV_EXTRA}=1 is for {', '.join(MODEL_BACKENDS)}; "
+                f"{backend} runs the ONNX export's matmuls"
+            )
+        return False
+    fused = fuse_projections(backend, recipe, opts)
+    why_not = None
+    if not is_cuda(opts.device):
+        why_not = "needs --device cuda: the kernel is Triton's, for NVIDIA GPUs"
+    elif recipe.family not in ROW_GEMV_FAMILIES:
+        why_not = f"runs RMSNorm blocks ({', '.join(ROW_GEMV_FAMILIES)}), not {recipe.family}'s"
+    elif not fused:
+        why_not = f"runs fused projections; leave out --extra {FUSE_EXTRA}=0"
+    elif opts.quant == "int4wo":
+        why_not = "reads float or int8 weights, not int4wo's tinygemm layout"
+    if asked and why_not:
+        raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
+    if asked is None:
+        return why_not is None and backend in FUSE_BY_DEFAULT
+    return asked
+
+
 def check_recipe_options(backend: str, recipe: Recipe, opts: BuildChoices) -> None:
     """The checks that need the recipe, run before anything is built or keyed."""
     if backend in MODEL_BACKENDS:
         fuse_projections(backend, recipe, opts)
+    row_gemv(backend, recipe, opts)
 
 
 def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
@@ -163,6 +200,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str,
         "fused_projections": fuse_projections(backend, recipe, opts),
         "quant": opts.quant or "none",
         "decode_attention": "split_kv" if split_kv_decode(backend, opts, recipe) else "sdpa",
+        "decode_gemv": "acache" if row_gemv(backend, recipe, opts) else "compiler",
     }
 
 
@@ -173,4 +211,5 @@ def model_build_args(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[s
         and recipe.family not in FUSED_FAMILIES,
         "quant": opts.quant,
         "split_kv_decode": split_kv_decode(backend, opts, recipe),
+        "row_gemv": row_gemv(backend, recipe, opts),
     }
