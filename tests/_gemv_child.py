@@ -12,29 +12,10 @@ import os
 os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 
 import torch  # noqa: E402
-from torch.nn import functional as F  # noqa: E402
+from _gemv_reference import reference  # noqa: E402
 
 from artifactcache.models import gemv  # noqa: E402
 from artifactcache.models.quant import quantize_int8  # noqa: E402
-
-
-def reference(x, weight, scales, bias, norm_weight, eps, silu_mul, residual):
-    """The module docstring's product in float64 (the norm unrounded, as the kernel's)."""
-    a = x.double().reshape(-1)
-    if silu_mul:
-        gate, up = a.chunk(2)
-        a = F.silu(gate) * up
-    if norm_weight is not None:
-        a = a * torch.rsqrt(a.pow(2).mean() + eps) * norm_weight.double()
-    y = weight.double() @ a
-    if scales is not None:
-        y = y * scales.double()
-    if bias is not None:
-        y = y + bias.double()
-    if residual is not None:
-        y = y.to(x.dtype).double() + residual.double()
-    return y.reshape(1, -1)
-
 
 # name: (N, K, int8, bias, norm, silu_mul, residual, tile (block_n, block_k) or None)
 CASES = {
@@ -43,7 +24,8 @@ CASES = {
     "RMSNorm prologue": (64, 192, False, False, True, False, False, None),
     "SiLU-and-mul prologue and a skip": (48, 128, False, False, False, True, True, None),
     "RMSNorm, a bias and a skip": (33, 96, False, True, True, False, True, None),
-    "K not a multiple of the tile, N of the block": (37, 200, False, False, True, False, False, (16, 128)),
+    "K not a multiple of the tile, N of the block":
+        (37, 200, False, False, True, False, False, (16, 128)),
     "one output channel a program": (5, 64, False, True, False, False, True, (1, 32)),
     "int8": (96, 256, True, False, False, False, False, None),
     "int8, RMSNorm and a bias": (40, 200, True, True, True, False, False, (8, 64)),
@@ -68,7 +50,10 @@ def case_matches(name, n, k, int8, with_bias, norm, silu_mul, with_residual, til
     g = (1 + torch.rand(k)).to(dtype) if norm else None
     residual = torch.randn(n, dtype=dtype) if with_residual else None
     args = (x, w, scales, bias, g, 1e-5, silu_mul, residual)
-    got = gemv.row_gemv(*args) if tile is None else gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile))
+    if tile is None:
+        got = gemv.row_gemv(*args)
+    else:
+        got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile))
     want = reference(*args)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
@@ -101,6 +86,45 @@ def several_rows_are_refused():
         raise AssertionError("a prompt's rows went through the GEMV")
 
 
+def a_tiny_model_decodes_as_without_the_row_gemv(name: str) -> None:
+    """A fused tiny model (fp32) built with ``row_gemv``: its first pass's last row and
+    its decode steps run through the op (counted) and give the plain model's logits.
+    (A 256-token vocabulary: the interpreter runs the LM head's programs one by one.)"""
+    from dataclasses import replace
+
+    from artifactcache.models import build_model
+    from artifactcache.recipes import load_recipe
+
+    rec = load_recipe(name)
+    rec = replace(rec, model=replace(rec.model, vocab_size=256))
+    fuse = rec.family != "phi-3"  # fused in the checkpoint
+    plain = build_model(rec, fuse_projections=fuse)
+    rows = build_model(rec, fuse_projections=fuse, row_gemv=True)
+    launches = [0]
+    launch = gemv._launch
+
+    def counted(*args):
+        launches[0] += 1
+        return launch(*args)
+
+    gemv._launch = counted
+    ids = torch.tensor([[(31 * i + 7) % 256 for i in range(12)]])
+    steps = [5, 17, 99]  # the decode steps' tokens, the same for both models
+    got, want = [], []
+    for model, out in ((rows, got), (plain, want)):
+        model.first_pass_last_logits = True
+        with torch.no_grad():
+            out.append(model(ids, torch.arange(ids.shape[1])))
+            for i, tok in enumerate(steps):
+                pos = torch.tensor([ids.shape[1] + i])
+                out.append(model(torch.tensor([[tok]]), pos, torch.zeros(1, dtype=torch.long)))
+    gemv._launch = launch
+    # the first pass's LM head, then 4 GEMVs a block and the LM head a decode step
+    assert launches[0] == 1 + len(steps) * (4 * rec.model.n_layers + 1), launches[0]
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         for name, case in CASES.items():
@@ -110,6 +134,9 @@ def main() -> None:
         print(f"ok: strided inputs ({dtype})")
     several_rows_are_refused()
     print("ok: several rows")
+    for name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi-3"):
+        a_tiny_model_decodes_as_without_the_row_gemv(name)
+        print(f"ok: {name} decodes as without the row GEMV")
 
 
 if __name__ == "__main__":

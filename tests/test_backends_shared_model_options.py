@@ -15,6 +15,7 @@ from artifactcache.backends.shared.model_options import (
     model_build_args,
     model_factors,
     parse_flag,
+    row_gemv,
     split_kv_decode,
 )
 from artifactcache.choices import BuildChoices
@@ -108,6 +109,7 @@ def test_the_factors_name_the_model_as_built(backend: str):
         "fused_projections": True,
         "quant": "int8wo",
         "decode_attention": "sdpa",
+        "decode_gemv": "compiler",  # a CPU build
     }
 
 
@@ -188,3 +190,55 @@ def test_split_kv_decode_is_not_the_default_where_decode_is_static_already(max_s
     assert model_factors("inductor", rec, cuda)["decode_attention"] == "sdpa"
     asked = BuildChoices(device="cuda", extra={"split_kv_decode": 1})
     assert split_kv_decode("aoti", asked, rec) is True
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "recipe", "quant", "expected"),
+    [
+        ("aoti", "cuda", "tiny-llama", None, True),  # the CUDA compiled builds' default
+        ("inductor", "cuda", "tiny-phi-3", "int8wo", True),  # int8 weights through it too
+        ("inductor", "cuda", "tiny-qwen3", None, True),
+        ("eager", "cuda", "tiny-llama", None, False),  # eager is the reference
+        ("aoti", "cpu", "tiny-llama", None, False),
+        ("aoti", "cuda", "tiny-phi-2", None, False),  # a LayerNorm block
+        ("aoti", "cuda", "tiny-llama", "int4wo", False),  # tinygemm's layout
+    ],
+)
+def test_row_gemv_is_the_default_where_the_kernel_runs(
+    backend: str, device: str, recipe: str, quant: str | None, expected: bool
+):
+    rec = load_recipe(recipe)
+    opts = BuildChoices(device=device, quant=quant, dtype="bf16")
+    assert row_gemv(backend, rec, opts) is expected
+    assert model_build_args(backend, rec, opts)["row_gemv"] is expected
+    factor = model_factors(backend, rec, opts)["decode_gemv"]
+    assert factor == ("acache" if expected else "compiler")
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "recipe", "extra", "quant", "says"),
+    [
+        ("aoti", "cpu", "tiny-llama", {}, None, "needs --device cuda"),
+        ("aoti", "cuda", "tiny-phi-2", {}, None, "RMSNorm blocks"),
+        ("aoti", "cuda", "tiny-llama", {"fuse_projections": 0}, None, "fused projections"),
+        ("inductor", "cuda", "tiny-llama", {}, "int4wo", "int4wo"),
+        ("ort", "cuda", "tiny-llama", {}, None, "ONNX export"),
+    ],
+)
+def test_an_impossible_row_gemv_is_one_line(
+    backend: str, device: str, recipe: str, extra: dict, quant: str | None, says: str
+):
+    opts = BuildChoices(device=device, quant=quant, dtype="bf16", extra={"row_gemv": 1, **extra})
+    with pytest.raises(BackendError, match=says) as e:
+        row_gemv(backend, load_recipe(recipe), opts)
+    assert "\n" not in str(e.value)
+    # asked for on eager (CUDA, fused): taken
+    eager = BuildChoices(device="cuda", extra={"row_gemv": 1, "fuse_projections": 1})
+    assert row_gemv("eager", load_recipe("tiny-llama"), eager) is True
+
+
+def test_row_gemv_is_a_key_factor():
+    on = BuildChoices(device="cuda")
+    off = BuildChoices(device="cuda", extra={"row_gemv": 0})
+    rec = load_recipe("tiny-llama")
+    assert model_factors("aoti", rec, on) != model_factors("aoti", rec, off)

@@ -1,9 +1,9 @@
-"""The int8 weight-only GEMV kernel (models/gemv.py) against the same product in float64,
-in Triton's interpreter.
+"""acache's row GEMV (models/gemv.py) against the same product in float64, and tiny
+models' decode through it against the plain model, in Triton's interpreter.
 
 The interpreter runs the kernel's arithmetic on the CPU (the magic-number cast, the
-masks, the per-row accumulators), so every case is checked here; its speed is
-benchmarks/quant_gemv.py's (GPU only).
+prologues, the masks), so every case is checked here; its speed is
+benchmarks/row_gemv.py's (GPU only).
 """
 
 from __future__ import annotations
@@ -16,32 +16,31 @@ from pathlib import Path
 import pytest
 from _backend_util import found_in_a_fresh_process
 
-pytest.importorskip("triton", reason="the int8 GEMV kernel is Triton's")
+pytest.importorskip("triton", reason="the row GEMV kernel is Triton's")
 
 REPO = Path(__file__).resolve().parents[1]
 CHILD = Path(__file__).with_name("_gemv_child.py")
 
 
-def test_the_kernel_matches_the_int8_product_in_every_case():
+def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_it():
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, str(CHILD)], env=env, cwd=REPO, capture_output=True, text=True,
-        timeout=300,
+        timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    # 6 cases in fp32 and bf16, and the refusal of a prompt's rows.
-    assert done.stdout.count("ok:") == 13, done.stdout
+    # 12 cases in fp32 and bf16, the refusal of a prompt's rows, 4 tiny models.
+    assert done.stdout.count("ok:") == 29, done.stdout
 
 
-def test_the_tile_divides_the_work_for_one_and_several_rows():
-    from artifactcache.models.gemv import int8_launch
+def test_the_tile_divides_the_work():
+    from artifactcache.models.gemv import gemv_launch
 
-    one = int8_launch(1, 4096, 4096)
+    one = gemv_launch(4096, 4096, int8=True)
     assert (one.block_n, one.block_k) == (4, 1024)
-    assert int8_launch(1, 4096, 11008).block_n == 8  # a long k: fewer, longer programs
-    # Several rows share the weight tile but each has an accumulator: narrower tiles.
-    assert int8_launch(4, 4096, 4096).block_n == 1
+    assert gemv_launch(4096, 11008, int8=True).block_n == 8  # a long k: fewer, longer programs
+    assert gemv_launch(4096, 4096, int8=False).block_k < one.block_k  # 2 bytes a weight
 
 
 def test_a_cpu_int8_model_never_imports_triton():
@@ -78,24 +77,36 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
     weight, scales = quantize_int8(torch.randn(8, 64))
     x = torch.randn(1, 64)
     refused = {
-        "no rows": (torch.randn(0, 64), weight, scales, None),
-        "too many rows": (torch.randn(gemv.MAX_ROWS + 1, 64), weight, scales, None),
-        "one-dimensional x": (torch.randn(64), weight, scales, None),
-        "a strided weight": (x, torch.cat([weight, weight], 1)[:, ::2], scales, None),
-        "a transposed weight": (torch.randn(1, 8), weight.T, scales, None),
-        "a float weight": (x, weight.float(), scales, None),
-        "another K": (torch.randn(1, 32), weight, scales, None),
-        "scales of another N": (x, weight, scales[:4], None),
-        "bias of another N": (x, weight, scales, torch.zeros(9)),
-    }
-    messages = {
-        "no rows": "rows", "too many rows": "rows", "one-dimensional x": "rows",
-        "a strided weight": "contiguous weight", "a transposed weight": "contiguous weight",
+        "no rows": ((torch.randn(0, 64), weight, scales), {}),
+        "two rows": ((torch.randn(2, 64), weight, scales), {}),
+        "one-dimensional x": ((torch.randn(64), weight, scales), {}),
+        "a strided weight": ((x, torch.cat([weight, weight], 1)[:, ::2], scales), {}),
+        "a transposed weight": ((x, weight.T.contiguous().T, scales), {}),
+        "an integer weight": ((x, weight.int(), None), {}),
+        "int8 without scales": ((x, weight, None), {}),
+        "scales with a float weight": ((x, weight.float(), scales), {}),
+        "another K": ((torch.randn(1, 32), weight, scales), {}),
+        "x not [gate | up]": ((x, weight, scales), {"silu_mul": True}),
+        "two prologues": ((torch.randn(1, 128), weight, scales),
+                          {"silu_mul": True, "norm_weight": torch.ones(64)}),
+        "scales of another N": ((x, weight, scales[:4]), {}),
+        "bias of another N": ((x, weight, scales), {"bias": torch.zeros(9)}),
+        "residual of another N": ((x, weight, scales), {"residual": torch.zeros(7)}),
+        "norm weight of another K": ((x, weight, scales), {"norm_weight": torch.ones(63)}),
     }  # fmt: skip
-    for case, args in refused.items():
-        for call in (gemv.int8_gemv, lambda *a: gemv.launch_int8(*a, gemv.GemvLaunch(4, 64))):
-            with pytest.raises(ValueError, match=messages.get(case, "weight-only GEMV")) as e:
-                call(*args)
+    messages = {
+        "no rows": "one row", "two rows": "one row", "one-dimensional x": "one row",
+        "a strided weight": "contiguous weight", "a transposed weight": "contiguous weight",
+        "an integer weight": "float or int8", "int8 without scales": "scales",
+        "scales with a float weight": "scales", "x not [gate | up]": "gate and up",
+        "two prologues": "one prologue",
+    }  # fmt: skip
+    for case, (args, kwargs) in refused.items():
+        full = {"bias": None, "norm_weight": None, "eps": 0.0, "silu_mul": False,
+                "residual": None} | kwargs  # fmt: skip
+        for call in (gemv.row_gemv, gemv.launch_gemv):
+            with pytest.raises(ValueError, match=messages.get(case, "row GEMV")) as e:
+                call(*args, **full)
             assert "\n" not in str(e.value), case
 
 
@@ -106,7 +117,7 @@ def test_a_fresh_process_finds_the_kernel_by_module_and_name():
     from artifactcache.models import gemv
 
     gemv._define_kernels()
-    assert found_in_a_fresh_process([gemv._int8_gemv]) == [("JITFunction", "_int8_gemv")]
+    assert found_in_a_fresh_process([gemv._row_gemv]) == [("JITFunction", "_row_gemv")]
     with pytest.raises(AttributeError):
         gemv.no_such_kernel  # noqa: B018 - the lookup itself is the test
 
@@ -117,10 +128,35 @@ def test_without_triton_a_kernel_lookup_is_an_attribute_error():
         "import sys\n"
         "sys.modules['triton'] = None\n"  # Triton missing
         "from artifactcache.models import decode_attention, gemv\n"
-        "print(hasattr(gemv, '_int8_gemv'), hasattr(decode_attention, '_partial'))\n"
+        "print(hasattr(gemv, '_row_gemv'), hasattr(decode_attention, '_partial'))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
+
+
+def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
+    """The compiled kernel (not the interpreter) on a seed-sized shape, every variant."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("the row GEMV's compiled kernel runs on CUDA")
+    from _gemv_reference import reference
+
+    from artifactcache.models import gemv
+    from artifactcache.models.quant import quantize_int8
+
+    torch.manual_seed(0)
+    n, k = 3072, 3072
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    w8, s8 = quantize_int8(w)
+    g = (1 + torch.rand(k, device="cuda")).to(torch.bfloat16)
+    r = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    for weight, scales in ((w, None), (w8, s8)):
+        for norm, silu, residual in ((g, False, None), (None, True, r), (None, False, r)):
+            x = torch.randn(1, 2 * k if silu else k, device="cuda", dtype=torch.bfloat16)
+            args = (x, weight, scales, None, norm, 1e-5, silu, residual)
+            got = gemv.row_gemv(*args).double()
+            torch.testing.assert_close(got, reference(*args), rtol=2e-2, atol=5e-2)

@@ -228,7 +228,7 @@ def test_int4wo_on_a_gpu_older_than_sm80_is_one_line(monkeypatch):
 # Triton's interpreter (TRITON_INTERPRET=1) runs the kernel on the CPU.
 _MOVED_LAYER = """
 import sys, torch
-from artifactcache.models import quant
+from artifactcache.models import quant, rows
 
 class OnCuda(torch.Tensor):
     @property
@@ -238,18 +238,18 @@ class OnCuda(torch.Tensor):
 lin = quant.int8_linear(torch.nn.Linear(64, 16))  # quantized on the CPU: nothing registered
 x = torch.randn(1, 1, 64)
 want = lin(x)
-print(quant._gemv_registered, "artifactcache.models.gemv" in sys.modules)
+print(rows._gemv_registered, "artifactcache.models.gemv" in sys.modules)
 got = lin(x.as_subclass(OnCuda)).as_subclass(torch.Tensor)
 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-quant.register_gemv()  # idempotent
+rows.register_gemv()  # idempotent
 quant.register_ops(torch.nn.Sequential(lin))
-print(quant._gemv_registered, hasattr(torch.ops.acache, "int8_gemv"))
+print(rows._gemv_registered, hasattr(torch.ops.acache, "row_gemv"))
 """
 
 
 def test_an_int8_layer_moved_to_cuda_registers_its_op_on_first_call():
     """A layer quantized on the CPU (quantize() registered nothing) then moved to CUDA:
-    its first decode row registers acache::int8_gemv rather than failing to find it."""
+    its first decode row registers acache::row_gemv rather than failing to find it."""
     import os
     import subprocess
     import sys
@@ -272,7 +272,7 @@ def test_an_int8_layer_moved_to_cuda_decodes_eager_and_compiled():
     """Compiled before any eager call, the op is not registered (Dynamo cannot register
     it mid-trace): the layer keeps the cast. After an eager call registered it, a new
     compile runs the op. Both agree with the cast."""
-    from artifactcache.models import quant
+    from artifactcache.models import quant, rows
 
     torch.manual_seed(0)
     layer = quant.int8_linear(nn.Linear(256, 64)).to("cuda")
@@ -284,12 +284,12 @@ def test_an_int8_layer_moved_to_cuda_decodes_eager_and_compiled():
         graphs.append(str(gm.graph))
         return gm
 
-    registered = quant._gemv_registered
+    registered = rows._gemv_registered
     got = torch.compile(layer, backend=backend, fullgraph=True)(x)
     assert rel_err(got, want) <= 1e-5
-    assert ("int8_gemv" in graphs[-1]) == registered
+    assert ("row_gemv" in graphs[-1]) == registered
     assert rel_err(layer(x), want) <= 1e-5  # eager: registers the op
-    assert quant._gemv_registered
+    assert rows._gemv_registered
     torch._dynamo.reset()
     got = torch.compile(layer, backend=backend, fullgraph=True)(x)
-    assert rel_err(got, want) <= 1e-5 and "int8_gemv" in graphs[-1]
+    assert rel_err(got, want) <= 1e-5 and "row_gemv" in graphs[-1]

@@ -1,0 +1,194 @@
+# Each closure below is timed before its loop moves on, so late binding is harmless.
+# ruff: noqa: B023
+"""acache's row GEMV (models/gemv.py) against what a decode step ran before, one GPU.
+
+Per seed-model projection (llama-7b's, llama-3-8b's and phi-3-mini's fused qkv, o, fused
+gate/up, down), one decode row, each with what the block puts around it: an RMSNorm
+before qkv and gate/up, the skip after o, SiLU-and-mul before down and the skip after it.
+
+- ``cublas``: ``F.linear`` alone (the norm or SiLU not counted: the bytes' reference);
+- ``inductor``: the projection with its prologue and epilogue under ``torch.compile``
+  with coordinate-descent tuning (Inductor's GEMV with the norm fused in: what a CUDA
+  decode step ran before ``row_gemv``);
+- ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
+- ``acache@BNxBKwW``: a sweep of tiles (``--sweep``), to check gemv_launch's choice;
+- ``int8_acache``: the same with int8 weights (per-row scales), and ``int4_tinygemm``
+  (``aten._weight_int4pack_mm``, group 128, the projection alone), with ``--quant``.
+
+Timing: ``triton.testing.do_bench_cudagraph`` median (replays of a CUDA graph, as
+acache's decode runs), each call on the next of enough weight copies to overflow the L2
+cache. TB/s counts the bytes each kernel must read and write (weights, scales, vectors,
+activations); the copy bandwidth measured in the same run (``timing.copy_bandwidth``)
+is the ceiling, and each row gives its % of it. Each output is checked against the
+float64 product (max abs error in the JSON). Writes OUT/row_gemv.json.
+
+    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep] [--quant]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+from artifactcache.measure.child.timing import copy_bandwidth
+from artifactcache.models import gemv
+from artifactcache.models.quant import quantize_int4, quantize_int8
+
+# name: (N, K, role); role: "norm" (RMSNorm before), "skip" (residual after),
+# "down" (SiLU-and-mul before, residual after)
+SHAPES = {
+    "llama_qkv": (12288, 4096, "norm"), "llama_o": (4096, 4096, "skip"),
+    "llama_gate_up": (22016, 4096, "norm"), "llama_down": (4096, 11008, "down"),
+    "llama3_qkv": (6144, 4096, "norm"), "llama3_gate_up": (28672, 4096, "norm"),
+    "llama3_down": (4096, 14336, "down"),
+    "phi3_qkv": (9216, 3072, "norm"), "phi3_o": (3072, 3072, "skip"),
+    "phi3_gate_up": (16384, 3072, "norm"), "phi3_down": (3072, 8192, "down"),
+}  # fmt: skip
+GROUP = 128
+ROTATE_BYTES = 256 << 20  # an H200's L2 is 50 MB
+EPS = 1e-5
+
+
+def bench(fn: Callable[[], Any]) -> float:
+    from triton.testing import do_bench_cudagraph
+
+    return float(do_bench_cudagraph(fn, rep=50, return_mode="median"))
+
+
+def rotating(fn: Callable[..., Any], weights: tuple[torch.Tensor, ...]) -> Callable[[], Any]:
+    """A call of ``fn(*weights)`` on the next of enough copies to overflow L2."""
+    size = sum(w.numel() * w.element_size() for w in weights)
+    copies = max(1, -(-ROTATE_BYTES // size))
+    sets = [weights] + [tuple(w.clone() for w in weights) for _ in range(copies - 1)]
+    turn = [0]
+
+    def call() -> Any:
+        i = turn[0] % copies
+        turn[0] += 1
+        return fn(*sets[i])
+
+    return call
+
+
+def sweep_tiles() -> list[gemv.GemvLaunch]:
+    """Tiles of 2k-16k weights a loop step, 4 and 8 warps."""
+    out = []
+    for bk in (256, 512, 1024, 2048):
+        for bn in (1, 2, 4, 8, 16):
+            if 2048 <= bn * bk <= 16384:
+                out += [gemv.GemvLaunch(bn, bk, w) for w in (4, 8)]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--sweep", action="store_true", help="time every tile of sweep_tiles too")
+    ap.add_argument("--quant", action="store_true", help="int8 and int4 kernels too")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    import torch._inductor.config as icfg
+
+    icfg.coordinate_descent_tuning = True
+    torch.manual_seed(0)
+    dev = torch.device("cuda")
+    copy = copy_bandwidth(dev)
+    env = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+        "python": platform.python_version(), "copy_tb_s": round(copy["gbps"] / 1e3, 3),
+    }  # fmt: skip
+    print(env, flush=True)
+    results: list[dict[str, Any]] = []
+
+    def record(shape: str, kernel: str, fn: Callable, weights: tuple, ref: torch.Tensor,
+               nbytes: int) -> None:  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            err = (fn(*weights).double().reshape(-1) - ref).abs().max().item()
+            first_s = time.perf_counter() - t0
+            ms = bench(rotating(fn, weights))
+        except Exception as exc:  # noqa: BLE001 - a kernel that fails is a result too
+            msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            results.append({"shape": shape, "kernel": kernel, "error": msg})
+            print(f"{shape:15s} {kernel:22s} failed: {msg}", flush=True)
+            return
+        tb_s = nbytes / ms / 1e9
+        row = {"shape": shape, "kernel": kernel, "us": round(ms * 1e3, 2),
+               "tb_s": round(tb_s, 3), "pct_copy": round(100 * tb_s / env["copy_tb_s"], 1),
+               "max_abs_err": round(err, 5), "first_call_s": round(first_s, 2)}  # fmt: skip
+        results.append(row)
+        print(f"{shape:15s} {kernel:22s} {row['us']:8.1f} us {tb_s:5.2f} TB/s "
+              f"({row['pct_copy']:5.1f}%) err {err:.4f}", flush=True)  # fmt: skip
+
+    for shape in args.shapes.split(","):
+        n, k, role = SHAPES[shape]
+        silu = role == "down"
+        x = torch.randn(1, 2 * k if silu else k, device=dev, dtype=torch.bfloat16)
+        g = (1 + torch.rand(k, device=dev)).to(torch.bfloat16) if role == "norm" else None
+        r = torch.randn(1, n, device=dev, dtype=torch.bfloat16) if role != "norm" else None
+        w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
+
+        def prologue(x: torch.Tensor) -> torch.Tensor:
+            if g is not None:
+                xf = x.float()
+                return g * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
+            if silu:
+                gate, up = x.chunk(2, dim=-1)
+                return F.silu(gate) * up
+            return x
+
+        def block(w: torch.Tensor) -> torch.Tensor:
+            y = F.linear(prologue(x), w)
+            return y if r is None else r + y
+
+        a = prologue(x.double() if g is None else x).double().reshape(-1)
+        want = (w.double() @ a) + (0 if r is None else r.double().reshape(-1))
+        io = 2 * (x.numel() + n + (0 if r is None else n) + (0 if g is None else k))
+        plain_x = prologue(x)
+        record(shape, "cublas", lambda w: F.linear(plain_x, w), (w,), want, n * k * 2 + io)
+        record(shape, "inductor", torch.compile(block, dynamic=False), (w,), want, n * k * 2 + io)
+
+        def ours(w, s=None, cut=None):
+            return gemv.launch_gemv(x, w, s, None, g, EPS, silu, r, cut=cut)
+
+        record(shape, "acache", ours, (w,), want, n * k * 2 + io)
+        if args.sweep:
+            for cut in sweep_tiles():
+                label = f"acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
+                record(shape, label, lambda w: ours(w, cut=cut), (w,), want, n * k * 2 + io)
+        if args.quant:
+            w8, s8 = quantize_int8(w)
+            want8 = (w8.double() * s8.double()[:, None]) @ a
+            want8 = want8 + (0 if r is None else r.double().reshape(-1))
+            record(shape, "int8_acache", ours, (w8, s8), want8, n * k + 2 * n + io)
+            del w8, s8
+            nib, sz = quantize_int4(w, GROUP)
+            packed = torch.ops.aten._convert_weight_to_int4pack(nib, 8)
+
+            def tinygemm(packed, sz):
+                return torch.ops.aten._weight_int4pack_mm(plain_x, packed, GROUP, sz)
+
+            b4 = n * k // 2 + sz.numel() * 2 + io
+            ref4 = tinygemm(packed, sz).double().reshape(-1)  # its own output: time only
+            record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
+            del packed, nib, sz
+        del w
+        torch.cuda.empty_cache()
+        torch._dynamo.reset()
+        doc = {"env": env, "args": vars(args) | {"out": str(args.out)}, "results": results}
+        (args.out / "row_gemv.json").write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
