@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# acache's row GEMV on one GPU, in one call (issue 32): the CUDA tests, the decode A/B of
+# the recipes given (each built with the row GEMV, its default, and without), a tiny
+# model's agreement with eager through it, then the kernels against Inductor's and
+# cuBLAS's (benchmarks/row_gemv.py) with the time left.
+#
+#   benchmarks/row_gemv_call.sh OUT CACHE_DIR RECIPE...
+#
+# ROW_KERNEL_ARGS (default "--sweep --quant"): row_gemv.py's options; ROW_KERNEL_S
+# (default 200): its time limit; ROW_VARIANTS (default "aoti aoti+row_gemv=0"): the
+# variants measured per recipe. OUT gets tests.log, decode/ (decode_call.sh's),
+# evidence/ (backend_evidence.py's) and kernels/ (row_gemv.json, kernels.log).
+set -uo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: $0 OUT CACHE_DIR RECIPE..." >&2
+  exit 2
+fi
+out=$(realpath -m "$1"); cache=$(realpath -m "$2"); shift 2
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+status=0
+start=$SECONDS
+python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py tests/test_models_quant.py \
+  >"$out/tests.log" 2>&1 || status=1
+tail -3 "$out/tests.log"
+echo "tests done after $((SECONDS - start)) s"
+if [ $# -gt 0 ]; then
+  read -ra variants <<<"${ROW_VARIANTS:-aoti aoti+row_gemv=0}"
+  specs=()
+  for recipe in "$@"; do for v in "${variants[@]}"; do specs+=("$recipe/$v"); done; done
+  bash benchmarks/decode_call.sh "$out/decode" "$cache" "${specs[@]}" || status=1
+  echo "decode done after $((SECONDS - start)) s"
+fi
+python3 benchmarks/backend_evidence.py tiny-llama --device cuda --dtype bf16 \
+  --backends eager,aoti --out "$out/evidence" >"$out/evidence.log" 2>&1 || status=1
+tail -5 "$out/evidence.log"
+echo "evidence done after $((SECONDS - start)) s"
+read -ra kernel_args <<<"${ROW_KERNEL_ARGS:---sweep --quant}"
+timeout "${ROW_KERNEL_S:-200}" python3 benchmarks/row_gemv.py --out "$out/kernels" \
+  "${kernel_args[@]}" >"$out/kernels.log" 2>&1 || status=1
+echo "kernels done after $((SECONDS - start)) s"
+exit $status
