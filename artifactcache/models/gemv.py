@@ -104,7 +104,10 @@ def _define_kernels() -> None:
                 kmask = rk < BLOCK_K
             else:
                 kmask = (k0 + rk) < K
-            w = tl.load(w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0)
+            # Weights are read once: evict them first, keep x (read by every program).
+            w = tl.load(
+                w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0, eviction_policy="evict_first"
+            )
             if INT8:
                 # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
                 # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
@@ -113,7 +116,8 @@ def _define_kernels() -> None:
                 wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
             else:
                 wf = w.to(tl.float32)
-            x = tl.load(X + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
+            x = tl.load(X + k0 + rk, mask=kmask, other=0.0, eviction_policy="evict_last")
+            x = x.to(tl.float32)
             if SILU_MUL:
                 up = tl.load(X + K + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
                 x = x / (1.0 + tl.exp(-x)) * up
