@@ -34,13 +34,16 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
     assert done.stdout.count("ok:") == 29, done.stdout
 
 
-def test_the_tile_divides_the_work():
+def test_the_tile_follows_the_weights_width_and_the_prologue():
     from artifactcache.models.gemv import gemv_launch
 
     one = gemv_launch(4096, 4096, int8=True)
     assert (one.block_n, one.block_k) == (4, 1024)
     assert gemv_launch(4096, 11008, int8=True).block_n == 8  # a long k: fewer, longer programs
     assert gemv_launch(4096, 4096, int8=False).block_k < one.block_k  # 2 bytes a weight
+    # A prologue's reads of x spread over more output channels a program.
+    for int8 in (True, False):
+        assert gemv_launch(4096, 4096, int8, "norm").block_n > gemv_launch(4096, 4096, int8).block_n
 
 
 def test_a_cpu_int8_model_never_imports_triton():

@@ -63,17 +63,29 @@ class GemvLaunch:
     num_warps: int = 4
 
 
-def gemv_launch(n: int, k: int, int8: bool) -> GemvLaunch:
-    """The tile for one row times [n, k].
+def gemv_launch(n: int, k: int, int8: bool, prologue: str | None = None) -> GemvLaunch:
+    """The tile for one row times [n, k], by the weights' width and the prologue
+    (``"norm"``, ``"silu_mul"`` or None). Every program reads the x tile (and the norm's
+    weights) beside its weight tile, so a prologue wants more output channels a program
+    to spread those reads over; the SiLU-and-mul GEMVs have a long K.
 
-    int8: 1024 input channels a loop step (masked where they do not divide k) and 4
-    output channels a program, 8 for a long k (fewer, longer programs): the best or
-    within 4% of the best of 32 tiles on each of llama-7b's four shapes (attempt 30).
-    bf16: the same 8 KB of weights a loop step (4 x 512 or 8 x 512), a first choice
-    before benchmarks/row_gemv.py's sweep on the H200.
+    bf16 (benchmarks/row_gemv.py's sweep of 30 tiles on phi-3-mini's and llama-7b's
+    shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (the best sum over
+    the four norm shapes, 3% under 4 x 512's), 4 x 1024 for SiLU-and-mul (8% under
+    4 x 512 on phi-3-mini's down projection), 4 x 512 otherwise (within 5% of the best).
+    int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
+    32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
+    ratio of weight bytes to x reads carried over, not swept.
     """
-    block_n = 8 if k > 8192 else 4
-    return GemvLaunch(block_n=block_n, block_k=1024 if int8 else 512, num_warps=4)
+    if int8:
+        if prologue == "norm":
+            return GemvLaunch(block_n=16, block_k=512)
+        return GemvLaunch(block_n=8 if k > 8192 else 4, block_k=1024)
+    if prologue == "norm":
+        return GemvLaunch(block_n=16, block_k=256)
+    if prologue == "silu_mul":
+        return GemvLaunch(block_n=4, block_k=1024)
+    return GemvLaunch(block_n=4, block_k=512)
 
 
 @once
@@ -220,7 +232,8 @@ def _launch(
     """The kernel's launch on inputs _checked has passed."""
     n, k = weight.shape
     int8 = weight.dtype == torch.int8
-    cut = cut or gemv_launch(n, k, int8)
+    prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
+    cut = cut or gemv_launch(n, k, int8, prologue)
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _define_kernels()
     # int8 is read as bytes: the magic cast flips the sign bit itself.
