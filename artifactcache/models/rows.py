@@ -32,17 +32,22 @@ def register_gemv() -> None:
 
 
 def gemv_registered() -> bool:
+    """Whether acache::row_gemv is registered (a traced function cannot register it)."""
     return _gemv_registered
 
 
 def row_weights(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, int8 scales or None) of a layer the GEMV reads, or None for any other."""
-    from .quant import Int8WeightOnlyLinear
-
-    if isinstance(linear, Int8WeightOnlyLinear):
-        return linear.weight, linear.scales
-    if type(linear) is nn.Linear and linear.weight.dtype.is_floating_point:
-        return linear.weight, None
+    """(weight, int8 scales or None) of a layer the GEMV reads, or None for any other:
+    an nn.Linear with float weights, or models/quant.py's Int8WeightOnlyLinear (known by
+    its int8 weight and scales, as quant.py imports this module)."""
+    weight = getattr(linear, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        return None
+    scales = getattr(linear, "scales", None)
+    if weight.dtype == torch.int8 and isinstance(scales, torch.Tensor):
+        return weight, scales
+    if type(linear) is nn.Linear and weight.dtype.is_floating_point:
+        return weight, None
     return None
 
 
