@@ -101,3 +101,28 @@ def test_ort_gets_a_dtype_and_device_its_providers_run(tmp_path, monkeypatch):
     monkeypatch.setattr(defaults, "default_device", lambda backends=(): "cuda")
     CliRunner().invoke(app, ["tiny-llama", "-b", "ort"])
     assert (seen["choices"].device, seen["choices"].dtype) == ("cuda", "fp16")
+
+
+def test_models_whose_own_dtypes_differ_need_a_dtype(tmp_path, monkeypatch):
+    """compare's --recipes: one default for all of them, never the first one's alone."""
+    seen = {}
+    app = typer.Typer()
+
+    @app.command()
+    @with_choices
+    def cmd(recipes: str = typer.Option(..., "--recipes"), *, choices: BuildChoices):
+        seen["choices"] = choices
+
+    monkeypatch.setattr(defaults, "default_device", lambda backends=(): "cuda")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    bf16 = _folder(tmp_path / "a", torch_dtype="bfloat16")
+    fp16 = _folder(tmp_path / "b", torch_dtype="float16")
+    r = CliRunner().invoke(app, ["--recipes", f"{bf16},tiny-llama"])
+    assert r.exit_code == 0, r.output
+    assert seen["choices"].dtype == "bf16"  # the same default for both
+    r = CliRunner().invoke(app, ["--recipes", f"{bf16},{fp16}"])
+    said = str(r.exception)  # an ArgumentError: acache's app prints it as one line
+    assert "dtypes differ" in said and "--dtype" in said and "\n" not in said
+    r = CliRunner().invoke(app, ["--recipes", f"{bf16},{fp16}", "--dtype", "fp16"])
+    assert r.exit_code == 0 and seen["choices"].dtype == "fp16"

@@ -61,12 +61,13 @@ def _parameter(f: dataclasses.Field) -> inspect.Parameter:
 
 
 def choices_from_cli(
-    values: dict[str, Any], recipe: str | None = None, backends: tuple[str, ...] = ()
+    values: dict[str, Any], recipes: tuple[str, ...] = (), backends: tuple[str, ...] = ()
 ) -> BuildChoices:
     """BuildChoices from the parsed options, the machine's defaults filled in for those not
-    given (``recipe``: the command's model, whose checkpoint may name a dtype;
-    ``backends``: those the command was given, whose dtypes bound the default); bad values
-    are one-line ArgumentErrors."""
+    given (``recipes``: the command's models, whose checkpoints may name a dtype: one
+    default for all of them, or a one-line ArgumentError where they differ; ``backends``:
+    those the command was given, whose dtypes bound the default); bad values are one-line
+    ArgumentErrors."""
     from ..defaults import default_device, default_dtype, model_folder
     from ..limits import check_seed
 
@@ -80,8 +81,17 @@ def choices_from_cli(
     if "device" in values and given["device"] is None:
         given["device"] = default_device(backends)
     if "dtype" in values and given["dtype"] is None:
-        folder = model_folder(recipe, given.get("weights"))
-        given["dtype"] = default_dtype(given.get("device") or "cpu", folder, backends)
+        device = given.get("device") or "cpu"
+        dtypes = {
+            r: default_dtype(device, model_folder(r, given.get("weights")), backends)
+            for r in recipes or (None,)
+        }
+        if len(set(dtypes.values())) > 1:
+            each = ", ".join(f"{r}: {d}" for r, d in dtypes.items())
+            raise ArgumentError(
+                f"the models' own dtypes differ ({each}): pass --dtype to run them all at one"
+            )
+        given["dtype"] = next(iter(dtypes.values()))
     try:
         check_seed(given.get("seed", 0), "--seed")
     except Exception as e:
@@ -122,10 +132,14 @@ def with_choices(
         from ..defaults import default_backend
 
         values = {n: kwargs.pop(n) for n in names}
-        recipes = kwargs.get("recipe") or (kwargs.get("recipes") or "").split(",")[0].strip()
+        if kwargs.get("recipe"):
+            recipes: tuple[str, ...] = (kwargs["recipe"],)
+        else:  # compare's --recipes a,b
+            listed = (kwargs.get("recipes") or "").split(",")
+            recipes = tuple(r.strip() for r in listed if r.strip())
         given = kwargs.get("backend") or kwargs.get("backends") or ""
         backends = tuple(b.strip() for b in given.split(",") if b.strip())
-        choices = choices_from_cli(values, recipe=recipes or None, backends=backends)
+        choices = choices_from_cli(values, recipes=recipes, backends=backends)
         if "backend" in kwargs and kwargs["backend"] is None:
             kwargs["backend"] = default_backend(choices.device)
         return command(*args, choices=choices, **kwargs)
