@@ -14,6 +14,7 @@ from artifactcache import api
 from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import backend as ortb
 from artifactcache.backends.onnx import export as ox
+from artifactcache.backends.onnx import step_shapes as shapes
 from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.models import WeightsSpec
@@ -55,7 +56,7 @@ def test_batch_rows_equal_each_prompt_run_alone(store):
     """A max_batch 4 graph (static batch axis, row_start input) against eager batch 1."""
     # tiny-mistral: 24 new tokens after the 19-token prompt cross its 16-token window.
     batched = api.load("tiny-mistral", "ort", store=store, max_batch=4)
-    assert ox.cache_shape(batched.recipe)[1] == 4
+    assert shapes.cache_shape(batched.recipe)[1] == 4
     alone = api.load("tiny-mistral", "eager", store=store)
     assert_rows_match_alone(batched, alone, BATCH_PROMPTS, 24)
     assert_rows_match_alone(batched, alone, BATCH_PROMPTS[1:3], 6)  # two rows pad to four
@@ -190,7 +191,7 @@ def test_cli_bad_inputs_exit_1(cache_dir):
 
 
 def test_ort_tensorrt_ep_takes_the_same_prefill_profile(tmp_path):
-    """The EP's one profile is the trt backend's prefill profile (onnx/export.py step_profiles)."""
+    """The EP's one profile is the trt backend's prefill profile (step_shapes.step_profiles)."""
     recipe = load_recipe("tiny-llama").with_shapes(max_batch=2)  # prefill_len 8
     o = ortb.trt_ep_options(recipe, tmp_path, 0)
     assert o["trt_profile_min_shapes"] == "input_ids:2x1,input_pos:1,kv_pos:1,logit_rows:1"

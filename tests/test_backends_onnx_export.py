@@ -10,6 +10,7 @@ import torch
 from artifactcache.api import recipe as recipe_api
 from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import export as ox
+from artifactcache.backends.onnx import step_shapes as shapes
 from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
 from artifactcache.models import WeightsSpec, build_model
@@ -38,7 +39,7 @@ def _export_key(ctx: BuildContext, spec: ox.ExportSpec) -> str:
 def _feeds(*tensors) -> dict:
     return {
         n: t.numpy() if isinstance(t, torch.Tensor) else t
-        for n, t in zip(ox.INPUT_NAMES, tensors, strict=True)
+        for n, t in zip(shapes.INPUT_NAMES, tensors, strict=True)
     }
 
 
@@ -51,7 +52,7 @@ def test_functional_step_matches_the_in_place_model():
     recipe = load_recipe("tiny-mistral")  # sliding window: the mask matters
     ref = build_model(recipe)
     step = ox._step_module(build_model(recipe))
-    ids, pos, rs, kv, _, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids, pos, rs, kv, _, keys, values = shapes.example_inputs(recipe, torch.float32)
     ids = torch.randint(0, 1000, ids.shape)
     with torch.no_grad():
         want = ref(ids, pos, rs)
@@ -65,7 +66,7 @@ def test_functional_step_matches_the_in_place_model():
             filled = torch.arange(int(p) + 1 + t % 3)  # any L past the position
             logits, keys, values = step(tok, p, rs, filled, ox.every_row(p), keys, values)
             assert _rel(logits, ref(tok, p, rs)) < 1e-5
-    assert keys.shape == ox.cache_shape(recipe)
+    assert keys.shape == shapes.cache_shape(recipe)
 
 
 def test_export_graph_contract_and_cache_entry(tmp_path):
@@ -75,15 +76,15 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
     assert source == "built" and meta["exporter_used"] == "dynamo", meta.get("dynamo_error")
     onnx.checker.check_model(str(path), full_check=True)
     graph = onnx.load(str(path)).graph
-    assert [i.name for i in graph.input] == list(ox.INPUT_NAMES)
-    assert [o.name for o in graph.output] == list(ox.OUTPUT_NAMES)
+    assert [i.name for i in graph.input] == list(shapes.INPUT_NAMES)
+    assert [o.name for o in graph.output] == list(shapes.OUTPUT_NAMES)
     ids_dims = graph.input[0].type.tensor_type.shape.dim
     assert ids_dims[0].dim_value == 1 and ids_dims[1].dim_param  # dynamic token axis
     axes = {i.name: i.type.tensor_type.shape.dim[0].dim_param for i in graph.input[3:5]}
     assert list(axes) == ["kv_pos", "logit_rows"] and all(axes.values())  # dynamic L, R
     assert len({*axes.values(), ids_dims[1].dim_param}) == 3  # L, R and T untied
     cache_dims = [d.dim_value for d in graph.input[5].type.tensor_type.shape.dim]
-    assert tuple(cache_dims) == ox.cache_shape(ctx.recipe)
+    assert tuple(cache_dims) == shapes.cache_shape(ctx.recipe)
     # A second request is a hit on the same entry: no second export.
     path2, key2, _, source2 = _export(_ctx(), ox.ExportSpec(), store)
     assert (path2, key2, source2) == (path, key, "local")
@@ -93,7 +94,7 @@ def test_export_graph_contract_and_cache_entry(tmp_path):
     recipe = ctx.recipe
     ref = build_model(recipe)
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids, pos, rs, kv, _, keys, values = ox.example_inputs(recipe, torch.float32)
+    ids, pos, rs, kv, _, keys, values = shapes.example_inputs(recipe, torch.float32)
     ids = torch.randint(0, 1000, ids.shape)
     want = ref(ids, pos, rs)
     last = sess.run(None, _feeds(ids, pos, *ox.first_pass_inputs(ids), keys, values))[0]
@@ -113,7 +114,7 @@ def test_torchscript_exporter_on_request(tmp_path):
     assert meta["exporter_used"] == "torchscript" and meta["opset"] == ox.DEFAULT_OPSET
     ref = build_model(ctx.recipe)
     sess = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    ids, pos, rs, kv, _, keys, values = ox.example_inputs(ctx.recipe, torch.float32)
+    ids, pos, rs, kv, _, keys, values = shapes.example_inputs(ctx.recipe, torch.float32)
     out = sess.run(None, _feeds(ids, pos, rs, kv, ox.every_row(pos), keys, values))
     assert _rel(torch.from_numpy(out[0]), ref(ids, pos, rs)) < 1e-4
     last = sess.run(None, _feeds(ids, pos, *ox.first_pass_inputs(ids), keys, values))[0]

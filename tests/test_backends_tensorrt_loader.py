@@ -83,6 +83,7 @@ def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
 
     from artifactcache.backends.base import BuildContext
     from artifactcache.backends.onnx import export as ox
+    from artifactcache.backends.onnx import step_shapes as shapes
     from artifactcache.choices import BuildChoices
     from artifactcache.models import WeightsSpec
 
@@ -96,7 +97,7 @@ def test_profiles_follow_the_exported_graph(tmp_path, exporter, max_batch):
         ]
         for i in graph.input
     }
-    assert dims["past_keys"] == list(ox.cache_shape(recipe)) == [2, max_batch, 2, 41, 16]
+    assert dims["past_keys"] == list(shapes.cache_shape(recipe)) == [2, max_batch, 2, 41, 16]
     prefill, decode = loader.profiles_for(recipe)
     for profile in (prefill, decode):
         for name, (lo, opt, hi) in profile.items():

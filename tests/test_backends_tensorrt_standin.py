@@ -110,7 +110,7 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     assert len(out["tokens"]) == 4
     assert len(rec.called("execute_async_v3")) == 4
     bound = {a[0] for a, _ in rec.called("set_tensor_address")}
-    assert bound == set(ox.INPUT_NAMES) | set(ox.OUTPUT_NAMES)
+    assert bound == set(shapes.INPUT_NAMES) | set(shapes.OUTPUT_NAMES)
     assert out["error"].count("get_error") == 2  # num_errors errors, each named
 
 

@@ -46,16 +46,13 @@ from ..shared.model_options import check_quant
 from .export import (
     DEFAULT_OPSET,
     EXPORT_DEP,
-    OUTPUT_NAMES,
-    STEP_INPUT_NAMES,
-    cache_shape,
     every_row,
     export_dependency,
     export_spec,
     exported,
     first_pass_inputs,
-    step_profiles,
 )
+from .step_shapes import OUTPUT_NAMES, STEP_INPUT_NAMES, cache_shape, step_profiles
 
 if TYPE_CHECKING:
     from ...config import Recipe
@@ -183,7 +180,7 @@ def session_options(
 
 def trt_ep_options(recipe: Recipe, cache_dir: Path, device_id: int) -> dict[str, str]:
     """TensorRT EP options: engine and timing caches in cache_dir, and the prefill profile
-    of the step graph (onnx/export.py step_profiles: T over 1..prefill_len, the batch static
+    of the step graph (onnx/step_shapes.py step_profiles: T over 1..prefill_len, the batch static
     at max_batch), the same ranges the trt backend's engines take."""
     prefill = step_profiles(recipe)[0]
 

@@ -28,14 +28,14 @@ TIMING_CACHE_DEP = "timing_cache"  # its name in ctx.deps
 def profiles_for(recipe: Recipe) -> list[dict[str, tuple[tuple[int, ...], ...]]]:
     """Optimization profiles over the step graph's dynamic inputs: (min, opt, max) shapes.
 
-    From the export's own dimensions (onnx/export.py step_profiles), so an engine
+    From the export's own dimensions (onnx/step_shapes.py step_profiles), so an engine
     profile never asks for a range the graph fixed. Profile 0 serves prefill (T over
     1..prefill_len, tuned for prefill_len; the runner sends passes of 16 tokens up to
     it, generate/prefill.py); profile 1 serves
     decode (T = 1). The batch axis is static at max_batch (the runner pads rows), and
     so are row_start and the KV cache: inputs without a dynamic axis need no entry.
     """
-    from ..onnx.export import step_profiles
+    from ..onnx.step_shapes import step_profiles
 
     return step_profiles(recipe)
 

@@ -54,7 +54,7 @@ class _EngineSteps:
     def __init__(self, engine: Any, recipe: Recipe, device: Any, dtype: Any) -> None:
         import torch
 
-        from ..onnx.export import cache_shape
+        from ..onnx.step_shapes import cache_shape
         from .loader import profiles_for
 
         self.engine, self.recipe, self.device = engine, recipe, device
@@ -78,7 +78,7 @@ class _EngineSteps:
         """One step: the runner's inputs (STEP_INPUT_NAMES, in order), then the cache."""
         import torch
 
-        from ..onnx.export import STEP_INPUT_NAMES
+        from ..onnx.step_shapes import STEP_INPUT_NAMES
 
         step = dict(zip(STEP_INPUT_NAMES, (t.contiguous() for t in inputs), strict=True))
         rows, n = (int(d) for d in step["input_ids"].shape)
