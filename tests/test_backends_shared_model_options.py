@@ -109,7 +109,7 @@ def test_the_factors_name_the_model_as_built(backend: str):
         "fused_projections": True,
         "quant": "int8wo",
         "decode_attention": "sdpa",
-        "decode_gemv": "compiler",  # a CPU build
+        "row_gemv": False,  # a CPU build
     }
 
 
@@ -211,8 +211,7 @@ def test_row_gemv_is_the_default_where_the_kernel_runs(
     opts = BuildChoices(device=device, quant=quant, dtype="bf16")
     assert row_gemv(backend, rec, opts) is expected
     assert model_build_args(backend, rec, opts)["row_gemv"] is expected
-    factor = model_factors(backend, rec, opts)["decode_gemv"]
-    assert factor == ("acache" if expected else "compiler")
+    assert model_factors(backend, rec, opts)["row_gemv"] is expected
 
 
 @pytest.mark.parametrize(
@@ -223,6 +222,7 @@ def test_row_gemv_is_the_default_where_the_kernel_runs(
         ("aoti", "cuda", "tiny-llama", {"fuse_projections": 0}, None, "fused projections"),
         ("inductor", "cuda", "tiny-llama", {}, "int4wo", "int4wo"),
         ("ort", "cuda", "tiny-llama", {}, None, "ONNX export"),
+        ("eager", "cuda", "tiny-llama", {}, None, "add --extra fuse_projections=1"),
     ],
 )
 def test_an_impossible_row_gemv_is_one_line(
@@ -232,9 +232,19 @@ def test_an_impossible_row_gemv_is_one_line(
     with pytest.raises(BackendError, match=says) as e:
         row_gemv(backend, load_recipe(recipe), opts)
     assert "\n" not in str(e.value)
-    # asked for on eager (CUDA, fused): taken
+
+
+def test_row_gemv_asked_for_where_it_runs_is_taken():
     eager = BuildChoices(device="cuda", extra={"row_gemv": 1, "fuse_projections": 1})
-    assert row_gemv("eager", load_recipe("tiny-llama"), eager) is True
+    assert row_gemv("eager", load_recipe("tiny-llama"), eager) is True  # not eager's default
+
+
+def test_a_batched_build_has_no_one_row_step():
+    rec = load_recipe("tiny-llama").with_shapes(max_batch=4)
+    assert row_gemv("aoti", rec, BuildChoices(device="cuda")) is False
+    with pytest.raises(BackendError, match="--max-batch 4") as e:
+        row_gemv("aoti", rec, BuildChoices(device="cuda", extra={"row_gemv": 1}))
+    assert "\n" not in str(e.value)
 
 
 def test_row_gemv_is_a_key_factor():

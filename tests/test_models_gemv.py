@@ -30,8 +30,8 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
         timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    # 12 cases in fp32 and bf16, the refusal of a prompt's rows, 4 tiny models.
-    assert done.stdout.count("ok:") == 29, done.stdout
+    # 12 cases in fp32 and bf16, the refusal of a prompt's rows, 5 tiny models.
+    assert done.stdout.count("ok:") == 30, done.stdout
 
 
 def test_the_tile_follows_the_weights_width_and_the_prologue():
@@ -46,19 +46,28 @@ def test_the_tile_follows_the_weights_width_and_the_prologue():
         assert gemv_launch(4096, 4096, int8, "norm").block_n > gemv_launch(4096, 4096, int8).block_n
 
 
-def test_a_cpu_int8_model_never_imports_triton():
-    """register_ops imports the op for CUDA layers only, and a CPU forward keeps the
-    cast: building and running a CPU int8 model must not pay Triton's and Dynamo's
-    imports (nor this module's)."""
+def test_cpu_models_and_building_never_import_triton():
+    """register_ops imports the op for CUDA models only, a CPU forward keeps the plain
+    modules, and building a model registers nothing (a warm aoti process hands the
+    model's tensors to its library and must not pay Triton's and Dynamo's imports): an
+    int8 layer and a row-GEMV llama, built and run on the CPU, leave both unimported."""
     code = (
         "import sys, torch\n"
         "print('triton' in sys.modules)\n"  # torch itself did not import it
-        "from artifactcache.models.quant import int8_linear, register_ops\n"
+        "from artifactcache.models import build_model\n"
+        "from artifactcache.models.quant import int8_linear\n"
+        "from artifactcache.models.rows import register_ops\n"
+        "from artifactcache.recipes import load_recipe\n"
         "m = torch.nn.Sequential(int8_linear(torch.nn.Linear(32, 16)))\n"
         "register_ops(m)\n"
         "y = m(torch.randn(1, 1, 32))\n"
         "assert y.shape == (1, 1, 16)\n"
-        "print('triton' in sys.modules, 'artifactcache.models.gemv' in sys.modules)\n"
+        "llama = build_model(load_recipe('tiny-llama'), fuse_projections=True, row_gemv=True,"
+        " quant='int8wo')\n"
+        "register_ops(llama)\n"
+        "llama(torch.tensor([[1]]), torch.tensor([0]))\n"
+        "print('triton' in sys.modules, 'torch._dynamo' in sys.modules,"
+        " 'artifactcache.models.gemv' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
@@ -67,7 +76,7 @@ def test_a_cpu_int8_model_never_imports_triton():
     before, *after = done.stdout.split()
     if before == "True":
         pytest.skip("this torch imports Triton itself")
-    assert after == ["False", "False"]
+    assert after == ["False", "False", "False"]
 
 
 def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
@@ -141,7 +150,8 @@ def test_without_triton_a_kernel_lookup_is_an_attribute_error():
 
 
 def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
-    """The compiled kernel (not the interpreter) on a seed-sized shape, every variant."""
+    """The compiled kernel (not the interpreter) on seed-sized shapes, every variant: one
+    that divides every tile, and a ragged one (K and N tails masked) with a bias."""
     import torch
 
     if not torch.cuda.is_available():
@@ -152,14 +162,15 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     from artifactcache.models.quant import quantize_int8
 
     torch.manual_seed(0)
-    n, k = 3072, 3072
-    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-    w8, s8 = quantize_int8(w)
-    g = (1 + torch.rand(k, device="cuda")).to(torch.bfloat16)
-    r = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    for weight, scales in ((w, None), (w8, s8)):
-        for norm, silu, residual in ((g, False, None), (None, True, r), (None, False, r)):
-            x = torch.randn(1, 2 * k if silu else k, device="cuda", dtype=torch.bfloat16)
-            args = (x, weight, scales, None, norm, 1e-5, silu, residual)
-            got = gemv.row_gemv(*args).double()
-            torch.testing.assert_close(got, reference(*args), rtol=2e-2, atol=5e-2)
+    for n, k, with_bias in ((3072, 3072, False), (4100, 11000, True)):
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        w8, s8 = quantize_int8(w)
+        g = (1 + torch.rand(k, device="cuda")).to(torch.bfloat16)
+        r = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
+        for weight, scales in ((w, None), (w8, s8)):
+            for norm, silu, residual in ((g, False, None), (None, True, r), (None, False, r)):
+                x = torch.randn(1, 2 * k if silu else k, device="cuda", dtype=torch.bfloat16)
+                args = (x, weight, scales, bias, norm, 1e-5, silu, residual)
+                got = gemv.row_gemv(*args).double()
+                torch.testing.assert_close(got, reference(*args), rtol=2e-2, atol=5e-2)

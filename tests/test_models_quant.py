@@ -242,7 +242,7 @@ print(rows._gemv_registered, "artifactcache.models.gemv" in sys.modules)
 got = lin(x.as_subclass(OnCuda)).as_subclass(torch.Tensor)
 torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 rows.register_gemv()  # idempotent
-quant.register_ops(torch.nn.Sequential(lin))
+rows.register_ops(torch.nn.Sequential(lin))
 print(rows._gemv_registered, hasattr(torch.ops.acache, "row_gemv"))
 """
 

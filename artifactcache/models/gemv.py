@@ -70,9 +70,10 @@ def gemv_launch(n: int, k: int, int8: bool, prologue: str | None = None) -> Gemv
     to spread those reads over; the SiLU-and-mul GEMVs have a long K.
 
     bf16 (benchmarks/row_gemv.py's sweep of 30 tiles on phi-3-mini's and llama-7b's
-    shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (the best sum over
-    the four norm shapes, 3% under 4 x 512's), 4 x 1024 for SiLU-and-mul (8% under
-    4 x 512 on phi-3-mini's down projection), 4 x 512 otherwise (within 5% of the best).
+    shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (tied with 32 x 256
+    for the best sum over the four norm shapes, 3% under 4 x 512's), 4 x 1024 for
+    SiLU-and-mul (8% under 4 x 512 on phi-3-mini's down projection), 4 x 512 otherwise
+    (within 6% of the best).
     int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
     32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
     ratio of weight bytes to x reads carried over, not swept.

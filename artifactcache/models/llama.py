@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, RMSNorm, apply_rope, cached_attention, embedding
-from .rows import register_gemv, row_linear
+from .rows import row_linear
 
 
 class Attention(nn.Module):
@@ -95,7 +95,7 @@ class Block(nn.Module):
         self.mlp = MLP(cfg, fused)
 
         # One decode row through acache's GEMV, norms and skips folded in (models/rows.py):
-        # set by LlamaModel.use_row_gemv on a fused CUDA model.
+        # set by LlamaModel.use_row_gemv on a fused model.
         self.row_gemv = False
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
@@ -137,11 +137,11 @@ class LlamaModel(CausalLM):
 
     def use_row_gemv(self) -> None:
         """Run one-row steps (decode at batch 1, a first pass's last row) through
-        acache's GEMV with the norms and skips folded in (models/rows.py); registers the
-        op. The projections must be fused (qkv_proj, gate_up_proj)."""
+        acache's GEMV with the norms and skips folded in (models/rows.py; a tracer
+        registers the op first: rows.register_ops). The projections must be fused
+        (qkv_proj, gate_up_proj)."""
         if not all(layer.self_attn.fused and layer.mlp.fused for layer in self.model.layers):
             raise ValueError("the row GEMV runs fused projections: fuse_projections first")
-        register_gemv()
         self.row_gemv = True
         for layer in self.model.layers:
             layer.row_gemv = True

@@ -85,11 +85,11 @@ class Int8WeightOnlyLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:  # one decode row
-            # quantize() registers the op for layers on CUDA; a layer quantized on the CPU
-            # and moved .to("cuda") after has not, so an eager call registers it (one flag
-            # read once done). Dynamo and torch.export refuse to register an op inside
-            # what they trace, so there the flag decides: the op where it is registered,
-            # else the cast below (the same product, slower) rather than a crash.
+            # The op is registered by a backend before it traces the model
+            # (rows.register_ops), or here by an eager call (one flag read once done).
+            # Dynamo and torch.export refuse to register an op inside what they trace,
+            # so there the flag decides: the op where it is registered, else the cast
+            # below (the same product, slower) rather than a crash.
             if not torch.compiler.is_compiling():
                 rows.register_gemv()
             if rows.gemv_registered():
@@ -249,14 +249,6 @@ def check_int4_device(device: torch.device) -> None:
         )
 
 
-def register_ops(model: nn.Module) -> None:
-    """Register the GEMV op of a CUDA int8 model, before Dynamo or torch.export trace it
-    (they refuse to register an op inside a traced function). Builds and warm loads call
-    it; a CPU model never imports Triton for it."""
-    if any(isinstance(m, Int8WeightOnlyLinear) and m.weight.is_cuda for m in model.modules()):
-        rows.register_gemv()
-
-
 def int8_linear(linear: nn.Linear) -> Int8WeightOnlyLinear:
     weight, scales = quantize_int8(linear.weight)
     return Int8WeightOnlyLinear(weight, scales, linear.bias)
@@ -295,5 +287,4 @@ def quantize(model: nn.Module, mode: str) -> int:
         if new is not None:
             setattr(parent, name, new)  # the float weight goes with the old module
             done += 1
-    register_ops(model)
     return done

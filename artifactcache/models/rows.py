@@ -7,12 +7,17 @@ skip connection after it included; any other layer (int4's) runs as the plain mo
 A llama-family block built with ``row_gemv`` (``models.build_model``) runs its one-row
 steps as four such calls (models/llama.py, ``Block.one_row``).
 
-The op is registered by importing models/gemv.py, which imports Triton and Dynamo:
-``register_gemv()`` does it for CUDA models only, before Dynamo or torch.export trace
-them (they refuse to register an op inside what they trace).
+The op is registered by importing models/gemv.py, which imports Triton and Dynamo
+(~1.5 s). Dynamo and torch.export refuse to register an op inside what they trace, so
+the backends call ``register_ops(model)`` before they trace a CUDA model that runs it;
+an eager call registers it on the way (``row_linear``). Building a model registers
+nothing: a warm aoti process, which only hands the model's tensors to its compiled
+library, never imports Triton or Dynamo for it.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 from torch import nn
@@ -34,6 +39,29 @@ def register_gemv() -> None:
 def gemv_registered() -> bool:
     """Whether acache::row_gemv is registered (a traced function cannot register it)."""
     return _gemv_registered
+
+
+def runs_here(t: torch.Tensor) -> bool:
+    """Whether the kernel can read ``t``: a CUDA tensor, or any under Triton's
+    interpreter (the CPU tests). Static under tracing."""
+    return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def register_ops(model: nn.Module) -> None:
+    """Register acache::row_gemv before Dynamo or torch.export trace ``model``, if any of
+    it runs the op: int8 weights or a ``row_gemv`` model, on CUDA. A CPU model never
+    imports Triton for it."""
+    for m in model.modules():
+        read = row_weights(m)
+        int8 = read is not None and read[1] is not None
+        if (int8 or getattr(m, "row_gemv", False)) and _on_cuda(m):
+            register_gemv()
+            return
+
+
+def _on_cuda(module: nn.Module) -> bool:
+    tensors = [*module.parameters(), *module.buffers()]
+    return any(t.is_cuda for t in tensors)
 
 
 def row_weights(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -61,7 +89,9 @@ def row_linear(
 ) -> torch.Tensor:
     """``residual + linear(prologue(x))`` for x [1, 1, K]: prologue ``norm`` (an RMSNorm)
     or ``silu(gate) * up`` of x = [gate | up] (``silu_mul``). [1, 1, N]."""
-    read = row_weights(linear) if _gemv_registered else None
+    if not _gemv_registered and runs_here(x) and not torch.compiler.is_compiling():
+        register_gemv()  # an eager call (a trace must find it registered: register_ops)
+    read = row_weights(linear) if _gemv_registered and runs_here(x) else None
     if read is None:
         if norm is not None:
             x = norm(x)

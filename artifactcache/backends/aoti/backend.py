@@ -204,6 +204,9 @@ def export_step(model: Any, args: tuple[Any, ...], recipe: Any, step: str) -> An
     """
     import torch
 
+    from ...models.rows import register_ops
+
+    register_ops(model)  # torch.export refuses to register an op inside its trace
     UserError = export_user_error()
     buckets = kv_buckets_of(model)
     try:

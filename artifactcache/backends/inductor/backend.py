@@ -279,6 +279,9 @@ class InductorBackend:
         dev = device_of(ctx.opts)
         pin_triton_ptxas()
         model = build_model_for(ctx, dev, self.name)
+        from ...models.rows import register_ops
+
+        register_ops(model)  # before Dynamo traces it
         path = warm_path()
         t0 = time.perf_counter()
         record: dict[str, Any] = {}
@@ -332,6 +335,9 @@ class InductorBackend:
         dev = device_of(ctx.opts)
         pin_triton_ptxas()  # before any Triton key is made: the build's ptxas (torch_private)
         model = build_model_for(ctx, dev, self.name)
+        from ...models.rows import register_ops
+
+        register_ops(model)  # the steps loaded (or compiled) call acache's op
         with inductor_tuning_results_kept():
             return self._load_steps(ctx, entry_dir, path, model, dev)
 

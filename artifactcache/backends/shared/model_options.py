@@ -20,8 +20,9 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
   SiLU-and-mul and skip connection around it folded in: four kernels a block. On by
   default for CUDA builds of inductor and aoti of the llama families (llama, mistral,
-  qwen2, qwen3, phi-3) with fused projections, unquantized or int8wo; it needs fused
-  projections and refuses int4wo (tinygemm's layout) and phi-2 (a LayerNorm block).
+  qwen2, qwen3, phi-3) for one row (max_batch 1) with fused projections, unquantized or
+  int8wo; it refuses int4wo (tinygemm's layout), phi-2 (a LayerNorm block), unfused
+  projections and batched builds (whose steps are never one row).
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -29,7 +30,7 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   on CUDA (models/quant.py).
 
 The key records the model as built (``model_factors``): whether its projections are
-fused, and its quantization.
+fused, its quantization, its decode attention and whether one-row steps run the row GEMV.
 """
 
 from __future__ import annotations
@@ -177,9 +178,17 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     elif recipe.family not in ROW_GEMV_FAMILIES:
         why_not = f"runs RMSNorm blocks ({', '.join(ROW_GEMV_FAMILIES)}), not {recipe.family}'s"
     elif not fused:
-        why_not = f"runs fused projections; leave out --extra {FUSE_EXTRA}=0"
+        if FUSE_EXTRA in opts.extra:  # asked for unfused
+            why_not = f"runs fused projections: leave out --extra {FUSE_EXTRA}=0"
+        else:  # eager keeps the checkpoint's layout unless asked
+            why_not = f"runs fused projections: add --extra {FUSE_EXTRA}=1"
     elif opts.quant == "int4wo":
         why_not = "reads float or int8 weights, not int4wo's tinygemm layout"
+    elif recipe.shapes.max_batch > 1:
+        why_not = (
+            f"runs one-row steps, and a build for --max-batch {recipe.shapes.max_batch} "
+            "pads every step to that many rows"
+        )
     if asked and why_not:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
@@ -200,7 +209,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str,
         "fused_projections": fuse_projections(backend, recipe, opts),
         "quant": opts.quant or "none",
         "decode_attention": "split_kv" if split_kv_decode(backend, opts, recipe) else "sdpa",
-        "decode_gemv": "acache" if row_gemv(backend, recipe, opts) else "compiler",
+        "row_gemv": row_gemv(backend, recipe, opts),
     }
 
 
