@@ -21,6 +21,7 @@ from _trt_standin import Recording, StandinModule, bindings_names, bindings_whee
 from artifactcache import api
 from artifactcache.backends.base import BuildContext
 from artifactcache.backends.onnx import export as ox
+from artifactcache.backends.onnx import step_shapes
 from artifactcache.backends.shared import runner as runner_mod
 from artifactcache.backends.tensorrt import BACKEND as TRT
 from artifactcache.backends.tensorrt import loader
@@ -110,7 +111,7 @@ def test_build_and_load_through_the_standin(monkeypatch, tmp_path):
     assert len(out["tokens"]) == 4
     assert len(rec.called("execute_async_v3")) == 4
     bound = {a[0] for a, _ in rec.called("set_tensor_address")}
-    assert bound == set(shapes.INPUT_NAMES) | set(shapes.OUTPUT_NAMES)
+    assert bound == set(step_shapes.INPUT_NAMES) | set(step_shapes.OUTPUT_NAMES)
     assert out["error"].count("get_error") == 2  # num_errors errors, each named
 
 
