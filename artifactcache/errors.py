@@ -94,5 +94,9 @@ class EntryInUse(AcacheError):
     entries depend on it."""
 
 
+class DependencyError(AcacheError):
+    """A dependency acache requires is missing or cannot be imported (a broken install)."""
+
+
 class ModelSpecError(AcacheError):
     """A user module, its example inputs, or a ``pkg.mod:factory`` spec is unusable."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -220,3 +221,14 @@ def test_a_slow_build_says_what_it_does_off_a_terminal_and_lines_stay_whole(
     monkeypatch.setattr(build, "PLAIN_PROGRESS_AFTER_S", 60.0)
     hit = runner.invoke(app, ["build", "tiny-llama", "-b", "eager"])
     assert hit.exit_code == 0 and hit.stderr == ""  # a quick hit stays quiet
+
+
+def test_a_broken_blake3_fails_in_one_line_before_any_build(tmp_path, monkeypatch):
+    """blake3 hashes every entry's files: a broken install is told when the store opens,
+    not after a build (with a traceback) when its files are hashed; nothing is written."""
+    monkeypatch.setitem(sys.modules, "blake3", None)  # an import of it raises ImportError
+    cache = tmp_path / "cache"
+    r = run("build", "tiny-llama", "-b", "eager", "--device", "cpu", "--cache-dir", cache)
+    assert_user_error(r, "blake3 cannot be imported")
+    assert "pip install" in r.stderr
+    assert not cache.exists()

@@ -19,6 +19,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..errors import DependencyError
+
 # Opening anything inside an entry never follows a symlink: a swapped-in link
 # fails with ELOOP instead of reading some other file.
 O_READ = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
@@ -51,6 +53,19 @@ def describe(e: OSError) -> str:
     """``Permission denied: /path`` (strerror and the file it concerns), for one-line errors."""
     what = e.strerror or str(e)
     return f"{what}: {e.filename}" if e.filename else what
+
+
+def require_digest() -> None:
+    """A one-line DependencyError where blake3, which every entry's digests need, cannot
+    be imported: checked when a store opens, so a broken install fails before a build
+    rather than after it, when its files are hashed."""
+    try:
+        import blake3  # noqa: F401
+    except ImportError as e:
+        raise DependencyError(
+            f"acache's dependency blake3 cannot be imported ({e}); reinstall it: "
+            "pip install --force-reinstall blake3"
+        ) from None
 
 
 def digest_file(path: Path) -> tuple[str, os.stat_result, os.stat_result]:

@@ -117,6 +117,7 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
         trust: Trust | Callable[[], Trust] | None = None,
         rebuild_untrusted: bool = False,
     ) -> None:
+        _fs.require_digest()
         if root is None:
             root = settings.get("ACACHE_DIR")
         if root is None:
