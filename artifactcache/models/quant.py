@@ -84,16 +84,13 @@ class Int8WeightOnlyLinear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cuda and x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1:  # one decode row
-            # The op is registered by a backend before it traces the model
-            # (rows.register_ops), or here by an eager call (one flag read once done).
-            # Dynamo and torch.export refuse to register an op inside what they trace,
-            # so there the flag decides: the op where it is registered, else the cast
-            # below (the same product, slower) rather than a crash.
-            if not torch.compiler.is_compiling():
-                rows.register_gemv()
-            if rows.gemv_registered():
-                return rows.row_linear(self, x)
+        one_row = x.dim() == 3 and x.shape[0] == 1 and x.shape[1] == 1
+        # The op is registered by a backend before it traces the model (rows.register_ops),
+        # or by row_linear on an eager call. Dynamo and torch.export refuse to register an
+        # op inside what they trace, so there the flag decides: the op where it is
+        # registered, else the cast below (the same product, slower) rather than a crash.
+        if x.is_cuda and one_row and (rows.gemv_registered() or not torch.compiler.is_compiling()):
+            return rows.row_linear(self, x)
         y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         return y if self.bias is None else y + self.bias
 
