@@ -3,14 +3,18 @@
 The report is a stable schema (``DOCTOR_SCHEMA``; docs/doctor.md): keys are only ever
 added, and a change of meaning bumps the schema.
 
-The slow part (importing torch, asking each backend, probing the C++ compiler) depends
-only on the toolchain, so its results are kept per toolchain identity in an existing
-cache (``v1/doctor.json``): package versions, Python, the host, the driver and its GPUs,
-the C++ compilers on $PATH, $CXX, $CC, $PATH, $LD_LIBRARY_PATH, $LD_PRELOAD,
-CUDA_VISIBLE_DEVICES and acache's own files. A repeat doctor on the same
-toolchain imports no torch; ``full=True`` probes again. The cache and the remote are
-always looked at afresh. Doctor never creates the cache dir and writes nothing but
-these memos (and the C++ probe's, backends/shared/cxx.py) into an existing cache.
+The toolchain part has two depths. The full checks (``full=True``: importing torch and
+initializing CUDA, asking each backend, running the C++ compiler probe) took 20-23 s on
+the H200 machine, whose torch has no cached bytecode. They depend only on the toolchain,
+so their results are kept per toolchain identity in an existing cache
+(``v1/doctor.json``): package versions, Python, the host, the driver and its GPUs, the
+C++ compilers on $PATH, $CXX, $CC, $PATH, $LD_LIBRARY_PATH, $LD_PRELOAD,
+CUDA_VISIBLE_DEVICES and acache's own files. Without ``full``, doctor reports the kept
+result when there is one, and otherwise the quick checks (``_quick_probe``): what is
+installed, the GPUs as the driver (NVML) lists them, the compilers on $PATH, with no
+torch import and no probe. The cache and the remote are always looked at afresh. Doctor
+never creates the cache dir and writes nothing but these memos (and the C++ probe's,
+backends/shared/cxx.py) into an existing cache.
 """
 
 from __future__ import annotations
@@ -198,25 +202,7 @@ PROBED_KEYS = ("torch", "gpus", "device_checked", "backends", "compiler")
 
 def _nvml_gpus() -> list[str]:
     """The driver's GPU names through NVML (no torch, no subprocess); [] without one."""
-    try:
-        import ctypes
-
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-        if nvml.nvmlInit_v2() != 0:
-            return []
-        count = ctypes.c_uint(0)
-        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
-            return []
-        names = []
-        for i in range(count.value):
-            handle = ctypes.c_void_p()
-            buf = ctypes.create_string_buffer(96)
-            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0:
-                nvml.nvmlDeviceGetName(handle, buf, 96)
-            names.append(buf.value.decode(errors="replace"))
-        return names
-    except (OSError, AttributeError):
-        return []
+    return [g["name"] for g in _nvml_properties()]
 
 
 def _own_files() -> list[tuple[str, int, int]]:
@@ -284,6 +270,119 @@ def bytecode_status() -> dict[str, Any]:
     return out
 
 
+def _nvml_properties() -> list[dict[str, Any]]:
+    """The driver's GPUs as _torch_info lists them, through NVML: no torch, no CUDA context."""
+    try:
+        import ctypes
+
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        count = ctypes.c_uint(0)
+        if nvml.nvmlInit_v2() != 0 or nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+            return []
+
+        class Memory(ctypes.Structure):
+            _fields_ = [(n, ctypes.c_ulonglong) for n in ("total", "free", "used")]
+
+        gpus = []
+        for i in range(count.value):
+            handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+            major, minor, mem = ctypes.c_int(0), ctypes.c_int(0), Memory()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
+                continue
+            nvml.nvmlDeviceGetName(handle, name, 96)
+            cc = (ctypes.byref(major), ctypes.byref(minor))
+            nvml.nvmlDeviceGetCudaComputeCapability(handle, *cc)
+            nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem))
+            gpus.append(
+                {
+                    "index": i,
+                    "name": name.value.decode(errors="replace"),
+                    "compute_capability": f"{major.value}.{minor.value}",
+                    "memory_bytes": int(mem.total),
+                }
+            )
+        return gpus
+    except (OSError, AttributeError):
+        return []
+
+
+def _torch_cuda_build(torch_dir: Path) -> str | None:
+    """The CUDA version this torch was built for, read from torch/version.py's text (``cuda:
+    Optional[str] = '13.0'``) instead of importing torch; None for a CPU build."""
+    import re
+
+    try:
+        text = (torch_dir / "version.py").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+    return found.group(1) if found else None
+
+
+def _quick_backend(name: str, device: str, torch_dir: Path | None, cuda_build: bool) -> dict:
+    """One backend row from what is installed, without importing torch: torch's three
+    backends need torch (with a CUDA build and a GPU for cuda) and, where their code is
+    C++, a compiler on $PATH; ort and trt ask their own cheap checks (no torch either)."""
+    from .backends.shared.cxx import missing_compiler
+
+    if name not in ("eager", "inductor", "aoti"):
+        return backend_status(name, device)
+    row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
+    if torch_dir is None:
+        row["reason"] = "torch is not installed: pip install torch (docs: README, Install)"
+    elif device == "cuda" and not cuda_build:
+        row["reason"] = "this torch is a CPU build: install a CUDA build of torch"
+    elif name == "aoti" and not (torch_dir / "_inductor").is_dir():
+        row["reason"] = "this torch has no AOTInductor (torch._inductor)"
+    elif (name == "aoti" or (name == "inductor" and device == "cpu")) and (
+        why := missing_compiler()
+    ):
+        row["reason"] = why
+    else:
+        row["available"] = True
+    return row
+
+
+def _quick_compiler() -> dict[str, Any]:
+    """The compiler aoti would try first, unprobed: whether its code runs against torch's
+    libstdc++ is what the probe (--full, or the first aoti build) finds out."""
+    from .backends.shared import cxx
+
+    env = os.environ.get("CXX", "").strip()
+    first = shutil.which(env) if env else None
+    chosen = first or shutil.which("g++")
+    return {
+        "cxx_env": os.environ.get("CXX"),
+        "chosen": chosen,
+        "version": cxx.compiler_version(chosen) if chosen else None,
+        "runtime": None,
+        "passed_over": [],
+    }
+
+
+def _quick_probe() -> dict[str, Any]:
+    """PROBED_KEYS from what is installed and what the driver says: no torch import, no
+    CUDA context, no compiler probe (a second or less where the full checks take 20 s)."""
+    import importlib.util
+
+    from .keys import package_version
+
+    spec = importlib.util.find_spec("torch")
+    where = spec.submodule_search_locations if spec is not None else None
+    torch_dir = Path(next(iter(where))) if where else None
+    cuda = _torch_cuda_build(torch_dir) if torch_dir is not None else None
+    gpus = _nvml_properties() if cuda else []
+    device = "cuda" if gpus else "cpu"
+    version = package_version("torch") if torch_dir is not None else None
+    return {
+        "torch": {"version": version, "cuda": cuda, "cuda_available": bool(gpus)},
+        "gpus": gpus,
+        "device_checked": device,
+        "backends": [_quick_backend(n, device, torch_dir, cuda is not None) for n in BACKEND_ROWS],
+        "compiler": _quick_compiler(),
+    }
+
+
 def _probe(memo_dir: Path | None) -> dict[str, Any]:
     torch_info, gpus = _torch_info()
     device = "cuda" if gpus else "cpu"
@@ -299,8 +398,10 @@ def _probe(memo_dir: Path | None) -> dict[str, Any]:
 def doctor_report(
     cache_dir: Path | None, remote: str | None, *, full: bool = False
 ) -> dict[str, Any]:
-    """The whole report; the toolchain part from the memo when it matches (``probed``
-    says when it was probed and whether it came from the memo), unless ``full``."""
+    """The whole report. The toolchain part: with ``full``, the full checks, kept in the
+    memo; without, the memo's when it matches this toolchain, else the quick checks.
+    ``probed`` says when it was probed, whether it came from the memo and whether the
+    checks were the full ones."""
     from .keys import cuda_driver_version
 
     cache = cache_status(cache_dir)
@@ -309,14 +410,16 @@ def doctor_report(
     memo_dir = base if cache["problem"] is None and base.is_dir() else None
     identity = toolchain_identity()
     kept = read_memo(memo_dir / MEMO).get(identity) if memo_dir and not full else None
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    checked_full = True
     if isinstance(kept, dict) and all(k in kept for k in (*PROBED_KEYS, "at")):
         probed, from_memo = kept, True
-    else:
-        now = datetime.datetime.now(datetime.timezone.utc)
-        probed = {**_probe(memo_dir), "at": now.isoformat(timespec="seconds")}
-        from_memo = False
+    elif full:
+        probed, from_memo = {**_probe(memo_dir), "at": now}, False
         if memo_dir is not None:  # only this identity's result; a failed write is no error
             write_memo(memo_dir / MEMO, {identity: probed}, indent=1, sort_keys=True)
+    else:
+        probed, from_memo, checked_full = {**_quick_probe(), "at": now}, False, False
     return {
         "schema": DOCTOR_SCHEMA,
         "python": platform.python_version(),
@@ -331,5 +434,5 @@ def doctor_report(
         "remote": remote_status(remote),
         "settings": settings.report(),
         "bytecode": bytecode_status(),
-        "probed": {"at": probed["at"], "from_memo": from_memo},
+        "probed": {"at": probed["at"], "from_memo": from_memo, "full": checked_full},
     }

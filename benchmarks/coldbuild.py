@@ -9,6 +9,15 @@ artifact. Run it alone on the machine: build seconds are wall-clock.
 
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
 
+With ``--against RECIPE`` the second build is that recipe's, built the default way like
+the first, and both entries are benched: a same-run A/B of two recipes' build time and
+decode (issue 30: llama-7b against benchmarks/recipes/llama-7b-p16.toml, the same model
+with the 16-token passes it had before prompt-sized prefill). ``--prompt-lens`` adds
+time to first token at those lengths to each bench.
+
+    python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild \
+        --against benchmarks/recipes/llama-7b-p16.toml --prompt-lens 16,128,512
+
 Writes ``OUT/build-{concurrent,serial}.json`` (``acache build --json``),
 ``OUT/timings-{concurrent,serial}.json`` (the entry's own ``build_jobs`` and
 ``compile_seconds`` from its ``aoti.json``), ``OUT/bench-concurrent.json``, each step's
@@ -92,10 +101,11 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--iters", type=int, default=3, help="timed requests of the bench")
+    ap.add_argument("--against", default=None, help="a second recipe instead of the serial build")
+    ap.add_argument("--prompt-lens", default=None, help="bench's --prompt-len, e.g. 16,128,512")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    common = [
-        args.recipe,
+    options = [
         "--backend",
         "aoti",
         "--device",
@@ -114,35 +124,29 @@ def main() -> int:
         },
         "runs": {},
     }
-    for name, serial in (("concurrent", False), ("serial", True)):
+    runs = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
+    if args.against:
+        runs = [("a", args.recipe, False), ("b", args.against, False)]
+    for name, recipe, serial in runs:
         env, cache = _fresh_env(args.work_dir, name, serial)
+        common = [recipe, *options]
         rc, seconds, result = _acache(
             ["build", *common, "--cache-dir", str(cache)], args.out, f"build-{name}", env
         )
         timings = _timings(result) if rc == 0 else None
         (args.out / f"timings-{name}.json").write_text(json.dumps(timings, indent=1) + "\n")
         report["runs"][f"build-{name}"] = {
+            "recipe": recipe,
             "rc": rc,
             "wall_seconds": round(seconds, 1),
             "timings": timings,
         }
-        if not serial:  # bench the concurrent build's entry before the serial build
-            rc, seconds, _ = _acache(
-                [
-                    "bench",
-                    *common,
-                    "--cache-dir",
-                    str(cache),
-                    "--iters",
-                    str(args.iters),
-                    "--warmup",
-                    "1",
-                ],
-                args.out,
-                "bench-concurrent",
-                env,
-            )
-            report["runs"]["bench-concurrent"] = {"rc": rc, "wall_seconds": round(seconds, 1)}
+        if serial:  # the serial build only times the build
+            continue
+        lens = ["--prompt-len", args.prompt_lens] if args.prompt_lens else []
+        bench = ["bench", *common, "--cache-dir", str(cache), "--iters", str(args.iters)]
+        rc, seconds, _ = _acache([*bench, "--warmup", "1", *lens], args.out, f"bench-{name}", env)
+        report["runs"][f"bench-{name}"] = {"rc": rc, "wall_seconds": round(seconds, 1)}
     (args.out / "coldbuild.json").write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report["runs"], indent=1))
     return 0

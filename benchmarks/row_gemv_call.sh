@@ -8,7 +8,8 @@
 #
 # ROW_KERNEL_ARGS (default "--sweep --quant"): row_gemv.py's options; ROW_KERNEL_S
 # (default 200): its time limit, 0 to skip them; ROW_VARIANTS (default "aoti aoti+row_gemv=0"): the
-# variants measured per recipe. OUT gets tests.log, decode/ (decode_call.sh's),
+# variants measured per recipe; ROW_EVIDENCE_BACKENDS (default "eager,aoti"): the backends
+# of the tiny model's agreement check. OUT gets tests.log, decode/ (decode_call.sh's),
 # evidence/ (backend_evidence.py's) and kernels/ (row_gemv.json, kernels.log).
 set -uo pipefail
 if [ $# -lt 2 ]; then
@@ -40,7 +41,7 @@ if [ $# -gt 0 ]; then
 fi
 if [ -n "${ROW_EVIDENCE:-1}" ] && [ "${ROW_EVIDENCE:-1}" != 0 ]; then
   python3 benchmarks/backend_evidence.py tiny-llama --device cuda --dtype bf16 \
-    --backends eager,aoti --out "$out/evidence" >"$out/evidence.log" 2>&1 || status=1
+    --backends "${ROW_EVIDENCE_BACKENDS:-eager,aoti}" --out "$out/evidence" >"$out/evidence.log" 2>&1 || status=1
   tail -5 "$out/evidence.log"
   echo "evidence done after $((SECONDS - start)) s"
 fi

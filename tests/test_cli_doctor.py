@@ -131,7 +131,8 @@ def test_names_a_crashing_cxx_it_passes_over(cache_dir, monkeypatch, tmp_path):
         pytest.skip("no g++ on this machine")
     bad = fake_cxx(tmp_path, "bad-g++", CRASHING_PROBE)
     monkeypatch.setenv("CXX", bad)
-    cc = _doctor()["compiler"]
+    assert _doctor()["compiler"]["chosen"] == bad  # the quick look does not probe
+    cc = _doctor("--full")["compiler"]
     assert cc["cxx_env"] == bad and cc["chosen"] and cc["chosen"] != bad
     assert any("bad-g++" in why and "signal 11" in why for why in cc["passed_over"])
 
@@ -183,7 +184,7 @@ def test_a_repeat_doctor_reuses_the_toolchain_checks(cache_dir, monkeypatch):
     from artifactcache import doctor
 
     _store_root(cache_dir)
-    first = _doctor()
+    first = _doctor("--full")
     assert first["probed"]["from_memo"] is False and (cache_dir / "v1" / doctor.MEMO).is_file()
 
     def no_probe(_memo_dir):
@@ -191,7 +192,7 @@ def test_a_repeat_doctor_reuses_the_toolchain_checks(cache_dir, monkeypatch):
 
     monkeypatch.setattr(doctor, "_probe", no_probe)
     again = _doctor()
-    assert again["probed"] == {"at": first["probed"]["at"], "from_memo": True}
+    assert again["probed"] == {"at": first["probed"]["at"], "from_memo": True, "full": True}
     for k in doctor.PROBED_KEYS:
         assert again[k] == first[k], k
     r = CliRunner().invoke(app, ["doctor"])
@@ -202,14 +203,18 @@ def test_full_and_a_changed_toolchain_probe_again(cache_dir, monkeypatch):
     from artifactcache import doctor
 
     _store_root(cache_dir)
-    _doctor()
     calls = []
     real = doctor._probe
     monkeypatch.setattr(doctor, "_probe", lambda d: calls.append(d) or real(d))
+    quick = _doctor()["probed"]
+    assert quick["full"] is False and quick["from_memo"] is False and not calls
+    assert not (cache_dir / "v1" / doctor.MEMO).exists()  # quick checks are not kept
     assert _doctor("--full")["probed"]["from_memo"] is False and len(calls) == 1
     assert _doctor()["probed"]["from_memo"] is True and len(calls) == 1
+    assert _doctor("--full")["probed"]["from_memo"] is False and len(calls) == 2
     monkeypatch.setenv("CXX", "/nonexistent/g++")  # the compiler choice depends on it
-    assert _doctor()["probed"]["from_memo"] is False and len(calls) == 2
+    assert _doctor()["probed"] == {**quick, "at": _doctor()["probed"]["at"]}
+    assert len(calls) == 2
 
 
 def test_a_corrupt_memo_is_probed_over_and_no_cache_means_no_memo(cache_dir, tmp_path):
@@ -218,9 +223,10 @@ def test_a_corrupt_memo_is_probed_over_and_no_cache_means_no_memo(cache_dir, tmp
     _store_root(cache_dir)
     (cache_dir / "v1" / doctor.MEMO).write_text("{not json")
     assert _doctor()["probed"]["from_memo"] is False
+    assert _doctor("--full")["probed"]["from_memo"] is False
     assert json.loads((cache_dir / "v1" / doctor.MEMO).read_text())  # rewritten whole
     absent = tmp_path / "no-cache-yet"
-    rep = _doctor("--cache-dir", str(absent))
+    rep = _doctor("--full", "--cache-dir", str(absent))
     assert rep["probed"]["from_memo"] is False and not absent.exists()  # never created
 
 
@@ -239,3 +245,47 @@ def test_a_python_that_neither_has_nor_writes_torch_bytecode_is_named(
     assert b["torch_bytecode"] is False and "compileall" in b["problem"]
     r = CliRunner().invoke(app, ["doctor"])
     assert r.exit_code == 0 and "PYTHONDONTWRITEBYTECODE" in r.output
+
+
+def test_the_quick_look_imports_no_torch_and_agrees_with_the_full_checks(cache_dir):
+    """Without --full and without kept checks, doctor answers from what is installed: a
+    fresh process that never imports torch (seconds on a machine without torch's
+    bytecode), saying what the full checks say of torch and each backend here."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from typer.testing import CliRunner; "
+        "from artifactcache.cli.app import app; "
+        "r = CliRunner().invoke(app, ['doctor', '--json']); "
+        "assert r.exit_code == 0, r.output; print(r.stdout); "
+        "sys.exit(3 if 'torch' in sys.modules else 0)"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    quick, full = json.loads(run.stdout), _doctor("--full")
+    assert quick["probed"]["full"] is False and full["probed"]["full"] is True
+    for key in ("version", "cuda", "cuda_available"):
+        assert quick["torch"][key] == full["torch"][key], key
+    assert quick["device_checked"] == full["device_checked"]
+    assert [g["name"] for g in quick["gpus"]] == [g["name"] for g in full["gpus"]]
+    for q, f in zip(quick["backends"], full["backends"], strict=True):
+        assert (q["name"], q["available"]) == (f["name"], f["available"])
+
+
+def test_the_quick_look_says_what_is_missing(tmp_path, monkeypatch):
+    from artifactcache import doctor
+
+    (tmp_path / "version.py").write_text("cuda: Optional[str] = '13.0'\n")
+    assert doctor._torch_cuda_build(tmp_path) == "13.0"
+    (tmp_path / "version.py").write_text("cuda: Optional[str] = None\n")
+    assert doctor._torch_cuda_build(tmp_path) is None
+    no_torch = doctor._quick_backend("eager", "cpu", None, False)
+    assert no_torch["available"] is False and "torch is not installed" in no_torch["reason"]
+    cpu_build = doctor._quick_backend("inductor", "cuda", tmp_path, False)
+    assert "CPU build" in cpu_build["reason"]
+    assert "AOTInductor" in doctor._quick_backend("aoti", "cpu", tmp_path, False)["reason"]
+    (tmp_path / "_inductor").mkdir()
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    assert "no C++ compiler" in doctor._quick_backend("aoti", "cpu", tmp_path, False)["reason"]
+    assert doctor._quick_backend("eager", "cpu", tmp_path, False)["available"] is True

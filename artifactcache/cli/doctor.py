@@ -26,6 +26,13 @@ def _render(rep: dict[str, Any]) -> None:
             "(--full: check again)[/dim]",
             highlight=False,
         )
+    elif not rep["probed"]["full"]:
+        console.print(
+            "[dim]quick checks: what is installed, and the GPUs as the driver lists them "
+            "(no torch import, no C++ compiler probe); `acache doctor --full` runs the full "
+            "checks and keeps them in the cache[/dim]",
+            highlight=False,
+        )
     console.print(
         f"python {rep['python']}  torch {t['version']}  CUDA {t['cuda'] or '-'}  "
         f"driver {rep['driver'] or '-'}",
@@ -47,6 +54,8 @@ def _render(rep: dict[str, Any]) -> None:
     chosen = (
         f"{cc['chosen']} {cc['version'] or ''}".strip() if cc["chosen"] else "Inductor's default"
     )
+    if not rep["probed"]["full"] and cc["chosen"]:
+        chosen += " (not probed yet: --full, or the first aoti build, checks its code runs here)"
     console.print(
         f"c++ for aoti/inductor: {chosen}"
         + (f"  (passed over: {'; '.join(cc['passed_over'])})" if cc["passed_over"] else ""),
@@ -91,14 +100,16 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--full",
-                help="probe torch, the backends and the C++ compiler again, even when the "
-                "cache holds their results for this toolchain",
+                help="the full checks: import torch, ask each backend, probe the C++ "
+                "compiler (seconds; kept in the cache for this toolchain), even when the "
+                "cache holds them already",
             ),
         ] = False,
     ) -> None:
         """What works here: versions, GPUs, each backend (and why not), the cache, the remote,
-        and the ACACHE_* settings in effect. The toolchain's checks are kept in the cache
-        and reused until a version, the driver, $CXX or $PATH changes (--full: again)."""
+        and the ACACHE_* settings in effect. Quick by default (what is installed, no torch
+        import); --full checks for real and keeps the result in the cache, reused until a
+        version, the driver, $CXX or $PATH changes."""
         rep = doctor_report(cache_dir, remote, full=full)
         if json_out:
             emit_json(rep)
