@@ -306,17 +306,23 @@ def _nvml_properties() -> list[dict[str, Any]]:
         return []
 
 
-def _torch_cuda_build(torch_dir: Path) -> str | None:
-    """The CUDA version this torch was built for, read from torch/version.py's text (``cuda:
-    Optional[str] = '13.0'``) instead of importing torch; None for a CPU build."""
+def _torch_build(torch_dir: Path) -> tuple[str | None, str | None]:
+    """(``torch.__version__``, the CUDA version it was built for or None), read from
+    torch/version.py's text (``__version__ = '2.11.0+cu130'``, ``cuda: Optional[str] =
+    '13.0'``) instead of importing torch; the distribution's metadata can leave out the
+    local part (+cu130)."""
     import re
 
     try:
         text = (torch_dir / "version.py").read_text()
     except OSError:
-        return None
-    found = re.search(r"^cuda\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
-    return found.group(1) if found else None
+        return None, None
+
+    def value(name: str) -> str | None:
+        found = re.search(rf"^{name}\b[^=\n]*=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        return found.group(1) if found else None
+
+    return value("__version__"), value("cuda")
 
 
 def _quick_backend(name: str, device: str, torch_dir: Path | None, cuda_build: bool) -> dict:
@@ -370,10 +376,11 @@ def _quick_probe() -> dict[str, Any]:
     spec = importlib.util.find_spec("torch")
     where = spec.submodule_search_locations if spec is not None else None
     torch_dir = Path(next(iter(where))) if where else None
-    cuda = _torch_cuda_build(torch_dir) if torch_dir is not None else None
+    version, cuda = _torch_build(torch_dir) if torch_dir is not None else (None, None)
+    if torch_dir is not None and version is None:
+        version = package_version("torch")
     gpus = _nvml_properties() if cuda else []
     device = "cuda" if gpus else "cpu"
-    version = package_version("torch") if torch_dir is not None else None
     return {
         "torch": {"version": version, "cuda": cuda, "cuda_available": bool(gpus)},
         "gpus": gpus,

@@ -276,10 +276,12 @@ def test_the_quick_look_imports_no_torch_and_agrees_with_the_full_checks(cache_d
 def test_the_quick_look_says_what_is_missing(tmp_path, monkeypatch):
     from artifactcache import doctor
 
-    (tmp_path / "version.py").write_text("cuda: Optional[str] = '13.0'\n")
-    assert doctor._torch_cuda_build(tmp_path) == "13.0"
-    (tmp_path / "version.py").write_text("cuda: Optional[str] = None\n")
-    assert doctor._torch_cuda_build(tmp_path) is None
+    version_py = "__version__ = '2.11.0+cu130'\ndebug = False\ncuda: Optional[str] = '13.0'\n"
+    (tmp_path / "version.py").write_text(version_py)
+    assert doctor._torch_build(tmp_path) == ("2.11.0+cu130", "13.0")
+    (tmp_path / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert doctor._torch_build(tmp_path) == ("2.13.0+cpu", None)
+    assert doctor._torch_build(tmp_path / "absent") == (None, None)
     no_torch = doctor._quick_backend("eager", "cpu", None, False)
     assert no_torch["available"] is False and "torch is not installed" in no_torch["reason"]
     cpu_build = doctor._quick_backend("inductor", "cuda", tmp_path, False)
