@@ -222,3 +222,32 @@ def test_a_saved_step_guards_its_inputs_but_not_the_model_parameters(tmp_path):
             loaded(built, torch.randn(2, 9))
         with pytest.raises(Exception, match="(?i)guard"):
             loaded(built, torch.randn(6, 8))  # past the dynamic range's top
+
+
+def test_every_int_array_the_cpp_wrapper_names_is_declared_where_it_is_used():
+    """Inductor's C++ wrapper caches an int array's name by id() of the buffer its
+    declaration went to; a freed one-call buffer's address comes back for the next, and
+    the name came back undeclared (g++: "'int_array_63' was not declared in this
+    scope", two aoti builds on the H200). Mended: each fresh buffer gets its declaration."""
+    from itertools import count
+
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    from torch._inductor.utils import IndentedBuffer
+
+    tp.keep_int_array_targets_alive()
+    tp.keep_int_array_targets_alive()  # once per process, however often it is called
+    method = CppWrapperCpu.codegen_int_array_var
+    assert method._acache_keeps_targets and not hasattr(method.__wrapped__, "__wrapped__")
+    wrapper = CppWrapperCpu.__new__(CppWrapperCpu)
+    wrapper.int_array_id, wrapper.codegen_int_array_var_cache = count(), {}
+    wrapper.declared_int_array_vars = set()
+    wrapper._int_array_writeline_targets = []  # the releases that mend it themselves
+    for _ in range(64):
+        buffer = IndentedBuffer()
+        name = wrapper.codegen_int_array_var("{2, 3}", buffer.writeline)
+        assert f"{name}[] = {{2, 3}};" in buffer.getvalue()
+        del buffer
+    kept = IndentedBuffer()  # one live buffer still declares each array once
+    first = wrapper.codegen_int_array_var("{4, 5}", kept.writeline)
+    assert wrapper.codegen_int_array_var("{4, 5}", kept.writeline) == first
+    assert kept.getvalue().count(f"{first}[] = {{4, 5}};") == 1

@@ -68,6 +68,7 @@ from ..shared.torch_private import (
     aoti_runner_missing,
     export_user_error,
     inductor_config_kept,
+    keep_int_array_targets_alive,
     release_export_state,
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
@@ -264,6 +265,7 @@ def build_step(
 
     t0 = time.perf_counter()
     args = example_inputs(recipe, dev, step, kv_buckets_of(model))
+    keep_int_array_targets_alive()
     with torch.no_grad(), inductor_config_kept():
         ep = export_step(model, args, recipe, step)
         timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)

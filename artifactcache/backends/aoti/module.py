@@ -65,13 +65,18 @@ class AotiModuleBackend:
     def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
         import torch
 
-        from ..shared.torch_private import inductor_config_kept, release_export_state
+        from ..shared.torch_private import (
+            inductor_config_kept,
+            keep_int_array_targets_alive,
+            release_export_state,
+        )
 
         flat, tree = reference_run(spec)
         cfg = inductor_configs(opts)
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
+        keep_int_array_targets_alive()
         with torch.no_grad(), inductor_config_kept():
             ep = torch.export.export(
                 spec.module, spec.example_inputs, dynamic_shapes=export_dynamic_shapes(spec),

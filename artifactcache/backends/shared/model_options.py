@@ -18,11 +18,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   (artifactcache/kv_buckets.py); at 256 or less that is one bucket, a static step.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
-  SiLU-and-mul and skip connection around it folded in: four kernels a block. On by
-  default for CUDA builds of inductor and aoti of the llama families (llama, mistral,
-  qwen2, qwen3, phi-3) for one row (max_batch 1) with fused projections, unquantized or
-  int8wo; it refuses int4wo (tinygemm's layout), phi-2 (a LayerNorm block), unfused
-  projections and batched builds (whose steps are never one row).
+  SiLU-and-mul and skip connection around it folded in: four kernels a block. It runs
+  for the llama families (llama, mistral, qwen2, qwen3, phi-3) at one row (max_batch 1)
+  with fused projections, unquantized or int8wo; it refuses int4wo (tinygemm's layout),
+  phi-2 (a LayerNorm block), unfused projections and batched builds (whose steps are
+  never one row). On by default for CUDA builds of inductor and aoti where it measured
+  faster than Inductor's own kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and
+  every int8wo build. Off by default for bf16 llama, mistral and qwen: there a build
+  whose Inductor kernels were tuned alone decoded 7-9% faster than the row GEMV.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -51,6 +54,8 @@ SPLIT_KV_EXTRA = "split_kv_decode"
 ROW_GEMV_EXTRA = "row_gemv"
 MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA)
 ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
+# Where the row GEMV is the default for float weights: the families it measured faster on.
+ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
@@ -192,7 +197,8 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     if asked and why_not:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
-        return why_not is None and backend in FUSE_BY_DEFAULT
+        measured_faster = recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
+        return why_not is None and backend in FUSE_BY_DEFAULT and measured_faster
     return asked
 
 

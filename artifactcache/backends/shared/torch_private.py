@@ -189,6 +189,40 @@ def inductor_config_kept() -> Iterator[None]:
         load_inductor_config(saved)
 
 
+def keep_int_array_targets_alive() -> None:
+    """Mend Inductor's C++ wrapper so that every ``int_array_N`` it names is declared.
+
+    ``CppWrapperCpu.codegen_int_array_var`` caches the array's name by ``id()`` of the
+    buffer the declaration is written to. Some of those buffers live for one call
+    (``ReinterpretView.codegen_reference``'s), and CPython gives the next new buffer the
+    freed one's address: the cache then returns a name whose declaration went into the
+    discarded buffer, and g++ fails with "'int_array_63' was not declared in this
+    scope". Whether it happens depends on the allocator, so a build fails now and then
+    (two llama-family aoti builds on the H200, 2026-12-04, each fine when run again;
+    torch 2.13 too). Keeping each buffer alive while its wrapper lives makes ids unique,
+    which is the fix torch's later releases make. Installed once per process; where
+    the method is gone there is nothing to mend.
+    """
+    try:
+        from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+    except ImportError:
+        return
+    original = getattr(CppWrapperCpu, "codegen_int_array_var", None)
+    if original is None or getattr(original, "_acache_keeps_targets", False):
+        return
+
+    @functools.wraps(original)
+    def codegen_int_array_var(self: Any, int_array: str, writeline: Any, *args: Any, **kw: Any):
+        kept = self.__dict__.setdefault("_acache_int_array_targets", {})
+        for target in (getattr(writeline, "__self__", writeline), kw.get("graph")):
+            if target is not None:
+                kept.setdefault(id(target), target)
+        return original(self, int_array, writeline, *args, **kw)
+
+    codegen_int_array_var._acache_keeps_targets = True  # type: ignore[attr-defined]
+    CppWrapperCpu.codegen_int_array_var = codegen_int_array_var
+
+
 def load_inductor_config(saved: Any) -> None:
     """``config.load_config(saved)`` without the FutureWarning that torch 2.15 prints for
     each deprecated entry the whole-config copy holds (``use_mixed_mm``, ...): restoring
