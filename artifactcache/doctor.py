@@ -35,7 +35,7 @@ from .backends.shared.cxx import file_id
 from .extras import EXTRAS, install_hint
 from .store._fs import read_memo, write_memo
 
-DOCTOR_SCHEMA = 1
+DOCTOR_SCHEMA = 2
 # Rows of the backend table, in order. "trt" is backend trt as a plain build runs it (its
 # default, --mode onnx: TensorRT only); "trt-llm" its --mode llm path (TensorRT-LLM too).
 BACKEND_ROWS = ("eager", "inductor", "aoti", "ort", "trt", "trt-llm")
@@ -184,6 +184,11 @@ def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
         "version": cxx.compiler_version(chosen) if chosen else None,
         "runtime": cxx.loaded_libstdcxx(),
         "passed_over": list(rejected),
+        "checked": bool(
+            chosen
+            and (runtime := cxx.loaded_libstdcxx())
+            and cxx.probe_compiler(chosen, runtime, memo_dir)[0] == cxx.OK
+        ),
     }
 
 
@@ -271,7 +276,8 @@ def bytecode_status() -> dict[str, Any]:
 
 
 def _nvml_properties() -> list[dict[str, Any]]:
-    """The driver's GPUs as _torch_info lists them, through NVML: no torch, no CUDA context."""
+    """The GPUs a CUDA process here would see, through NVML: no torch, no CUDA context.
+    ``memory_bytes`` is NVML's total, a little above the figure torch reports."""
     try:
         import ctypes
 
@@ -286,24 +292,48 @@ def _nvml_properties() -> list[dict[str, Any]]:
         gpus = []
         for i in range(count.value):
             handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+            uuid = ctypes.create_string_buffer(96)
             major, minor, mem = ctypes.c_int(0), ctypes.c_int(0), Memory()
             if nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) != 0:
                 continue
             nvml.nvmlDeviceGetName(handle, name, 96)
+            nvml.nvmlDeviceGetUUID(handle, uuid, 96)
             cc = (ctypes.byref(major), ctypes.byref(minor))
             nvml.nvmlDeviceGetCudaComputeCapability(handle, *cc)
             nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(mem))
             gpus.append(
                 {
-                    "index": i,
                     "name": name.value.decode(errors="replace"),
                     "compute_capability": f"{major.value}.{minor.value}",
                     "memory_bytes": int(mem.total),
+                    "uuid": uuid.value.decode(errors="replace"),
                 }
             )
-        return gpus
     except (OSError, AttributeError):
         return []
+    return [
+        {"index": i, **{k: v for k, v in g.items() if k != "uuid"}}
+        for i, g in enumerate(visible_devices(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")))
+    ]
+
+
+def visible_devices(gpus: list[dict[str, Any]], mask: str | None) -> list[dict[str, Any]]:
+    """The GPUs CUDA shows under ``CUDA_VISIBLE_DEVICES=mask``, in its order: indices or
+    UUID prefixes (GPU-..., MIG-...), read up to the first that names none, as CUDA
+    does; unset, all of them; empty or -1, none."""
+    if mask is None:
+        return gpus
+    picked: list[dict[str, Any]] = []
+    for item in (part.strip() for part in mask.split(",")):
+        found = None
+        if item.isdigit() and int(item) < len(gpus):
+            found = gpus[int(item)]
+        elif item.startswith(("GPU-", "MIG-")):
+            found = next((g for g in gpus if g["uuid"].startswith(item)), None)
+        if found is None or found in picked:
+            break
+        picked.append(found)
+    return picked
 
 
 def _torch_build(torch_dir: Path) -> tuple[str | None, str | None]:
@@ -325,7 +355,7 @@ def _torch_build(torch_dir: Path) -> tuple[str | None, str | None]:
     return value("__version__"), value("cuda")
 
 
-def _quick_backend(name: str, device: str, torch_dir: Path | None, cuda_build: bool) -> dict:
+def _quick_backend(name: str, device: str, torch_dir: Path | None) -> dict:
     """One backend row from what is installed, without importing torch: torch's three
     backends need torch (with a CUDA build and a GPU for cuda) and, where their code is
     C++, a compiler on $PATH; ort and trt ask their own cheap checks (no torch either)."""
@@ -336,8 +366,6 @@ def _quick_backend(name: str, device: str, torch_dir: Path | None, cuda_build: b
     row: dict[str, Any] = {"name": name, "available": False, "reason": "", "install": INSTALL[name]}
     if torch_dir is None:
         row["reason"] = "torch is not installed: pip install torch (docs: README, Install)"
-    elif device == "cuda" and not cuda_build:
-        row["reason"] = "this torch is a CPU build: install a CUDA build of torch"
     elif name == "aoti" and not (torch_dir / "_inductor").is_dir():
         row["reason"] = "this torch has no AOTInductor (torch._inductor)"
     elif (name == "aoti" or (name == "inductor" and device == "cpu")) and (
@@ -349,24 +377,32 @@ def _quick_backend(name: str, device: str, torch_dir: Path | None, cuda_build: b
     return row
 
 
-def _quick_compiler() -> dict[str, Any]:
-    """The compiler aoti would try first, unprobed: whether its code runs against torch's
-    libstdc++ is what the probe (--full, or the first aoti build) finds out."""
+def _quick_compiler(memo_dir: Path | None) -> dict[str, Any]:
+    """The compiler aoti would try first, as far as is known without torch: the probe's
+    kept verdicts pass over the candidates found to crash (or the $CXX that cannot be
+    tried); ``checked`` says whether the one named was seen to work."""
     from .backends.shared import cxx
 
-    env = os.environ.get("CXX", "").strip()
-    first = shutil.which(env) if env else None
-    chosen = first or shutil.which("g++")
+    paths, passed_over = cxx.candidates()
+    chosen, checked = None, False
+    for path in paths:
+        verdict = cxx.remembered_verdict(path, memo_dir)
+        if verdict is not None and verdict[0] == cxx.REJECTED:
+            passed_over.append(verdict[1])
+            continue
+        chosen, checked = path, verdict is not None
+        break
     return {
         "cxx_env": os.environ.get("CXX"),
         "chosen": chosen,
         "version": cxx.compiler_version(chosen) if chosen else None,
         "runtime": None,
-        "passed_over": [],
+        "passed_over": passed_over,
+        "checked": checked,
     }
 
 
-def _quick_probe() -> dict[str, Any]:
+def _quick_probe(memo_dir: Path | None) -> dict[str, Any]:
     """PROBED_KEYS from what is installed and what the driver says: no torch import, no
     CUDA context, no compiler probe (a second or less where the full checks take 20 s)."""
     import importlib.util
@@ -385,8 +421,8 @@ def _quick_probe() -> dict[str, Any]:
         "torch": {"version": version, "cuda": cuda, "cuda_available": bool(gpus)},
         "gpus": gpus,
         "device_checked": device,
-        "backends": [_quick_backend(n, device, torch_dir, cuda is not None) for n in BACKEND_ROWS],
-        "compiler": _quick_compiler(),
+        "backends": [_quick_backend(n, device, torch_dir) for n in BACKEND_ROWS],
+        "compiler": _quick_compiler(memo_dir),
     }
 
 
@@ -426,7 +462,7 @@ def doctor_report(
         if memo_dir is not None:  # only this identity's result; a failed write is no error
             write_memo(memo_dir / MEMO, {identity: probed}, indent=1, sort_keys=True)
     else:
-        probed, from_memo, checked_full = {**_quick_probe(), "at": now}, False, False
+        probed, from_memo, checked_full = {**_quick_probe(memo_dir), "at": now}, False, False
     return {
         "schema": DOCTOR_SCHEMA,
         "python": platform.python_version(),

@@ -18,7 +18,8 @@ time to first token at those lengths to each bench.
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild \
         --against benchmarks/recipes/llama-7b-p16.toml --prompt-lens 16,128,512
 
-Writes ``OUT/build-{concurrent,serial}.json`` (``acache build --json``),
+Writes ``OUT/build-{concurrent,serial}.json`` (``acache build --json``; ``build-{a,b}``
+with ``--against``, and likewise below),
 ``OUT/timings-{concurrent,serial}.json`` (the entry's own ``build_jobs`` and
 ``compile_seconds`` from its ``aoti.json``), ``OUT/bench-concurrent.json``, each step's
 stderr as ``OUT/*.log``, and ``OUT/coldbuild.json`` (command, date, machine, the three

@@ -54,7 +54,9 @@ def test_schema_is_stable(cache_dir):
     assert rep["cache"]["dir"] == str(cache_dir) and rep["cache"]["mode"] == "0700"
     assert rep["cache"]["problem"] is None
     assert rep["remote"] == {"configured": False, "url": None}
-    assert set(rep["compiler"]) == {"cxx_env", "chosen", "version", "runtime", "passed_over"}
+    assert set(rep["compiler"]) == {
+        "cxx_env", "chosen", "version", "runtime", "passed_over", "checked"
+    }  # fmt: skip
     for g in rep["gpus"]:
         assert set(g) == {"index", "name", "compute_capability", "memory_bytes"}
     assert [s["name"] for s in rep["settings"]] == list(SETTINGS)
@@ -129,12 +131,19 @@ def test_names_a_crashing_cxx_it_passes_over(cache_dir, monkeypatch, tmp_path):
 
     if shutil.which("g++") is None:
         pytest.skip("no g++ on this machine")
+    from artifactcache import doctor
+
+    _store_root(cache_dir)  # a cache with v1/, where the probe keeps its verdicts
     bad = fake_cxx(tmp_path, "bad-g++", CRASHING_PROBE)
     monkeypatch.setenv("CXX", bad)
-    assert _doctor()["compiler"]["chosen"] == bad  # the quick look does not probe
+    quick = _doctor()["compiler"]  # the quick look does not probe
+    assert quick["chosen"] == bad and quick["checked"] is False
     cc = _doctor("--full")["compiler"]
-    assert cc["cxx_env"] == bad and cc["chosen"] and cc["chosen"] != bad
+    assert cc["cxx_env"] == bad and cc["chosen"] and cc["chosen"] != bad and cc["checked"]
     assert any("bad-g++" in why and "signal 11" in why for why in cc["passed_over"])
+    later = doctor._quick_compiler(cache_dir / "v1")  # the kept verdicts, read without torch
+    assert later["chosen"] == cc["chosen"] and later["checked"] is True
+    assert any("bad-g++" in why for why in later["passed_over"])
 
 
 def test_stray_items_in_entries_are_reported_not_fatal(cache_dir):
@@ -213,7 +222,10 @@ def test_full_and_a_changed_toolchain_probe_again(cache_dir, monkeypatch):
     assert _doctor()["probed"]["from_memo"] is True and len(calls) == 1
     assert _doctor("--full")["probed"]["from_memo"] is False and len(calls) == 2
     monkeypatch.setenv("CXX", "/nonexistent/g++")  # the compiler choice depends on it
-    assert _doctor()["probed"] == {**quick, "at": _doctor()["probed"]["at"]}
+    again = _doctor()["probed"]
+    assert {k: v for k, v in again.items() if k != "at"} == {
+        k: v for k, v in quick.items() if k != "at"
+    }
     assert len(calls) == 2
 
 
@@ -282,12 +294,33 @@ def test_the_quick_look_says_what_is_missing(tmp_path, monkeypatch):
     (tmp_path / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
     assert doctor._torch_build(tmp_path) == ("2.13.0+cpu", None)
     assert doctor._torch_build(tmp_path / "absent") == (None, None)
-    no_torch = doctor._quick_backend("eager", "cpu", None, False)
+    no_torch = doctor._quick_backend("eager", "cpu", None)
     assert no_torch["available"] is False and "torch is not installed" in no_torch["reason"]
-    cpu_build = doctor._quick_backend("inductor", "cuda", tmp_path, False)
-    assert "CPU build" in cpu_build["reason"]
-    assert "AOTInductor" in doctor._quick_backend("aoti", "cpu", tmp_path, False)["reason"]
+    assert "AOTInductor" in doctor._quick_backend("aoti", "cpu", tmp_path)["reason"]
     (tmp_path / "_inductor").mkdir()
     monkeypatch.setenv("CXX", "/nonexistent/g++")
-    assert "no C++ compiler" in doctor._quick_backend("aoti", "cpu", tmp_path, False)["reason"]
-    assert doctor._quick_backend("eager", "cpu", tmp_path, False)["available"] is True
+    assert "no C++ compiler" in doctor._quick_backend("aoti", "cpu", tmp_path)["reason"]
+    assert doctor._quick_backend("eager", "cpu", tmp_path)["available"] is True
+
+
+def test_the_quick_look_sees_the_gpus_cuda_visible_devices_shows():
+    from artifactcache.doctor import visible_devices
+
+    gpus = [{"name": f"g{i}", "uuid": f"GPU-{i}aaa"} for i in range(3)]
+    assert visible_devices(gpus, None) == gpus
+    assert visible_devices(gpus, "") == [] and visible_devices(gpus, "-1") == []
+    assert visible_devices(gpus, "2,0") == [gpus[2], gpus[0]]
+    assert visible_devices(gpus, "1,7,0") == [gpus[1]]  # CUDA stops at the first bad one
+    assert visible_devices(gpus, "GPU-2a, 0") == [gpus[2], gpus[0]]
+    assert visible_devices(gpus, "1,1") == [gpus[1]]
+
+
+def test_a_cxx_that_cannot_be_tried_is_passed_over_in_the_quick_look(cache_dir, monkeypatch):
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine")
+    monkeypatch.setenv("CXX", "g++ -O2")
+    cc = _doctor()["compiler"]
+    assert cc["chosen"] and "-O2" not in cc["chosen"]
+    assert any("has arguments" in why for why in cc["passed_over"])

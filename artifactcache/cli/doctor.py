@@ -54,7 +54,7 @@ def _render(rep: dict[str, Any]) -> None:
     chosen = (
         f"{cc['chosen']} {cc['version'] or ''}".strip() if cc["chosen"] else "Inductor's default"
     )
-    if not rep["probed"]["full"] and cc["chosen"]:
+    if not cc.get("checked", True) and cc["chosen"]:
         chosen += " (not probed yet: --full, or the first aoti build, checks its code runs here)"
     console.print(
         f"c++ for aoti/inductor: {chosen}"

@@ -139,6 +139,31 @@ def _memo_key(cxx: str, runtime: str) -> str | None:
     return "\n".join([compiler, lib, f"torch {package_version('torch')}", f"probe {probe}"])
 
 
+def remembered_verdict(cxx: str, memo_dir: Path | None) -> tuple[str, str] | None:
+    """(verdict, why) the probe memo holds for ``cxx`` under this torch and probe, for
+    whichever libstdc++ it was probed against; None when there is none. For a reader
+    that has not loaded torch and so cannot name the runtime (the quick doctor)."""
+    from ...keys import package_version
+
+    compiler = file_id(shutil.which(cxx) or cxx) if memo_dir is not None else None
+    if compiler is None or memo_dir is None:
+        return None
+    probe = hashlib.sha256(_REGEX_PROBE.encode()).hexdigest()[:16]
+    tail = [f"torch {package_version('torch')}", f"probe {probe}"]
+    for key, hit in _read_memo(memo_dir).items():
+        lines = str(key).split("\n")
+        if len(lines) == 4 and lines[0] == compiler and lines[2:] == tail:
+            if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
+                return str(hit[0]), str(hit[1])
+    return None
+
+
+def candidates(default: str = "g++") -> tuple[list[str], list[str]]:
+    """(the compilers compiler_choice tries, in order; why-not lines for a $CXX it cannot
+    try)."""
+    return _candidates(default)
+
+
 def _read_memo(memo_dir: Path) -> dict[str, Any]:
     return read_memo(memo_dir / PROBE_MEMO)  # absent or damaged: only a lost speed-up
 

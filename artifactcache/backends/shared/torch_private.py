@@ -212,12 +212,13 @@ def keep_int_array_targets_alive() -> None:
         return
 
     @functools.wraps(original)
-    def codegen_int_array_var(self: Any, int_array: str, writeline: Any, *args: Any, **kw: Any):
+    def codegen_int_array_var(self: Any, *args: Any, **kw: Any) -> Any:
+        writeline = args[1] if len(args) > 1 else kw.get("writeline")
         kept = self.__dict__.setdefault("_acache_int_array_targets", {})
         for target in (getattr(writeline, "__self__", writeline), kw.get("graph")):
             if target is not None:
                 kept.setdefault(id(target), target)
-        return original(self, int_array, writeline, *args, **kw)
+        return original(self, *args, **kw)
 
     codegen_int_array_var._acache_keeps_targets = True  # type: ignore[attr-defined]
     CppWrapperCpu.codegen_int_array_var = codegen_int_array_var
