@@ -262,3 +262,48 @@ def test_aoti_builds_get_the_stores_memo_dir(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="stop before compiling"):
         api.build("tiny-llama", "aoti", cache_dir=tmp_path / "cache")
     assert seen == [tmp_path / "cache" / "v1"]
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_the_candidates_are_probed_side_by_side_and_both_verdicts_kept(
+    probe_memo, monkeypatch, tmp_path
+):
+    """The H200 image's case: $CXX crashes, so the choice needs two probes; they run at
+    once (a barrier that only two probes in flight together can pass), and neither
+    verdict is lost from the memo. Next time the kept verdicts answer, with no probe."""
+    import json
+    import threading
+
+    memo, _mine, runtime = probe_memo
+    bad = fake_cxx(tmp_path, "crashing-g++", CRASHING_PROBE)
+    monkeypatch.setenv("CXX", bad)
+    paths, _ = cxx.candidates()
+    assert len(paths) == 2, paths  # $CXX and this machine's g++
+    both_in_flight = threading.Barrier(2, timeout=30)
+    real = cxx._run_probe
+    calls: list[str] = []
+
+    def probe_waiting_for_the_other(c: str, rt: str) -> tuple[str, str, bool]:
+        calls.append(c)
+        both_in_flight.wait()  # BrokenBarrierError if the probes ran one after the other
+        return real(c, rt)
+
+    monkeypatch.setattr(cxx, "_run_probe", probe_waiting_for_the_other)
+    chosen, rejected = cxx.compiler_choice(memo_dir=memo)
+    assert chosen == paths[1] and "signal 11" in rejected[0] and len(calls) == 2
+    kept = json.loads((memo / cxx.PROBE_MEMO).read_text())
+    assert sorted(v[0] for v in kept.values()) == [cxx.OK, cxx.REJECTED]
+    cxx.probe_compiler.cache_clear()  # as a new process starts
+    monkeypatch.setattr(cxx, "_run_probe", lambda c, rt: pytest.fail(f"probed {c} again"))
+    assert cxx.compiler_choice(memo_dir=memo)[0] == paths[1]
+    assert cxx.remembered_verdict(bad, memo)[0] == cxx.REJECTED  # the quick doctor's view
+
+
+@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
+def test_a_first_candidate_known_to_work_probes_nothing_else(probe_memo, monkeypatch):
+    memo, mine, runtime = probe_memo
+    monkeypatch.setenv("CXX", mine)
+    assert cxx.probe_compiler(mine, runtime, memo)[0] == cxx.OK  # kept
+    cxx.probe_compiler.cache_clear()
+    monkeypatch.setattr(cxx, "_run_probe", lambda c, rt: pytest.fail(f"probed {c}"))
+    assert cxx.compiler_choice(memo_dir=memo)[0] == mine

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,7 @@ def _candidates(default: str) -> tuple[list[str], list[str]]:
 
 
 PROBE_MEMO = "cxx-probes.json"
+_MEMO_LOCK = threading.Lock()
 
 
 def file_id(path: str) -> str | None:
@@ -171,9 +173,21 @@ def _read_memo(memo_dir: Path) -> dict[str, Any]:
 def _remember(memo_dir: Path, key: str, verdict: tuple[str, str]) -> None:
     """Add one verdict to the memo, atomically (a reader never sees half a file); a
     read-only cache keeps the verdict right here, only unmemoized."""
-    memo = _read_memo(memo_dir)
-    memo[key] = list(verdict)
-    write_memo(memo_dir / PROBE_MEMO, memo, indent=1, sort_keys=True)
+    with _MEMO_LOCK:  # probes run side by side (_probe_at_once): no update lost between them
+        memo = _read_memo(memo_dir)
+        memo[key] = list(verdict)
+        write_memo(memo_dir / PROBE_MEMO, memo, indent=1, sort_keys=True)
+
+
+def _kept_verdict(cxx: str, runtime: str, memo_dir: Path | None) -> tuple[str, str] | None:
+    """The memo's (verdict, why) for this compiler, runtime and torch; None if none."""
+    key = _memo_key(cxx, runtime) if memo_dir is not None else None
+    if memo_dir is None or key is None:
+        return None
+    hit = _read_memo(memo_dir).get(key)
+    if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
+        return hit[0], str(hit[1])
+    return None
 
 
 @functools.lru_cache(maxsize=16)
@@ -184,11 +198,9 @@ def probe_compiler(cxx: str, runtime: str, memo_dir: Path | None = None) -> tupl
     (a directory that exists) holds the on-disk memo. Only verdicts reached by a
     probe that ran to its end are kept: a child that could not run proves nothing.
     """
+    if (kept := _kept_verdict(cxx, runtime, memo_dir)) is not None:
+        return kept
     key = _memo_key(cxx, runtime) if memo_dir is not None else None
-    if memo_dir is not None and key is not None:
-        hit = _read_memo(memo_dir).get(key)
-        if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
-            return hit[0], str(hit[1])
     verdict, why, settled = _run_probe(cxx, runtime)
     if settled and memo_dir is not None and key is not None:
         _remember(memo_dir, key, (verdict, why))
@@ -267,6 +279,7 @@ def compiler_choice(
         return (paths[0] if os.environ.get("CXX") and paths else None), tuple(skipped)
     rejected = list(skipped)
     unchecked: str | None = None
+    _probe_at_once(paths, loaded, memo_dir)
     for cxx in paths:
         verdict, why = probe_compiler(cxx, loaded, memo_dir)
         if verdict == OK:
@@ -275,6 +288,24 @@ def compiler_choice(
             unchecked = cxx
         rejected.append(why)
     return unchecked, tuple(rejected)
+
+
+def _probe_at_once(paths: list[str], runtime: str, memo_dir: Path | None) -> None:
+    """Run the probes compiler_choice will need side by side, unless the first candidate
+    is already known to work. Each probe is a child that imports torch, seconds apiece,
+    and the first candidate is often the one that fails (the H200 image's $CXX): one
+    after the other they took 16-17 s there. The verdicts land in probe_compiler's
+    per-process cache and the memo; the loop that follows reads them in order."""
+    kept = [_kept_verdict(c, runtime, memo_dir) for c in paths]
+    if not paths or (kept[0] is not None and kept[0][0] == OK):
+        return
+    todo = [c for c, k in zip(paths, kept, strict=True) if k is None]
+    if len(todo) < 2:
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="acache-cxx") as pool:
+        list(pool.map(lambda c: probe_compiler(c, runtime, memo_dir), todo))
 
 
 def choose_cxx(default: str = "g++", memo_dir: Path | None = None) -> str | None:
