@@ -143,6 +143,13 @@ def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> li
     return cmd
 
 
+def _failure(stderr: str) -> dict[str, Any]:
+    """A failed child's last line (the table's "error"), and its last 60 lines: a compiler
+    diagnostic's last line alone named only `int_array_63`."""
+    lines = stderr.strip().splitlines() or ["?"]
+    return {"error": lines[-1], "stderr_tail": lines[-60:]}
+
+
 def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """`acache build` of one variant (a cache hit if it is built already)."""
     cmd = [sys.executable, "-m", "artifactcache.cli", "build", *variant_args(v, args, cache)]
@@ -151,7 +158,7 @@ def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
                        timeout=args.timeout_s)  # fmt: skip
     wall = round(time.perf_counter() - t0, 1)
     if p.returncode != 0:
-        return {**v, "error": (p.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
+        return {**v, **_failure(p.stderr), "wall_s": wall}
     return {**v, "wall_s": wall, "build": json.loads(p.stdout)}
 
 
@@ -165,7 +172,7 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
                        timeout=args.timeout_s)  # fmt: skip
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        return {**v, "error": (p.stderr.strip().splitlines() or ["?"])[-1], "wall_s": wall}
+        return {**v, **_failure(p.stderr), "wall_s": wall}
     r = json.loads(p.stdout)
     if "batches" in r:  # one row per batch size
         r = next(b for b in r["batches"] if b["batch"] == v["batch"])
