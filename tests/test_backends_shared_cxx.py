@@ -124,15 +124,19 @@ class ProbeCounter:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import subprocess
         import sys
+        import threading
 
         self.compiles = self.children = 0
         real = subprocess.run
 
+        lock = threading.Lock()  # probes may run side by side (cxx._probe_at_once)
+
         def counting_run(argv, *args, **kwargs):
-            if argv[0] == sys.executable:
-                self.children += 1
-            else:
-                self.compiles += 1
+            with lock:
+                if argv[0] == sys.executable:
+                    self.children += 1
+                else:
+                    self.compiles += 1
             return real(argv, *args, **kwargs)
 
         monkeypatch.setattr(cxx.subprocess, "run", counting_run)
@@ -276,9 +280,8 @@ def test_the_candidates_are_probed_side_by_side_and_both_verdicts_kept(
 
     memo, _mine, runtime = probe_memo
     bad = fake_cxx(tmp_path, "crashing-g++", CRASHING_PROBE)
-    monkeypatch.setenv("CXX", bad)
-    paths, _ = cxx.candidates()
-    assert len(paths) == 2, paths  # $CXX and this machine's g++
+    gxx = shutil.which("g++")
+    monkeypatch.setattr(cxx, "_candidates", lambda default: ([bad, gxx], []))
     both_in_flight = threading.Barrier(2, timeout=30)
     real = cxx._run_probe
     calls: list[str] = []
@@ -290,20 +293,48 @@ def test_the_candidates_are_probed_side_by_side_and_both_verdicts_kept(
 
     monkeypatch.setattr(cxx, "_run_probe", probe_waiting_for_the_other)
     chosen, rejected = cxx.compiler_choice(memo_dir=memo)
-    assert chosen == paths[1] and "signal 11" in rejected[0] and len(calls) == 2
+    assert chosen == gxx and "signal 11" in rejected[0] and len(calls) == 2
     kept = json.loads((memo / cxx.PROBE_MEMO).read_text())
     assert sorted(v[0] for v in kept.values()) == [cxx.OK, cxx.REJECTED]
     cxx.probe_compiler.cache_clear()  # as a new process starts
     monkeypatch.setattr(cxx, "_run_probe", lambda c, rt: pytest.fail(f"probed {c} again"))
-    assert cxx.compiler_choice(memo_dir=memo)[0] == paths[1]
+    assert cxx.compiler_choice(memo_dir=memo)[0] == gxx
     assert cxx.remembered_verdict(bad, memo)[0] == cxx.REJECTED  # the quick doctor's view
 
 
-@pytest.mark.skipif(not HAS_GXX, reason="no g++ on this machine")
-def test_a_first_candidate_known_to_work_probes_nothing_else(probe_memo, monkeypatch):
-    memo, mine, runtime = probe_memo
-    monkeypatch.setenv("CXX", mine)
-    assert cxx.probe_compiler(mine, runtime, memo)[0] == cxx.OK  # kept
+def test_the_first_candidate_that_works_does_not_wait_for_the_others(probe_memo, monkeypatch):
+    """Probed side by side, a first candidate that passes is chosen while a later one's
+    probe still runs (it may hang for a minute): nothing waits for it, and its error
+    is never raised. Candidates after one the memo knows works are not probed."""
+    import threading
+
+    memo, _mine, runtime = probe_memo
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def probe(c: str, rt: str) -> tuple[str, str, bool]:
+        if c == "/first":
+            assert started.wait(timeout=30)  # /slow is in flight when /first passes
+            return cxx.OK, "", False
+        started.set()
+        release.wait(timeout=30)
+        finished.set()
+        raise OSError("a later candidate's probe broke")
+
+    monkeypatch.setattr(cxx, "_run_probe", probe)
+    monkeypatch.setattr(cxx, "_memo_key", lambda c, rt: None)
+    monkeypatch.setattr(cxx, "_candidates", lambda default: (["/first", "/slow"], []))
+    try:
+        assert cxx.compiler_choice(memo_dir=memo) == ("/first", ())
+        assert not finished.is_set()  # chosen while /slow was still being probed
+    finally:
+        release.set()
+    assert finished.wait(timeout=30)
     cxx.probe_compiler.cache_clear()
-    monkeypatch.setattr(cxx, "_run_probe", lambda c, rt: pytest.fail(f"probed {c}"))
-    assert cxx.compiler_choice(memo_dir=memo)[0] == mine
+    starts: list[str] = []
+    monkeypatch.setattr(cxx, "_kept_verdict", lambda c, rt, d: (cxx.OK, "") if c == "/ok" else None)
+    monkeypatch.setattr(cxx, "_candidates", lambda default: (["/a", "/ok", "/b", "/c"], []))
+    monkeypatch.setattr(
+        cxx, "_run_probe", lambda c, rt: starts.append(c) or (cxx.REJECTED, "no", True)
+    )
+    assert cxx.compiler_choice(memo_dir=memo)[0] == "/ok"
+    assert starts == ["/a"]  # /b and /c come after the known-good /ok: never probed

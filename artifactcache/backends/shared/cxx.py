@@ -279,33 +279,49 @@ def compiler_choice(
         return (paths[0] if os.environ.get("CXX") and paths else None), tuple(skipped)
     rejected = list(skipped)
     unchecked: str | None = None
-    _probe_at_once(paths, loaded, memo_dir)
-    for cxx in paths:
-        verdict, why = probe_compiler(cxx, loaded, memo_dir)
-        if verdict == OK:
-            return cxx, tuple(rejected)
-        if verdict == UNCHECKED and unchecked is None:
-            unchecked = cxx
-        rejected.append(why)
+    pool, started = _probe_at_once(paths, loaded, memo_dir)
+    try:
+        for cxx in paths:
+            # A later candidate's probe is only waited for (and its error only raised)
+            # where the loop one after the other would have reached it.
+            ahead = started.get(cxx)
+            verdict, why = ahead.result() if ahead else probe_compiler(cxx, loaded, memo_dir)
+            if verdict == OK:
+                return cxx, tuple(rejected)
+            if verdict == UNCHECKED and unchecked is None:
+                unchecked = cxx
+            rejected.append(why)
+    finally:
+        if pool is not None:  # probes still running finish on their own; none waits
+            pool.shutdown(wait=False, cancel_futures=True)
     return unchecked, tuple(rejected)
 
 
-def _probe_at_once(paths: list[str], runtime: str, memo_dir: Path | None) -> None:
-    """Run the probes compiler_choice will need side by side, unless the first candidate
-    is already known to work. Each probe is a child that imports torch, seconds apiece,
-    and the first candidate is often the one that fails (the H200 image's $CXX): one
-    after the other they took 16-17 s there. The verdicts land in probe_compiler's
-    per-process cache and the memo; the loop that follows reads them in order."""
-    kept = [_kept_verdict(c, runtime, memo_dir) for c in paths]
-    if not paths or (kept[0] is not None and kept[0][0] == OK):
-        return
-    todo = [c for c, k in zip(paths, kept, strict=True) if k is None]
+PROBES_AT_ONCE = 3
+
+
+def _probe_at_once(
+    paths: list[str], runtime: str, memo_dir: Path | None
+) -> tuple[Any, dict[str, Any]]:
+    """(pool, {candidate: its probe's future}): the probes compiler_choice may need,
+    started side by side, up to the first candidate the memo knows works and at most
+    PROBES_AT_ONCE. Each probe is a child that imports torch, seconds apiece, and the
+    first candidate is often the one that fails (the H200 image's $CXX): one after the
+    other they took 16-17 s there. (None, {}) where there are fewer than two to run."""
+    todo: list[str] = []
+    for c in paths:
+        kept = _kept_verdict(c, runtime, memo_dir)
+        if kept is not None and kept[0] == OK:
+            break
+        if kept is None:
+            todo.append(c)
+    todo = todo[:PROBES_AT_ONCE]
     if len(todo) < 2:
-        return
+        return None, {}
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="acache-cxx") as pool:
-        list(pool.map(lambda c: probe_compiler(c, runtime, memo_dir), todo))
+    pool = ThreadPoolExecutor(max_workers=len(todo), thread_name_prefix="acache-cxx")
+    return pool, {c: pool.submit(probe_compiler, c, runtime, memo_dir) for c in todo}
 
 
 def choose_cxx(default: str = "g++", memo_dir: Path | None = None) -> str | None:
