@@ -178,16 +178,15 @@ def compiler_status(memo_dir: Path | None = None) -> dict[str, Any]:
     except ImportError:
         pass
     chosen, rejected = cxx.compiler_choice(memo_dir=memo_dir)
+    runtime = cxx.loaded_libstdcxx()
     return {
         "cxx_env": os.environ.get("CXX"),
         "chosen": chosen,
         "version": cxx.compiler_version(chosen) if chosen else None,
-        "runtime": cxx.loaded_libstdcxx(),
+        "runtime": runtime,
         "passed_over": list(rejected),
-        "checked": bool(
-            chosen
-            and (runtime := cxx.loaded_libstdcxx())
-            and cxx.probe_compiler(chosen, runtime, memo_dir)[0] == cxx.OK
+        "checked": bool(  # the verdict compiler_choice just read, from probe_compiler's cache
+            chosen and runtime and cxx.probe_compiler(chosen, runtime, memo_dir)[0] == cxx.OK
         ),
     }
 
@@ -240,7 +239,7 @@ def toolchain_identity() -> str:
 
 # A module of torch's that every warm inductor or compile load imports, and `import torch`
 # does not: whether its bytecode is cached says whether those ~1,300 modules are.
-BYTECODE_PROBE = ("torch", "_dynamo", "__init__.py")
+BYTECODE_PROBE = ("_dynamo", "__init__.py")  # under the torch package
 
 
 def bytecode_status() -> dict[str, Any]:
@@ -252,13 +251,13 @@ def bytecode_status() -> dict[str, Any]:
     import importlib.util
     import sys
 
-    spec = importlib.util.find_spec(BYTECODE_PROBE[0])
+    torch_dir = _torch_dir()
     writes = not sys.dont_write_bytecode
     out: dict[str, Any] = {"writes_bytecode": writes, "pycache_prefix": sys.pycache_prefix,
                            "torch_bytecode": None, "problem": None}  # fmt: skip
-    if spec is None or not spec.submodule_search_locations:
+    if torch_dir is None:
         return out
-    source = Path(next(iter(spec.submodule_search_locations)), *BYTECODE_PROBE[1:])
+    source = Path(torch_dir, *BYTECODE_PROBE)
     if not source.is_file():
         return out
     out["torch_bytecode"] = Path(importlib.util.cache_from_source(str(source))).is_file()
@@ -336,6 +335,15 @@ def visible_devices(gpus: list[dict[str, Any]], mask: str | None) -> list[dict[s
     return picked
 
 
+def _torch_dir() -> Path | None:
+    """The installed torch package's folder, found without importing it; None without one."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    where = spec.submodule_search_locations if spec is not None else None
+    return Path(next(iter(where))) if where else None
+
+
 def _torch_build(torch_dir: Path) -> tuple[str | None, str | None]:
     """(``torch.__version__``, the CUDA version it was built for or None), read from
     torch/version.py's text (``__version__ = '2.11.0+cu130'``, ``cuda: Optional[str] =
@@ -405,13 +413,9 @@ def _quick_compiler(memo_dir: Path | None) -> dict[str, Any]:
 def _quick_probe(memo_dir: Path | None) -> dict[str, Any]:
     """PROBED_KEYS from what is installed and what the driver says: no torch import, no
     CUDA context, no compiler probe (a second or less where the full checks take 20 s)."""
-    import importlib.util
-
     from .keys import package_version
 
-    spec = importlib.util.find_spec("torch")
-    where = spec.submodule_search_locations if spec is not None else None
-    torch_dir = Path(next(iter(where))) if where else None
+    torch_dir = _torch_dir()
     version, cuda = _torch_build(torch_dir) if torch_dir is not None else (None, None)
     if torch_dir is not None and version is None:
         version = package_version("torch")

@@ -1,8 +1,8 @@
 """The C++ compiler probe's wall time with two candidates, one after the other against
 side by side (backends/shared/cxx.py, ``_probe_at_once``), in fresh processes.
 
-The H200 image's case is made here: ``$CXX`` is a compiler whose code crashes (a g++
-wrapper building a probe that raises SIGSEGV, as tests/_backend_util.fake_cxx does), so
+The H200 image's case is made here: ``$CXX`` is a compiler whose code crashes (the
+tests' g++ wrapper, tests/_backend_util.fake_cxx, building a probe that raises SIGSEGV), so
 the choice needs both its probe and g++'s. No memo: every run probes.
 
     python benchmarks/cxx_probe_timing.py --runs 3 [--out OUT.json]
@@ -22,29 +22,18 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CRASHING = '#include <signal.h>\nextern "C" int acache_regex_probe(void){raise(SIGSEGV);return 0;}'
+sys.path.insert(0, str(REPO / "tests"))
+from _backend_util import CRASHING_PROBE, fake_cxx  # noqa: E402  (the tests' crashing $CXX)
+
 CHILD = """
 import sys, time, torch
 from artifactcache.backends.shared import cxx
 if sys.argv[1] == "serial":
-    cxx._probe_at_once = lambda *a, **k: None
+    cxx._probe_at_once = lambda *a, **k: (None, {})
 t = time.perf_counter()
 chosen, rejected = cxx.compiler_choice()
 print(time.perf_counter() - t, chosen, len(rejected))
 """
-
-
-def crashing_cxx(folder: Path) -> str:
-    src = folder / "crash.cpp"
-    src.write_text(CRASHING)
-    script = folder / "crashing-g++"
-    script.write_text(
-        "#!/bin/sh\n"
-        'out=""; prev=""; for a in "$@"; do [ "$prev" = "-o" ] && out="$a"; prev="$a"; done\n'
-        f'exec g++ -shared -fPIC -o "$out" {src}\n'
-    )
-    script.chmod(0o755)
-    return str(script)
 
 
 def main() -> int:
@@ -54,7 +43,8 @@ def main() -> int:
     args = ap.parse_args()
     results: dict[str, list[float]] = {"serial": [], "side_by_side": []}
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ, CXX=crashing_cxx(Path(d)), PYTHONPATH=str(REPO))
+        bad = fake_cxx(Path(d), "crashing-g++", CRASHING_PROBE)
+        env = dict(os.environ, CXX=bad, PYTHONPATH=str(REPO))
         for _ in range(args.runs):
             for mode in results:  # alternating, so drift hits both alike
                 start = time.perf_counter()

@@ -131,32 +131,42 @@ def file_id(path: str) -> str | None:
 
 
 def _memo_key(cxx: str, runtime: str) -> str | None:
-    """What a verdict depends on: compiler, runtime, torch, and the probe itself."""
-    from ...keys import package_version
-
+    """What a verdict depends on: compiler, runtime, torch, and the probe itself (lines
+    1-2 the files, lines 3-4 ``_memo_tail``)."""
     compiler, lib = file_id(shutil.which(cxx) or cxx), file_id(runtime)
     if compiler is None or lib is None:
         return None
+    return "\n".join([compiler, lib, *_memo_tail()])
+
+
+def _memo_tail() -> list[str]:
+    """The memo key's last two lines: the torch version and the probe's own hash."""
+    from ...keys import package_version
+
     probe = hashlib.sha256(_REGEX_PROBE.encode()).hexdigest()[:16]
-    return "\n".join([compiler, lib, f"torch {package_version('torch')}", f"probe {probe}"])
+    return [f"torch {package_version('torch')}", f"probe {probe}"]
+
+
+def _verdict(hit: Any) -> tuple[str, str] | None:
+    """A memo value as (verdict, why), or None for one that is damaged or unsettled."""
+    if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
+        return str(hit[0]), str(hit[1])
+    return None
 
 
 def remembered_verdict(cxx: str, memo_dir: Path | None) -> tuple[str, str] | None:
     """(verdict, why) the probe memo holds for ``cxx`` under this torch and probe, for
     whichever libstdc++ it was probed against; None when there is none. For a reader
     that has not loaded torch and so cannot name the runtime (the quick doctor)."""
-    from ...keys import package_version
-
     compiler = file_id(shutil.which(cxx) or cxx) if memo_dir is not None else None
     if compiler is None or memo_dir is None:
         return None
-    probe = hashlib.sha256(_REGEX_PROBE.encode()).hexdigest()[:16]
-    tail = [f"torch {package_version('torch')}", f"probe {probe}"]
+    tail = _memo_tail()
     for key, hit in _read_memo(memo_dir).items():
         lines = str(key).split("\n")
         if len(lines) == 4 and lines[0] == compiler and lines[2:] == tail:
-            if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
-                return str(hit[0]), str(hit[1])
+            if (verdict := _verdict(hit)) is not None:
+                return verdict
     return None
 
 
@@ -184,10 +194,7 @@ def _kept_verdict(cxx: str, runtime: str, memo_dir: Path | None) -> tuple[str, s
     key = _memo_key(cxx, runtime) if memo_dir is not None else None
     if memo_dir is None or key is None:
         return None
-    hit = _read_memo(memo_dir).get(key)
-    if isinstance(hit, list) and len(hit) == 2 and hit[0] in (OK, REJECTED):
-        return hit[0], str(hit[1])
-    return None
+    return _verdict(_read_memo(memo_dir).get(key))
 
 
 @functools.lru_cache(maxsize=16)
