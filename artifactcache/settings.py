@@ -75,6 +75,9 @@ _ALL = (
             choices=("aot_compile", "megacache"), parsed_by="backends/inductor/backend.py"),
     Setting("ACACHE_CUDA_GRAPHS", "bool", True,
             "capture CUDA graphs of the decode step (0: off)"),
+    Setting("ACACHE_LAZY_STEPS", "bool", True,
+            "inductor and aoti: open the prompt-pass steps at their first use, not at load "
+            "(0: all at load, so no request pays an opening)"),
     Setting("ACACHE_ORT_VERBOSE", "bool", False,
             "show ONNX Runtime's own log (which optimizer passes ran)"),
     Setting("ACACHE_VERBOSE", "bool", False,

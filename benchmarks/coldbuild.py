@@ -29,16 +29,16 @@ results) last.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from _provenance import provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,16 +115,7 @@ def main() -> int:
         args.dtype,
         "--json",
     ]
-    report: dict[str, Any] = {
-        "command": "python benchmarks/coldbuild.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "host": platform.node(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
-        "runs": {},
-    }
+    report: dict[str, Any] = {**provenance(), "runs": {}}
     runs = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
     if args.against:
         runs = [("a", args.recipe, False), ("b", args.against, False)]

@@ -11,10 +11,8 @@ the choice needs both its probe and g++'s. No memo: every run probes.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from _backend_util import CRASHING_PROBE, fake_cxx  # noqa: E402  (the tests' crashing $CXX)
+from _provenance import provenance  # noqa: E402
 
 CHILD = """
 import sys, time, torch
@@ -58,16 +57,7 @@ def main() -> int:
                 print(
                     f"{mode}: choice {seconds[:5]} s (process {time.perf_counter() - start:.1f} s)"
                 )
-    report = {
-        "command": "python benchmarks/cxx_probe_timing.py " + " ".join(sys.argv[1:]),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {
-            "host": platform.node(),
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-        },  # fmt: skip
-        "choice_seconds": results,
-    }
+    report = {**provenance(), "choice_seconds": results}
     print(json.dumps(report["choice_seconds"]))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")

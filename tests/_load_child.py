@@ -53,11 +53,13 @@ def main() -> None:
         context=ctx,
     )
     t_loaded = time.perf_counter()
+    unopened_at_load = _unopened(runner)
     ids = runner.generate(json.loads(prompt), 1)
     t_first = time.perf_counter()
     ids = runner.generate(json.loads(prompt), int(n))
     t_done = time.perf_counter()
     report = {
+        "unopened": {"at_load": unopened_at_load, "after": _unopened(runner)},
         "compiles": compiles,
         "counters": {k: dict(v) for k, v in counters.items()},
         "ids": ids,
@@ -69,6 +71,12 @@ def main() -> None:
         },
     }
     print(json.dumps(report))
+
+
+def _unopened(runner) -> list[str]:
+    """The runner's steps not opened yet (backends/shared/steps.py's LazyStep)."""
+    names = ("fresh_step", "prefill_step", "extend_step", "decode_step")
+    return sorted(n for n in names if getattr(getattr(runner, n, None), "opened", True) is False)
 
 
 if __name__ == "__main__":

@@ -106,13 +106,27 @@ def test_second_process_does_not_compile(root: Path, runners, tmp_path: Path):
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
         "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }
+    # Two passes of 8 (a first pass at slot 0, then a padded extend pass): both pass
+    # steps open at their first call, in a process that compiles nothing.
+    two_passes = [(5 * i + 3) % recipe.model.vocab_size for i in range(12)]
+    want_two = runners("tiny-phi-2", "eager").generate(two_passes, 4)
     try:
         report = load_in_child(root, "tiny-phi-2", "aoti", prompt, 16, env)
+        both = load_in_child(root, "tiny-phi-2", "aoti", two_passes, 4, env)
     finally:
         os.chmod(fw, 0o700)
     assert report["ids"] == want
-    assert report["compiles"] == [] and kernel_compiles(report) == []
-    assert report["counters"].get("inductor", {}) == {}
+    assert both["ids"] == want_two
+    for r in (report, both):
+        assert r["compiles"] == [] and kernel_compiles(r) == []
+        assert r["counters"].get("inductor", {}) == {}
+    # The pass steps wait for their first use; the seed prompt (5 tokens in a pass of 8)
+    # needs only the extend pass, so the first-pass step is never opened.
+    assert report["unopened"] == {
+        "at_load": ["extend_step", "fresh_step", "prefill_step"],
+        "after": ["fresh_step"],
+    }
+    assert both["unopened"]["after"] == []
     assert os.listdir(fw) == []
     assert tree_digest(entry.path) == before  # loading never writes into the entry
 

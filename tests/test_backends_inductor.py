@@ -150,15 +150,28 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
     }
     report = load_in_child(root, "tiny-llama", "inductor", prompt, 16, env)
     assert report["ids"] == want
-    assert kernel_compiles(report) == []
-    counters = report["counters"]
-    # Dynamo traced no frame (a trace counts calls_captured and unique_graphs), and
-    # AOTAutograd and the FX-graph cache were never consulted: the saved functions
-    # were called as they are.
-    assert "stats" not in counters, counters["stats"]
-    assert "aot_autograd" not in counters
-    ind = counters.get("inductor", {})
-    assert ind.get("fxgraph_cache_hit", 0) == 0 and ind.get("fxgraph_cache_miss", 0) == 0
+    # Two passes of 8 (a first pass at slot 0, then a padded extend pass): both pass
+    # steps open at their first call.
+    two_passes = [(7 * i + 11) % recipe.model.vocab_size for i in range(12)]
+    both = load_in_child(root, "tiny-llama", "inductor", two_passes, 4, env)
+    assert both["ids"] == runners("tiny-llama", "eager").generate(two_passes, 4)
+    for r in (report, both):
+        assert kernel_compiles(r) == []
+        counters = r["counters"]
+        # Dynamo traced no frame (a trace counts calls_captured and unique_graphs), and
+        # AOTAutograd and the FX-graph cache were never consulted: the saved functions
+        # were called as they are.
+        assert "stats" not in counters, counters["stats"]
+        assert "aot_autograd" not in counters
+        ind = counters.get("inductor", {})
+        assert ind.get("fxgraph_cache_hit", 0) == 0 and ind.get("fxgraph_cache_miss", 0) == 0
+    # The seed prompt (6 tokens in a pass of 8) needs only the extend pass: the
+    # first-pass step is never opened.
+    assert report["unopened"] == {
+        "at_load": ["extend_step", "fresh_step", "prefill_step"],
+        "after": ["fresh_step"],
+    }
+    assert both["unopened"]["after"] == []
     assert {"cache_loaded", "steps_loaded", "artifact_ready", "weights_ready"} <= set(
         report["phases"]
     )

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +70,12 @@ from ..shared.runner import (
 )
 from ..shared.steps import (
     STEP_KINDS,
+    LazyStep,
     decode_examples,
     dynamic_ranges,
     example_inputs,
     kv_buckets_of,
+    opened_when_used,
     prefill_tokens_range,
 )
 from ..shared.torch_private import (
@@ -85,6 +88,7 @@ from ..shared.torch_private import (
     load_compiled_step,
     mark_dynamic_dim,
     pin_triton_ptxas,
+    prefetch_triton_key,
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
@@ -332,8 +336,10 @@ class InductorBackend:
             for f in STEP_FILES.values():
                 if not (entry_dir / f).is_file():
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
-        dev = device_of(ctx.opts)
         pin_triton_ptxas()  # before any Triton key is made: the build's ptxas (torch_private)
+        if is_cuda(ctx.opts.device):
+            prefetch_triton_key()  # hashed beside the device and weights set-up
+        dev = device_of(ctx.opts)
         model = build_model_for(ctx, dev, self.name)
         from ...models.rows import register_ops
 
@@ -398,22 +404,23 @@ def save_aot_steps(
 
 def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
-    functions, each run once so its one-time costs land in the load."""
+    functions. A step opened here is run once so its one-time costs land in the load;
+    the pass steps are opened at their first call (steps.LAZY_STEPS)."""
     import torch
 
     register_model_ops(model)
-    steps = []
-    for step in STEPS:
+
+    def open_step(step: str) -> Any:
         compiled = load_compiled_step(entry_dir / STEP_FILES[step])
+        return lambda *inputs: compiled(model, *inputs)
 
-        def call(*inputs: Any, compiled: Any = compiled) -> Any:
-            return compiled(model, *inputs)
-
-        with torch.no_grad():
-            call(*example_inputs(recipe, dev, step, kv_buckets_of(model)))
-        steps.append(call)
+    steps = {step: opened_when_used(step, partial(open_step, step)) for step in STEPS}
+    with torch.no_grad():
+        for step, call in steps.items():
+            if not isinstance(call, LazyStep):
+                call(*example_inputs(recipe, dev, step, kv_buckets_of(model)))
     sync(dev)
-    return steps[0], steps[1], steps[2]
+    return steps["prefill"], steps["extend"], steps["decode"]
 
 
 BACKEND = InductorBackend()

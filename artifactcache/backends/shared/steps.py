@@ -9,14 +9,16 @@ these, so every backend agrees on the shapes the runner (runner.py) will call wi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ... import settings
 from ...generate import chunk_len_range
 from ...kv_buckets import kv_bucket, kv_len_range
 from ...models.common import key_positions
-from .cuda_graph import Inputs
+from .cuda_graph import Inputs, Step
 
 if TYPE_CHECKING:
     from ...config import Recipe
@@ -88,3 +90,42 @@ def decode_examples(recipe: Recipe, dev: torch.device, kv_buckets: bool = True) 
     if int(pos[-1]) + 1 >= kv_pos.shape[0]:
         return [first]
     return [first, (idx + 1, pos + 1, row_start + 1, kv_pos)]
+
+
+# The steps a load opens only at their first call. A request's first pass runs one of
+# the two pass steps: ``prefill`` for rows at slot 0 whose last token ends the pass,
+# ``extend`` otherwise (a prompt shorter than a pass, left-padded rows, later chunks;
+# runner.py). So a warm start opens decode (every request decodes; its CUDA graph is
+# captured at load) and the pass its first request needs, never both.
+# ACACHE_LAZY_STEPS=0 opens every step at load.
+LAZY_STEPS = ("prefill", "extend")
+
+
+class LazyStep:
+    """A step opened by ``open_step()`` at its first call, then called directly.
+
+    Opening a saved step and its first run (deserializing, binding it to the model,
+    cuBLAS and attention set-up) cost about a second per step of a warm llama-7b
+    inductor load (docs/perf-notes.md, attempt 31); a process that never calls the
+    step never pays it.
+    """
+
+    def __init__(self, open_step: Callable[[], Step]) -> None:
+        self._open = open_step
+        self._step: Step | None = None
+
+    @property
+    def opened(self) -> bool:
+        return self._step is not None
+
+    def __call__(self, *inputs: Any) -> Any:
+        if self._step is None:
+            self._step = self._open()
+        return self._step(*inputs)
+
+
+def opened_when_used(step: str, open_step: Callable[[], Step]) -> Step:
+    """``open_step()`` now, or a LazyStep for a step of LAZY_STEPS (ACACHE_LAZY_STEPS)."""
+    if step in LAZY_STEPS and settings.get("ACACHE_LAZY_STEPS"):
+        return LazyStep(open_step)
+    return open_step()

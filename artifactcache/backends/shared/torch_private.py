@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,25 @@ def pin_triton_ptxas() -> None:
     except ImportError:
         return
     _set_triton_ptxas_path()
+
+
+def prefetch_triton_key() -> threading.Thread | None:
+    """Start Triton's ``triton_key()`` on a thread; None where Triton has none.
+
+    The first Triton cache lookup of a process hashes Triton's sources and its ~500 MB
+    ``libtriton.so`` (0.27 s in the profile of a warm llama-7b inductor load on the
+    H200, docs/perf-notes.md attempt 31). hashlib lets go of the GIL while it hashes,
+    so started at the top of a load the hash runs beside the weights and device set-up
+    rather than in front of the first kernel. The result lands in Triton's own memo;
+    a lookup before the thread ends computes it again: the same key, later.
+    """
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        return None
+    thread = threading.Thread(target=triton_key, name="acache-triton-key", daemon=True)
+    thread.start()
+    return thread
 
 
 def _is_probe_state(isa: Any, name: str) -> bool:
