@@ -76,8 +76,8 @@ _ALL = (
     Setting("ACACHE_CUDA_GRAPHS", "bool", True,
             "capture CUDA graphs of the decode step (0: off)"),
     Setting("ACACHE_LAZY_STEPS", "bool", True,
-            "inductor and aoti: open the prompt-pass steps at their first use, not at load "
-            "(0: all at load, so no request pays an opening)"),
+            "inductor: open the prompt-pass steps at their first use, not at load (0: all at "
+            "load, so no request pays an opening)"),
     Setting("ACACHE_ORT_VERBOSE", "bool", False,
             "show ONNX Runtime's own log (which optimizer passes ran)"),
     Setting("ACACHE_VERBOSE", "bool", False,

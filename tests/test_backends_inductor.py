@@ -178,6 +178,30 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
     assert tree_digest(entry.path) == before  # load never writes into the entry
 
 
+def test_a_pass_step_opened_at_first_use_is_opened_in_the_tuning_scope(root: Path, monkeypatch):
+    """The saved functions are read at load (under the store's reader lock); a pass step
+    deserialized later still runs inside inductor_tuning_results_kept, as the load does."""
+    from artifactcache.backends.inductor import autotune_cache
+
+    api.build("tiny-llama", "inductor", cache_dir=root)
+    depths: list[int] = []
+    real = inductor.load_compiled_step
+
+    def recording(saved):
+        assert isinstance(saved, bytes)  # read at load, not from the entry later
+        depths.append(autotune_cache._TUNING_DEPTH)
+        return real(saved)
+
+    monkeypatch.setattr(inductor, "load_compiled_step", recording)
+    runner = api.load("tiny-llama", "inductor", cache_dir=root, build_on_miss=False)
+    assert len(depths) == 1  # decode only
+    recipe = load_recipe("tiny-llama")
+    runner.generate([3] * recipe.shapes.prefill_len, 2)  # the first pass: rows at slot 0
+    runner.generate([3, 4, 5], 2)  # a padded pass: extend
+    assert len(depths) == 3 and all(d >= 1 for d in depths), depths
+    assert autotune_cache._TUNING_DEPTH == 0
+
+
 def test_without_the_api_the_entry_is_a_megacache(monkeypatch, tmp_path: Path):
     """A torch without load_compiled_function (2.11 may be one) falls back, and says so."""
     aot_key = api.key_for(get_backend("inductor"), api.make_context("tiny-llama", "inductor")[1])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import pytest
 
 from artifactcache.backends.shared.steps import STEP_KINDS, LazyStep, opened_when_used
@@ -18,7 +21,7 @@ def _opener(log: list[str], name: str):
 
 def test_a_lazy_step_opens_once_at_its_first_call():
     log: list[str] = []
-    step = LazyStep(_opener(log, "extend"))
+    step = LazyStep(_opener(log, "extend"), contextlib.nullcontext)
     assert not step.opened and log == []
     assert step(1, 2) == ("extend", (1, 2))
     assert step(3) == ("extend", (3,))
@@ -34,7 +37,7 @@ def test_a_failed_opening_is_raised_and_tried_again():
             raise OSError("disk")
         return lambda *inputs: "ok"
 
-    step = LazyStep(open_step)
+    step = LazyStep(open_step, contextlib.nullcontext)
     with pytest.raises(OSError, match="disk"):
         step()
     assert not step.opened
@@ -59,3 +62,50 @@ def test_a_bad_setting_is_a_one_line_error(monkeypatch):
     monkeypatch.setenv("ACACHE_LAZY_STEPS", "sometimes")
     with pytest.raises(ArgumentError, match="ACACHE_LAZY_STEPS"):
         opened_when_used("extend", _opener([], "extend"))
+
+
+def test_the_scope_holds_the_opening_and_the_first_call_only():
+    """inductor passes its tuning scope: a step deserialized after the load returned
+    must still find the load's autotuning results (backends/inductor/autotune_cache.py)."""
+    inside: list[bool] = []
+    depth = [0]
+
+    @contextlib.contextmanager
+    def scope():
+        depth[0] += 1
+        try:
+            yield
+        finally:
+            depth[0] -= 1
+
+    def open_step():
+        inside.append(depth[0] == 1)
+        return lambda *inputs: inside.append(depth[0] == 1)
+
+    step = LazyStep(open_step, scope)
+    step()
+    step()
+    assert inside == [True, True, False]  # opened and first run inside, later calls not
+
+
+def test_concurrent_first_calls_open_the_step_once():
+    opened = []
+    gate = threading.Barrier(4)
+
+    def open_step():
+        opened.append(1)
+        return lambda *inputs: len(opened)
+
+    step = LazyStep(open_step, contextlib.nullcontext)
+    results = []
+
+    def call():
+        gate.wait()
+        results.append(step())
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert opened == [1] and results == [1, 1, 1, 1]

@@ -35,7 +35,6 @@ import shutil
 import time
 import zipfile
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -62,7 +61,6 @@ from ..shared.steps import (
     dynamic_ranges,
     example_inputs,
     kv_buckets_of,
-    opened_when_used,
     prefill_tokens_range,
 )
 from ..shared.torch_private import (
@@ -413,7 +411,7 @@ class AotiBackend:
             share_constants(runner, state, s)
             return lambda *inputs: runner.run(list(inputs))
 
-        prefill, extend, decode = (opened_when_used(s, partial(open_step, s)) for s in STEPS)
+        prefill, extend, decode = (open_step(s) for s in STEPS)
         t0 = time.perf_counter()
         # Inductor's reduce-overhead mode replays CUDA graphs; an AOTI runner has
         # none of its own, so decode gets one here (load-time only: not in the key).

@@ -351,7 +351,7 @@ class InductorBackend:
         self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any
     ) -> StepRunner:
         """Install the carried files, then compile (megacache) or deserialize
-        (aot_compile) the steps and run each once."""
+        (aot_compile, the pass steps at their first call) the steps and run them once."""
         import torch
 
         mega = entry_dir / MEGACACHE
@@ -404,17 +404,24 @@ def save_aot_steps(
 
 def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
-    functions. A step opened here is run once so its one-time costs land in the load;
-    the pass steps are opened at their first call (steps.LAZY_STEPS)."""
+    functions. All are read here, while the store's reader lock holds the verified
+    entry; decode is deserialized and run once, so its one-time costs land in the load.
+    The pass steps are deserialized at their first call (steps.LAZY_STEPS), inside the
+    tuning scope the load runs in."""
     import torch
 
     register_model_ops(model)
+    saved = {step: (entry_dir / STEP_FILES[step]).read_bytes() for step in STEPS}
 
     def open_step(step: str) -> Any:
-        compiled = load_compiled_step(entry_dir / STEP_FILES[step])
+        compiled = load_compiled_step(saved[step])
+        del saved[step]  # opened: the bytes are not needed again
         return lambda *inputs: compiled(model, *inputs)
 
-    steps = {step: opened_when_used(step, partial(open_step, step)) for step in STEPS}
+    steps = {
+        step: opened_when_used(step, partial(open_step, step), inductor_tuning_results_kept)
+        for step in STEPS
+    }
     with torch.no_grad():
         for step, call in steps.items():
             if not isinstance(call, LazyStep):

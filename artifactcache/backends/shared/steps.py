@@ -9,7 +9,10 @@ these, so every backend agrees on the shapes the runner (runner.py) will call wi
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -92,11 +95,11 @@ def decode_examples(recipe: Recipe, dev: torch.device, kv_buckets: bool = True) 
     return [first, (idx + 1, pos + 1, row_start + 1, kv_pos)]
 
 
-# The steps a load opens only at their first call. A request's first pass runs one of
-# the two pass steps: ``prefill`` for rows at slot 0 whose last token ends the pass,
-# ``extend`` otherwise (a prompt shorter than a pass, left-padded rows, later chunks;
-# runner.py). So a warm start opens decode (every request decodes; its CUDA graph is
-# captured at load) and the pass its first request needs, never both.
+# The steps an inductor load opens only at their first call. A request's first pass runs
+# one of the two pass steps: ``prefill`` for rows at slot 0 whose last token ends the
+# pass, ``extend`` otherwise (a prompt shorter than a pass, left-padded rows, later
+# chunks; runner.py). So a warm start opens decode (every request decodes; its CUDA
+# graph is captured at load) and the pass its first request needs, never both.
 # ACACHE_LAZY_STEPS=0 opens every step at load.
 LAZY_STEPS = ("prefill", "extend")
 
@@ -107,25 +110,38 @@ class LazyStep:
     Opening a saved step and its first run (deserializing, binding it to the model,
     cuBLAS and attention set-up) cost about a second per step of a warm llama-7b
     inductor load (docs/perf-notes.md, attempt 31); a process that never calls the
-    step never pays it.
+    step never pays it. ``scope()``, where given, is entered around the opening and the
+    first call: the context the load itself runs its steps in.
     """
 
-    def __init__(self, open_step: Callable[[], Step]) -> None:
+    def __init__(
+        self, open_step: Callable[[], Step], scope: Callable[[], AbstractContextManager[Any]]
+    ) -> None:
         self._open = open_step
+        self._scope = scope
         self._step: Step | None = None
+        self._lock = threading.Lock()
 
     @property
     def opened(self) -> bool:
         return self._step is not None
 
     def __call__(self, *inputs: Any) -> Any:
-        if self._step is None:
-            self._step = self._open()
-        return self._step(*inputs)
+        step = self._step
+        if step is not None:
+            return step(*inputs)
+        with self._lock, self._scope():
+            if self._step is None:
+                self._step = self._open()
+            return self._step(*inputs)
 
 
-def opened_when_used(step: str, open_step: Callable[[], Step]) -> Step:
+def opened_when_used(
+    step: str,
+    open_step: Callable[[], Step],
+    scope: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Step:
     """``open_step()`` now, or a LazyStep for a step of LAZY_STEPS (ACACHE_LAZY_STEPS)."""
     if step in LAZY_STEPS and settings.get("ACACHE_LAZY_STEPS"):
-        return LazyStep(open_step)
+        return LazyStep(open_step, scope)
     return open_step()

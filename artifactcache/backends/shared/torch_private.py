@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import io
+import pkgutil
 import threading
 import warnings
 from collections.abc import Iterator
@@ -82,15 +84,27 @@ def prefetch_triton_key() -> threading.Thread | None:
     The first Triton cache lookup of a process hashes Triton's sources and its ~500 MB
     ``libtriton.so`` (0.27 s in the profile of a warm llama-7b inductor load on the
     H200, docs/perf-notes.md attempt 31). hashlib lets go of the GIL while it hashes,
-    so started at the top of a load the hash runs beside the weights and device set-up
-    rather than in front of the first kernel. The result lands in Triton's own memo;
-    a lookup before the thread ends computes it again: the same key, later.
+    so started at the top of a load the hash runs beside the device and weights set-up
+    (torch ops, which let go of it too) rather than in front of the first kernel
+    (attempt 41). The result lands in Triton's own memo; a lookup before the thread
+    ends computes it again: the same key, later. The packages the hash walks are
+    imported here first, so the thread itself imports nothing (no import-lock
+    interplay with the loading thread).
     """
     try:
-        from triton.runtime.cache import triton_key
+        import triton.runtime.cache as cache
     except ImportError:
         return None
-    thread = threading.Thread(target=triton_key, name="acache-triton-key", daemon=True)
+    root = Path(cache.__file__).resolve().parents[1]
+    for sub in ("compiler", "backends", "language"):
+        for _ in pkgutil.walk_packages([str(root / sub)], prefix=f"triton.{sub}."):
+            pass  # walking imports each package; the modules are only found
+
+    def hash_quietly() -> None:
+        with contextlib.suppress(Exception):  # a real failure recurs, and is reported, at use
+            cache.triton_key()
+
+    thread = threading.Thread(target=hash_quietly, name="acache-triton-key", daemon=True)
     thread.start()
     return thread
 
@@ -467,14 +481,16 @@ def save_compiled_step(compiled: Any, path: Path) -> None:
     save(str(path))
 
 
-def load_compiled_step(path: Path) -> Any:
-    """The compiled function saved at ``path``: no Dynamo tracing, no compile."""
+def load_compiled_step(saved: Path | bytes) -> Any:
+    """The compiled function saved at a path, or its bytes: no Dynamo tracing, no compile."""
     import torch
 
     load = getattr(torch.compiler, "load_compiled_function", None)
     if load is None:
         raise TorchPrivateAPIMissing("torch.compiler.load_compiled_function")
-    with open(path, "rb") as f:
+    if isinstance(saved, bytes):
+        return load(io.BytesIO(saved))
+    with open(saved, "rb") as f:
         return load(f)
 
 
