@@ -34,6 +34,22 @@ def _counting_build(self, *args, **kwargs):
 
 cpp_builder.CppBuilder.build = _counting_build
 
+# Inductor's CPU ISA probes (a child Python each) this process ran: a kept verdict
+# (backends/inductor/cpu_isa.py) runs none.
+isa_probes: list[str] = []
+try:
+    from torch._inductor.cpu_vec_isa import VecISA  # noqa: E402
+
+    _orig_probe_load = VecISA._probe_load
+
+    def _counting_probe_load(self, output_path):
+        isa_probes.append(str(self))
+        return _orig_probe_load(self, output_path)
+
+    VecISA._probe_load = _counting_probe_load
+except (ImportError, AttributeError):  # another torch: nothing counted
+    pass
+
 
 def main() -> None:
     from artifactcache import api
@@ -61,6 +77,7 @@ def main() -> None:
     report = {
         "unopened": {"at_load": unopened_at_load, "after": _unopened(runner)},
         "compiles": compiles,
+        "isa_probes": isa_probes,
         "counters": {k: dict(v) for k, v in counters.items()},
         "ids": ids,
         "phases": {k: round(v - T0, 3) for k, v in ctx.phases.items()},

@@ -172,6 +172,9 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
         "after": ["fresh_step"],
     }
     assert both["unopened"]["after"] == []
+    # The first child's CPU ISA verdicts (if it probed any) were kept in the cache root:
+    # the second one ran no probe.
+    assert both["isa_probes"] == []
     assert {"cache_loaded", "steps_loaded", "artifact_ready", "weights_ready"} <= set(
         report["phases"]
     )

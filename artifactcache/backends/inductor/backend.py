@@ -44,8 +44,10 @@ kernel objects to keep are exactly the files that compile produced.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,7 @@ from ..shared.torch_private import (
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
+from .cpu_isa import isa_verdicts_kept
 from .files import install_compiled_files, save_compiled_files
 
 MEGACACHE = "megacache.bin"
@@ -344,11 +347,12 @@ class InductorBackend:
         from ...models.rows import register_ops
 
         register_ops(model)  # the steps loaded (or compiled) call acache's op
-        with inductor_tuning_results_kept():
-            return self._load_steps(ctx, entry_dir, path, model, dev)
+        scope = partial(load_scope, ctx.memo_dir)
+        with scope():
+            return self._load_steps(ctx, entry_dir, path, model, dev, scope)
 
     def _load_steps(
-        self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any
+        self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any, scope: Any
     ) -> StepRunner:
         """Install the carried files, then compile (megacache) or deserialize
         (aot_compile, the pass steps at their first call) the steps and run them once."""
@@ -366,7 +370,7 @@ class InductorBackend:
                 ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model,
                 kv_len_hint=True, kv_buckets=kv_buckets_of(model),
             )  # fmt: skip
-        prefill, extend, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev)
+        prefill, extend, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev, scope)
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
         if _compile_options(ctx.opts).get("triton.cudagraphs"):
@@ -402,12 +406,22 @@ def save_aot_steps(
     return sizes
 
 
-def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
+@contextlib.contextmanager
+def load_scope(memo_dir: Path | None) -> Iterator[None]:
+    """What a load runs its steps in, and a pass step opened after it too: the tuning
+    results kept (autotune_cache.py) and the CPU ISA verdicts kept (cpu_isa.py)."""
+    with inductor_tuning_results_kept(), isa_verdicts_kept(memo_dir):
+        yield
+
+
+def load_aot_steps(
+    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any = None
+) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
     functions. All are read here, while the store's reader lock holds the verified
     entry; decode is deserialized and run once, so its one-time costs land in the load.
-    The pass steps are deserialized at their first call (steps.LAZY_STEPS), inside the
-    tuning scope the load runs in."""
+    The pass steps are deserialized at their first call (steps.LAZY_STEPS), inside
+    ``scope()`` (default: load_scope without a memo), the scope the load runs in."""
     import torch
 
     register_model_ops(model)
@@ -419,7 +433,7 @@ def load_aot_steps(model: Any, entry_dir: Path, recipe: Any, dev: Any) -> tuple[
         return lambda *inputs: compiled(model, *inputs)
 
     steps = {
-        step: opened_when_used(step, partial(open_step, step), inductor_tuning_results_kept)
+        step: opened_when_used(step, partial(open_step, step), scope or partial(load_scope, None))
         for step in STEPS
     }
     with torch.no_grad():

@@ -1,15 +1,23 @@
-"""Warm starts with the prompt-pass steps opened at first use against all at load.
+"""Warm starts of one entry, two ways, in alternating fresh processes.
 
-``ACACHE_LAZY_STEPS`` (backends/shared/steps.py) is a load-time choice, not a key
-factor, so one entry serves both sides: per backend, the entry is built once, then
-``--runs`` pairs of fresh warm processes (the coldstart probe, empty framework caches,
-one request) alternate ``ACACHE_LAZY_STEPS=1`` and ``=0``, so drift hits both alike.
-Per process: the probe's phases, and what it compiled (it should be nothing).
+A comparison (``--compare``) names two sides of a load-time choice that is not a key
+factor, so one entry serves both: per backend, the entry is built once, one untimed
+warm process runs (``--prime``), then ``--runs`` pairs of fresh warm processes (the
+coldstart probe, empty framework caches, one request) alternate the sides, so drift
+hits both alike. Per process: the probe's phases, and what it compiled (nothing).
 
-    python benchmarks/lazy_steps_ab.py llama-7b --backends inductor,aoti --runs 3 --out OUT
-    python benchmarks/lazy_steps_ab.py tiny-llama --device cpu --dtype fp32 --out OUT
+- ``lazy``: ``ACACHE_LAZY_STEPS=1`` (inductor's prompt-pass steps opened at their
+  first call) against ``=0`` (all at load); backends/shared/steps.py.
+- ``isa-memo``: Inductor's CPU ISA verdicts read from the cache root's memo against
+  the memo removed before each process (every candidate probed, as before the memo);
+  backends/inductor/cpu_isa.py. CPU only.
 
-Writes ``OUT/lazy_steps_ab.json`` and prints a Markdown table of medians.
+    python benchmarks/warm_ab.py llama-7b --compare lazy --backends inductor --runs 3 --out OUT
+    python benchmarks/warm_ab.py tiny-llama --compare lazy --device cpu --dtype fp32 --out OUT
+    python benchmarks/warm_ab.py tiny-llama --compare isa-memo --backends inductor \\
+        --device cpu --dtype fp32 --out OUT
+
+Writes ``OUT/warm_ab.json`` and prints a Markdown table of medians.
 """
 
 from __future__ import annotations
@@ -30,7 +38,17 @@ from _provenance import provenance  # noqa: E402
 from artifactcache.choices import BuildChoices  # noqa: E402
 from artifactcache.measure.coldstart import ProbeSpec, fresh_framework_dirs, spawn_probe  # noqa: E402
 
-SIDES = {"lazy": "1", "at_load": "0"}
+# comparison -> {side: (environment, cache-root memo removed before the process)}
+COMPARISONS: dict[str, dict[str, tuple[dict[str, str], str | None]]] = {
+    "lazy": {
+        "lazy": ({"ACACHE_LAZY_STEPS": "1"}, None),
+        "at_load": ({"ACACHE_LAZY_STEPS": "0"}, None),
+    },
+    "isa-memo": {
+        "memo": ({}, None),
+        "no_memo": ({}, "cpu-isa.json"),
+    },
+}
 # (name, later phase, earlier phase): the spans the table shows, in seconds.
 SPANS = (
     ("imports", "imports_done", None),
@@ -58,13 +76,16 @@ def build(recipe: str, backend: str, choices: BuildChoices, cache: Path, log: Pa
 
 def probe(
     args: argparse.Namespace, backend: str, choices: BuildChoices, cache: Path, side: str,
-    flag: str, i: int,
+    i: int,
 ) -> dict[str, Any]:  # fmt: skip
-    """One fresh warm process with ACACHE_LAZY_STEPS=flag: its phases and compiles."""
-    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-lazy-fw-")))
+    """One fresh warm process on ``side`` of the comparison: its phases and compiles."""
+    env, removed = COMPARISONS[args.compare][side]
+    if removed is not None:
+        (cache / "v1" / removed).unlink(missing_ok=True)
+    dirs = fresh_framework_dirs(Path(tempfile.mkdtemp(prefix="acache-warm-ab-fw-")))
     spec = ProbeSpec(args.recipe, backend, choices, iters=1, warmup=1)
     r = spawn_probe(
-        spec, cache, env_dirs=dirs, extra_env={"ACACHE_LAZY_STEPS": flag},
+        spec, cache, env_dirs=dirs, extra_env=env,
         log_path=args.out / f"{backend}-{side}-{i}.log",
     )  # fmt: skip
     row = {k: r.get(k) for k in ("phases", "subphases", "compile", "first_token")}
@@ -76,6 +97,7 @@ def probe(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recipe")
+    ap.add_argument("--compare", choices=sorted(COMPARISONS), required=True)
     ap.add_argument("--backends", default="inductor,aoti")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
@@ -85,22 +107,25 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="acache-lazy-ab-"))
+    cache = args.cache_dir or Path(tempfile.mkdtemp(prefix="acache-warm-ab-"))
     choices = BuildChoices(device=args.device, dtype=args.dtype)
-    report: dict[str, Any] = {**provenance(), "recipe": args.recipe, "runs": {}}
+    report: dict[str, Any] = {
+        **provenance(), "recipe": args.recipe, "compare": args.compare, "runs": {},
+    }  # fmt: skip
     for backend in args.backends.split(","):
         build(args.recipe, backend, choices, cache, args.out / f"build-{backend}.log")
-        rows: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+        sides = list(COMPARISONS[args.compare])
+        rows: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
         # Untimed first: it writes bytecode where Python may, and reads the entry into
         # the page cache, so the first timed pair starts where the others do.
-        primes = [probe(args, backend, choices, cache, "prime", "1", 0) for _ in range(args.prime)]
+        primes = [probe(args, backend, choices, cache, sides[0], -1) for _ in range(args.prime)]
         for i in range(args.runs):
-            for side, flag in SIDES.items():
-                rows[side].append(probe(args, backend, choices, cache, side, flag, i))
+            for side in sides:
+                rows[side].append(probe(args, backend, choices, cache, side, i))
         report["runs"][backend] = rows
         report.setdefault("primes", {})[backend] = primes
     report["medians"] = medians(report["runs"])
-    (args.out / "lazy_steps_ab.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / "warm_ab.json").write_text(json.dumps(report, indent=1) + "\n")
     print(table(report["medians"]))
     return 0
 

@@ -1,0 +1,111 @@
+"""Inductor's CPU vector-ISA verdicts, kept in the cache root across processes.
+
+Before a process can find a compiled CPU kernel, Inductor picks the vector ISA the
+kernel was compiled for. To pick it, ``VecISA.check_build`` (torch/_inductor/
+cpu_vec_isa.py) builds a probe library per candidate ISA, or finds it built, and
+dlopens it in a child Python, once per candidate and process: 0.8 s of every warm
+tiny-llama inductor load on the 2-core CPU VM (docs/perf-notes.md, attempt 42).
+
+The verdict depends on what Inductor's own fingerprint of the probe names (the
+compiler's version, the ISA's flags, torch's version), on the probe's code and on the
+CPU; a passing verdict is kept under exactly those in ``<cache root>/cpu-isa.json``
+(a failure may be a moment's, a probe's timeout, so it is probed again). A load reads
+the verdict there and runs the probe only for a candidate the memo lacks. Builds probe
+as Inductor does. A torch without these internals runs its probes unchanged (slower,
+never wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import platform
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...store._fs import read_memo, write_memo
+
+MEMO = "cpu-isa.json"
+_LOCK = threading.Lock()
+_DEPTH = 0
+_REAL: list[Any] = []  # the check_build in place while a scope is open
+
+
+@functools.cache
+def cpu_identity() -> str:
+    """The machine, the CPU's model and its flags (what the OS lets code use)."""
+    model = flags = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            name, _, value = line.partition(":")
+            name = name.strip()
+            if name == "model name" and not model:
+                model = value.strip()
+            elif name in ("flags", "Features") and not flags:
+                flags = " ".join(sorted(value.split()))
+    return f"{platform.machine()}|{model}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def verdict_key(isa: Any, code: str) -> str | None:
+    """What ``isa.check_build(code)`` depends on; None where torch cannot say."""
+    try:
+        from torch._inductor.cpu_vec_isa import _get_isa_dry_compile_fingerprint
+
+        fingerprint = _get_isa_dry_compile_fingerprint(isa.build_arch_flags())
+    except Exception:  # noqa: BLE001 - no key: the probe runs, as without the memo
+        return None
+    probe = hashlib.sha256(code.encode()).hexdigest()[:16]
+    return "\n".join([str(isa), fingerprint, f"probe {probe}", cpu_identity()])
+
+
+@contextlib.contextmanager
+def isa_verdicts_kept(memo_dir: Path | None) -> Iterator[None]:
+    """While open, ``VecISA.check_build`` answers from the memo in ``memo_dir`` and
+    records what it had to probe. Nested and concurrent scopes share one patch."""
+    global _DEPTH
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        yield
+        return
+    real = VecISA.__dict__.get("check_build")
+    if memo_dir is None or not callable(real):
+        yield
+        return
+    with _LOCK:
+        if _DEPTH == 0:
+            _REAL[:] = [real]
+            VecISA.check_build = _remembering(real, memo_dir)  # type: ignore[method-assign]
+        _DEPTH += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH -= 1
+            if _DEPTH == 0:
+                VecISA.check_build = _REAL.pop()  # type: ignore[method-assign]
+
+
+def _remembering(real: Any, memo_dir: Path) -> Any:
+    memo_path = memo_dir / MEMO
+
+    @functools.wraps(real)
+    def check_build(self: Any, code: str) -> bool:
+        key = verdict_key(self, code)
+        if key is None:
+            return bool(real(self, code))
+        hit = read_memo(memo_path).get(key)
+        if isinstance(hit, bool):
+            return hit
+        verdict = bool(real(self, code))
+        if verdict:  # a pass is lasting; a failure may be a moment's (a probe's timeout)
+            with _LOCK:
+                memo = read_memo(memo_path)
+                memo[key] = verdict
+                write_memo(memo_path, memo, indent=1, sort_keys=True)
+        return verdict
+
+    return check_build
