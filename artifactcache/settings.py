@@ -117,6 +117,21 @@ def get(name: str) -> Any:
     return os.environ.get(name) or s.default  # path, str: the text as given
 
 
+# Read when an entry loads (or its weights are read), which may come after minutes of
+# building: make_context parses them with the arguments. The store's settings fail when
+# the store opens, before any build; ACACHE_VERBOSE's bad value fails nothing.
+READ_AT_LOAD = (
+    "ACACHE_CUDA_GRAPHS", "ACACHE_LAZY_STEPS", "ACACHE_ORT_VERBOSE", "ACACHE_LOAD_THREADS",
+    "ACACHE_LOAD_CHUNK_MB",
+)  # fmt: skip
+
+
+def check_load_settings() -> None:
+    """Parse READ_AT_LOAD: the first bad value is its one-line ArgumentError."""
+    for name in READ_AT_LOAD:
+        get(name)
+
+
 def report() -> list[dict[str, Any]]:
     """One row per setting for `acache doctor`: name, kind, value (None: unset, the
     default is in effect), default, doc, internal, problem (why a value is refused)."""

@@ -232,3 +232,16 @@ def test_a_broken_blake3_fails_in_one_line_before_any_build(tmp_path, monkeypatc
     assert_user_error(r, "blake3 cannot be imported")
     assert "pip install" in r.stderr
     assert not cache.exists()
+
+
+@pytest.mark.parametrize("name", ["ACACHE_LAZY_STEPS", "ACACHE_CUDA_GRAPHS"])
+def test_a_bad_load_time_setting_fails_before_any_build(tmp_path, monkeypatch, name):
+    """Read only when an entry loads, yet checked with the arguments: a typo never
+    costs a build first; nothing is written."""
+    monkeypatch.setenv(name, "maybe")
+    cache = tmp_path / "cache"
+    for command in (["build"], ["run", "--tokens", "1,2", "--new-tokens", "2"]):
+        r = run(*command[:1], "tiny-llama", "-b", "eager", "--device", "cpu",
+                "--cache-dir", cache, *command[1:])  # fmt: skip
+        assert_user_error(r, f"{name}='maybe' is not a boolean")
+        assert not cache.exists() or not any(p.is_file() for p in cache.rglob("*"))

@@ -138,3 +138,20 @@ def test_misuse_is_a_programming_error(monkeypatch):
 def test_settings_import_no_torch():
     code = "import sys, artifactcache.settings; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_settings_read_at_load_are_checked_with_the_arguments(monkeypatch):
+    assert set(settings.READ_AT_LOAD) <= set(settings.SETTINGS)
+    for name in settings.READ_AT_LOAD:
+        monkeypatch.delenv(name, raising=False)
+    settings.check_load_settings()  # all unset: the defaults
+    monkeypatch.setenv("ACACHE_LAZY_STEPS", "sometimes")
+    with pytest.raises(ArgumentError, match="ACACHE_LAZY_STEPS='sometimes'"):
+        settings.check_load_settings()
+    monkeypatch.delenv("ACACHE_LAZY_STEPS")
+    monkeypatch.setenv("ACACHE_LOAD_CHUNK_MB", "0")
+    with pytest.raises(ArgumentError, match="ACACHE_LOAD_CHUNK_MB"):
+        settings.check_load_settings()
+    monkeypatch.delenv("ACACHE_LOAD_CHUNK_MB")
+    monkeypatch.setenv("ACACHE_VERBOSE", "maybe")  # a bad value fails no command
+    settings.check_load_settings()

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..backends.base import (
     Backend,
     BuildContext,
@@ -80,6 +81,7 @@ def make_context(
     plus the KV cache must fit the device's free memory (sizing.py); computing a key
     skips that. Choices are a BuildChoices, or keywords of its fields.
     """
+    settings.check_load_settings()  # read only at load, maybe after a long build
     opts = choices_of(choices, given)
     opts.check_scope("recipe")
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)
