@@ -172,9 +172,12 @@ def test_second_process_does_not_compile(runners, tmp_path: Path):
         "after": ["fresh_step"],
     }
     assert both["unopened"]["after"] == []
-    # The first child's CPU ISA verdicts (if it probed any) were kept in the cache root:
-    # the second one ran no probe.
-    assert both["isa_probes"] == []
+    # The first child's CPU ISA verdicts were kept in the cache root: the second ran no
+    # probe (torch 2.13 probes each candidate ISA in a child Python; a torch that
+    # counts none here has nothing for the memo to save).
+    if report["isa_probes"]:
+        assert both["isa_probes"] == []
+        assert (root / "v1" / "cpu-isa.json").is_file()
     assert {"cache_loaded", "steps_loaded", "artifact_ready", "weights_ready"} <= set(
         report["phases"]
     )

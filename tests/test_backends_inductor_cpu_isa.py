@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import platform
+import sys
+
 import pytest
 
 cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
@@ -52,12 +55,15 @@ def test_a_failed_probe_is_not_kept(probes, tmp_path):
     assert calls == ["avx512", "avx512"]  # a timeout today may pass tomorrow
 
 
-def test_the_key_names_the_isa_the_probe_and_the_cpu():
+def test_the_key_names_the_isa_the_probe_the_process_and_the_cpu():
+    if not hasattr(cpu_vec_isa, "_get_isa_dry_compile_fingerprint"):
+        pytest.skip("this torch has no ISA fingerprint: the memo is off and probes run")
     a, b = _isa("avx2"), _isa("avx512")
     ka, kb = cpu_isa.verdict_key(a, CODE), cpu_isa.verdict_key(b, CODE)
     assert ka and kb and ka != kb
     assert cpu_isa.verdict_key(a, CODE + " ") != ka
     assert cpu_isa.cpu_identity() in ka and "avx2" in ka
+    assert sys.executable in ka  # the Python the probe's dlopen runs in
 
 
 def test_the_patch_lives_only_while_a_scope_is_open(probes, tmp_path):
@@ -81,3 +87,55 @@ def test_a_damaged_memo_is_probed_again_and_rewritten(probes, tmp_path):
     with cpu_isa.isa_verdicts_kept(tmp_path):
         assert _isa("avx2").check_build(CODE)
     assert calls == ["avx2"]
+
+
+def test_scopes_that_close_out_of_order_put_torchs_method_back(probes, tmp_path):
+    """Two loads on two threads: the second joins the first's replacement, and when the
+    last one closes torch's own method is back (never a replacement kept as 'real')."""
+    stand_in = VecISA.__dict__["check_build"]
+    first, second = cpu_isa.isa_verdicts_kept(tmp_path), cpu_isa.isa_verdicts_kept(tmp_path)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert VecISA.__dict__["check_build"] is not stand_in  # the second is still open
+    second.__exit__(None, None, None)
+    assert VecISA.__dict__["check_build"] is stand_in
+    with cpu_isa.isa_verdicts_kept(tmp_path):
+        assert VecISA.__dict__["check_build"] is not stand_in
+
+
+def test_a_call_the_memo_does_not_know_goes_to_torch_as_it_is(monkeypatch, tmp_path):
+    """A later torch that passes more than the probe's source gets its own answer."""
+    calls: list[tuple] = []
+
+    def check_build(self, code, *args, **kwargs):
+        calls.append((str(self), args, kwargs))
+        return True
+
+    monkeypatch.setattr(VecISA, "check_build", check_build)
+    with cpu_isa.isa_verdicts_kept(tmp_path):
+        assert _isa("avx2").check_build(CODE, "more", flag=1)
+        assert _isa("avx2").check_build(code=CODE)  # the source by name: memoized
+        assert _isa("avx2").check_build(CODE)
+    assert calls == [("avx2", ("more",), {"flag": 1}), ("avx2", (), {})]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="probes an x86 ISA (avx2)")
+def test_through_torchs_own_check_a_later_process_runs_no_probe(tmp_path, monkeypatch):
+    """torch's check_build compiles the probe (g++) and dlopens it in a child Python
+    (``_probe_load``, stubbed here to count); a later scope reads the memo instead."""
+    if not hasattr(VecISA, "_probe_load"):
+        pytest.skip("this torch dlopens its ISA probe inside check_build: nothing to count")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    probed: list[str] = []
+    monkeypatch.setattr(VecISA, "_probe_load", lambda self, path: probed.append(str(self)) or True)
+    bool_impl = VecISA._VecISA__bool__impl  # functools.cache: one answer per process
+    isa = cpu_vec_isa.VecAVX2()
+    for expected in (["avx2"], []):  # a first process probes, a later one reads the memo
+        bool_impl.cache_clear()
+        probed.clear()
+        with cpu_isa.isa_verdicts_kept(tmp_path):
+            assert bool(isa)
+        assert probed == expected
+    bool_impl.cache_clear()

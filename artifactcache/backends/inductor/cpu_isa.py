@@ -20,18 +20,23 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import os
 import platform
+import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...store._fs import read_memo, write_memo
+from ..shared.cxx import file_id, loaded_libstdcxx
 
 MEMO = "cpu-isa.json"
 _LOCK = threading.Lock()
 _DEPTH = 0
-_REAL: list[Any] = []  # the check_build in place while a scope is open
+_REAL: list[Any] = []  # torch's check_build, while a scope has replaced it
+_TAG = "_acache_isa_memo"  # on the replacement: never wrapped again
 
 
 @functools.cache
@@ -49,37 +54,67 @@ def cpu_identity() -> str:
     return f"{platform.machine()}|{model}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
+def _process_identity() -> str:
+    """What the probe's dlopen in a child Python depends on beyond the compile: that
+    Python, torch's libraries, the libstdc++ mapped here, the loader's path, and the
+    compiler file itself (cxx.py's memo guards the same)."""
+    import torch
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    compiler = get_cpp_compiler()
+    return "|".join(
+        str(x)
+        for x in (
+            file_id(sys.executable),
+            os.path.dirname(torch.__file__),
+            file_id(loaded_libstdcxx() or ""),
+            file_id(shutil.which(compiler) or compiler),
+            os.environ.get("LD_LIBRARY_PATH", ""),
+        )
+    )
+
+
 def verdict_key(isa: Any, code: str) -> str | None:
     """What ``isa.check_build(code)`` depends on; None where torch cannot say."""
     try:
         from torch._inductor.cpu_vec_isa import _get_isa_dry_compile_fingerprint
 
         fingerprint = _get_isa_dry_compile_fingerprint(isa.build_arch_flags())
+        process = _process_identity()
     except Exception:  # noqa: BLE001 - no key: the probe runs, as without the memo
         return None
     probe = hashlib.sha256(code.encode()).hexdigest()[:16]
-    return "\n".join([str(isa), fingerprint, f"probe {probe}", cpu_identity()])
+    return "\n".join([str(isa), fingerprint, f"probe {probe}", process, cpu_identity()])
 
 
 @contextlib.contextmanager
 def isa_verdicts_kept(memo_dir: Path | None) -> Iterator[None]:
     """While open, ``VecISA.check_build`` answers from the memo in ``memo_dir`` and
-    records what it had to probe. Nested and concurrent scopes share one patch."""
+    records what it had to probe. Nested and concurrent scopes share one replacement,
+    installed by the first to open and removed by the last to close."""
     global _DEPTH
     try:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
         yield
         return
-    real = VecISA.__dict__.get("check_build")
-    if memo_dir is None or not callable(real):
+    if memo_dir is None:
         yield
         return
     with _LOCK:
-        if _DEPTH == 0:
-            _REAL[:] = [real]
-            VecISA.check_build = _remembering(real, memo_dir)  # type: ignore[method-assign]
-        _DEPTH += 1
+        joined = _DEPTH > 0  # a scope is open: share its replacement
+        if not joined:
+            real = VecISA.__dict__.get("check_build")
+            # Another torch, or a replacement nobody removed: run the probes as they are.
+            if callable(real) and not getattr(real, _TAG, False):
+                _REAL[:] = [real]
+                VecISA.check_build = _remembering(real, memo_dir)  # type: ignore[method-assign]
+                joined = True
+        if joined:
+            _DEPTH += 1
+    if not joined:
+        yield
+        return
     try:
         yield
     finally:
@@ -93,19 +128,21 @@ def _remembering(real: Any, memo_dir: Path) -> Any:
     memo_path = memo_dir / MEMO
 
     @functools.wraps(real)
-    def check_build(self: Any, code: str) -> bool:
+    def check_build(self: Any, code: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or not isinstance(code, str):  # a call this memo does not know
+            return real(self, code, *args, **kwargs)
         key = verdict_key(self, code)
         if key is None:
-            return bool(real(self, code))
-        hit = read_memo(memo_path).get(key)
-        if isinstance(hit, bool):
-            return hit
-        verdict = bool(real(self, code))
-        if verdict:  # a pass is lasting; a failure may be a moment's (a probe's timeout)
+            return real(self, code)
+        if read_memo(memo_path).get(key) is True:
+            return True
+        verdict = real(self, code)
+        if verdict is True:  # a pass is lasting; a failure may be a moment's (a timeout)
             with _LOCK:
                 memo = read_memo(memo_path)
-                memo[key] = verdict
+                memo[key] = True
                 write_memo(memo_path, memo, indent=1, sort_keys=True)
         return verdict
 
+    setattr(check_build, _TAG, True)
     return check_build
