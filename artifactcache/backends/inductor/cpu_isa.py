@@ -54,6 +54,7 @@ def cpu_identity() -> str:
     return f"{platform.machine()}|{model}|{hashlib.sha256(flags.encode()).hexdigest()[:16]}"
 
 
+@functools.cache
 def _process_identity() -> str:
     """What the probe's dlopen in a child Python depends on beyond the compile: that
     Python, torch's libraries, the libstdc++ mapped here, the loader's path, and the
