@@ -197,33 +197,6 @@ def test_inductor_load_and_build_pin_ptxas_before_anything_compiles():
         assert src.index("pin_triton_ptxas()") < src.index("build_model_for(")
 
 
-def test_triton_key_is_prefetched_into_tritons_own_memo():
-    cache = pytest.importorskip("triton.runtime.cache", reason="Triton is not installed")
-    cache.triton_key.cache_clear()
-    thread = tp.prefetch_triton_key()
-    assert thread is not None
-    thread.join(120)
-    assert not thread.is_alive()
-    info = cache.triton_key.cache_info()
-    assert (info.misses, info.currsize) == (1, 1)  # computed once, on the thread
-    assert cache.triton_key() and cache.triton_key.cache_info().hits == 1
-
-
-def test_without_triton_nothing_is_prefetched(monkeypatch):
-    monkeypatch.setitem(sys.modules, "triton.runtime.cache", None)  # import fails
-    assert tp.prefetch_triton_key() is None
-
-
-def test_a_cuda_inductor_load_starts_the_triton_key_before_the_device():
-    """The hash runs beside the CUDA context and the weights, not after them."""
-    import inspect
-
-    from artifactcache.backends.inductor import backend
-
-    src = inspect.getsource(backend.InductorBackend.load)
-    assert src.index("prefetch_triton_key()") < src.index("device_of(")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(tp.aot_compile_missing() != "", reason="torch cannot save compiled functions")
 def test_a_saved_step_guards_its_inputs_but_not_the_model_parameters(tmp_path):

@@ -90,7 +90,6 @@ from ..shared.torch_private import (
     load_compiled_step,
     mark_dynamic_dim,
     pin_triton_ptxas,
-    prefetch_triton_key,
     raise_dynamo_recompile_limit,
     save_compiled_step,
 )
@@ -98,6 +97,7 @@ from ..shared.tuning import check_extra, decode_only, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
 from .cpu_isa import isa_verdicts_kept
 from .files import install_compiled_files, save_compiled_files
+from .triton_key import prefetch_triton_key
 
 MEGACACHE = "megacache.bin"
 KERNELS = "kernels"

@@ -1,5 +1,6 @@
-"""The torch-private APIs acache depends on, in one place (with one exception: the
-patches of Inductor's autotuner live beside their only user, inductor/autotune_cache.py).
+"""The torch-private APIs acache depends on, in one place (with two exceptions, each
+beside its only user: the patches of Inductor's autotuner, inductor/autotune_cache.py,
+and of its CPU ISA probe, inductor/cpu_isa.py).
 
 torch changes these without notice. Each accessor tries the spellings of the torch
 releases pyproject admits and, where none exists, raises :class:`TorchPrivateAPIMissing`:
@@ -16,8 +17,6 @@ import contextlib
 import functools
 import inspect
 import io
-import pkgutil
-import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,37 +75,6 @@ def pin_triton_ptxas() -> None:
     except ImportError:
         return
     _set_triton_ptxas_path()
-
-
-def prefetch_triton_key() -> threading.Thread | None:
-    """Start Triton's ``triton_key()`` on a thread; None where Triton has none.
-
-    The first Triton cache lookup of a process hashes Triton's sources and its ~500 MB
-    ``libtriton.so`` (0.27 s in the profile of a warm llama-7b inductor load on the
-    H200, docs/perf-notes.md attempt 31). hashlib lets go of the GIL while it hashes,
-    so started at the top of a load the hash runs beside the device and weights set-up
-    (torch ops, which let go of it too) rather than in front of the first kernel
-    (attempt 41). The result lands in Triton's own memo; a lookup before the thread
-    ends computes it again: the same key, later. The packages the hash walks are
-    imported here first, so the thread itself imports nothing (no import-lock
-    interplay with the loading thread).
-    """
-    try:
-        import triton.runtime.cache as cache
-    except ImportError:
-        return None
-    root = Path(cache.__file__).resolve().parents[1]
-    for sub in ("compiler", "backends", "language"):
-        for _ in pkgutil.walk_packages([str(root / sub)], prefix=f"triton.{sub}."):
-            pass  # walking imports each package; the modules are only found
-
-    def hash_quietly() -> None:
-        with contextlib.suppress(Exception):  # a real failure recurs, and is reported, at use
-            cache.triton_key()
-
-    thread = threading.Thread(target=hash_quietly, name="acache-triton-key", daemon=True)
-    thread.start()
-    return thread
 
 
 def _is_probe_state(isa: Any, name: str) -> bool:
