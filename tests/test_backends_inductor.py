@@ -195,7 +195,7 @@ def test_a_pass_step_opened_at_first_use_is_opened_in_the_tuning_scope(root: Pat
 
     def recording(saved):
         assert isinstance(saved, bytes)  # read at load, not from the entry later
-        depths.append(autotune_cache._TUNING_DEPTH)
+        depths.append(autotune_cache.PATCHES.depth)
         return real(saved)
 
     monkeypatch.setattr(inductor, "load_compiled_step", recording)
@@ -205,7 +205,7 @@ def test_a_pass_step_opened_at_first_use_is_opened_in_the_tuning_scope(root: Pat
     runner.generate([3] * recipe.shapes.prefill_len, 2)  # the first pass: rows at slot 0
     runner.generate([3, 4, 5], 2)  # a padded pass: extend
     assert len(depths) == 3 and all(d >= 1 for d in depths), depths
-    assert autotune_cache._TUNING_DEPTH == 0
+    assert autotune_cache.PATCHES.depth == 0
 
 
 def test_without_the_api_the_entry_is_a_megacache(monkeypatch, tmp_path: Path):

@@ -71,3 +71,17 @@ def test_a_fifo_in_an_entry_or_the_state_is_damage_not_a_hang(cache_dir):
     assert _without_blocking(lambda: LocalStore(cache_dir).get(key), manifest) is None
     (reason,) = (cache_dir / "v1" / "quarantine").glob("*/QUARANTINE_REASON")
     assert "manifest.json is not a regular file" in reason.read_text()
+
+
+def test_entries_added_to_a_memo_by_threads_at_once_are_all_kept(tmp_path):
+    import threading
+
+    from artifactcache.store._fs import add_to_memo, read_memo
+
+    path = tmp_path / "memo.json"
+    threads = [threading.Thread(target=add_to_memo, args=(path, f"k{i}", i)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert read_memo(path) == {f"k{i}": i for i in range(16)}

@@ -15,6 +15,7 @@ import mmap
 import os
 import shutil
 import stat
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -314,3 +315,16 @@ def write_memo(path: Path, memo: Mapping[str, Any], mode: int = 0o600, **dumps: 
     loses the speed-up, never the caller's result."""
     with contextlib.suppress(OSError):
         write_atomic(path, json.dumps(memo, **dumps).encode(), mode)
+
+
+_MEMO_UPDATE = threading.Lock()
+
+
+def add_to_memo(path: Path, key: str, value: Any, **dumps: Any) -> None:
+    """Add one entry to a memo, read afresh and written whole (write_memo) under one
+    process-wide lock: threads adding at once lose no entry (processes may, which only
+    costs the work again)."""
+    with _MEMO_UPDATE:
+        memo = read_memo(path)
+        memo[key] = value
+        write_memo(path, memo, **dumps)

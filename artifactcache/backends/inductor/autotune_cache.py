@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ..shared.torch_private import inductor_cache_dir
+from .patches import ProcessPatches
 
-# inductor_tuning_results_kept's patches are process-wide: installed by the first
-# context to enter, removed by the last to leave, so overlapping builds and loads in
-# threads never restore a half-patched class.
-_TUNING_LOCK = threading.Lock()
-_TUNING_DEPTH = 0
-_TUNING_REAL: dict[tuple[Any, str], Any] = {}
+# inductor_tuning_results_kept's patches: process-wide, for as long as any scope is open.
+PATCHES = ProcessPatches()
 
 
 @contextlib.contextmanager
@@ -61,26 +57,14 @@ def inductor_tuning_results_kept() -> Iterator[None]:
     ever skips a save. A torch without these internals runs unpatched (the slow path,
     never an error).
     """
-    global _TUNING_DEPTH
     try:
         import torch._inductor.runtime.autotune_cache as ac
         import torch._inductor.runtime.triton_heuristics as th
     except ImportError:
         yield
         return
-    with _TUNING_LOCK:
-        if _TUNING_DEPTH == 0:
-            _install_tuning_patches(th.CachingAutotuner, ac.AutotuneCache)
-        _TUNING_DEPTH += 1
-    try:
+    with PATCHES.scope(lambda: _install_tuning_patches(th.CachingAutotuner, ac.AutotuneCache)):
         yield
-    finally:
-        with _TUNING_LOCK:
-            _TUNING_DEPTH -= 1
-            if _TUNING_DEPTH == 0:
-                for (owner, name), real in _TUNING_REAL.items():
-                    setattr(owner, name, real)
-                _TUNING_REAL.clear()
 
 
 def _install_tuning_patches(autotuner_cls: Any, cache_cls: Any) -> None:
@@ -119,14 +103,11 @@ def _install_tuning_patches(autotuner_cls: Any, cache_cls: Any) -> None:
         return real_scale(self, *args, **kwargs)
 
     if real_scale is not None:
-        _TUNING_REAL[(autotuner_cls, "_dynamic_scale_rblock")] = real_scale
-        autotuner_cls._dynamic_scale_rblock = scale_rblock
+        PATCHES.replace(autotuner_cls, "_dynamic_scale_rblock", scale_rblock)
     if real_recheck is not None:
-        _TUNING_REAL[(autotuner_cls, "recheck_autotune_cache")] = real_recheck
-        autotuner_cls.recheck_autotune_cache = recheck
+        PATCHES.replace(autotuner_cls, "recheck_autotune_cache", recheck)
     if real_save is not None:
-        _TUNING_REAL[(cache_cls, "save")] = real_save
-        cache_cls.save = save
+        PATCHES.replace(cache_cls, "save", save)
 
 
 def cache_hit(tuner: Any) -> bool:

@@ -415,13 +415,13 @@ def load_scope(memo_dir: Path | None) -> Iterator[None]:
 
 
 def load_aot_steps(
-    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any = None
+    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any
 ) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
     functions. All are read here, while the store's reader lock holds the verified
     entry; decode is deserialized and run once, so its one-time costs land in the load.
     The pass steps are deserialized at their first call (steps.LAZY_STEPS), inside
-    ``scope()`` (default: load_scope without a memo), the scope the load runs in."""
+    ``scope()``, the scope the load runs in (load_scope)."""
     import torch
 
     register_model_ops(model)
@@ -432,10 +432,7 @@ def load_aot_steps(
         del saved[step]  # opened: the bytes are not needed again
         return lambda *inputs: compiled(model, *inputs)
 
-    steps = {
-        step: opened_when_used(step, partial(open_step, step), scope or partial(load_scope, None))
-        for step in STEPS
-    }
+    steps = {step: opened_when_used(step, partial(open_step, step), scope) for step in STEPS}
     with torch.no_grad():
         for step, call in steps.items():
             if not isinstance(call, LazyStep):

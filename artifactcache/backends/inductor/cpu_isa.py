@@ -24,18 +24,16 @@ import os
 import platform
 import shutil
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ...store._fs import read_memo, write_memo
+from ...store._fs import add_to_memo, read_memo
 from ..shared.cxx import file_id, loaded_libstdcxx
+from .patches import ProcessPatches
 
 MEMO = "cpu-isa.json"
-_LOCK = threading.Lock()
-_DEPTH = 0
-_REAL: list[Any] = []  # torch's check_build, while a scope has replaced it
+PATCHES = ProcessPatches()  # check_build replaced for as long as any scope is open
 _TAG = "_acache_isa_memo"  # on the replacement: never wrapped again
 
 
@@ -91,9 +89,8 @@ def verdict_key(isa: Any, code: str) -> str | None:
 @contextlib.contextmanager
 def isa_verdicts_kept(memo_dir: Path | None) -> Iterator[None]:
     """While open, ``VecISA.check_build`` answers from the memo in ``memo_dir`` and
-    records what it had to probe. Nested and concurrent scopes share one replacement,
-    installed by the first to open and removed by the last to close."""
-    global _DEPTH
+    records what it had to probe. Nested and concurrent scopes share the replacement the
+    first one installed (patches.py)."""
     try:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
@@ -102,27 +99,15 @@ def isa_verdicts_kept(memo_dir: Path | None) -> Iterator[None]:
     if memo_dir is None:
         yield
         return
-    with _LOCK:
-        joined = _DEPTH > 0  # a scope is open: share its replacement
-        if not joined:
-            real = VecISA.__dict__.get("check_build")
-            # Another torch, or a replacement nobody removed: run the probes as they are.
-            if callable(real) and not getattr(real, _TAG, False):
-                _REAL[:] = [real]
-                VecISA.check_build = _remembering(real, memo_dir)  # type: ignore[method-assign]
-                joined = True
-        if joined:
-            _DEPTH += 1
-    if not joined:
+
+    def install() -> None:
+        real = VecISA.__dict__.get("check_build")
+        # Another torch, or a replacement nobody removed: run the probes as they are.
+        if callable(real) and not getattr(real, _TAG, False):
+            PATCHES.replace(VecISA, "check_build", _remembering(real, memo_dir))
+
+    with PATCHES.scope(install):
         yield
-        return
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _DEPTH -= 1
-            if _DEPTH == 0:
-                VecISA.check_build = _REAL.pop()  # type: ignore[method-assign]
 
 
 def _remembering(real: Any, memo_dir: Path) -> Any:
@@ -139,10 +124,7 @@ def _remembering(real: Any, memo_dir: Path) -> Any:
             return True
         verdict = real(self, code)
         if verdict is True:  # a pass is lasting; a failure may be a moment's (a timeout)
-            with _LOCK:
-                memo = read_memo(memo_path)
-                memo[key] = True
-                write_memo(memo_path, memo, indent=1, sort_keys=True)
+            add_to_memo(memo_path, key, True, indent=1, sort_keys=True)
         return verdict
 
     setattr(check_build, _TAG, True)

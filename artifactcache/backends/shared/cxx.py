@@ -27,11 +27,10 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
-from ...store._fs import read_memo, write_memo
+from ...store._fs import add_to_memo, read_memo
 
 
 def loaded_libstdcxx() -> str | None:
@@ -118,7 +117,6 @@ def _candidates(default: str) -> tuple[list[str], list[str]]:
 
 
 PROBE_MEMO = "cxx-probes.json"
-_MEMO_LOCK = threading.Lock()
 
 
 def file_id(path: str) -> str | None:
@@ -183,10 +181,8 @@ def _read_memo(memo_dir: Path) -> dict[str, Any]:
 def _remember(memo_dir: Path, key: str, verdict: tuple[str, str]) -> None:
     """Add one verdict to the memo, atomically (a reader never sees half a file); a
     read-only cache keeps the verdict right here, only unmemoized."""
-    with _MEMO_LOCK:  # probes run side by side (_probe_at_once): no update lost between them
-        memo = _read_memo(memo_dir)
-        memo[key] = list(verdict)
-        write_memo(memo_dir / PROBE_MEMO, memo, indent=1, sort_keys=True)
+    # Probes run side by side (_probe_at_once): add_to_memo loses no update between them.
+    add_to_memo(memo_dir / PROBE_MEMO, key, list(verdict), indent=1, sort_keys=True)
 
 
 def _kept_verdict(cxx: str, runtime: str, memo_dir: Path | None) -> tuple[str, str] | None:
