@@ -22,6 +22,7 @@ sys.path.insert(0, str(REPO))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from artifactcache.choices import BuildChoices
     from artifactcache.measure import compare
     from artifactcache.measure.report import write_report
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--recipes", default="llama-7b,llama-3-8b,mistral-7b,phi-2,phi-3-mini")
     p.add_argument("--backends", default="eager,inductor,aoti,trt")
-    p.add_argument("--modes", default="inductor=reduce-overhead")
+    p.add_argument("--modes", default="", help="backend=mode,... as the units were built")
     p.add_argument("--calls", nargs="*", default=[], help="device commands behind the units")
     p.add_argument("--not-run", nargs="*", default=[], help="backend=reason (no units)")
     args = p.parse_args(argv)
@@ -38,12 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = compare.CompareSpec(
         recipes=compare.parse_list(args.recipes, "recipes"),
         backends=compare.parse_list(args.backends, "backends"),
-        device="cuda",
-        dtype="bf16",
+        choices=BuildChoices(device="cuda", dtype="bf16"),
         runs=1,
         new_tokens=200,
         iters=2,
-        modes=compare.parse_modes([args.modes]),
+        modes=compare.parse_modes([args.modes] if args.modes else []),
     )
     # The GPU is not here: availability comes from what the units and --not-run say.
     compare.availability = lambda s: {  # type: ignore[assignment]

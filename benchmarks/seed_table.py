@@ -65,13 +65,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=1, help="fresh processes per scenario")
     p.add_argument("--new-tokens", type=int, default=200)
     p.add_argument("--iters", type=int, default=2, help="timed requests per process")
-    p.add_argument("--modes", default="inductor=reduce-overhead")
+    p.add_argument("--modes", default="", help="backend=mode,...; default: each backend's own")
     p.add_argument("--budget-s", type=float, default=540.0, help="stop starting units after")
     p.add_argument("--probe-timeout-s", type=float, default=560.0)
     args = p.parse_args(argv)
     args.out = args.out.expanduser().resolve()  # children's cache dirs must not depend on their cwd
     t_start = time.monotonic()
 
+    from artifactcache.choices import BuildChoices
     from artifactcache.errors import AcacheError
     from artifactcache.measure import compare
     from artifactcache.measure.report import seed_table, write_report
@@ -87,8 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = compare.CompareSpec(
             recipes=compare.parse_list(args.recipes, "recipes"),
             backends=compare.parse_list(args.backends, "backends"),
-            device=args.device,
-            dtype=args.dtype,
+            choices=BuildChoices(device=args.device, dtype=args.dtype),
             runs=args.runs,
             new_tokens=args.new_tokens,
             iters=args.iters,
