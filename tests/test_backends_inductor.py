@@ -118,6 +118,11 @@ def test_entry_holds_compiled_steps_and_kernels(root: Path):
     assert all(size < weight_bytes / 10 for size in meta["steps"].values())
     # On CPU the compiled graphs hold C++ source only; the entry carries the objects.
     assert meta["kernels"] and all((path / "kernels" / k).is_file() for k in meta["kernels"])
+    # The build's own breakdown: each step, then what was saved, within the wall time.
+    t = meta["compile_seconds"]
+    assert list(t) == ["model", "prefill", "extend", "decode", "save", "wall"]
+    assert all(v >= 0 for v in t.values()) and t["prefill"] > 0
+    assert sum(v for k, v in t.items() if k != "wall") <= t["wall"] + 0.01
 
 
 def _tiny_llama_weight_bytes() -> int:
@@ -223,6 +228,7 @@ def test_without_the_api_the_entry_is_a_megacache(monkeypatch, tmp_path: Path):
     assert (path / "megacache.bin").stat().st_size == meta["megacache_bytes"] > 0
     assert meta["cache_artifacts"].get("inductor", 0) >= 2  # the prefill and decode graphs
     assert not list(path.glob("*.aotfn"))
+    assert {"prefill", "extend", "decode", "wall"} <= set(res.phases)  # built here
     prompt = list(load_recipe("tiny-llama").bench.prompt_ids)
     eager = api.load("tiny-llama", "eager", cache_dir=root)
     runner = api.load("tiny-llama", "inductor", cache_dir=root, build_on_miss=False)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from artifactcache.api.results import build_phases
 from artifactcache.cli.app import app
+from artifactcache.cli.build import phases_line
 from artifactcache.recipes import load_recipe
 
 runner = CliRunner()
@@ -52,6 +54,37 @@ def test_build_then_hit(cache_dir: Path):
     assert key == a["key"] and status == "hit"
     forced = json.loads(run("build", "tiny-llama", "--force", "--json").stdout)
     assert forced["status"] == "built" and forced["key"] == a["key"]
+
+
+def test_a_build_prints_its_phases_and_a_hit_none(cache_dir: Path):
+    first = run("build", "tiny-llama", "--backend", "eager")
+    assert first.exit_code == 0, first.stderr
+    assert len(first.stdout.strip().splitlines()) == 1  # stdout: the key line only
+    assert "build phases:" not in first.stdout
+    hit = json.loads(run("build", "tiny-llama", "--backend", "eager", "--json").stdout)
+    assert hit["status"] == "hit" and hit["phases"] == {}
+
+
+def test_phases_line_shows_the_top_level_phases():
+    aoti = {"compiler_probe": 5.17, "decode_export": 4.9, "decode_compile": 80.1,
+            "decode": 85.06, "prefill_compile": 72.9, "prefill": 79.8, "wall": 90.08}  # fmt: skip
+    line = phases_line(aoti)
+    assert line == (
+        "build phases: compiler_probe 5.2 s · decode 85.1 s · prefill 79.8 s · wall 90.1 s"
+        " (--json has their parts)"
+    )
+    assert phases_line({"model": 0.4, "decode": 3.0, "wall": 3.5}) == (
+        "build phases: model 0.4 s · decode 3.0 s · wall 3.5 s"
+    )
+    assert phases_line({}) == ""
+
+
+def test_build_phases_reads_what_a_backend_recorded():
+    assert build_phases({"compile_seconds": {"a": 1, "b": 2.5, "note": "x"}}) == {
+        "a": 1.0, "b": 2.5,
+    }  # fmt: skip
+    assert build_phases({"compile_seconds": 12.5}) == {"compile": 12.5}
+    assert build_phases({}) == {}
 
 
 def test_run_prints_ids(cache_dir: Path):

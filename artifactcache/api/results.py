@@ -28,6 +28,22 @@ class BuildResult:
     entry: Entry
     source: str = "local"  # "local" | "built" | "pulled"
 
+    @property
+    def phases(self) -> dict[str, float]:
+        """Where this call's build went, in seconds; empty when nothing was built here."""
+        return build_phases(self.entry.meta) if self.built else {}
+
+
+def build_phases(meta: dict[str, Any]) -> dict[str, float]:
+    """A build's own breakdown, as its backend recorded it in the entry's meta
+    (``compile_seconds``: seconds by phase, or one total), in the recorded order."""
+    seconds = meta.get("compile_seconds")
+    if isinstance(seconds, dict):
+        return {str(k): float(v) for k, v in seconds.items() if isinstance(v, int | float)}
+    if isinstance(seconds, int | float):
+        return {"compile": float(seconds)}
+    return {}
+
 
 def resolve_store(
     store: Store | None, cache_dir: str | Path | None, allow_shared_root: bool

@@ -197,9 +197,12 @@ def register_model_ops(model: Any) -> None:
         import artifactcache.models.decode_attention  # noqa: F401
 
 
-def compile_steps(model: Any, opts: BuildChoices, recipe: Any, dev: Any) -> tuple[Any, Any, Any]:
+def compile_steps(
+    model: Any, opts: BuildChoices, recipe: Any, dev: Any, timings: dict[str, float] | None = None
+) -> tuple[Any, Any, Any]:
     """torch.compile the steps and run each once (decode twice more for reduce-overhead,
     whose CUDA graphs are recorded on the second call); (prefill, extend, decode).
+    ``timings`` gets each step's seconds (compiling happens at its first call).
 
     The passes and decode are two compiled wrappers of one model: Dynamo keeps their
     graphs apart (each entry guards on the backend that compiled it).
@@ -219,11 +222,14 @@ def compile_steps(model: Any, opts: BuildChoices, recipe: Any, dev: Any) -> tupl
     )
     with torch.no_grad():
         for step in STEPS:
+            t0 = time.perf_counter()
             inputs = step_inputs(recipe, dev, step, kv_buckets_of(model))
             runs = 3 if step == "decode" and options.get("triton.cudagraphs") else 1
             for _ in range(runs):
                 compiled[step](*inputs)
-    sync(dev)
+            sync(dev)
+            if timings is not None:
+                timings[step] = round(time.perf_counter() - t0, 3)
     return compiled["prefill"], compiled["extend"], compiled["decode"]
 
 
@@ -283,6 +289,7 @@ class InductorBackend:
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         import torch
 
+        t_build = time.perf_counter()
         dev = device_of(ctx.opts)
         pin_triton_ptxas()
         model = build_model_for(ctx, dev, self.name)
@@ -291,14 +298,18 @@ class InductorBackend:
         register_ops(model)  # before Dynamo traces it
         path = warm_path()
         t0 = time.perf_counter()
+        # Where the build's time goes (`acache build` prints it): each step's trace,
+        # compile, tuning and first run; then what is saved.
+        timings = {"model": round(t0 - t_build, 3)}
         record: dict[str, Any] = {}
         with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
             torch.compiler.reset()
             forget_inductor_process_caches()
             if path == "aot_compile":
-                record["steps"] = save_aot_steps(model, ctx.opts, ctx.recipe, dev, workdir)
+                record["steps"] = save_aot_steps(model, ctx.opts, ctx.recipe, dev, workdir, timings)
             else:
-                compile_steps(model, ctx.opts, ctx.recipe, dev)
+                compile_steps(model, ctx.opts, ctx.recipe, dev, timings)
+            t_save = time.perf_counter()
             saved = torch.compiler.save_cache_artifacts()
             if saved is None and path == "megacache":
                 raise BackendError(
@@ -317,6 +328,9 @@ class InductorBackend:
                 data = b""  # nothing the saved functions lack
         if data:
             (workdir / MEGACACHE).write_bytes(data)
+        timings["save"] = round(time.perf_counter() - t_save, 3)
+        timings["wall"] = round(time.perf_counter() - t_build, 3)
+        ctx.phases.update({f"inductor_{k}_seconds": v for k, v in timings.items()})
         meta = {
             "format": FORMAT,
             "mode": _mode(ctx.opts),
@@ -325,7 +339,7 @@ class InductorBackend:
             "megacache_bytes": len(data),
             "cache_artifacts": artifacts,
             "kernels": kernels,
-            "compile_seconds": round(time.perf_counter() - t0, 3),
+            "compile_seconds": timings,
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
@@ -385,9 +399,11 @@ class InductorBackend:
 
 
 def save_aot_steps(
-    model: Any, opts: BuildChoices, recipe: Any, dev: Any, workdir: Path
-) -> dict[str, int]:
-    """aot_compile every step, run each once, save them; {file: bytes}."""
+    model: Any, opts: BuildChoices, recipe: Any, dev: Any, workdir: Path,
+    timings: dict[str, float] | None = None,
+) -> dict[str, int]:  # fmt: skip
+    """aot_compile every step, run each once, save them; {file: bytes}. ``timings``
+    gets each step's seconds (trace, compile, tuning, first run and save)."""
     import torch
 
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
@@ -395,6 +411,7 @@ def save_aot_steps(
     register_model_ops(model)
     sizes = {}
     for step in STEPS:
+        t0 = time.perf_counter()
         args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
         with torch.no_grad():
             step_options = options if step == "decode" else pass_options(options)
@@ -403,6 +420,8 @@ def save_aot_steps(
         sync(dev)
         save_compiled_step(compiled, workdir / STEP_FILES[step])
         sizes[STEP_FILES[step]] = (workdir / STEP_FILES[step]).stat().st_size
+        if timings is not None:
+            timings[step] = round(time.perf_counter() - t0, 3)
     return sizes
 
 
