@@ -1,11 +1,14 @@
-"""A cold aoti build with its two steps (prefill, decode) compiled concurrently, against
+"""A cold aoti build with its steps (prefill, extend, decode) compiled concurrently, against
 the same build done serially, on one GPU.
 
 Each build runs in its own ``acache build`` process with empty acache, Inductor and
 Triton caches (fresh folders under ``--work-dir``): first with the default (concurrent
-steps on CUDA), then with ``ACACHE_BUILD_JOBS=1``. Between the two, ``acache bench``
-runs on the concurrent build's entry, so a faster build is not bought with a slower
-artifact. Run it alone on the machine: build seconds are wall-clock.
+steps on CUDA), then with ``ACACHE_BUILD_JOBS=1``. ``acache bench`` runs on each entry
+after its build, so a faster build is not bought with a slower artifact: Inductor's
+tuning times kernels while the other steps' compiles time theirs on the same GPU.
+``--pairs N`` repeats the pair, alternating, to see how much decode varies from build
+to build (names get a ``-1``, ``-2``, ... suffix). Run it alone on the machine: build
+seconds are wall-clock.
 
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
 
@@ -21,9 +24,9 @@ time to first token at those lengths to each bench.
 Writes ``OUT/build-{concurrent,serial}.json`` (``acache build --json``; ``build-{a,b}``
 with ``--against``, and likewise below),
 ``OUT/timings-{concurrent,serial}.json`` (the entry's own ``build_jobs`` and
-``compile_seconds`` from its ``aoti.json``), ``OUT/bench-concurrent.json``, each step's
-stderr as ``OUT/*.log``, and ``OUT/coldbuild.json`` (command, date, machine, the three
-results) last.
+``compile_seconds`` from its ``aoti.json``), ``OUT/bench-{concurrent,serial}.json``,
+each step's stderr as ``OUT/*.log``, and ``OUT/coldbuild.json`` (command, date, machine,
+every result, and each entry's decode tok/s) last.
 """
 
 from __future__ import annotations
@@ -89,6 +92,16 @@ def _timings(result: Any) -> dict[str, Any] | None:
     return {"build_jobs": meta.get("build_jobs"), "compile_seconds": meta.get("compile_seconds")}
 
 
+def decode_tok_s(result: Any) -> list[float]:
+    """Every ``decode_tok_s`` in a bench's JSON, wherever its rows nest them."""
+    if isinstance(result, dict):
+        own = [float(result["decode_tok_s"])] if "decode_tok_s" in result else []
+        return own + [x for k, v in result.items() if k != "decode_tok_s" for x in decode_tok_s(v)]
+    if isinstance(result, list):
+        return [x for v in result for x in decode_tok_s(v)]
+    return []
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="results folder")
@@ -104,6 +117,7 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=3, help="timed requests of the bench")
     ap.add_argument("--against", default=None, help="a second recipe instead of the serial build")
     ap.add_argument("--prompt-lens", default=None, help="bench's --prompt-len, e.g. 16,128,512")
+    ap.add_argument("--pairs", type=int, default=1, help="the pair of builds, this many times")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     options = [
@@ -116,9 +130,13 @@ def main() -> int:
         "--json",
     ]
     report: dict[str, Any] = {**provenance(), "runs": {}}
-    runs = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
+    pair = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
     if args.against:
-        runs = [("a", args.recipe, False), ("b", args.against, False)]
+        pair = [("a", args.recipe, False), ("b", args.against, False)]
+    runs = pair
+    if args.pairs > 1:
+        runs = [(f"{n}-{i}", r, s) for i in range(1, args.pairs + 1) for n, r, s in pair]
+    report["decode_tok_s"] = {}
     for name, recipe, serial in runs:
         env, cache = _fresh_env(args.work_dir, name, serial)
         common = [recipe, *options]
@@ -133,14 +151,17 @@ def main() -> int:
             "wall_seconds": round(seconds, 1),
             "timings": timings,
         }
-        if serial:  # the serial build only times the build
+        if rc != 0:
             continue
         lens = ["--prompt-len", args.prompt_lens] if args.prompt_lens else []
         bench = ["bench", *common, "--cache-dir", str(cache), "--iters", str(args.iters)]
-        rc, seconds, _ = _acache([*bench, "--warmup", "1", *lens], args.out, f"bench-{name}", env)
+        rc, seconds, result = _acache(
+            [*bench, "--warmup", "1", *lens], args.out, f"bench-{name}", env
+        )
         report["runs"][f"bench-{name}"] = {"rc": rc, "wall_seconds": round(seconds, 1)}
+        report["decode_tok_s"][name] = decode_tok_s(result)
     (args.out / "coldbuild.json").write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report["runs"], indent=1))
+    print(json.dumps({"runs": report["runs"], "decode_tok_s": report["decode_tok_s"]}, indent=1))
     return 0
 
 
