@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         runs=1,
         new_tokens=200,
         iters=2,
-        modes=compare.parse_modes([args.modes] if args.modes else []),
+        modes=compare.parse_modes([args.modes]),
     )
     # The GPU is not here: availability comes from what the units and --not-run say.
     compare.availability = lambda s: {  # type: ignore[assignment]

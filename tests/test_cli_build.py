@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from artifactcache.api.results import build_phases
+from artifactcache.api.results import build_phases, phases_summary
 from artifactcache.cli.app import app
-from artifactcache.cli.build import phases_line
 from artifactcache.recipes import load_recipe
 
 runner = CliRunner()
@@ -56,34 +55,47 @@ def test_build_then_hit(cache_dir: Path):
     assert forced["status"] == "built" and forced["key"] == a["key"]
 
 
-def test_a_build_prints_its_phases_and_a_hit_none(cache_dir: Path):
-    first = run("build", "tiny-llama", "--backend", "eager")
-    assert first.exit_code == 0, first.stderr
-    assert len(first.stdout.strip().splitlines()) == 1  # stdout: the key line only
-    assert "build phases:" not in first.stdout
-    hit = json.loads(run("build", "tiny-llama", "--backend", "eager", "--json").stdout)
-    assert hit["status"] == "hit" and hit["phases"] == {}
+def test_a_build_prints_its_phases_and_a_hit_none(cache_dir: Path, monkeypatch, tmp_path):
+    from artifactcache import api
+    from artifactcache.api.results import BuildResult
+    from artifactcache.store.entry import Entry
+
+    meta = {"compile_seconds": {"model": 0.4, "prefill": 5.06, "decode": 3.0, "wall": 8.6}}
+    entry = Entry(key="ab" * 32, path=tmp_path, manifest={"meta": meta})
+    built = BuildResult(key=entry.key, built=True, seconds=8.7, bytes=1, entry=entry)
+    monkeypatch.setattr(api, "build", lambda *a, **k: built)
+    r = run("build", "tiny-llama", "--backend", "eager")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.split()[:2] == [entry.key, "built"]
+    assert len(r.stdout.strip().splitlines()) == 1  # stdout: the key line only
+    assert "build phases: model 0.4 s · prefill 5.1 s · decode 3.0 s · wall 8.6 s" in r.stderr
+    j = json.loads(run("build", "tiny-llama", "--backend", "eager", "--json").stdout)
+    assert j["phases"] == meta["compile_seconds"]
+    monkeypatch.undo()
+    run("build", "tiny-llama", "--backend", "eager")
+    hit = run("build", "tiny-llama", "--backend", "eager", "--json")
+    assert json.loads(hit.stdout)["phases"] == {} and "build phases" not in hit.stderr
 
 
-def test_phases_line_shows_the_top_level_phases():
-    aoti = {"compiler_probe": 5.17, "decode_export": 4.9, "decode_compile": 80.1,
-            "decode": 85.06, "prefill_compile": 72.9, "prefill": 79.8, "wall": 90.08}  # fmt: skip
-    line = phases_line(aoti)
-    assert line == (
+def test_phases_summary_shows_the_top_level_phases():
+    aoti = {
+        "compiler_probe": 5.17, "decode": 85.06, "decode_compile": 80.1, "decode_export": 4.9,
+        "prefill": 79.8, "prefill_compile": 72.9, "wall": 90.08,
+    }  # fmt: skip
+    assert phases_summary(aoti, steps_at_once=3) == (
         "build phases: compiler_probe 5.2 s · decode 85.1 s · prefill 79.8 s · wall 90.1 s"
-        " (--json has their parts)"
+        " (3 steps at once; --json has all 7)"
     )
-    assert phases_line({"model": 0.4, "decode": 3.0, "wall": 3.5}) == (
-        "build phases: model 0.4 s · decode 3.0 s · wall 3.5 s"
-    )
-    assert phases_line({}) == ""
+    wall_first = {"wall": 3.5, "model": 0.4, "decode": 3.0}  # as sorted on disk
+    assert phases_summary(wall_first) == "build phases: model 0.4 s · decode 3.0 s · wall 3.5 s"
+    assert phases_summary({}) == ""
 
 
 def test_build_phases_reads_what_a_backend_recorded():
-    assert build_phases({"compile_seconds": {"a": 1, "b": 2.5, "note": "x"}}) == {
+    assert build_phases({"compile_seconds": {"a": 1, "b": 2.5, "note": "x", "f": True}}) == {
         "a": 1.0, "b": 2.5,
     }  # fmt: skip
-    assert build_phases({"compile_seconds": 12.5}) == {"compile": 12.5}
+    assert build_phases({"compile_seconds": 12.5}) == {"compile": 12.5}  # the module backends'
     assert build_phases({}) == {}
 
 

@@ -33,16 +33,45 @@ class BuildResult:
         """Where this call's build went, in seconds; empty when nothing was built here."""
         return build_phases(self.entry.meta) if self.built else {}
 
+    def phases_summary(self) -> str:
+        """One line over the build's top-level phases; "" when nothing was built here."""
+        return phases_summary(self.phases, steps_at_once=self.entry.meta.get("build_jobs", 1))
+
 
 def build_phases(meta: dict[str, Any]) -> dict[str, float]:
     """A build's own breakdown, as its backend recorded it in the entry's meta
-    (``compile_seconds``: seconds by phase, or one total), in the recorded order."""
+    (``compile_seconds``: seconds by phase, or one total)."""
     seconds = meta.get("compile_seconds")
     if isinstance(seconds, dict):
-        return {str(k): float(v) for k, v in seconds.items() if isinstance(v, int | float)}
-    if isinstance(seconds, int | float):
+        return {
+            str(k): float(v)
+            for k, v in seconds.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool):
         return {"compile": float(seconds)}
     return {}
+
+
+def phases_summary(phases: dict[str, float], *, steps_at_once: Any = 1) -> str:
+    """``build phases: model 0.4 s · prefill 5.1 s · ... · wall 18.2 s``.
+
+    Only the top-level phases: a phase named ``<another phase>_...`` (aoti's
+    ``decode_export``, ``decode_worker``, ...) is left to ``--json``, which has them all.
+    ``wall`` goes last; where the steps were built at once (aoti's ``build_jobs``), the
+    line says so, since their seconds overlap rather than add up.
+    """
+    top = [k for k in phases if not any(k.startswith(f"{o}_") for o in phases if o != k)]
+    top = [k for k in top if k != "wall"] + [k for k in top if k == "wall"]
+    if not top:
+        return ""
+    parts = " · ".join(f"{k} {phases[k]:.1f} s" for k in top)
+    notes = []
+    if isinstance(steps_at_once, int) and steps_at_once > 1:
+        notes.append(f"{steps_at_once} steps at once")
+    if len(top) < len(phases):
+        notes.append(f"--json has all {len(phases)}")
+    return f"build phases: {parts}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def resolve_store(

@@ -372,19 +372,8 @@ def _print_build(res: Any, json_out: bool) -> None:
         f"{res.key}  {_status(res)}  {res.seconds:.2f} s  {human_bytes(res.bytes)}",
         highlight=False,
     )
-    if line := phases_line(res.phases):
+    if line := res.phases_summary():
         err_console.print(line, highlight=False)  # stdout stays the one line scripts read
-
-
-def phases_line(phases: dict[str, float]) -> str:
-    """ "build phases: model 0.4 s · prefill 5.1 s · ..." over the top-level phases; a
-    phase named ``<another phase>_...`` is that one's part, left to ``--json``."""
-    top = [k for k in phases if not any(k.startswith(f"{o}_") for o in phases if o != k)]
-    if not top:
-        return ""
-    parts = " · ".join(f"{k} {phases[k]:.1f} s" for k in top)
-    more = " (--json has their parts)" if len(top) < len(phases) else ""
-    return f"build phases: {parts}{more}"
 
 
 def _run_module(
