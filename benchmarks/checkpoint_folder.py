@@ -367,8 +367,11 @@ def main(argv: list[str] | None = None) -> int:
             load_recipe(str(toml)),
         ),
         f"{base.name} --weights DIR": (
-            ProbeSpec(base.name, args.backend, BuildChoices(
-                device=args.device, dtype=args.dtype, weights=str(folder))),
+            ProbeSpec(
+                base.name,
+                args.backend,
+                BuildChoices(device=args.device, dtype=args.dtype, weights=str(folder)),
+            ),
             base,
         ),
     }
