@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 
 import pytest
+from _threads import call_at_once
 
 from artifactcache.backends.shared.steps import STEP_KINDS, LazyStep, opened_when_used
 from artifactcache.errors import ArgumentError
@@ -90,22 +90,11 @@ def test_the_scope_holds_the_opening_and_the_first_call_only():
 
 def test_concurrent_first_calls_open_the_step_once():
     opened = []
-    gate = threading.Barrier(4)
 
     def open_step():
         opened.append(1)
         return lambda *inputs: len(opened)
 
     step = LazyStep(open_step, contextlib.nullcontext)
-    results = []
-
-    def call():
-        gate.wait()
-        results.append(step())
-
-    threads = [threading.Thread(target=call) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = call_at_once(step, 4)
     assert opened == [1] and results == [1, 1, 1, 1]

@@ -4,11 +4,11 @@ module ``__getattr__`` that defines them on a lookup by name (no Triton needed h
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import types
 
 import pytest
+from _threads import call_at_once
 
 from artifactcache.models.lazy_kernels import kernel_getattr, once
 
@@ -23,18 +23,7 @@ def test_concurrent_first_calls_define_once():
         time.sleep(0.05)  # the other threads arrive while the first one defines
         return len(calls)
 
-    start = threading.Barrier(8)
-    results: list[int] = []
-
-    def worker() -> None:
-        start.wait()
-        results.append(define())
-
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = call_at_once(define, 8)
     assert calls == [1] and results == [1] * 8
     assert define() == 1 and define.__name__ == "define"
 
