@@ -12,6 +12,11 @@ seconds are wall-clock.
 
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
 
+``--backend inductor`` builds and benches one inductor entry the same way (its steps
+have no concurrent/serial switch), for the build's own phase record and its decode:
+
+    python benchmarks/coldbuild.py --backend inductor --out OUT --work-dir /tmp/coldbuild
+
 With ``--against RECIPE`` the second build is that recipe's, built the default way like
 the first, and both entries are benched: a same-run A/B of two recipes' build time and
 decode (issue 30: llama-7b against benchmarks/recipes/llama-7b-p16.toml, the same model
@@ -84,11 +89,11 @@ def _fresh_env(work: Path, name: str, serial: bool) -> tuple[dict[str, str], Pat
     return env, root / "acache"
 
 
-def _timings(result: Any) -> dict[str, Any] | None:
+def _timings(result: Any, backend: str) -> dict[str, Any] | None:
     """The entry's own record of where the build's time went."""
     if not isinstance(result, dict) or "path" not in result:
         return None
-    meta = json.loads((Path(result["path"]) / "aoti.json").read_text())
+    meta = json.loads((Path(result["path"]) / f"{backend}.json").read_text())
     return {"build_jobs": meta.get("build_jobs"), "compile_seconds": meta.get("compile_seconds")}
 
 
@@ -102,6 +107,12 @@ def main() -> int:
         help="scratch folder for the empty caches (emptied per build)",
     )
     ap.add_argument("--recipe", default="llama-7b")
+    ap.add_argument(
+        "--backend",
+        default="aoti",
+        choices=("aoti", "inductor"),
+        help="inductor: its build alone, benched (it has no serial/concurrent switch)",
+    )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--iters", type=int, default=3, help="timed requests of the bench")
@@ -112,7 +123,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     options = [
         "--backend",
-        "aoti",
+        args.backend,
         "--device",
         args.device,
         "--dtype",
@@ -123,6 +134,8 @@ def main() -> int:
     pair = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
     if args.against:
         pair = [("a", args.recipe, False), ("b", args.against, False)]
+    elif args.backend != "aoti":
+        pair = [(args.backend, args.recipe, False)]
     runs = pair
     if args.pairs > 1:
         runs = [(f"{n}-{i}", r, s) for i in range(1, args.pairs + 1) for n, r, s in pair]
@@ -133,7 +146,7 @@ def main() -> int:
         rc, seconds, result = _acache(
             ["build", *common, "--cache-dir", str(cache)], args.out, f"build-{name}", env
         )
-        timings = _timings(result) if rc == 0 else None
+        timings = _timings(result, args.backend) if rc == 0 else None
         (args.out / f"timings-{name}.json").write_text(json.dumps(timings, indent=1) + "\n")
         report["runs"][f"build-{name}"] = {
             "recipe": recipe,
