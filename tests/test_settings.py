@@ -129,8 +129,8 @@ def test_misuse_is_a_programming_error(monkeypatch):
         settings.get("ACACHE_NOT_DECLARED")
     with pytest.raises(KeyError):
         settings.raw("ACACHE_NOT_DECLARED")
-    with pytest.raises(TypeError, match="aoti/plan.py"):
-        settings.get("ACACHE_BUILD_JOBS")  # its own error, in backends/aoti/plan.py
+    with pytest.raises(TypeError, match="shared/build_plan.py"):
+        settings.get("ACACHE_BUILD_JOBS")  # its own error, in backends/shared/build_plan.py
     monkeypatch.setenv("ACACHE_BUILD_JOBS", " 4 ")
     assert settings.raw("ACACHE_BUILD_JOBS") == " 4 "
 

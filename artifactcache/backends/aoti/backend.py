@@ -46,6 +46,8 @@ from ...keys import toolchain_fingerprint
 from ...kv_buckets import kv_len_range
 from ...store.entry import entry_file
 from ..base import BuildContext
+from ..shared.build_jobs import StepJob, build_concurrently
+from ..shared.build_plan import planned_jobs
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
@@ -72,8 +74,6 @@ from ..shared.torch_private import (
     release_export_state,
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
-from .jobs import build_concurrently
-from .plan import planned_jobs
 
 RECORD = "aoti.json"
 FORMAT = 2  # 2: three steps (prefill, extend, decode)
@@ -353,7 +353,9 @@ class AotiBackend:
             return cfg
 
         if jobs > 1:
-            steps, timings = build_concurrently(ctx, workdir, scratch, STEPS, probe, jobs)
+            steps, timings = build_concurrently(
+                self.name, ctx, workdir, scratch, STEPS, probe, jobs
+            )
         else:
             steps, timings = self._build_serially(ctx, workdir, scratch, probe)
         shutil.rmtree(scratch)  # the unpacked files are all load needs
@@ -372,6 +374,15 @@ class AotiBackend:
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
+
+    def worker_step(
+        self, model: Any, job: StepJob, dev: Any, config: Callable[[], Any], timings: dict
+    ) -> str:
+        """One step in a build worker (build_jobs.py); its .so, relative to the workdir."""
+        job.mark("exporting")
+        return build_step(
+            model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings
+        )
 
     def _build_serially(
         self, ctx: BuildContext, workdir: Path, scratch: Path, probe: Callable[[], dict[str, Any]]

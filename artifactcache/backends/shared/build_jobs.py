@@ -1,5 +1,6 @@
-"""How an aoti build schedules its steps: one after the other in the building
-process, or each in a worker process of its own, up to ACACHE_BUILD_JOBS at a time.
+"""How an aoti or inductor build schedules its steps: one after the other in the
+building process, or each in a worker process of its own, up to ACACHE_BUILD_JOBS at a
+time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the
 GIL, so two threads would take turns. Why a fresh interpreter running worker.py's
@@ -8,15 +9,17 @@ process may hold a CUDA context, which a forked child cannot use. Why not
 multiprocessing's spawn: it re-imports the caller's main module, and a script that
 calls ``build()`` without a ``__main__`` guard would then build again inside each worker.
 
-A worker is told (pickled on its stdin) the recipe, the options, the weights and the
+A worker is told (pickled on its stdin) the backend, the recipe, the options, the
+weights and the
 codegen-relevant process state the key names (fp32 matmul precision, TF32), plus the
 deterministic-algorithms switch and, where this process imported Inductor, its portable
 config (where that leaves a change behind, a custom pass say, plan.py keeps the build
 serial). It rebuilds the model as the serial path does (``build_model_for``: the same
-weights, fused projections, quantization) and runs the serial path's own
-``aoti.build_step``.
-So its files are the serial build's: ``<step>/`` of the entry, one ``.so`` each, and
-timings under the same keys. A worker needs real tensors on the device, but not the
+weights, fused projections, quantization) and runs the backend's ``worker_step``, which
+runs the serial path's own code for that one step (aoti: ``build_step``, a ``.so`` under
+``<step>/``; inductor: the step's saved function, its kernels under the job's scratch
+folder for the parent to merge). So its files are the serial build's, and its timings
+are under the same keys. A worker needs real tensors on the device, but not the
 real weights' values: the compile reads the constants' device, dtype and strides, and
 autotuning times kernels on inputs it generates itself. It still loads the checkpoint
 when there is one, so a build from a bad checkpoint fails as it does serially.
@@ -58,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import AcacheError, BackendError
 from ...store.manifest import path_problem
-from .plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
+from .build_plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -88,6 +91,7 @@ class BuildWorkerFailed(RuntimeError):
 class StepJob:
     """What one worker builds, and where it reports."""
 
+    backend: str  # "aoti" or "inductor": the package whose BACKEND.worker_step runs
     step: str
     recipe: Any
     opts: BuildChoices
@@ -113,6 +117,11 @@ class StepJob:
         except OSError:
             pass
 
+    @property
+    def what(self) -> str:
+        """The step by backend and name, as messages say it: "the aoti decode step"."""
+        return f"the {self.backend} {self.step} step"
+
     def phase(self) -> str:
         try:
             return self.progress.read_text().strip() or STARTING
@@ -125,7 +134,7 @@ def worker_argv() -> list[str]:
     its sources), wherever that came from: the folder holding this package goes first on
     its path, in place of the working directory that `-m` or `-c` would put there."""
     here = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
-    worker = __name__.rpartition(".")[0] + ".worker"
+    worker = __name__.rpartition(".")[0] + ".build_worker"
     boot = f"import sys; sys.path[0] = {here!r}; from {worker} import main; sys.exit(main())"
     return [sys.executable, "-c", boot]
 
@@ -217,20 +226,21 @@ def _exit_status(code: int) -> str:
     return f"signal {-code}" if code < 0 else f"exit code {code}"
 
 
-def worker_failure(step: str, report: dict[str, Any] | None, code: int) -> Exception:
-    """What a failed worker's step raises here, from its report and exit code."""
+def worker_failure(what: str, report: dict[str, Any] | None, code: int) -> Exception:
+    """What a failed worker's step (``what``: StepJob.what) raises here, from its report
+    and exit code."""
     if report is not None and "error" in report:
         err = report["error"]
         if err["acache"]:
             return _acache_error(err["module"], err["type"], err["message"])
         return BuildWorkerFailed(
-            f"the aoti {step} step failed in its build worker "
+            f"{what} failed in its build worker "
             f"(rerun with {JOBS_ENV}=1 to build in this process):\n{err['traceback']}"
         )
     how = _exit_status(code)
     hint = ", out of memory?" if code == -signal.SIGKILL else ""
     return BackendError(
-        f"the aoti {step} step's build worker died ({how}{hint}) before finishing; "
+        f"{what}'s build worker died ({how}{hint}) before finishing; "
         f"rerun with {JOBS_ENV}=1 to build in this process"
     )
 
@@ -263,11 +273,11 @@ def saved_step(w: _Worker) -> dict[str, Any] | None:
     if report is None:
         return None
     if "error" in report:
-        raise worker_failure(w.job.step, report, 1)
-    # The library's path goes into the manifest, which loaders follow: inside workdir only.
-    if path_problem(report.get("so")) or not (w.job.workdir / report["so"]).is_file():
+        raise worker_failure(w.job.what, report, 1)
+    # The file's path goes into the manifest, which loaders follow: inside workdir only.
+    if path_problem(report.get("file")) or not (w.job.workdir / report["file"]).is_file():
         raise BackendError(
-            f"the aoti {w.job.step} step's build worker reported {report.get('so')!r}, which "
+            f"{w.job.what}'s build worker reported {report.get('file')!r}, which "
             f"is not there; rerun with {JOBS_ENV}=1 to build in this process"
         )
     return report
@@ -282,8 +292,9 @@ def timeout_error(
     running = [] if probe.done() else ["the C++ compiler probe (in this process)"]
     running += [f"the {w.job.step} step ({w.job.phase()})" for w in pending]
     waiting = [f"the {step} step (for a worker: {JOBS_ENV})" for step in queued or []]
+    backend = pending[0].job.backend if pending else "the"
     return BackendError(
-        f"the aoti build took longer than {timeout:g} s, still running: {'; '.join(running)}"
+        f"the {backend} build took longer than {timeout:g} s, still running: {'; '.join(running)}"
         f"{'; waiting: ' + '; '.join(waiting) if waiting else ''}; set {TIMEOUT_ENV} to a "
         "longer time in seconds"
     )
@@ -320,7 +331,7 @@ def _wait(
                     if cfg is not None:
                         nxt.send(cfg)
             elif code is not None:
-                raise worker_failure(w.job.step, w.report(), code)
+                raise worker_failure(w.job.what, w.report(), code)
         if pending and time.monotonic() > deadline:
             raise timeout_error(pending, probe, timeout, queued)
         time.sleep(_POLL_S)
@@ -335,6 +346,7 @@ def _warn(ctx: BuildContext, message: str) -> None:
 
 
 def build_concurrently(
+    backend: str,
     ctx: BuildContext,
     workdir: Path,
     scratch: Path,
@@ -342,12 +354,14 @@ def build_concurrently(
     probe: Callable[[], dict[str, Any]],
     jobs: int | None = None,
 ) -> tuple[dict[str, str], dict[str, float]]:
-    """Each step in a worker, ``jobs`` at a time (None: all at once); (step -> .so
-    relative to workdir, timings). A queued step's worker starts when a running one has
-    saved its step; that worker exits right after (one that lingers is stopped after
+    """Each step in a worker running ``backend``'s ``worker_step``, ``jobs`` at a time
+    (None: all at once); (step -> its file relative to workdir, timings). A queued
+    step's worker starts when a running one has saved its step; that worker exits right
+    after (one that lingers is stopped after
     _EXIT_GRACE_S, below), so about ``jobs`` models are in memory at once.
 
-    ``probe`` returns the Inductor config; it runs on a thread here (it waits on its own
+    ``probe`` returns what each worker is sent once it is known (aoti: the Inductor
+    config; inductor: nothing); it runs on a thread here (it waits on its own
     child process) while the workers start. Timings: the serial path's keys, plus
     ``compiler_probe`` and each step's ``_child_start`` (spawn to the worker's first
     line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker`` (spawn to its report).
@@ -363,11 +377,11 @@ def build_concurrently(
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         return cfg
 
-    with tempfile.TemporaryDirectory(prefix="acache-aoti-build-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"acache-{backend}-build-") as tmp:
         workers: list[_Worker] = []
 
         def start(step: str) -> _Worker:
-            job = StepJob(step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
+            job = StepJob(backend, step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
                           Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
             worker = _Worker(job, Path(tmp) / f"{step}.log")
             workers.append(worker)  # before the send, so `finally` stops it
@@ -375,7 +389,7 @@ def build_concurrently(
                 worker.send(job)
             except (pickle.PicklingError, TypeError, AttributeError) as e:
                 raise BackendError(
-                    f"the aoti {step} step's options cannot be sent to a build worker "
+                    f"{job.what}'s options cannot be sent to a build worker "
                     f"({type(e).__name__}: {e}); set {JOBS_ENV}=1 to build serially"
                 ) from None
             return worker
@@ -398,16 +412,16 @@ def build_concurrently(
         finally:
             for w in workers:
                 w.stop()
-        sos: dict[str, str] = {}
+        files: dict[str, str] = {}
         for w in workers:
             w.forward_log()
             if how := odd[w.job.step]:
-                _warn(ctx, f"the aoti {w.job.step} step's build worker {how}; its step is kept")
+                _warn(ctx, f"{w.job.what}'s build worker {how}; its step is kept")
             report = w.report()
             assert report is not None  # _wait checked it
-            sos[w.job.step] = report["so"]
+            files[w.job.step] = report["file"]
             step = w.job.step
             timings[f"{step}_child_start"] = round(report["started"] - w.spawned, 3)
             timings[f"{step}_worker"] = round(report["finished"] - w.spawned, 3)
             timings.update(report["timings"])
-    return sos, timings
+    return files, timings

@@ -11,7 +11,7 @@ from torch._inductor import config as inductor_config
 from typer.testing import CliRunner
 
 from artifactcache import host
-from artifactcache.backends.aoti.plan import (
+from artifactcache.backends.shared.build_plan import (
     JOBS_ENV,
     build_jobs,
     inductor_config_left_behind,

@@ -1,6 +1,7 @@
-"""How an aoti build is scheduled, and what a worker takes from the building process.
+"""How an aoti or inductor build is scheduled, and what a worker takes from the building
+process.
 
-How many of its steps build at once, each in a worker process (aoti/jobs.py), and how
+How many of its steps build at once, each in a worker process (build_jobs.py), and how
 long the workers may take: ACACHE_BUILD_JOBS, else the device, the CPUs this process
 may use (its affinity, capped by a cgroup CPU quota, as in a container), the free
 memory, and whether this process's Inductor config can be carried to a worker at all.
@@ -48,7 +49,7 @@ def build_jobs(device: str, n_steps: int) -> int:
             n = 0
         if n < 1:
             raise BackendError(
-                f"{JOBS_ENV} must be a whole number >= 1 (1 builds the aoti steps one "
+                f"{JOBS_ENV} must be a whole number >= 1 (1 builds the steps one "
                 f"after the other in this process), not {raw!r}"
             )
         return min(n, n_steps)
@@ -62,7 +63,7 @@ def inductor_config_left_behind() -> list[str]:
     get (process_state sends the portable config only): custom passes and the like."""
     if "torch._inductor.config" not in sys.modules:  # unimported: nothing changed
         return []
-    from ..shared.torch_private import portable_inductor_config
+    from .torch_private import portable_inductor_config
 
     return portable_inductor_config()[1]
 
@@ -90,7 +91,7 @@ def planned_jobs(recipe: Any, opts: BuildChoices, n_steps: int) -> int:
         if asked:
             raise BackendError(
                 f"this process's Inductor config sets {', '.join(left)}, which a build "
-                f"worker cannot be sent; set {JOBS_ENV}=1 to build the aoti steps in "
+                f"worker cannot be sent; set {JOBS_ENV}=1 to build the steps in "
                 "this process"
             )
         return 1
@@ -134,7 +135,7 @@ def process_state() -> dict[str, Any]:
         "inductor_config": None,
     }
     if "torch._inductor.config" in sys.modules:
-        from ..shared.torch_private import portable_inductor_config
+        from .torch_private import portable_inductor_config
 
         # Where this leaves a change behind, planned_jobs chose the serial path.
         state["inductor_config"] = portable_inductor_config()[0]
@@ -169,6 +170,6 @@ def apply_process_state(state: dict[str, Any]) -> None:
     ):  # only then: setting it imports torch._dynamo and Inductor (seconds)
         torch.use_deterministic_algorithms(wanted[0], warn_only=wanted[1])
     if state["inductor_config"] is not None:
-        from ..shared.torch_private import load_inductor_config
+        from .torch_private import load_inductor_config
 
         load_inductor_config(state["inductor_config"])

@@ -24,18 +24,18 @@ from typer.testing import CliRunner
 
 from artifactcache import api
 from artifactcache.backends.aoti import backend as aoti
-from artifactcache.backends.aoti import jobs as aoti_jobs
-from artifactcache.backends.aoti import plan as aoti_plan
-from artifactcache.backends.aoti import worker as aoti_worker
-from artifactcache.backends.aoti.jobs import BuildWorkerFailed, StepJob, worker_failure
-from artifactcache.backends.aoti.plan import (
+from artifactcache.backends.base import BuildContext
+from artifactcache.backends.shared import build_jobs as jobs_mod
+from artifactcache.backends.shared import build_plan as plan_mod
+from artifactcache.backends.shared import build_worker as worker_mod
+from artifactcache.backends.shared.build_jobs import BuildWorkerFailed, StepJob, worker_failure
+from artifactcache.backends.shared.build_plan import (
     JOBS_ENV,
     TIMEOUT_ENV,
     build_jobs,
     build_timeout,
     planned_jobs,
 )
-from artifactcache.backends.base import BuildContext
 from artifactcache.choices import BuildChoices
 from artifactcache.cli.app import app
 from artifactcache.errors import BackendError, WeightsError
@@ -77,7 +77,7 @@ def _our_workers() -> list[int]:
             cmd = (d / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == os.getpid() and b"artifactcache.backends.aoti.worker" in cmd:
+        if ppid == os.getpid() and b"artifactcache.backends.shared.build_worker" in cmd:
             found.append(int(d.name))
     return found
 
@@ -88,9 +88,9 @@ def _our_workers() -> list[int]:
 def test_jobs_come_from_the_env_else_the_device_and_cores(monkeypatch):
     monkeypatch.delenv(JOBS_ENV, raising=False)
     assert build_jobs("cuda", 2) == 2  # the GPU default: concurrent
-    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: 2)
+    monkeypatch.setattr(plan_mod, "usable_cores", lambda: 2)
     assert build_jobs("cpu", 2) == 1  # this VM's measurement: serial on few cores
-    monkeypatch.setattr(aoti_plan, "usable_cores", lambda: aoti_plan.MIN_CPU_CORES)
+    monkeypatch.setattr(plan_mod, "usable_cores", lambda: plan_mod.MIN_CPU_CORES)
     assert build_jobs("cpu", 2) == 2
     monkeypatch.setenv(JOBS_ENV, "1")
     assert build_jobs("cuda", 2) == 1
@@ -125,7 +125,7 @@ def test_a_worker_imports_this_acache_not_one_in_the_working_dir(tmp_path):
     shadow.mkdir()
     (shadow / "__init__.py").write_text("print('SHADOW'); raise SystemExit(3)\n")
     # No job on stdin: the real worker starts, then fails to read one.
-    p = subprocess.run(aoti_jobs.worker_argv(), cwd=tmp_path, input=b"", capture_output=True,
+    p = subprocess.run(jobs_mod.worker_argv(), cwd=tmp_path, input=b"", capture_output=True,
                        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                        timeout=300)  # fmt: skip
     out = (p.stdout + p.stderr).decode()
@@ -135,7 +135,7 @@ def test_a_worker_imports_this_acache_not_one_in_the_working_dir(tmp_path):
 
 def test_timeout_comes_from_the_env(monkeypatch):
     monkeypatch.delenv(TIMEOUT_ENV, raising=False)
-    assert build_timeout() == aoti_plan.DEFAULT_TIMEOUT_S
+    assert build_timeout() == plan_mod.DEFAULT_TIMEOUT_S
     monkeypatch.setenv(TIMEOUT_ENV, "2.5")
     assert build_timeout() == 2.5
     for bad in ("0", "-3", "soon", "nan"):
@@ -159,10 +159,10 @@ def test_a_bad_setting_is_a_one_line_cli_error(name, value, cache_dir: Path, mon
 def test_a_workers_acache_error_keeps_its_class_and_message():
     report = {"error": {"acache": True, "module": "artifactcache.errors", "type": "WeightsError",
                         "message": "bad tensor", "traceback": "tb"}}  # fmt: skip
-    err = worker_failure("prefill", report, 1)
+    err = worker_failure("the aoti prefill step", report, 1)
     assert type(err) is WeightsError and str(err) == "bad tensor"
     report["error"].update(module="no.such.module", type="Gone")
-    err = worker_failure("prefill", report, 1)
+    err = worker_failure("the aoti prefill step", report, 1)
     assert type(err) is BackendError and str(err) == "bad tensor"
 
 
@@ -170,43 +170,43 @@ def test_a_workers_bug_keeps_its_traceback():
     tb = "Traceback ...\nRuntimeError: boom\n"
     report = {"error": {"acache": False, "module": "builtins", "type": "RuntimeError",
                         "message": "boom", "traceback": tb}}  # fmt: skip
-    err = worker_failure("decode", report, 1)
+    err = worker_failure("the aoti decode step", report, 1)
     assert isinstance(err, BuildWorkerFailed) and "RuntimeError: boom" in str(err)
     assert f"{JOBS_ENV}=1" in str(err)
 
 
 def test_a_worker_that_died_is_one_line():
-    err = worker_failure("decode", None, -9)
+    err = worker_failure("the aoti decode step", None, -9)
     assert isinstance(err, BackendError) and "\n" not in str(err)
     assert "signal 9" in str(err) and "out of memory" in str(err) and f"{JOBS_ENV}=1" in str(err)
-    assert "exit code 3" in str(worker_failure("decode", None, 3))
+    assert "exit code 3" in str(worker_failure("the aoti decode step", None, 3))
 
 
 def test_a_worker_reports_what_it_raised(tmp_path: Path, monkeypatch):
     """main() turns any exception into a report (and exit 1), printing nothing."""
-    job = StepJob("decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
+    job = StepJob("aoti", "decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
                   tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
 
     def broken(*_args):
         raise RuntimeError("inductor fell over")
 
-    monkeypatch.setattr(aoti_worker, "_run", broken)
-    monkeypatch.setattr(aoti_worker, "_exit_with_parent", lambda pid: None)  # not pytest
+    monkeypatch.setattr(worker_mod, "_run", broken)
+    monkeypatch.setattr(worker_mod, "_exit_with_parent", lambda pid: None)  # not pytest
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(pickle.dumps(job))))
-    assert aoti_worker.main() == 1
+    assert worker_mod.main() == 1
     report = pickle.loads(job.result.read_bytes())
     assert report["error"]["acache"] is False and report["error"]["type"] == "RuntimeError"
     assert "inductor fell over" in report["error"]["traceback"]
-    assert isinstance(worker_failure("decode", report, 1), BuildWorkerFailed)
+    assert isinstance(worker_failure("the aoti decode step", report, 1), BuildWorkerFailed)
 
 
 def test_process_state_carries_the_matmul_precision():
     switches = [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES]
     with matmul_precision_kept():
         torch.set_float32_matmul_precision("medium")
-        state = aoti_plan.process_state()
+        state = plan_mod.process_state()
         torch.set_float32_matmul_precision("highest")
-        aoti_plan.apply_process_state(state)
+        plan_mod.apply_process_state(state)
         assert torch.get_float32_matmul_precision() == "medium"
     assert [getattr(obj, name, None) for obj, name in _PRECISION_SWITCHES] == switches
 
@@ -240,7 +240,7 @@ def test_a_job_that_cannot_be_sent_is_one_line_and_stops_the_worker(cache_dir: P
         raise pickle.PicklingError("cannot pickle 'generator' object")
 
     monkeypatch.setenv(JOBS_ENV, "2")
-    monkeypatch.setattr(aoti_jobs._Worker, "send", refuse)
+    monkeypatch.setattr(jobs_mod._Worker, "send", refuse)
     line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
     assert "cannot be sent" in line and f"{JOBS_ENV}=1" in line
     _nothing_cached(cache_dir)
@@ -265,7 +265,7 @@ def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
 _STAND_IN = """
 import os, pickle, signal, sys, time
 sys.path[0] = {root!r}
-from artifactcache.backends.aoti.jobs import WAITING_FOR_PROBE, StepJob
+from artifactcache.backends.shared.build_jobs import WAITING_FOR_PROBE, StepJob
 started = time.monotonic()
 job: StepJob = pickle.load(sys.stdin.buffer)
 job.mark(WAITING_FOR_PROBE)
@@ -273,21 +273,21 @@ pickle.load(sys.stdin.buffer)
 so = f"{{job.step}}/{{job.step}}.so"
 (job.workdir / job.step).mkdir(parents=True, exist_ok=True)
 (job.workdir / so).write_bytes(b"")
-report = dict(so=so, timings={{}}, started=started, finished=time.monotonic())
+report = dict(file=so, timings={{}}, started=started, finished=time.monotonic())
 job.result.write_bytes(pickle.dumps(report))
 {ending}
 """
-_ROOT = str(Path(aoti_jobs.__file__).resolve().parents[3])
+_ROOT = str(Path(jobs_mod.__file__).resolve().parents[3])
 
 
 def _stand_in_build(tmp_path: Path, monkeypatch, ending: str, probe=dict, progress=None):
     argv = [sys.executable, "-c", _STAND_IN.format(root=_ROOT, ending=ending)]
-    monkeypatch.setattr(aoti_jobs, "worker_argv", lambda: argv)
+    monkeypatch.setattr(jobs_mod, "worker_argv", lambda: argv)
     ctx = BuildContext(load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(), progress=progress)
     workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
     workdir.mkdir()
     scratch.mkdir()
-    return aoti_jobs.build_concurrently(ctx, workdir, scratch, aoti.STEPS, probe)
+    return jobs_mod.build_concurrently("aoti", ctx, workdir, scratch, aoti.STEPS, probe)
 
 
 @pytest.mark.parametrize(
@@ -312,7 +312,7 @@ def test_a_worker_that_saved_its_step_has_built_it_however_it_exits(
 def test_a_worker_that_hangs_after_saving_its_step_is_stopped_and_its_step_kept(
     tmp_path: Path, monkeypatch
 ):
-    monkeypatch.setattr(aoti_jobs, "_EXIT_GRACE_S", 0.2)
+    monkeypatch.setattr(jobs_mod, "_EXIT_GRACE_S", 0.2)
     said: list[str] = []
     sos, _ = _stand_in_build(tmp_path, monkeypatch, "time.sleep(600)", progress=said.append)
     assert set(sos) == {"prefill", "extend", "decode"}
@@ -342,13 +342,13 @@ def test_a_hung_compiler_probe_is_named_not_the_steps(tmp_path: Path, monkeypatc
 
 def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypatch):
     """A real worker's _run marks each phase; past the timeout, the message reads them."""
-    job = StepJob("decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
+    job = StepJob("aoti", "decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
                   tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
     done: Future = Future()
     done.set_result({})
 
     def message() -> str:
-        return str(aoti_jobs.timeout_error([types.SimpleNamespace(job=job)], done, 9.0))
+        return str(jobs_mod.timeout_error([types.SimpleNamespace(job=job)], done, 9.0))
 
     seen = [message()]
 
@@ -362,14 +362,14 @@ def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypat
         seen.append(message())
         return f"{name}/{name}.so"
 
-    monkeypatch.setattr(aoti_worker, "apply_process_state", lambda state: None)  # this process's
+    monkeypatch.setattr(worker_mod, "apply_process_state", lambda state: None)  # this process's
     monkeypatch.setattr("artifactcache.backends.shared.runner.build_model_for", model_for)
     monkeypatch.setattr(aoti, "build_step", step)
-    aoti_worker._run(job, io.BytesIO(pickle.dumps({})), 0.0, 0.0)
+    worker_mod._run(job, io.BytesIO(pickle.dumps({})), 0.0, 0.0)
     phases = [m.split("the decode step (", 1)[1].split(")", 1)[0] for m in seen]
     assert phases == ["starting", "building the model", "exporting", "compiling"]
     assert all("compiler probe" not in m for m in seen)  # the probe was done
-    job.mark(aoti_jobs.WAITING_FOR_PROBE)
+    job.mark(jobs_mod.WAITING_FOR_PROBE)
     assert "the decode step (waiting for the compiler probe)" in message()
 
 
@@ -428,24 +428,24 @@ def test_jobs_bound_how_many_workers_run_at_once(tmp_path: Path, monkeypatch):
     """ACACHE_BUILD_JOBS=2 with three steps: two workers, then the third once one has
     saved its step (a worker exits right after saving)."""
     spawned: list[float] = []
-    real_init = aoti_jobs._Worker.__init__
+    real_init = jobs_mod._Worker.__init__
 
     def counting_init(self, job, log):
-        alive = [w for w in made if w.proc.poll() is None and aoti_jobs.saved_step(w) is None]
+        alive = [w for w in made if w.proc.poll() is None and jobs_mod.saved_step(w) is None]
         spawned.append(len(alive))
         real_init(self, job, log)
         made.append(self)
 
     made: list = []
     monkeypatch.setenv(TIMEOUT_ENV, "120")  # a late worker never sent its config fails, not hangs
-    monkeypatch.setattr(aoti_jobs._Worker, "__init__", counting_init)
+    monkeypatch.setattr(jobs_mod._Worker, "__init__", counting_init)
     argv = [sys.executable, "-c", _STAND_IN.format(root=_ROOT, ending="")]
-    monkeypatch.setattr(aoti_jobs, "worker_argv", lambda: argv)
+    monkeypatch.setattr(jobs_mod, "worker_argv", lambda: argv)
     ctx = BuildContext(load_recipe("tiny-llama"), BuildChoices(), WeightsSpec())
     workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
     workdir.mkdir()
     scratch.mkdir()
-    sos, _ = aoti_jobs.build_concurrently(ctx, workdir, scratch, aoti.STEPS, dict, jobs=2)
+    sos, _ = jobs_mod.build_concurrently("aoti", ctx, workdir, scratch, aoti.STEPS, dict, jobs=2)
     assert set(sos) == {"prefill", "extend", "decode"}
     assert len(made) == 3 and max(spawned) <= 1, spawned  # the third waited for a save
     assert _our_workers() == []

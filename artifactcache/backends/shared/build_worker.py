@@ -1,12 +1,15 @@
-"""The aoti build worker: one step of one build, in a fresh interpreter (jobs.py starts it).
+"""The build worker: one step of one aoti or inductor build, in a fresh interpreter
+(build_jobs.py starts it).
 
 It reads its ``StepJob`` (pickled) on stdin, rebuilds the model as the serial path does,
-runs ``backend.build_step``, and writes its report (pickled, atomically) where the job
-says; see jobs.py for why workers are processes and how their failures surface.
+runs the job's backend's ``worker_step``, and writes its report (pickled, atomically)
+where the job says; see build_jobs.py for why workers are processes and how their
+failures surface.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import sys
@@ -14,9 +17,12 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from ...errors import AcacheError
-from .jobs import WAITING_FOR_PROBE, StepJob
-from .plan import apply_process_state
+from ...errors import AcacheError, BackendError
+from .build_jobs import WAITING_FOR_PROBE, StepJob
+from .build_plan import apply_process_state
+
+# The backends whose steps a worker builds: each has BACKEND.worker_step.
+WORKER_BACKENDS = ("aoti", "inductor")
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -33,8 +39,12 @@ def _exit_with_parent(parent_pid: int) -> None:
 def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dict[str, Any]:
     job.mark("importing")
     from ..base import BuildContext
-    from ..shared.runner import build_model_for, device_of
-    from .backend import BACKEND, build_step
+    from .runner import build_model_for, device_of
+
+    if job.backend not in WORKER_BACKENDS:
+        raise BackendError(f"no build worker for the {job.backend!r} backend")
+    package = __package__.rpartition(".")[0]  # artifactcache.backends
+    backend = importlib.import_module(f"{package}.{job.backend}.backend").BACKEND
 
     # From this worker's first line: unpickling the job imported torch already.
     timings = {f"{job.step}_imports": round(time.perf_counter() - t_imports, 3)}
@@ -43,7 +53,7 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
     t0 = time.perf_counter()
     ctx = BuildContext(recipe=job.recipe, opts=job.opts, weights=job.weights)
     dev = device_of(job.opts)
-    model = build_model_for(ctx, dev, BACKEND.name)
+    model = build_model_for(ctx, dev, backend.name)
     timings[f"{job.step}_model"] = round(time.perf_counter() - t0, 3)
 
     def config() -> dict[str, Any]:
@@ -52,9 +62,8 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
         job.mark("compiling")
         return cfg
 
-    job.mark("exporting")
-    so = build_step(model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings)
-    return {"so": so, "timings": timings, "started": started, "finished": time.monotonic()}
+    built = backend.worker_step(model, job, dev, config, timings)
+    return {"file": built, "timings": timings, "started": started, "finished": time.monotonic()}
 
 
 def main() -> int:
