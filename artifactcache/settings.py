@@ -64,11 +64,11 @@ _ALL = (
             "signed by (--trusted-keys)"),
     # -- building
     Setting("ACACHE_BUILD_JOBS", "int", None,
-            "aoti steps built at once (1: serially, in this process); unset: all on CUDA "
-            "or with >= 8 usable cores, else 1",
+            "aoti and inductor steps built at once (1: serially, in this process); unset: "
+            "all on CUDA or with >= 8 usable cores, else 1",
             parsed_by="backends/shared/build_plan.py"),
     Setting("ACACHE_BUILD_TIMEOUT", "float", 7200.0,
-            "seconds the aoti build workers may take",
+            "seconds the aoti and inductor build workers may take",
             parsed_by="backends/shared/build_plan.py"),
     Setting("ACACHE_INDUCTOR_WARM_PATH", "choice", None,
             "inductor warm path; unset: aot_compile where torch can save it, else megacache",

@@ -29,6 +29,7 @@ from _backend_util import (
 from artifactcache import api
 from artifactcache.backends.base import get_backend
 from artifactcache.backends.inductor import backend as inductor
+from artifactcache.backends.inductor import compiling
 from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError, ShapeError
 from artifactcache.recipes import load_recipe
@@ -130,6 +131,48 @@ def _tiny_llama_weight_bytes() -> int:
 
     model = build_model(load_recipe("tiny-llama"), device="cpu", dtype="fp32")
     return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def test_steps_built_in_workers_warm_a_process_that_compiles_nothing(
+    root: Path, runners, tmp_path: Path
+):
+    """ACACHE_BUILD_JOBS=3: each step compiled in a build worker of its own (fresh caches
+    each), their kernel files merged into the entry. The key is the serial build's, and a
+    fresh process loads it without a compile and generates eager's tokens."""
+    recipe = load_recipe("tiny-llama")
+    prompt = list(recipe.bench.prompt_ids)
+    workers_root = tmp_path / "cache"
+    workers_root.mkdir(mode=0o700)
+    build = subprocess.run(
+        [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "-b", "inductor",
+         "--cache-dir", str(workers_root)],
+        capture_output=True, text=True, env={**os.environ, "ACACHE_BUILD_JOBS": "3",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "build-inductor")},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    assert "3 steps at once" in " ".join(build.stderr.split())  # wrapped at COLUMNS
+    built = api.build("tiny-llama", "inductor", cache_dir=workers_root)
+    assert not built.built  # a hit: the entry the workers built
+    entry, meta = built.entry, built.entry.meta
+    assert meta["build_jobs"] == 3
+    assert set(meta["steps"]) == set(compiling.STEP_FILES.values())
+    assert meta["kernels"] and all((entry.path / "kernels" / k).is_file() for k in meta["kernels"])
+    assert not (entry.path / ".steps").exists()  # the staging folder is not in the entry
+    times = meta["compile_seconds"]
+    for step in inductor.STEPS:
+        assert times[step] > 0 and times[f"{step}_worker"] >= times[step]
+    assert "compiler_probe" not in times
+    runners("tiny-llama", "inductor")  # the module's entry (serial on a VM of < 8 cores)
+    assert api.build("tiny-llama", "inductor", cache_dir=root).key == built.key
+    env = {
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # fresh and empty
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",  # compiles happen in-process, where we count
+    }
+    report = load_in_child(workers_root, "tiny-llama", "inductor", prompt, 16, env)
+    assert report["ids"] == runners("tiny-llama", "eager").generate(prompt, 16)
+    assert kernel_compiles(report) == []
+    assert "stats" not in report["counters"]  # Dynamo traced nothing
 
 
 def test_second_process_does_not_compile(runners, tmp_path: Path):
@@ -287,12 +330,12 @@ def test_the_prompt_passes_compile_without_pad_mm(monkeypatch, tmp_path: Path):
         seen.append(options)
         return lambda *a: None
 
-    monkeypatch.setattr(inductor, "aot_compile_step", record)
-    monkeypatch.setattr(inductor, "save_compiled_step", lambda c, p: p.write_bytes(b"x"))
+    monkeypatch.setattr(compiling, "aot_compile_step", record)
+    monkeypatch.setattr(compiling, "save_compiled_step", lambda c, p: p.write_bytes(b"x"))
     rec = load_recipe("tiny-llama")
     model = build_model(rec)
-    inductor.save_aot_steps(model, BuildChoices(device="cpu"), rec, torch.device("cpu"), tmp_path)
+    compiling.save_aot_steps(model, BuildChoices(device="cpu"), rec, torch.device("cpu"), tmp_path)
     assert len(seen) == len(inductor.STEPS)
     for step, options in zip(inductor.STEPS, seen, strict=True):
         assert options.get("shape_padding") is (None if step == "decode" else False), step
-    assert inductor.pass_options({})["shape_padding"] is False  # the megacache path's passes
+    assert compiling.pass_options({})["shape_padding"] is False  # the megacache path's passes

@@ -17,15 +17,15 @@ CUDA = BuildChoices(device="cuda", dtype="bf16")
 
 
 def test_inductor_defaults_to_cuda_graphs_on_cuda_and_plain_on_cpu():
-    from artifactcache.backends.inductor.backend import _compile_options, _mode
+    from artifactcache.backends.inductor.compiling import compile_options, inductor_mode
 
-    assert _mode(CUDA) == "reduce-overhead"
-    assert _mode(BuildChoices()) == "default"
-    assert _compile_options(CUDA) == {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
-    assert _compile_options(BuildChoices()) == {}
+    assert inductor_mode(CUDA) == "reduce-overhead"
+    assert inductor_mode(BuildChoices()) == "default"
+    assert compile_options(CUDA) == {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+    assert compile_options(BuildChoices()) == {}
     off = BuildChoices(device="cuda", dtype="bf16", mode="default",
                        extra={"coordinate_descent_tuning": "0"})  # fmt: skip
-    assert _compile_options(off) == {}
+    assert compile_options(off) == {}
 
 
 @pytest.mark.parametrize("backend", ["inductor", "aoti"])
@@ -69,7 +69,7 @@ def test_flag_spellings():
 
 
 def test_only_decode_is_tuned():
-    from artifactcache.backends.inductor.backend import pass_options
+    from artifactcache.backends.inductor.compiling import pass_options
     from artifactcache.backends.shared.tuning import decode_only
 
     cfg = {"coordinate_descent_tuning": True, "max_autotune": True}

@@ -34,20 +34,23 @@ Both paths carry:
                    objects on CPU (measured: 21 g++ runs for tiny-llama without
                    them), and on CUDA the Triton kernels and the autotuning winners.
 ``megacache.bin``  on the aot_compile path too when torch recorded anything beyond
-                   what the saved functions bundle (autotune results, say).
+                   what the saved functions bundle (autotune results, say); one
+                   ``megacache-<step>.bin`` per step instead where the steps were
+                   built in workers (compiling.py).
 ``inductor.json``  a record of the above, with ``warm_path``.
 
-build() compiles inside ``torch._inductor.utils.fresh_cache()`` so the artifact
-never depends on what the user's framework caches happened to hold, and so the
-kernel objects to keep are exactly the files that compile produced.
+build() compiles inside ``torch._inductor.utils.fresh_cache()`` (compiling.py), the
+steps one after the other in this process, or on the aot_compile path each in a build
+worker of its own, all at once (shared/build_jobs.py; ACACHE_BUILD_JOBS, as for aoti).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,75 +61,48 @@ from ...code_factors import codegen_factors
 from ...devices import device_index, device_type, is_cuda
 from ...errors import BackendError
 from ...keys import toolchain_fingerprint
-from ...kv_buckets import kv_len_range
 from ..base import BuildContext
+from ..shared.build_jobs import StepJob, build_concurrently
+from ..shared.build_plan import planned_jobs
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
 from ..shared.model_options import check_model_options, model_factors, split_kv_decode
-from ..shared.runner import (
-    StepRunner,
-    build_model_for,
-    check_device_dtype,
-    device_of,
-    sync,
-)
+from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of, sync
 from ..shared.steps import (
-    STEP_KINDS,
     LazyStep,
     decode_examples,
-    dynamic_ranges,
     example_inputs,
     kv_buckets_of,
     opened_when_used,
-    prefill_tokens_range,
 )
-from ..shared.torch_private import (
-    aot_compile_missing,
-    aot_compile_step,
-    forget_inductor_process_caches,
-    fresh_cache_artifact_manager,
-    fresh_inductor_cache,
-    inductor_mode_options,
-    load_compiled_step,
-    mark_dynamic_dim,
-    pin_triton_ptxas,
-    raise_dynamo_recompile_limit,
-    save_compiled_step,
-)
-from ..shared.tuning import check_extra, decode_only, inductor_tuning
+from ..shared.torch_private import aot_compile_missing, load_compiled_step, pin_triton_ptxas
+from ..shared.tuning import check_extra, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
+from .compiling import (
+    KERNELS,
+    MEGACACHE,
+    MODES,
+    STEP_FILES,
+    STEPS,
+    build_here,
+    build_in_worker,
+    compile_options,
+    compile_steps,
+    dynamic_dims,
+    inductor_mode,
+    merge_worker_files,
+    register_model_ops,
+    step_megacache,
+)
 from .cpu_isa import isa_verdicts_kept
-from .files import install_compiled_files, save_compiled_files
+from .files import install_compiled_files
 from .triton_key import prefetch_triton_key
 
-MEGACACHE = "megacache.bin"
-KERNELS = "kernels"
 RECORD = "inductor.json"
 FORMAT = 2  # 2: three steps (prefill, extend, decode)
-MODES = ("default", "reduce-overhead", "max-autotune")
 WARM_PATHS = ("aot_compile", "megacache")
-STEPS = STEP_KINDS
-# The saved compiled function of each step on the aot_compile path.
-STEP_FILES = {step: f"{step}.aotfn" for step in STEPS}
-# Mega-Cache artifact types a saved compiled function already carries (its
-# AOTAutograd entry is bundled, Inductor's compiled graph inside it).
-_BUNDLED_IN_STEPS = {"aot_autograd", "inductor"}
 # Picks the warm path against the default below, to measure one against the other.
 WARM_PATH_ENV = "ACACHE_INDUCTOR_WARM_PATH"
-# One recipe's three steps per model class and dtype; a
-# process that loads several recipes needs more than Dynamo's default of 8
-# entries per code object before it would silently fall back to eager.
-_RECOMPILE_LIMIT = 64
-
-
-def _mode(opts: BuildChoices) -> str:
-    """The fast path is the default: CUDA graphs on CUDA, plain compile on CPU."""
-    return opts.mode or ("reduce-overhead" if is_cuda(opts.device) else "default")
-
-
-def _compile_options(opts: BuildChoices) -> dict[str, Any]:
-    """Inductor options for torch.compile: the mode's own, plus acache's tuning flags."""
-    return {**inductor_mode_options(_mode(opts)), **inductor_tuning(opts)}
 
 
 def warm_path() -> str:
@@ -151,89 +127,6 @@ def warm_path() -> str:
     return "megacache" if aot_compile_missing() else "aot_compile"
 
 
-def run_model(model: Any, *inputs: Any) -> Any:
-    """The step aot_compile traces: the model is an input, so its weights are not
-    baked in and its KV-cache buffers are the caller's."""
-    return model(*inputs)
-
-
-def step_inputs(recipe: Any, dev: Any, step: str, kv_buckets: bool = True) -> tuple[Any, ...]:
-    """example_inputs, with the dimensions that vary marked dynamic: the passes' token
-    count (idx's dim 1, input_pos's dim 0) and kv_pos's length.
-
-    Only the example a step is compiled at is marked: Dynamo's guards on a dynamic
-    size are its range, so the runner's unmarked inputs of other lengths hit it.
-    """
-    inputs = example_inputs(recipe, dev, step, kv_buckets)
-    for (index, dim), (lo, hi) in dynamic_ranges(recipe, step, kv_buckets).items():
-        mark_dynamic_dim(inputs[index], dim, lo, hi)
-    return inputs
-
-
-def dynamic_dims(recipe: Any, kv_buckets: bool) -> list[str]:
-    """The dimensions the steps are compiled dynamic in (a key factor)."""
-    dims = ["tokens"] if prefill_tokens_range(recipe) else []
-    return dims + (["kv_len"] if kv_len_range(recipe.shapes.max_seq_len, kv_buckets) else [])
-
-
-def pass_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The prefill passes' Inductor options: the mode's without CUDA graphs, no tuning
-    flags (tuning.decode_only), and no matmul padding.
-
-    Why no padding: on CUDA, Inductor's pad_mm pass weighs padding an unaligned matmul
-    dimension by comparing the token count with the weight's sizes, which adds a guard
-    such as ``tokens >= 172`` (tiny-llama-2k's intermediate size) that Dynamo refuses as
-    a violation of the compiled token range: the build failed (H200, torch 2.11). The
-    seed models' dimensions are aligned, so they never padded.
-    """
-    passes = decode_only(options, "prefill").items()
-    return {**{k: v for k, v in passes if k != "triton.cudagraphs"}, "shape_padding": False}
-
-
-def register_model_ops(model: Any) -> None:
-    """Register a split-KV model's custom op before Dynamo traces the model: Dynamo
-    refuses to register one from inside a traced function."""
-    if getattr(model, "split_kv_decode", False):
-        import artifactcache.models.decode_attention  # noqa: F401
-
-
-def compile_steps(
-    model: Any, opts: BuildChoices, recipe: Any, dev: Any, timings: dict[str, float] | None = None
-) -> tuple[Any, Any, Any]:
-    """torch.compile the steps and run each once (decode twice more for reduce-overhead,
-    whose CUDA graphs are recorded on the second call); (prefill, extend, decode).
-    ``timings`` gets each step's seconds (compiling happens at its first call).
-
-    The passes and decode are two compiled wrappers of one model: Dynamo keeps their
-    graphs apart (each entry guards on the backend that compiled it).
-    """
-    import torch
-
-    register_model_ops(model)
-
-    raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
-    options = _compile_options(opts)
-    compiled = {
-        "decode": torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
-    }
-    passes = pass_options(options)
-    compiled["prefill"] = compiled["extend"] = torch.compile(
-        model, fullgraph=True, dynamic=False, options=passes or None
-    )
-    with torch.no_grad():
-        for step in STEPS:
-            t0 = time.perf_counter()
-            inputs = step_inputs(recipe, dev, step, kv_buckets_of(model))
-            runs = 3 if step == "decode" and options.get("triton.cudagraphs") else 1
-            for _ in range(runs):
-                compiled[step](*inputs)
-            if timings is not None:  # a build: each step's GPU work counted in its time
-                sync(dev)
-                timings[step] = round(time.perf_counter() - t0, 3)
-    sync(dev)
-    return compiled["prefill"], compiled["extend"], compiled["decode"]
-
-
 class InductorBackend:
     name = "inductor"
     weights_external = False  # the graphs embed no weights, but AOTAutograd keys on them
@@ -249,7 +142,7 @@ class InductorBackend:
 
     def check_options(self, opts: BuildChoices) -> None:
         check_device_dtype(opts)
-        mode = _mode(opts)
+        mode = inductor_mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown inductor mode {mode!r}: choose one of {', '.join(MODES)}")
         if mode == "reduce-overhead" and not is_cuda(opts.device):
@@ -274,7 +167,7 @@ class InductorBackend:
             "format": FORMAT,
             "dtype": opts.dtype,
             "device": device_type(opts.device),
-            "mode": _mode(opts),
+            "mode": inductor_mode(opts),
             **model_factors(self.name, recipe, opts),
             "fullgraph": True,
             "dynamic": dynamic_dims(recipe, not split_kv),
@@ -288,62 +181,50 @@ class InductorBackend:
         return toolchain_fingerprint(("torch",))
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
-        import torch
-
         t_build = time.perf_counter()
-        dev = device_of(ctx.opts)
-        pin_triton_ptxas()
-        model = build_model_for(ctx, dev, self.name)
-        from ...models.rows import register_ops
-
-        register_ops(model)  # before Dynamo traces it
         path = warm_path()
-        t0 = time.perf_counter()
+        # Workers only on the aot_compile path: a megacache entry is compiled again by
+        # every warm process, so its build has nothing to split into step files.
+        jobs = planned_jobs(ctx.recipe, ctx.opts, len(STEPS)) if path == "aot_compile" else 1
         # The build is the one cost paid per key: its parts (each step's trace, compile,
         # tuning and first run; the save) say which of them a slow build should cut.
-        timings = {"model": round(t0 - t_build, 3)}
-        record: dict[str, Any] = {}
-        with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
-            torch.compiler.reset()
-            forget_inductor_process_caches()
-            if path == "aot_compile":
-                record["steps"] = save_aot_steps(model, ctx.opts, ctx.recipe, dev, workdir, timings)
-            else:
-                compile_steps(model, ctx.opts, ctx.recipe, dev, timings)
+        if jobs > 1:
+            scratch = workdir / ".steps"
+            scratch.mkdir()
+            _, timings = build_concurrently(self.name, ctx, workdir, scratch, STEPS, dict, jobs)
+            timings.pop("compiler_probe", None)  # there is none on this path
             t_save = time.perf_counter()
-            saved = torch.compiler.save_cache_artifacts()
-            if saved is None and path == "megacache":
-                raise BackendError(
-                    "torch.compile produced no cache artifacts (are Inductor's caches disabled, "
-                    "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
-                )
-            kernels = save_compiled_files(workdir / KERNELS, device_index(ctx.opts.device))
-        # The steps compiled above belong to this build's model; a later load()
-        # in this process gets its own from the entry.
-        torch.compiler.reset()
-        data, artifacts = b"", {}
-        if saved is not None:
-            data, info = saved
-            artifacts = {k: len(v) for k, v in info.artifacts.items() if v}
-            if path == "aot_compile" and set(artifacts) <= _BUNDLED_IN_STEPS:
-                data = b""  # nothing the saved functions lack
-        if data:
-            (workdir / MEGACACHE).write_bytes(data)
-        timings["save"] = round(time.perf_counter() - t_save, 3)
+            record = merge_worker_files(scratch, workdir)
+            shutil.rmtree(scratch)
+            timings["save"] = round(time.perf_counter() - t_save, 3)
+        else:
+            dev = device_of(ctx.opts)
+            pin_triton_ptxas()
+            model = build_model_for(ctx, dev, self.name)
+            from ...models.rows import register_ops
+
+            register_ops(model)  # before Dynamo traces it
+            timings = {"model": round(time.perf_counter() - t_build, 3)}
+            record = build_here(model, ctx.opts, ctx.recipe, dev, path, workdir, timings)
         timings["wall"] = round(time.perf_counter() - t_build, 3)
         ctx.phases.update({f"inductor_{k}_seconds": v for k, v in timings.items()})
         meta = {
             "format": FORMAT,
-            "mode": _mode(ctx.opts),
+            "mode": inductor_mode(ctx.opts),
             "warm_path": path,
             **record,
-            "megacache_bytes": len(data),
-            "cache_artifacts": artifacts,
-            "kernels": kernels,
             "compile_seconds": timings,
+            # How the build was scheduled: not a key factor, a load reads either layout.
+            "build_jobs": jobs,
         }
         (workdir / RECORD).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
         return meta
+
+    def worker_step(
+        self, model: Any, job: StepJob, dev: Any, config: Callable[[], Any], timings: dict
+    ) -> str:
+        """One step in a build worker (shared/build_jobs.py); its saved function."""
+        return build_in_worker(model, job, dev, config, timings)
 
     def load(self, ctx: BuildContext, entry_dir: Path, meta: dict[str, Any]) -> StepRunner:
         path = meta.get("warm_path", "megacache")
@@ -373,10 +254,11 @@ class InductorBackend:
         (aot_compile, the pass steps at their first call) the steps and run them once."""
         import torch
 
-        mega = entry_dir / MEGACACHE
         install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
-        if mega.is_file():
-            torch.compiler.load_cache_artifacts(mega.read_bytes())
+        # One megacache from a serial build, one per step from workers (compiling.py).
+        for name in (MEGACACHE, *(step_megacache(step) for step in STEPS)):
+            if (entry_dir / name).is_file():
+                torch.compiler.load_cache_artifacts((entry_dir / name).read_bytes())
         ctx.phases["cache_loaded"] = time.perf_counter()
         if path == "megacache":
             prefill, extend, decode = compile_steps(model, ctx.opts, ctx.recipe, dev)
@@ -388,7 +270,7 @@ class InductorBackend:
         prefill, extend, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev, scope)
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
-        if _compile_options(ctx.opts).get("triton.cudagraphs"):
+        if compile_options(ctx.opts).get("triton.cudagraphs"):
             # The modes' CUDA graphs, which the saved functions were compiled without.
             examples = decode_examples(ctx.recipe, dev, kv_buckets_of(model))
             decode, info = cuda_graph_step(decode, examples)
@@ -397,33 +279,6 @@ class InductorBackend:
             ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model, info=info,
             kv_len_hint=True, kv_buckets=kv_buckets_of(model),
         )  # fmt: skip
-
-
-def save_aot_steps(
-    model: Any, opts: BuildChoices, recipe: Any, dev: Any, workdir: Path,
-    timings: dict[str, float] | None = None,
-) -> dict[str, int]:  # fmt: skip
-    """aot_compile every step, run each once, save them; {file: bytes}. ``timings``
-    gets each step's seconds (trace, compile, tuning, first run and save)."""
-    import torch
-
-    # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
-    options = {k: v for k, v in _compile_options(opts).items() if k != "triton.cudagraphs"}
-    register_model_ops(model)
-    sizes = {}
-    for step in STEPS:
-        t0 = time.perf_counter()
-        args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
-        with torch.no_grad():
-            step_options = options if step == "decode" else pass_options(options)
-            compiled = aot_compile_step(run_model, args, step_options)
-            compiled(*args)  # fails here, at build, rather than in a warm process
-        sync(dev)
-        save_compiled_step(compiled, workdir / STEP_FILES[step])
-        sizes[STEP_FILES[step]] = (workdir / STEP_FILES[step]).stat().st_size
-        if timings is not None:
-            timings[step] = round(time.perf_counter() - t0, 3)
-    return sizes
 
 
 @contextlib.contextmanager
