@@ -197,6 +197,27 @@ def test_findings_say_what_a_warm_run_compiled_and_when_warm_outputs_differ(cons
     assert coldstart.outputs_agree(warm[:1]) is None  # one process agrees with nothing
 
 
+def test_warm_runs_are_checked_against_the_build_that_made_their_entry(constructed):
+    """Warm run i loads cold run i's entry: differing from it is a broken warm start;
+    differing only from the other warm runs is two builds that tuned differently."""
+    rec = load_recipe("tiny-llama")
+    cold = [_probe(60.0, 0.1, 0.01, True), _probe(61.0, 0.1, 0.01, True)]
+    warm = [_probe(8.0, 0.1, 0.01, False), _probe(8.2, 0.1, 0.01, False)]
+    for p, toks in zip(cold + warm, ([1, 2, 3], [1, 2, 4]) * 2, strict=True):
+        p["first_token"], p["steady"]["tokens"] = toks[0], list(toks)
+    constructed["pairs"]["tiny-llama/inductor"] = _pair(rec, {"cold": cold, "warm": warm})
+    sc = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["scenarios"]["warm"]
+    assert sc["matches_build"] == [True, True] and sc["outputs_agree"] is False
+    found = "\n".join(report.findings(constructed))
+    assert "builds of this key gave different greedy tokens" in found
+    assert "differ from one another" not in found and "does not reproduce" not in found
+    warm[1]["steady"]["tokens"] = [1, 2, 5]  # warm 2 is not what cold 2 built
+    constructed["pairs"]["tiny-llama/inductor"] = _pair(rec, {"cold": cold, "warm": warm})
+    found = "\n".join(report.findings(constructed))
+    assert "warm run 2 gave other greedy tokens than the cold run" in found
+    assert "differ from one another" in found
+
+
 def test_break_even_is_shown_with_its_interval_and_an_uncertain_one_is_named(constructed):
     be = constructed["pairs"]["tiny-llama/inductor"]["coldstart"]["break_even_warm"]
     assert be["interval"] is not None

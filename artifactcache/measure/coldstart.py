@@ -362,6 +362,16 @@ def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
     return all(o == outs[0] for o in outs)
 
 
+def matches_build(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> list[bool | None]:
+    """Per warm run, whether its greedy tokens are those of the cold run that built the
+    entry it loaded (runs pair up by index); None where either has no tokens."""
+    out: list[bool | None] = []
+    for c, w in zip(cold, warm, strict=False):
+        pair = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in (c, w)]
+        out.append(None if (None, None) in pair else pair[0] == pair[1])
+    return out
+
+
 def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Phase spreads per scenario, cold/warm ratio, and break-even vs eager."""
     out: dict[str, Any] = {"scenarios": {}}
@@ -383,6 +393,11 @@ def summarize(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             ),
         }
     sc = out["scenarios"]
+    if "cold" in sc and "warm" in sc:
+        # Each warm run loads the entry its cold run built: a warm process that differs
+        # from its own build is a broken warm start; warm runs that differ only from one
+        # another come from builds that tuned differently.
+        sc["warm"]["matches_build"] = matches_build(runs["cold"], runs["warm"])
     if "cold" in sc and "warm" in sc and sc["warm"]["ttfr_s"]:
         out["cold_warm_ratio"] = sc["cold"]["ttfr_s"] / sc["warm"]["ttfr_s"]
     if "eager" in sc:

@@ -221,15 +221,29 @@ def compile_work(scenario: dict[str, Any]) -> str:
 
 
 def warm_start_problems(warm: dict[str, Any] | None) -> list[str]:
-    """What a warm scenario did that a warm start must not: compile, or disagree with
-    itself on tokens. One wording for coldstart's warning lines and the report's findings."""
+    """What a warm scenario did that a warm start must not: compile, or disagree with its
+    build or with itself on tokens. One wording for coldstart's warning lines and the
+    report's findings."""
     out = []
     if warm and any(warm["compiled"]):
         out.append(
             f"a warm run compiled ({compile_work(warm)}): the artifact did not carry all the warmth"
         )
+    matches = (warm or {}).get("matches_build") or []
+    if mismatched := [str(i + 1) for i, m in enumerate(matches) if m is False]:
+        out.append(
+            f"warm run {', '.join(mismatched)} gave other greedy tokens than the cold run "
+            "that built its entry: the artifact does not reproduce its build"
+        )
     if warm and warm.get("outputs_agree") is False:
-        out.append("the warm processes' greedy tokens differ from one another")
+        if matches and all(m is True for m in matches):
+            out.append(
+                "the builds of this key gave different greedy tokens (each warm run matches "
+                "the cold run that built its entry): the compiler's tuning picked different "
+                "kernels from one build to the next"
+            )
+        else:
+            out.append("the warm processes' greedy tokens differ from one another")
     return out
 
 
