@@ -22,7 +22,7 @@ from ...errors import AcacheError, BackendError
 from .build_jobs import WAITING_FOR_PROBE, StepJob
 from .build_plan import apply_process_state
 from .gpu_timing import LOCK_NAME, GpuTimingLock
-from .torch_private import gpu_benchmarks_under
+from .torch_private import TorchPrivateAPIMissing, gpu_benchmarks_under
 
 # The backends whose steps a worker builds: each has BACKEND.worker_step.
 WORKER_BACKENDS = ("aoti", "inductor")
@@ -66,7 +66,10 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
         return cfg
 
     if is_cuda(job.opts.device):  # the other workers time kernels on this GPU too
-        gpu_benchmarks_under(GpuTimingLock(job.scratch / LOCK_NAME))
+        try:
+            gpu_benchmarks_under(GpuTimingLock(job.scratch / LOCK_NAME))
+        except TorchPrivateAPIMissing as e:  # the build is still right, its tuning noisier
+            print(f"warning: {e}; kernel timings are not taken one worker at a time")
     built = backend.worker_step(model, job, dev, config, timings)
     return {"file": built, "timings": timings, "started": started, "finished": time.monotonic()}
 
