@@ -480,22 +480,21 @@ def gpu_benchmarks_under(lock: Any) -> None:
     if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
         benchmarking.set_gpu_benchmark_lock_context(lock)
         return
+
+    def under_lock(method: Any) -> Any:
+        @functools.wraps(method)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with lock():
+                return method(*args, **kwargs)
+
+        return timed
+
     wrapped = 0
     for cls in vars(benchmarking).values():
-        if not (isinstance(cls, type) and issubclass(cls, benchmarking.Benchmarker)):
-            continue
-        for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
-            if name in vars(cls):
-                setattr(cls, name, _under(lock, vars(cls)[name]))
-                wrapped += 1
+        if isinstance(cls, type) and issubclass(cls, benchmarking.Benchmarker):
+            for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
+                if name in vars(cls):
+                    setattr(cls, name, under_lock(vars(cls)[name]))
+                    wrapped += 1
     if not wrapped:
         raise TorchPrivateAPIMissing("torch._inductor.runtime.benchmarking's benchmark_gpu")
-
-
-def _under(lock: Any, method: Any) -> Any:
-    @functools.wraps(method)
-    def timed_under_lock(*args: Any, **kwargs: Any) -> Any:
-        with lock():
-            return method(*args, **kwargs)
-
-    return timed_under_lock
