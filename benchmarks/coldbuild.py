@@ -12,10 +12,14 @@ seconds are wall-clock.
 
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
 
-``--backend inductor`` builds and benches one inductor entry the same way (its steps
-have no concurrent/serial switch), for the build's own phase record and its decode:
+``--backend inductor`` builds and benches one inductor entry the same way, for the
+build's own phase record and its decode. ``--timing-lock-ab`` makes the pair two
+builds with the steps at once: the workers' GPU kernel timings one at a time (the
+default) and overlapping (``ACACHE_BUILD_TIMING_LOCK=0``); with ``--pairs 3``, three of
+each, alternating, to compare the spread of decode over builds:
 
-    python benchmarks/coldbuild.py --backend inductor --out OUT --work-dir /tmp/coldbuild
+    python benchmarks/coldbuild.py --backend inductor --timing-lock-ab --pairs 3 \
+        --out OUT --work-dir /tmp/coldbuild
 
 With ``--against RECIPE`` the second build is that recipe's, built the default way like
 the first, and both entries are benched: a same-run A/B of two recipes' build time and
@@ -49,6 +53,7 @@ from typing import Any
 from _provenance import provenance
 
 REPO = Path(__file__).resolve().parents[1]
+JOBS, TIMING_LOCK = "ACACHE_BUILD_JOBS", "ACACHE_BUILD_TIMING_LOCK"
 
 
 def _acache(args: list[str], out: Path, name: str, env: dict[str, str]) -> tuple[int, float, Any]:
@@ -71,8 +76,9 @@ def _acache(args: list[str], out: Path, name: str, env: dict[str, str]) -> tuple
     return rc, seconds, result
 
 
-def _fresh_env(work: Path, name: str, serial: bool) -> tuple[dict[str, str], Path]:
-    """Empty acache, Inductor and Triton caches for one build."""
+def _fresh_env(work: Path, name: str, settings: dict[str, str]) -> tuple[dict[str, str], Path]:
+    """Empty acache, Inductor and Triton caches for one build, with ``settings`` (ACACHE_*
+    variables) in its environment."""
     root = work / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -82,10 +88,9 @@ def _fresh_env(work: Path, name: str, serial: bool) -> tuple[dict[str, str], Pat
         TRITON_CACHE_DIR=str(root / "triton"),
     )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    if serial:
-        env["ACACHE_BUILD_JOBS"] = "1"
-    else:
-        env.pop("ACACHE_BUILD_JOBS", None)
+    for name in (JOBS, TIMING_LOCK):
+        env.pop(name, None)
+    env.update(settings)
     return env, root / "acache"
 
 
@@ -119,6 +124,12 @@ def main() -> int:
     ap.add_argument("--against", default=None, help="a second recipe instead of the serial build")
     ap.add_argument("--prompt-lens", default=None, help="bench's --prompt-len, e.g. 16,128,512")
     ap.add_argument("--pairs", type=int, default=1, help="the pair of builds, this many times")
+    ap.add_argument(
+        "--timing-lock-ab",
+        action="store_true",
+        help="the pair: the steps at once with the workers' kernel timings one at a time "
+        f"(the default) and with {TIMING_LOCK}=0",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     options = [
@@ -131,17 +142,19 @@ def main() -> int:
         "--json",
     ]
     report: dict[str, Any] = {**provenance(), "runs": {}}
-    pair = [("concurrent", args.recipe, False), ("serial", args.recipe, True)]
+    pair = [("concurrent", args.recipe, {}), ("serial", args.recipe, {JOBS: "1"})]
     if args.against:
-        pair = [("a", args.recipe, False), ("b", args.against, False)]
+        pair = [("a", args.recipe, {}), ("b", args.against, {})]
+    elif args.timing_lock_ab:
+        pair = [("lock", args.recipe, {}), ("nolock", args.recipe, {TIMING_LOCK: "0"})]
     elif args.backend != "aoti":
-        pair = [(args.backend, args.recipe, False)]
+        pair = [(args.backend, args.recipe, {})]
     runs = pair
     if args.pairs > 1:
         runs = [(f"{n}-{i}", r, s) for i in range(1, args.pairs + 1) for n, r, s in pair]
     report["decode"] = {}
-    for name, recipe, serial in runs:
-        env, cache = _fresh_env(args.work_dir, name, serial)
+    for name, recipe, settings in runs:
+        env, cache = _fresh_env(args.work_dir, name, settings)
         common = [recipe, *options]
         rc, seconds, result = _acache(
             ["build", *common, "--cache-dir", str(cache)], args.out, f"build-{name}", env
@@ -150,6 +163,7 @@ def main() -> int:
         (args.out / f"timings-{name}.json").write_text(json.dumps(timings, indent=1) + "\n")
         report["runs"][f"build-{name}"] = {
             "recipe": recipe,
+            "settings": settings,
             "rc": rc,
             "wall_seconds": round(seconds, 1),
             "timings": timings,

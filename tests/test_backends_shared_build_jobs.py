@@ -144,11 +144,21 @@ def test_timeout_comes_from_the_env(monkeypatch):
             build_timeout()
 
 
-@pytest.mark.parametrize(("name", "value"), [(JOBS_ENV, "none"), (TIMEOUT_ENV, "-1")])
-def test_a_bad_setting_is_a_one_line_cli_error(name, value, cache_dir: Path, monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "value", "backend"),
+    [
+        (JOBS_ENV, "none", "aoti"),
+        (TIMEOUT_ENV, "-1", "aoti"),
+        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "aoti"),
+        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "inductor"),
+    ],
+)
+def test_a_bad_setting_is_a_one_line_cli_error(
+    name, value, backend, cache_dir: Path, monkeypatch
+):
     monkeypatch.setenv(JOBS_ENV, "2")
     monkeypatch.setenv(name, value)
-    line = _one_line_error(_cli("build", "tiny-llama", "-b", "aoti", "--cache-dir", cache_dir))
+    line = _one_line_error(_cli("build", "tiny-llama", "-b", backend, "--cache-dir", cache_dir))
     assert name in line
     _nothing_cached(cache_dir)
 

@@ -59,9 +59,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ... import settings
 from ...errors import AcacheError, BackendError
 from ...store.manifest import path_problem
 from .build_plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
+from .gpu_timing import TIMING_LOCK_ENV
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -101,6 +103,7 @@ class StepJob:
     result: Path  # the worker's report: a pickled dict, written last
     state: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+    timing_lock: bool = True  # GPU kernel timings one worker at a time (gpu_timing.py)
 
     @property
     def progress(self) -> Path:
@@ -367,6 +370,7 @@ def build_concurrently(
     line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker`` (spawn to its report).
     """
     timeout = build_timeout()
+    timing_lock = bool(settings.get(TIMING_LOCK_ENV))  # a bad value: one line, before any worker
     deadline = time.monotonic() + timeout
     state = process_state()
     timings: dict[str, float] = {}
@@ -382,7 +386,8 @@ def build_concurrently(
 
         def start(step: str) -> _Worker:
             job = StepJob(backend, step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
-                          Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
+                          Path(tmp) / f"{step}.report", state, os.getpid(),
+                          timing_lock)  # fmt: skip
             worker = _Worker(job, Path(tmp) / f"{step}.log")
             workers.append(worker)  # before the send, so `finally` stops it
             try:

@@ -65,7 +65,7 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
         job.mark("compiling")
         return cfg
 
-    if is_cuda(job.opts.device):  # the other workers time kernels on this GPU too
+    if is_cuda(job.opts.device) and job.timing_lock:  # other workers time kernels here too
         try:
             gpu_benchmarks_under(GpuTimingLock(job.scratch / LOCK_NAME))
         except TorchPrivateAPIMissing as e:  # the build is still right, its tuning noisier

@@ -23,6 +23,7 @@ except ImportError:  # not POSIX: no lock, as before
     fcntl = None  # type: ignore[assignment]
 
 LOCK_NAME = ".gpu-timing.lock"
+TIMING_LOCK_ENV = "ACACHE_BUILD_TIMING_LOCK"  # 0: the timings overlap, to measure the lock
 
 
 class GpuTimingLock:
