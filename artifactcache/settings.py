@@ -64,8 +64,8 @@ _ALL = (
             "signed by (--trusted-keys)"),
     # -- building
     Setting("ACACHE_BUILD_JOBS", "int", None,
-            "aoti and inductor steps built at once (1: serially, in this process); unset: "
-            "all on CUDA or with >= 8 usable cores, else 1",
+            "aoti and inductor (aot_compile path) steps built at once (1: serially, in this "
+            "process); unset: all on CUDA or with >= 8 usable cores, else 1",
             parsed_by="backends/shared/build_plan.py"),
     Setting("ACACHE_BUILD_TIMING_LOCK", "bool", True,
             "build workers on CUDA take Inductor's kernel timings one at a time (0: at "

@@ -116,7 +116,7 @@ def main() -> int:
         "--backend",
         default="aoti",
         choices=("aoti", "inductor"),
-        help="inductor: its build alone, benched (it has no serial/concurrent switch)",
+        help="aoti: the pair below; inductor: its default build alone, benched",
     )
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")

@@ -37,6 +37,15 @@ from artifactcache.recipes import load_recipe
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module", autouse=True)
+def serial_builds():
+    """This module's entries build serially on any host (on CUDA or 8+ cores they would
+    build in workers, with another record); the workers' build has a test of its own."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("ACACHE_BUILD_JOBS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     return private_dir(tmp_path_factory, "inductor-cache")
@@ -162,8 +171,11 @@ def test_steps_built_in_workers_warm_a_process_that_compiles_nothing(
     for step in inductor.STEPS:
         assert times[step] > 0 and times[f"{step}_worker"] >= times[step]
     assert "compiler_probe" not in times
-    runners("tiny-llama", "inductor")  # the module's entry (serial on a VM of < 8 cores)
-    assert api.build("tiny-llama", "inductor", cache_dir=root).key == built.key
+    runners("tiny-llama", "inductor")  # the module's entry, built serially
+    serial = api.build("tiny-llama", "inductor", cache_dir=root)
+    assert serial.key == built.key  # scheduling is no key factor
+    assert set(serial.entry.meta) == set(meta)  # the same record fields
+    assert (serial.entry.meta["build_jobs"], meta["build_jobs"]) == (1, 3)
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # fresh and empty
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),

@@ -1,4 +1,5 @@
-"""aoti's build scheduling: the two steps in worker processes at once, or serially.
+"""Build scheduling (aoti's steps here; inductor's in test_backends_inductor.py): the
+steps in worker processes at once, or serially.
 
 The worker tests that fail before any compile run unmarked (a worker's start-up costs
 seconds, no compile); the one that compiles both ways is slow.
@@ -67,7 +68,8 @@ def _nothing_cached(root: Path) -> None:
 
 
 def _our_workers() -> list[int]:
-    """Live processes of this test process running an aoti build worker."""
+    """Live processes of this test process running a build worker (or a stand-in: its
+    script names the module too)."""
     found = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -176,6 +178,26 @@ def test_a_workers_acache_error_keeps_its_class_and_message():
     assert type(err) is BackendError and str(err) == "bad tensor"
 
 
+def test_an_error_whose_constructor_words_its_argument_keeps_the_workers_message():
+    """TorchPrivateAPIMissing words its argument; rebuilt here it must not be worded twice."""
+    from artifactcache.backends.shared.torch_private import TorchPrivateAPIMissing
+
+    said = str(TorchPrivateAPIMissing("torch._inductor.x()"))
+    error = {"acache": True, "module": TorchPrivateAPIMissing.__module__,
+             "type": "TorchPrivateAPIMissing", "message": said, "traceback": ""}  # fmt: skip
+    report = {"error": error}
+    err = worker_failure("the inductor decode step", report, 1)
+    assert type(err) is TorchPrivateAPIMissing and str(err) == said
+
+
+def test_the_timeout_with_nothing_running_names_no_empty_list():
+    done: Future = Future()
+    done.set_result({})
+    msg = str(jobs_mod.timeout_error([], done, 5.0, backend="inductor"))
+    assert msg.startswith("the inductor build took longer than 5 s; set ")
+    assert "still running" not in msg and "the the" not in msg
+
+
 def test_a_workers_bug_keeps_its_traceback():
     tb = "Traceback ...\nRuntimeError: boom\n"
     report = {"error": {"acache": False, "module": "builtins", "type": "RuntimeError",
@@ -273,6 +295,7 @@ def test_a_worker_past_the_timeout_is_stopped(cache_dir: Path, monkeypatch):
 # A worker that builds no model: it reads its job and the probe's config as a real one
 # does, then saves a step (an empty .so and its report) and ends as told.
 _STAND_IN = """
+# a stand-in for artifactcache.backends.shared.build_worker (_our_workers finds it)
 import os, pickle, signal, sys, time
 sys.path[0] = {root!r}
 from artifactcache.backends.shared.build_jobs import WAITING_FOR_PROBE, StepJob

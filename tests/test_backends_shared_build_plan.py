@@ -1,5 +1,6 @@
-"""aoti's build plan: how many steps at once (the CPUs a cgroup quota leaves: host.py; whether
-this process's Inductor config can reach a worker). No worker starts, nothing compiles."""
+"""The build plan (aoti's and inductor's): how many steps at once (the CPUs a cgroup quota
+leaves: host.py; whether this process's Inductor config can reach a worker). No worker
+starts, nothing compiles."""
 
 from __future__ import annotations
 

@@ -211,6 +211,9 @@ def test_warm_runs_are_checked_against_the_build_that_made_their_entry(construct
     found = "\n".join(report.findings(constructed))
     assert "builds of this key gave different greedy tokens" in found
     assert "differ from one another" not in found and "does not reproduce" not in found
+    warm[1]["entry_primed"] = True  # a resumed run's warm 2 loaded an entry built for it
+    assert coldstart.matches_build(cold, warm) == [True, None]
+    del warm[1]["entry_primed"]
     warm[1]["steady"]["tokens"] = [1, 2, 5]  # warm 2 is not what cold 2 built
     constructed["pairs"]["tiny-llama/inductor"] = _pair(rec, {"cold": cold, "warm": warm})
     found = "\n".join(report.findings(constructed))

@@ -58,7 +58,7 @@ def phases_summary(phases: dict[str, float], *, steps_at_once: Any = 1) -> str:
 
     Only the top-level phases: a phase named ``<another phase>_...`` (aoti's
     ``decode_export``, ``decode_worker``, ...) is left to ``--json``, which has them all.
-    ``wall`` goes last; where the steps were built at once (aoti's ``build_jobs``), the
+    ``wall`` goes last; where the steps were built at once (``build_jobs``), the
     line says so, since their seconds overlap rather than add up.
     """
     top = [k for k in phases if not any(k.startswith(f"{o}_") for o in phases if o != k)]

@@ -11,13 +11,16 @@
         cuda_graph.py      CUDA-graph capture of a decode step (at load)
         cxx.py             C++ compiler probes for Inductor and AOTInductor
         tuning.py          Inductor autotuning options
+        build_plan.py      an aoti or inductor build serial or in workers, and their limits
+        build_jobs.py      the steps each in a worker process (build_worker.py)
+        gpu_timing.py      the workers' GPU kernel timings one at a time
         torch_private.py   every private torch API acache touches, in one place
         any_module.py      the reference run, records and CompiledModule of the nn.Module path
       eager/             backend.py, module.py
-      inductor/          backend.py, module.py, files.py (Mega-Cache and kernel files),
+      inductor/          backend.py, module.py, compiling.py (the build, serial or in
+                         workers), files.py (Mega-Cache and kernel files),
                          autotune_cache.py (tuning results a warm process trusts)
-      aoti/              backend.py, module.py; plan.py, jobs.py and worker.py (its steps
-                         built concurrently, each in a worker process)
+      aoti/              backend.py, module.py
       onnx/              the "ort" backend: backend.py, module.py; export.py and
                          export_module.py (the ONNX export TensorRT reads too)
       tensorrt/          the "trt" backend: backend.py, module.py, loader.py, runner.py,

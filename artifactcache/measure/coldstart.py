@@ -284,12 +284,15 @@ def run_scenarios(
                 if ("warm", i) in done:
                     out["warm"].append(done[("warm", i)])
                 else:
-                    if not cold_dir.is_dir():  # warm alone: populate an entry, untimed
+                    primed = not cold_dir.is_dir()
+                    if primed:  # warm alone: populate an entry, untimed
                         say(f"warm {i + 1}/{runs}: building the entry first (untimed)")
                         prime = dataclasses.replace(spec, extra_flags=["--build-only"])
                         _one_run(prime, cold_dir.parent, cold_dir, timeout, must_be_empty=False)
                     say(f"warm {i + 1}/{runs}: entry present, framework caches empty")
                     res = _one_run(spec, root / f"warm-{i}", cold_dir, timeout, must_be_empty=False)
+                    # Not cold run i's entry: matches_build has no build to compare with.
+                    res["entry_primed"] = primed
                     _journal_add(journal, "warm", i, res)
                     out["warm"].append(res)
             # Cold entries can be huge (an AOTI package with weights is 13.6 GB for 7B).
@@ -364,11 +367,13 @@ def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
 
 def matches_build(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> list[bool | None]:
     """Per warm run, whether its greedy tokens are those of the cold run that built the
-    entry it loaded (runs pair up by index); None where either has no tokens."""
+    entry it loaded (runs pair up by index); None where either has no tokens, or where
+    the warm run's entry was built for it (``entry_primed``: a resumed run)."""
     out: list[bool | None] = []
     for c, w in zip(cold, warm, strict=False):
         pair = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in (c, w)]
-        out.append(None if (None, None) in pair else pair[0] == pair[1])
+        same = None if (None, None) in pair or w.get("entry_primed") else pair[0] == pair[1]
+        out.append(same)
     return out
 
 

@@ -185,7 +185,8 @@ class InductorBackend:
         path = warm_path()
         # Workers only on the aot_compile path: a megacache entry is compiled again by
         # every warm process, so its build has nothing to split into step files.
-        jobs = planned_jobs(ctx.recipe, ctx.opts, len(STEPS)) if path == "aot_compile" else 1
+        jobs = planned_jobs(ctx.recipe, ctx.opts, len(STEPS))  # a bad setting: one line
+        jobs = jobs if path == "aot_compile" else 1
         # The build is the one cost paid per key: its parts (each step's trace, compile,
         # tuning and first run; the save) say which of them a slow build should cut.
         if jobs > 1:

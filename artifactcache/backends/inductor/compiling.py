@@ -12,14 +12,18 @@ are staged per step and merged here::
     <scratch>/<step>/kernels/...          the step's kernel files (files.py's layout)
     <scratch>/<step>/megacache.bin        what torch recorded beyond the saved function
 
-The merge keeps the first of two same-named kernel files in step order (prefill,
-extend, decode): names are content hashes, and a tuning winner found twice is the one
-a serial build would have reused from its first step. Each step's megacache, where it
-has one, becomes ``megacache-<step>.bin`` of the entry; a load reads them all.
+Kernel files are named by content hashes, so two steps' same-named files are the same
+kernel. Where both hold its tuning winner (``.best_config``), the merge keeps the one
+that coordinate descent found, else the later step's (prefill, extend, decode): in a
+serial build, decode's coordinate descent rewrites the plain winner a pass step left
+for a kernel they share, and a warm process would tune again on a plain one. Each
+step's megacache, where it has one, becomes ``megacache-<step>.bin`` of the entry; a
+load reads them all.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -58,6 +62,8 @@ if TYPE_CHECKING:
 
 MEGACACHE = "megacache.bin"
 KERNELS = "kernels"
+# A worker's cache-artifact sizes by type, staged beside its megacache for the record.
+ARTIFACTS = "cache_artifacts.json"
 MODES = ("default", "reduce-overhead", "max-autotune")
 STEPS = STEP_KINDS
 # The saved compiled function of each step on the aot_compile path.
@@ -259,21 +265,24 @@ def build_in_worker(
     pin_triton_ptxas()
     register_ops(model)  # before Dynamo traces it
     staged = job.scratch / job.step
+    staged.mkdir(parents=True, exist_ok=True)
     with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
         torch.compiler.reset()
         forget_inductor_process_caches()
         save_aot_steps(model, job.opts, job.recipe, dev, job.workdir, timings, (job.step,))
         saved = torch.compiler.save_cache_artifacts()
         save_compiled_files(staged / KERNELS, device_index(job.opts.device))
-    write_megacache(saved, "aot_compile", staged / MEGACACHE)
+    written = write_megacache(saved, "aot_compile", staged / MEGACACHE)
+    (staged / ARTIFACTS).write_text(json.dumps(written["cache_artifacts"]))
     return STEP_FILES[job.step]
 
 
 def merge_worker_files(scratch: Path, workdir: Path) -> dict[str, Any]:
     """The workers' staged files into the entry (see the module docstring); the record's
-    ``steps``, ``kernels``, ``megacache_bytes`` and ``cache_artifacts`` fields."""
+    ``steps``, ``kernels``, ``megacache_bytes`` and ``cache_artifacts`` (summed over the
+    steps) fields."""
     kernels: set[str] = set()
-    sizes, mega = {}, 0
+    sizes, mega, artifacts = {}, 0, {}
     for step in STEPS:
         staged = scratch / step
         src = staged / KERNELS
@@ -282,13 +291,33 @@ def merge_worker_files(scratch: Path, workdir: Path) -> dict[str, Any]:
                 continue
             rel = f.relative_to(src)
             dst = workdir / KERNELS / rel
-            if not dst.exists():
+            if not dst.exists() or (f.suffix == ".best_config" and _keeps(f, over=dst)):
                 dst.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(f, dst)
             kernels.add(rel.as_posix())
         if (staged / MEGACACHE).is_file():
             mega += (staged / MEGACACHE).stat().st_size
             shutil.move(staged / MEGACACHE, workdir / step_megacache(step))
+        if (staged / ARTIFACTS).is_file():
+            for kind, n in json.loads((staged / ARTIFACTS).read_text()).items():
+                artifacts[kind] = artifacts.get(kind, 0) + n
         sizes[STEP_FILES[step]] = (workdir / STEP_FILES[step]).stat().st_size
-    # Each worker's artifact types are in its own megacache: not summed here.
-    return {"steps": sizes, "kernels": sorted(kernels), "megacache_bytes": mega}
+    return {
+        "steps": sizes,
+        "kernels": sorted(kernels),
+        "megacache_bytes": mega,
+        "cache_artifacts": artifacts,
+    }
+
+
+def _keeps(later: Path, over: Path) -> bool:
+    """Whether a later step's tuning winner replaces an earlier step's: unless only the
+    earlier one was found by coordinate descent."""
+
+    def by_coordesc(f: Path) -> bool:
+        try:
+            return bool(json.loads(f.read_text()).get("found_by_coordesc"))
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    return by_coordesc(later) or not by_coordesc(over)

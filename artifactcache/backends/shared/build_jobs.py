@@ -3,8 +3,8 @@ building process, or each in a worker process of its own, up to ACACHE_BUILD_JOB
 time.
 
 Why processes: Inductor's lowering, codegen and autotuning run in Python, holding the
-GIL, so two threads would take turns. Why a fresh interpreter running worker.py's
-``main`` (``worker_argv``) rather than a fork: the building
+GIL, so two threads would take turns. Why a fresh interpreter running
+build_worker.py's ``main`` (``worker_argv``) rather than a fork: the building
 process may hold a CUDA context, which a forked child cannot use. Why not
 multiprocessing's spawn: it re-imports the caller's main module, and a script that
 calls ``build()`` without a ``__main__`` guard would then build again inside each worker.
@@ -13,8 +13,8 @@ A worker is told (pickled on its stdin) the backend, the recipe, the options, th
 weights and the
 codegen-relevant process state the key names (fp32 matmul precision, TF32), plus the
 deterministic-algorithms switch and, where this process imported Inductor, its portable
-config (where that leaves a change behind, a custom pass say, plan.py keeps the build
-serial). It rebuilds the model as the serial path does (``build_model_for``: the same
+config (where that leaves a change behind, a custom pass say, build_plan.py keeps the
+build serial). It rebuilds the model as the serial path does (``build_model_for``: the same
 weights, fused projections, quantization) and runs the backend's ``worker_step``, which
 runs the serial path's own code for that one step (aoti: ``build_step``, a ``.so`` under
 ``<step>/``; inductor: the step's saved function, its kernels under the job's scratch
@@ -25,10 +25,12 @@ autotuning times kernels on inputs it generates itself. It still loads the check
 when there is one, so a build from a bad checkpoint fails as it does serially.
 
 The workers inherit the environment, so they use the TORCHINDUCTOR_CACHE_DIR and
-TRITON_CACHE_DIR a serial build in this process would. Inductor writes its caches
-atomically and under file locks, as its own compile workers share them. The parent
-runs the compiler probe (cxx.py) while the workers import, build the model and
-export, and sends each worker the resulting Inductor config before it compiles.
+TRITON_CACHE_DIR a serial build in this process would (an inductor worker compiles
+under fresh ones of its own, as its serial build does). Inductor writes its caches
+atomically and under file locks, as its own compile workers share them. For aoti the
+parent runs the compiler probe (cxx.py) while the workers import, build the model and
+export, and sends each worker the resulting Inductor config before it compiles;
+inductor has no probe, and its workers are sent an empty config at once.
 
 Where no worker succeeds: an ``AcacheError`` it raised is raised here with the same
 class and message; any other exception (a bug, an Inductor crash) becomes a
@@ -214,13 +216,16 @@ class _Worker:
 
 
 def _acache_error(module: str, name: str, message: str) -> AcacheError:
-    """The worker's AcacheError, rebuilt here: its own class where that takes the
-    message alone (every one in errors.py does), else a BackendError."""
+    """The worker's AcacheError, rebuilt here: its own class with the worker's message
+    as it was (a class whose constructor words its argument, TorchPrivateAPIMissing's,
+    is not constructed again), else a BackendError."""
     try:
         cls = getattr(importlib.import_module(module), name)
         if isinstance(cls, type) and issubclass(cls, AcacheError):
-            return cls(message)
-    except Exception:  # an unimportable module or another constructor: the message stays
+            err = cls.__new__(cls)
+            Exception.__init__(err, message)
+            return err
+    except Exception:  # an unimportable module, an odd class: the message stays
         pass
     return BackendError(message)
 
@@ -287,7 +292,11 @@ def saved_step(w: _Worker) -> dict[str, Any] | None:
 
 
 def timeout_error(
-    pending: list[_Worker], probe: Future, timeout: float, queued: list[str] | None = None
+    pending: list[_Worker],
+    probe: Future,
+    timeout: float,
+    queued: list[str] | None = None,
+    backend: str = "",
 ) -> BackendError:
     """What ran past the timeout, by name: the compiler probe, each unfinished worker
     with the phase it was in (a step hung at its start, its model, its export, its
@@ -295,11 +304,13 @@ def timeout_error(
     running = [] if probe.done() else ["the C++ compiler probe (in this process)"]
     running += [f"the {w.job.step} step ({w.job.phase()})" for w in pending]
     waiting = [f"the {step} step (for a worker: {JOBS_ENV})" for step in queued or []]
-    backend = pending[0].job.backend if pending else "the"
+    backend = backend or (pending[0].job.backend if pending else "")
+    what = f"the {backend} build" if backend else "the build"
+    parts = [f"still running: {'; '.join(running)}"] if running else []
+    parts += [f"waiting: {'; '.join(waiting)}"] if waiting else []
     return BackendError(
-        f"the {backend} build took longer than {timeout:g} s, still running: {'; '.join(running)}"
-        f"{'; waiting: ' + '; '.join(waiting) if waiting else ''}; set {TIMEOUT_ENV} to a "
-        "longer time in seconds"
+        f"{what} took longer than {timeout:g} s{''.join('; ' + p for p in parts)}; set "
+        f"{TIMEOUT_ENV} to a longer time in seconds"
     )
 
 
