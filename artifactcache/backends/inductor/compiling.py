@@ -204,19 +204,22 @@ def save_aot_steps(
 
 def build_here(
     model: Any, opts: BuildChoices, recipe: Any, dev: Any, path: str, workdir: Path,
-    timings: dict[str, float],
+    timings: dict[str, float], steps: tuple[str, ...] = STEPS, files_to: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every step in this process, one after the other, under fresh framework caches;
-    the record's ``steps`` (aot_compile), ``kernels`` and megacache fields. ``timings``
-    gets each step's seconds and ``save``."""
+    """``steps`` in this process, one after the other, under fresh framework caches; the
+    record's ``steps`` (aot_compile), ``kernels`` and megacache fields. The saved
+    functions go to ``workdir``, the kernel files and megacache to ``files_to`` (default
+    ``workdir``; a worker's staging folder). ``timings`` gets each step's seconds and
+    ``save``."""
     import torch
 
+    files_to = files_to or workdir
     record: dict[str, Any] = {}
     with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
         torch.compiler.reset()
         forget_inductor_process_caches()
         if path == "aot_compile":
-            record["steps"] = save_aot_steps(model, opts, recipe, dev, workdir, timings)
+            record["steps"] = save_aot_steps(model, opts, recipe, dev, workdir, timings, steps)
         else:
             compile_steps(model, opts, recipe, dev, timings)
         t_save = time.perf_counter()
@@ -226,11 +229,11 @@ def build_here(
                 "torch.compile produced no cache artifacts (are Inductor's caches disabled, "
                 "e.g. TORCHINDUCTOR_FORCE_DISABLE_CACHES=1?)"
             )
-        record["kernels"] = save_compiled_files(workdir / KERNELS, device_index(opts.device))
+        record["kernels"] = save_compiled_files(files_to / KERNELS, device_index(opts.device))
     # The steps compiled above belong to this build's model; a later load()
     # in this process gets its own from the entry.
     torch.compiler.reset()
-    record.update(write_megacache(saved, path, workdir / MEGACACHE))
+    record.update(write_megacache(saved, path, files_to / MEGACACHE))
     timings["save"] = round(time.perf_counter() - t_save, 3)
     return record
 
@@ -256,24 +259,18 @@ def build_in_worker(
     """One step of an aot_compile build in a build worker: its saved function in the
     workdir (the return value, relative to it), its kernel files and megacache staged
     under ``job.scratch/<step>/`` for merge_worker_files."""
-    import torch
-
     from ...models.rows import register_ops
 
-    config()  # no compiler probe on this path: the parent sends nothing to wait for
+    config()  # no compiler probe on this path: sent at once
     job.mark("compiling")
     pin_triton_ptxas()
     register_ops(model)  # before Dynamo traces it
     staged = job.scratch / job.step
     staged.mkdir(parents=True, exist_ok=True)
-    with fresh_inductor_cache(), fresh_cache_artifact_manager(), inductor_tuning_results_kept():
-        torch.compiler.reset()
-        forget_inductor_process_caches()
-        save_aot_steps(model, job.opts, job.recipe, dev, job.workdir, timings, (job.step,))
-        saved = torch.compiler.save_cache_artifacts()
-        save_compiled_files(staged / KERNELS, device_index(job.opts.device))
-    written = write_megacache(saved, "aot_compile", staged / MEGACACHE)
-    (staged / ARTIFACTS).write_text(json.dumps(written["cache_artifacts"]))
+    record = build_here(model, job.opts, job.recipe, dev, "aot_compile", job.workdir,
+                        timings, (job.step,), staged)  # fmt: skip
+    timings[f"{job.step}_save"] = timings.pop("save")  # the parent's "save" is the merge
+    (staged / ARTIFACTS).write_text(json.dumps(record["cache_artifacts"]))
     return STEP_FILES[job.step]
 
 

@@ -365,7 +365,7 @@ def build_concurrently(
     workdir: Path,
     scratch: Path,
     steps: Iterable[str],
-    probe: Callable[[], dict[str, Any]],
+    probe: Callable[[], dict[str, Any]] | None,
     jobs: int | None = None,
 ) -> tuple[dict[str, str], dict[str, float]]:
     """Each step in a worker running ``backend``'s ``worker_step``, ``jobs`` at a time
@@ -375,9 +375,10 @@ def build_concurrently(
     _EXIT_GRACE_S, below), so about ``jobs`` models are in memory at once.
 
     ``probe`` returns what each worker is sent once it is known (aoti: the Inductor
-    config; inductor: nothing); it runs on a thread here (it waits on its own
-    child process) while the workers start. Timings: the serial path's keys, plus
-    ``compiler_probe`` and each step's ``_child_start`` (spawn to the worker's first
+    config); it runs on a thread here (it waits on its own child process) while the
+    workers start. None (inductor): no probe, each worker is sent ``{}`` at once.
+    Timings: the serial path's keys, plus ``compiler_probe`` (where there is one) and
+    each step's ``_child_start`` (spawn to the worker's first
     line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker`` (spawn to its report).
     """
     timeout = build_timeout()
@@ -387,10 +388,15 @@ def build_concurrently(
     timings: dict[str, float] = {}
 
     def timed_probe() -> dict[str, Any]:
+        assert probe is not None
         t0 = time.perf_counter()
         cfg = probe()
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         return cfg
+
+    probed: Future = Future()
+    if probe is None:
+        probed.set_result({})
 
     with tempfile.TemporaryDirectory(prefix=f"acache-{backend}-build-") as tmp:
         workers: list[_Worker] = []
@@ -415,7 +421,9 @@ def build_concurrently(
         try:
             for step in order[:at_once]:
                 start(step)
-            _wait(workers, _in_thread(timed_probe), deadline, timeout, order[at_once:], start)
+            if probe is not None:
+                probed = _in_thread(timed_probe)
+            _wait(workers, probed, deadline, timeout, order[at_once:], start)
             exits_by = time.monotonic() + _EXIT_GRACE_S
             odd = {w.job.step: w.odd_exit(exits_by - time.monotonic()) for w in workers}
         except BaseException:
