@@ -356,10 +356,15 @@ def compile_counts(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def greedy_output(result: dict[str, Any]) -> tuple[Any, Any]:
+    """A run's greedy output: its first token and its timed request's tokens."""
+    return result.get("first_token"), (result.get("steady") or {}).get("tokens")
+
+
 def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
     """Whether every process of a scenario produced the same greedy tokens (its first
     token and its timed request's); None with fewer than two, or none with tokens."""
-    outs = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in results]
+    outs = [greedy_output(r) for r in results]
     if len(outs) < 2 or all(o == (None, None) for o in outs):  # a model spec has no tokens
         return None
     return all(o == outs[0] for o in outs)
@@ -371,7 +376,7 @@ def matches_build(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> lis
     the warm run's entry was built for it (``entry_primed``: a resumed run)."""
     out: list[bool | None] = []
     for c, w in zip(cold, warm, strict=False):
-        pair = [(r.get("first_token"), (r.get("steady") or {}).get("tokens")) for r in (c, w)]
+        pair = [greedy_output(c), greedy_output(w)]
         same = None if (None, None) in pair or w.get("entry_primed") else pair[0] == pair[1]
         out.append(same)
     return out
