@@ -153,6 +153,7 @@ def test_timeout_comes_from_the_env(monkeypatch):
         (TIMEOUT_ENV, "-1", "aoti"),
         ("ACACHE_BUILD_TIMING_LOCK", "maybe", "aoti"),
         ("ACACHE_BUILD_TIMING_LOCK", "maybe", "inductor"),
+        (JOBS_ENV, "none", "inductor"),
     ],
 )
 def test_a_bad_setting_is_a_one_line_cli_error(
