@@ -258,24 +258,28 @@ def build_step(
 
     ``cfg``: the Inductor config, or a callable that returns it (called after the
     export, so a worker process exports while its parent still probes the compiler).
-    Records ``<step>_export``, ``<step>_compile`` and ``<step>`` (the two together), and
-    ``<step>_probe_wait`` where it waited for the config.
+    Records ``<step>_export``, ``<step>_compile`` and ``<step>`` (the two together),
+    ``<step>_probe_wait`` where it waited for the config, and this process's CPU seconds
+    (all its threads, not its compile subprocesses) in ``<step>_export_cpu`` and
+    ``<step>_compile_cpu``: a phase whose CPU seconds fall far under its wall seconds
+    waited for a core (steps at once on a busy host) rather than doing more work.
     """
     import torch
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     args = example_inputs(recipe, dev, step, kv_buckets_of(model))
     keep_int_array_targets_alive()
     with torch.no_grad(), inductor_config_kept():
         ep = export_step(model, args, recipe, step)
         timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)
+        timings[f"{step}_export_cpu"] = round(time.process_time() - c0, 3)
         waited = 0.0
         if callable(cfg):
             t_wait = time.perf_counter()
             cfg = cfg()
             waited = time.perf_counter() - t_wait
             timings[f"{step}_probe_wait"] = round(waited, 3)
-        t_compile = time.perf_counter()
+        t_compile, c_compile = time.perf_counter(), time.process_time()
         pkg = torch._inductor.aoti_compile_and_package(
             ep,
             package_path=str(scratch / f"{step}.pt2"),
@@ -290,6 +294,7 @@ def build_step(
         raise BackendError(f"the {step} package holds .so files {sos}, expected one")
     done = time.perf_counter()
     timings[f"{step}_compile"] = round(done - t_compile, 3)
+    timings[f"{step}_compile_cpu"] = round(time.process_time() - c_compile, 3)
     timings[step] = round(done - t0 - waited, 3)
     return sos[0]
 
