@@ -12,6 +12,11 @@ seconds are wall-clock.
 
     python benchmarks/coldbuild.py --out OUT --work-dir /tmp/coldbuild     # llama-7b, cuda, bf16
 
+Before the first build, where ``PYTHONPYCACHEPREFIX`` is set, the bytecode of the
+packages a build imports is written to that prefix (``_bytecode.py``), untimed, as a
+``pip install`` would have: otherwise the first build of a call on a fresh machine
+compiles their sources in every worker (``--no-prime-bytecode`` to measure that).
+
 ``--backend inductor`` builds and benches one inductor entry the same way, for the
 build's own phase record and its decode. ``--timing-lock-ab`` makes the pair two
 builds with the steps at once: the workers' GPU kernel timings one at a time (the
@@ -20,6 +25,14 @@ each, alternating, to compare the spread of decode over builds:
 
     python benchmarks/coldbuild.py --backend inductor --timing-lock-ab --pairs 3 \
         --out OUT --work-dir /tmp/coldbuild
+
+``--bytecode-ab`` makes the pair a build with the bytecode prefix primed (below) and one
+with an empty prefix of its own, what the first build of a call on a fresh machine
+meets; ``--jobs N`` sets ACACHE_BUILD_JOBS for every build (steps at once on a CPU
+host), ``--no-bench`` skips the benches:
+
+    python benchmarks/coldbuild.py --backend aoti --recipe tiny-llama --device cpu \
+        --dtype fp32 --bytecode-ab --jobs 3 --pairs 2 --no-bench --out OUT --work-dir W
 
 With ``--against RECIPE`` the second build is that recipe's, built the default way like
 the first, and both entries are benched: a same-run A/B of two recipes' build time and
@@ -35,7 +48,8 @@ with ``--against``, and likewise below),
 ``OUT/timings-{concurrent,serial}.json`` (the entry's own ``build_jobs`` and
 ``compile_seconds`` from its ``aoti.json``), ``OUT/bench-{concurrent,serial}.json``,
 each step's stderr as ``OUT/*.log``, and ``OUT/coldbuild.json`` (command, date, machine,
-every result, and each entry's decode tok/s and % of the roofline) last.
+every result, each entry's decode tok/s and % of the roofline, and what the bytecode
+primer did) last.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bytecode import prime
 from _provenance import provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,7 +93,7 @@ def _acache(args: list[str], out: Path, name: str, env: dict[str, str]) -> tuple
 
 def _fresh_env(work: Path, name: str, settings: dict[str, str]) -> tuple[dict[str, str], Path]:
     """Empty acache, Inductor and Triton caches for one build, with ``settings`` (ACACHE_*
-    variables) in its environment."""
+    variables; ``{root}`` in a value is this build's folder) in its environment."""
     root = work / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
@@ -90,7 +105,7 @@ def _fresh_env(work: Path, name: str, settings: dict[str, str]) -> tuple[dict[st
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     for name in (JOBS, TIMING_LOCK):
         env.pop(name, None)
-    env.update(settings)
+    env.update({k: v.format(root=root) for k, v in settings.items()})
     return env, root / "acache"
 
 
@@ -130,6 +145,18 @@ def main() -> int:
         help="the pair: the steps at once with the workers' kernel timings one at a time "
         f"(the default) and with {TIMING_LOCK}=0",
     )
+    ap.add_argument(
+        "--bytecode-ab",
+        action="store_true",
+        help="the pair: the bytecode prefix filled (primed) and an empty one per build",
+    )
+    ap.add_argument("--jobs", default=None, help=f"{JOBS} for every build of the pair")
+    ap.add_argument("--no-bench", action="store_true", help="builds only")
+    ap.add_argument(
+        "--no-prime-bytecode",
+        action="store_true",
+        help="leave PYTHONPYCACHEPREFIX as it is: the first build compiles module sources",
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     options = [
@@ -142,9 +169,17 @@ def main() -> int:
         "--json",
     ]
     report: dict[str, Any] = {**provenance(), "runs": {}}
+    if not args.no_prime_bytecode:
+        report["bytecode"] = prime(_fresh_env(args.work_dir, "prime", {})[0])
+        print(f"bytecode: {report['bytecode']}", flush=True)
+    if args.bytecode_ab and not report.get("bytecode", {}).get("prefix"):
+        ap.error("--bytecode-ab needs PYTHONPYCACHEPREFIX set and the prefix primed")
     pair = [("concurrent", args.recipe, {}), ("serial", args.recipe, {JOBS: "1"})]
     if args.against:
         pair = [("a", args.recipe, {}), ("b", args.against, {})]
+    elif args.bytecode_ab:  # the primed prefix, then an empty one of the build's own
+        pair = [("pyc-filled", args.recipe, {}),
+                ("pyc-empty", args.recipe, {"PYTHONPYCACHEPREFIX": "{root}/pyc"})]  # fmt: skip
     elif args.timing_lock_ab:
         pair = [("lock", args.recipe, {}), ("nolock", args.recipe, {TIMING_LOCK: "0"})]
     elif args.backend != "aoti":
@@ -154,6 +189,8 @@ def main() -> int:
         runs = [(f"{n}-{i}", r, s) for i in range(1, args.pairs + 1) for n, r, s in pair]
     report["decode"] = {}
     for name, recipe, settings in runs:
+        if args.jobs and JOBS not in settings:
+            settings = {**settings, JOBS: args.jobs}
         env, cache = _fresh_env(args.work_dir, name, settings)
         common = [recipe, *options]
         rc, seconds, result = _acache(
@@ -168,7 +205,7 @@ def main() -> int:
             "wall_seconds": round(seconds, 1),
             "timings": timings,
         }
-        if rc != 0:
+        if rc != 0 or args.no_bench:
             continue
         lens = ["--prompt-len", args.prompt_lens] if args.prompt_lens else []
         bench = ["bench", *common, "--cache-dir", str(cache), "--iters", str(args.iters)]
