@@ -8,6 +8,10 @@ hits the machine's time limit loses at most the run in flight: run the same
 command again and it continues where it stopped. Entries built by a cold run
 persist under OUT/work until that unit's warm runs are done.
 
+Each call first fills ``PYTHONPYCACHEPREFIX``, where it is set, with the bytecode of the
+packages a build imports (``_bytecode.py``, untimed), so that the first cold run of a
+call on a fresh machine does not compile their sources.
+
 ``--budget-s`` keeps a call inside the machine's per-call limit: a unit is only
 started when its estimated cost fits in what is left; the rest is reported as
 "not run: left for a later call". Each call rewrites report.json, report.md and
@@ -27,6 +31,8 @@ import shlex
 import sys
 import time
 from pathlib import Path
+
+from _bytecode import prime
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -81,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
+    # Untimed, before the first cold run: what a pip install would have written (_bytecode.py).
+    print(f"[seed_table] bytecode: {prime(dict(os.environ))}", file=sys.stderr, flush=True)
     command = "python benchmarks/seed_table.py " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
