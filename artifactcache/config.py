@@ -93,6 +93,7 @@ class Recipe:
     bench: Bench
     description: str = ""
     source: str = field(default="", compare=False)  # the file or folder it came from
+    builtin: bool = field(default=False, compare=False)  # shipped with acache: not to edit
     # The checkpoint the recipe names (a folder recipe's own folder, or a TOML's
     # `weights`); api uses it when no weights are passed. Not a key factor itself:
     # the weights digest is.
@@ -111,6 +112,8 @@ class Recipe:
         src = self.source or self.name
         if Path(src).is_dir():  # a checkpoint folder: its shapes live in a saved TOML
             src = f"a TOML saved from `acache recipe {src}` (then pass that file)"
+        elif self.builtin:  # the installed package's own file
+            src = f"a copy saved from `acache recipe {self.name}` (then pass that file)"
         if n_prompt < 1:
             raise ShapeError("the prompt is empty: give at least one token id")
         if batch > self.shapes.max_batch:

@@ -49,7 +49,7 @@ artifactcache/config.py. Every error names the file and the field, in one line.
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,8 @@ def load_recipe(name_or_path: str | Path) -> Recipe:
         data = tomllib.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise RecipeError(f"{src}: not valid TOML ({e})") from None
-    return parse_recipe(data, src)
+    recipe = parse_recipe(data, src)
+    return replace(recipe, builtin=True) if path.parent == BUILTIN_DIR else recipe
 
 
 def recipe_to_dict(recipe: Recipe) -> dict[str, Any]:

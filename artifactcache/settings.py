@@ -93,7 +93,8 @@ _ALL = (
             "weights loader read size, MiB"),
     # -- internal
     Setting("ACACHE_PROBE_T0", "float", None,
-            "the parent's spawn time, written by `acache measure` for its probe child",
+            "the parent's spawn time, written by `acache coldstart` and `compare` "
+            "for their probe child",
             parsed_by="measure/child/probe.py", internal=True),
 )  # fmt: skip
 SETTINGS: dict[str, Setting] = {s.name: s for s in _ALL}

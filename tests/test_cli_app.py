@@ -77,8 +77,8 @@ COMPARE = ["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out",
 
 CASES = [
     # run: the generation request is checked before the entry is built or loaded
-    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "-1"], "max_new_tokens must be at least 1"),
-    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "0"], "max_new_tokens must be at least 1"),
+    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "-1"], "(--new-tokens) must be at least 1"),
+    ([*RUN, "--tokens", "1,2", "--max-new-tokens", "0"], "(--new-tokens) must be at least"),
     ([*RUN, "--tokens", "1,99999", "--max-new-tokens", "2"], "outside the vocabulary"),
     ([*RUN, "--tokens", "-5", "--max-new-tokens", "2"], "outside the vocabulary"),
     ([*RUN, "--tokens", ","], "--tokens is empty"),
@@ -179,6 +179,13 @@ CASES = [
     (["export", "KEY", "-o", "/nonexistent/dir/x.tar"], "does not exist"),
     (["export", "KEY", "-o", "TMPDIR"], "is a directory"),
     (["import", "/nonexistent/bundle.tar"], "does not exist"),
+    # usage errors (click's): one line and exit 1 too, with where to look
+    (["key", "tiny-llama"], "Missing option '--backend'"),
+    ([*RUN, "--new-tokens", "abc"], "Invalid value for '--new-tokens'"),
+    ([*RUN, "--bogus"], "No such option: --bogus (see `acache run --help`)"),
+    (["bogus"], "No such command 'bogus'"),
+    (["--bogus"], "No such option: --bogus"),
+    (["build"], "Missing argument 'RECIPE'"),
     # numbers past what torch or a size can hold: bounded when parsed, not a traceback later
     (["build", "tiny-llama", "--seed", "99999999999999999999999"], "--seed must be"),
     (["key", "tiny-llama", "-b", "eager", "--seed", "-1"], "--seed must be"),
@@ -384,3 +391,70 @@ def test_third_party_warnings_are_hidden_here_and_in_children_unless_verbose(mon
     quiet_third_party_warnings()
     assert os.environ["PYTHONWARNINGS"] == ""
     assert "FutureWarning: old" in subprocess.run(child, capture_output=True, text=True).stderr
+
+
+def _misfit_checkpoints(tmp_path: Path) -> tuple[Path, dict[str, Path]]:
+    """(recipe, {misfit: checkpoint}): the recipe's own tensors, one of them re-shaped,
+    dropped, or joined by a stranger."""
+    from _generate_util import make_checkpoint
+    from safetensors.torch import load_file, save_file
+
+    recipe, good = make_checkpoint(tmp_path, tokenizer=False)
+    state = load_file(str(good / "model.safetensors"))
+    variants = {
+        "has shape": {**state, "model.norm.weight": state["model.norm.weight"][:-1].clone()},
+        "is missing": {k: v for k, v in state.items() if k != "model.norm.weight"},
+        "unexpected tensor": {**state, "model.stranger": state["model.norm.weight"].clone()},
+    }
+    folders = {}
+    for needle, tensors in variants.items():
+        folder = tmp_path / needle.replace(" ", "-")
+        folder.mkdir()
+        save_file(tensors, str(folder / "model.safetensors"))
+        folders[needle] = folder
+    return recipe, folders
+
+
+@pytest.mark.parametrize("command", ["build", "run", "key"])
+def test_a_checkpoint_that_does_not_fit_is_refused_before_the_cache_is_opened(
+    command, populated, tmp_path, monkeypatch
+):
+    recipe, folders = _misfit_checkpoints(tmp_path)
+    extra = {"build": [], "run": ["--tokens", "1,2"], "key": []}[command]
+    root, _ = populated
+    for needle, folder in folders.items():
+        args = [command, str(recipe), "-b", "eager", "--weights", str(folder), *extra]
+        monkeypatch.setenv("ACACHE_DIR", str(root))
+        before = snapshot(root)
+        _assert_one_line_error(runner.invoke(app, args), needle)
+        assert snapshot(root) == before  # no lock, no digest memo, no miss counted
+        absent = tmp_path / "never-created"
+        monkeypatch.setenv("ACACHE_DIR", str(absent))
+        _assert_one_line_error(runner.invoke(app, args), needle)
+        assert not absent.exists()
+
+
+def test_a_model_spec_refuses_what_only_generation_takes(tmp_path, monkeypatch):
+    monkeypatch.setenv("ACACHE_DIR", str(tmp_path / "never-created"))
+    spec = "examples/vision.py:net"
+    given = [["--new-tokens", "-5"], ["--prompt", "hi"], ["--tokens", "1,2"],
+             ["--temperature", "0.7"], ["--top-k", "5"], ["--eos-id", "3"],
+             ["--no-eos"]]  # fmt: skip
+    for args in given:
+        result = runner.invoke(app, ["run", spec, "-b", "eager", *args])
+        _assert_one_line_error(result, f"{args[0]} is for generating from a recipe")
+    assert not (tmp_path / "never-created").exists()
+
+
+def test_an_unavailable_default_backend_says_it_was_the_default(tmp_path, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("aoti is available on this machine's GPU")
+    monkeypatch.setenv("ACACHE_DIR", str(tmp_path / "never-created"))
+    defaulted = runner.invoke(app, ["run", "tiny-llama", "--device", "cuda", "--tokens", "1"])
+    _assert_one_line_error(defaulted, "(the default backend on cuda: pick another with -b)")
+    named = runner.invoke(app, ["run", "tiny-llama", "-b", "aoti", "--device", "cuda"])
+    _assert_one_line_error(named, "backend 'aoti' is unavailable")
+    assert "default" not in named.stderr
+    assert not (tmp_path / "never-created").exists()

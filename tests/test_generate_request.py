@@ -27,8 +27,16 @@ def _ckpt(eos=(2,), tokenizer=None, folder="/ckpt"):
 
 def test_parse_token_ids():
     assert parse_token_ids(" 1, 2 3 ") == [1, 2, 3]
+    assert parse_token_ids("-5") == [-5]  # refused later, with the vocabulary's range
     with pytest.raises(AcacheError):
         parse_token_ids(" , ")
+
+
+@pytest.mark.parametrize("text", ["1,,2", "1, ,2", "\uff11,2", "--5", "1.5", "+3", "0x10"])
+def test_parse_token_ids_refuses_what_is_no_list_of_ids(text):
+    with pytest.raises(AcacheError, match="--tokens must be integers") as e:
+        parse_token_ids(text)
+    assert "\n" not in str(e.value)
 
 
 def test_the_recipes_own_prompt_needs_no_tokenizer():
@@ -62,7 +70,7 @@ def test_eos_and_sampling_choices():
     assert resolve_request(RECIPE, _ckpt(), no_eos=True).eos_token_ids == ()
     with pytest.raises(ArgumentError, match="either --eos-id or --no-eos"):
         resolve_request(RECIPE, eos_ids=[2], no_eos=True)
-    with pytest.raises(GenerationError, match="top_p must be in"):
+    with pytest.raises(GenerationError, match=r"top_p \(--top-p\) must be in"):
         resolve_request(RECIPE, top_p=1.5)
     with pytest.raises(GenerationError, match="EOS token id 32000 is outside"):
         resolve_request(RECIPE, eos_ids=[32000])

@@ -42,11 +42,11 @@ def _first_new(tokens: list[int], at_least: int) -> int:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
-        ({"temperature": math.nan}, "temperature must be a finite number >= 0"),
-        ({"temperature": 1.0, "top_k": 0}, "top_k must be an integer >= 1"),
-        ({"temperature": 1.0, "top_p": 0.0}, "top_p must be in (0, 1]"),
-        ({"temperature": 1.0, "top_p": 1.5}, "top_p must be in (0, 1]"),
+        ({"temperature": -0.5}, "temperature (--temperature) must be a finite number >= 0"),
+        ({"temperature": math.nan}, "temperature (--temperature) must be a finite number >= 0"),
+        ({"temperature": 1.0, "top_k": 0}, "top_k (--top-k) must be an integer >= 1"),
+        ({"temperature": 1.0, "top_p": 0.0}, "top_p (--top-p) must be in (0, 1]"),
+        ({"temperature": 1.0, "top_p": 1.5}, "top_p (--top-p) must be in (0, 1]"),
         ({"temperature": 1.0, "seed": -1}, "seed must be an integer >= 0"),
         ({"top_k": 5}, "set a temperature > 0"),
         ({"top_p": 0.9}, "set a temperature > 0"),

@@ -9,6 +9,7 @@ import pytest
 from artifactcache.config import FAMILIES, Shapes, default_prefill_len
 from artifactcache.errors import RecipeError
 from artifactcache.recipes import (
+    BUILTIN_DIR,
     builtin_names,
     list_recipes,
     load_recipe,
@@ -222,3 +223,20 @@ def test_an_explicit_folder_wins_over_a_built_in_name(tmp_path: Path, monkeypatc
     (tmp_path / "tiny-llama").mkdir()  # a folder, but no checkpoint in it
     with pytest.raises(RecipeError, match="config.json"):
         load_recipe("./tiny-llama")
+
+
+def test_a_request_past_the_context_says_which_file_to_change(tmp_path: Path):
+    """A built-in recipe is the installed package's file: the advice is a saved copy of
+    it; a user's own TOML is named as it is."""
+    from artifactcache.errors import ShapeError
+
+    builtin = load_recipe("tiny-llama")
+    assert builtin.builtin
+    with pytest.raises(ShapeError, match="in a copy saved from `acache recipe tiny-llama`"):
+        builtin.check_fits(1, 500)
+    own = tmp_path / "mine.toml"
+    own.write_text((BUILTIN_DIR / "tiny-llama.toml").read_text())
+    mine = load_recipe(own)
+    assert not mine.builtin and mine == builtin  # the flag is not part of the recipe
+    with pytest.raises(ShapeError, match=f"raise \\[shapes\\].max_seq_len in {own}$"):
+        mine.check_fits(1, 500)

@@ -68,6 +68,7 @@ def make_context(
     choices: BuildChoices | None = None,
     *,
     check_memory: bool = True,
+    check_checkpoint: bool = False,
     **given: Any,
 ) -> tuple[Backend, BuildContext]:
     """Validate everything the user chose, before anything is written.
@@ -79,7 +80,11 @@ def make_context(
     context length and batch rows (key factors, as every shape is); so is ``quant``,
     weight-only quantization (backends/shared/model_options.py). With ``check_memory``, weights
     plus the KV cache must fit the device's free memory (sizing.py); computing a key
-    skips that. Choices are a BuildChoices, or keywords of its fields.
+    skips that. With ``check_checkpoint``, a checkpoint's tensors are checked against the
+    model from their headers (models.check_weights), as the load checks them again: the
+    CLI asks for it, so that a mismatched checkpoint is refused before the cache is
+    opened; a deployment's load skips the duplicate. Choices are a BuildChoices, or
+    keywords of its fields.
     """
     settings.check_load_settings()  # read only at load, maybe after a long build
     opts = choices_of(choices, given)
@@ -97,6 +102,10 @@ def make_context(
     check_device(opts.device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
     check_recipe_options(b.name, rec, opts)
+    if check_checkpoint and weights is not None:  # the dtype is known good by now
+        from ..models import check_weights
+
+        check_weights(rec, Path(weights), opts.dtype)
     require_available(b, opts)  # "not installed" is more useful than "no GPU": say it first
     check_device(opts.device)
     if check_memory:
@@ -109,7 +118,7 @@ def make_context(
 def check_generation(recipe: Recipe, prompt_ids: Sequence[int], max_new_tokens: int) -> None:
     """What Runner.generate() would refuse, checked before an entry is built or loaded."""
     if max_new_tokens < 1:
-        raise ShapeError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        raise ShapeError(f"max_new_tokens (--new-tokens) must be at least 1, got {max_new_tokens}")
     vocab = recipe.model.vocab_size
     for t in prompt_ids:
         if not 0 <= t < vocab:

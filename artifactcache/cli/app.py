@@ -7,7 +7,7 @@ import importlib
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -17,9 +17,15 @@ from ..defaults import BACKEND_DEFAULT_HELP
 from ..errors import AcacheError, ArgumentError
 from .render import visible
 
-# One table mapping exception types to exit codes. AcacheError subclasses are
-# user errors: one line on stderr, exit 1. Usage errors exit 2 on their own.
-ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1}
+# click's UsageError: a missing option, a value that does not parse, an unknown command.
+# Typer 0.2x vendors its own click (typer._click), older ones use click's: found
+# through typer's public BadParameter, a subclass of it in both.
+UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+# One table mapping exception types to exit codes. AcacheError subclasses are user
+# errors, and so are usage errors: one line on stderr, exit 1.
+ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1, UsageError: 1}
 
 
 class AcacheGroup(TyperGroup):
@@ -35,16 +41,35 @@ class AcacheGroup(TyperGroup):
         _escape_help(self)
         _plain_metavars(self)
 
+    def make_context(self, info_name: str | None, args: list[str], **extra: Any) -> Any:
+        try:  # the group's own options (`acache --bogus`)
+            return super().make_context(info_name, args, **extra)
+        except UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `acache`: the help, printed
+                raise
+            _exit_with(e)
+
     def invoke(self, ctx: typer.Context) -> Any:
-        try:
+        try:  # a subcommand's arguments are parsed in here too
             return super().invoke(ctx)
         except tuple(ERROR_EXIT_CODES) as e:
-            code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
-            typer.echo(f"error: {visible(e)}", err=True)
-            raise typer.Exit(code) from None
+            _exit_with(e)
         except KeyboardInterrupt:
             typer.echo("error: interrupted", err=True)
             raise typer.Exit(130) from None
+
+
+def _exit_with(e: BaseException) -> NoReturn:
+    """``error: <one line>`` on stderr and the exit code of ``e``'s type."""
+    code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
+    if isinstance(e, UsageError):
+        ctx = getattr(e, "ctx", None)
+        where = ctx.command_path if ctx is not None else "acache"
+        message = " ".join(e.format_message().split()).rstrip(".")  # type: ignore[attr-defined]
+        typer.echo(f"error: {message} (see `{where} --help`)", err=True)
+    else:
+        typer.echo(f"error: {visible(e)}", err=True)
+    raise typer.Exit(code) from None
 
 
 _KINDS = {"int": "INTEGER", "integer": "INTEGER", "float": "FLOAT", "str": "TEXT",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ..devices import is_cuda
+from ..errors import ArgumentError
 from .app import (
     AllowSharedRoot,
     CacheDir,
@@ -187,7 +188,7 @@ def register(app: typer.Typer) -> None:
             rebuild_untrusted=rebuild_untrusted,
         )
         if not is_spec(recipe):  # every argument checked before the store is opened
-            api.make_context(recipe, backend, choices)
+            api.make_context(recipe, backend, choices, check_checkpoint=True)
         else:
             from ..devices import check_device
 
@@ -276,6 +277,18 @@ def register(app: typer.Typer) -> None:
 
         if is_spec(recipe):
             choices.check_scope("module")
+            generation = {
+                "--prompt": prompt is not None, "--tokens": tokens is not None,
+                "--new-tokens": max_new_tokens is not None, "--temperature": temperature != 0.0,
+                "--top-k": top_k is not None, "--top-p": top_p is not None,
+                "--sample-seed": sample_seed is not None, "--eos-id": bool(eos_id),
+                "--no-eos": no_eos,
+            }  # fmt: skip
+            if given := [flag for flag, was_given in generation.items() if was_given]:
+                raise ArgumentError(
+                    f"{given[0]} is for generating from a recipe; a model spec runs once on "
+                    "its inputs"
+                )
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
@@ -301,7 +314,7 @@ def register(app: typer.Typer) -> None:
         common = choices.replace(max_seq_len=None, max_batch=None)
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
         api.check_generation(rec, ids, req.max_new_tokens)
-        api.make_context(rec, backend, common)
+        api.make_context(rec, backend, common, check_checkpoint=True)
         store = open_store(
             cache_dir,
             allow_shared_root,
@@ -335,8 +348,8 @@ def register(app: typer.Typer) -> None:
                     "new_ids": new,
                     "text": text,
                     "stop": stop,
-                    # key + hit/pull/build, then the backend's load of the entry
-                    "build_seconds": round(res.seconds, 3),
+                    # key + hit/pull/build (a lookup on a hit), then the backend's load
+                    "entry_seconds": round(res.seconds, 3),
                     "load_seconds": round(t1 - t0 - res.seconds, 3),
                     "generate_seconds": round(t2 - t1, 3),
                 }
@@ -400,7 +413,7 @@ def _run_module(
                 "status": _status(res),
                 "inputs": [s.describe() for s in mspec.inputs],
                 "outputs": rows,
-                "build_seconds": round(res.seconds, 3),
+                "entry_seconds": round(res.seconds, 3),
                 "load_seconds": round(t1 - t0 - res.seconds, 3),
                 "call_seconds": round(t2 - t1, 3),
             }

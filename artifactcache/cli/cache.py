@@ -393,8 +393,11 @@ def register(app: typer.Typer) -> None:
             from ..api import key_for, make_context
 
             # A key says what a build would be keyed by; whether it fits here is the build's
-            # question, so memory is not checked.
-            b, ctx = make_context(recipe, backend, choices, check_memory=False)
+            # question, so memory is not checked. A checkpoint that no build could load
+            # has no key worth printing.
+            b, ctx = make_context(
+                recipe, backend, choices, check_memory=False, check_checkpoint=True
+            )
             # Only a real checkpoint needs the store (its digest memo lives there).
             memo = (
                 _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None

@@ -20,6 +20,7 @@ import typer
 
 from ..choices import BuildChoices
 from ..defaults import DEVICE_DEFAULT_HELP, DTYPE_DEFAULT_HELP
+from ..errors import BackendUnavailable
 from .app import ArgumentError, parse_extra
 
 # How each kind of field reads from the command line: (annotation, to the field's value).
@@ -140,9 +141,17 @@ def with_choices(
         given = kwargs.get("backend") or kwargs.get("backends") or ""
         backends = tuple(b.strip() for b in given.split(",") if b.strip())
         choices = choices_from_cli(values, recipes=recipes, backends=backends)
-        if "backend" in kwargs and kwargs["backend"] is None:
+        defaulted = "backend" in kwargs and kwargs["backend"] is None
+        if defaulted:
             kwargs["backend"] = default_backend(choices.device)
-        return command(*args, choices=choices, **kwargs)
+        try:
+            return command(*args, choices=choices, **kwargs)
+        except BackendUnavailable as e:
+            if not defaulted:
+                raise
+            raise BackendUnavailable(  # the user never named it: say where it came from
+                f"{e} (the default backend on {choices.device}: pick another with -b)"
+            ) from None
 
     wrapper.__signature__ = sig.replace(parameters=own + added)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in own + added}

@@ -100,14 +100,15 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--full",
-                help="the full checks: import torch, ask each backend, probe the C++ "
+                help="The full checks: import torch, ask each backend, probe the C++ "
                 "compiler (seconds; kept in the cache for this toolchain), even when the "
                 "cache holds them already",
             ),
         ] = False,
     ) -> None:
-        """What works here: versions, GPUs, each backend (and why not), the cache, the remote,
-        and the ACACHE_* settings in effect. Quick by default (what is installed, no torch
+        """What works here: versions, GPUs, each backend (and why not), cache, remote, settings.
+
+        Also the ACACHE_* settings in effect. Quick by default (what is installed, no torch
         import); --full checks for real and keeps the result in the cache, reused until a
         version, the driver, $CXX or $PATH changes."""
         rep = doctor_report(cache_dir, remote, full=full)

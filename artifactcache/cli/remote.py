@@ -170,7 +170,7 @@ def register(app: typer.Typer) -> None:
         """Pull and verify the artifact a recipe + backend needs (for a deploy hook); no build."""
         from ..api import key_for, make_context
 
-        b, ctx = make_context(recipe, backend, choices)
+        b, ctx = make_context(recipe, backend, choices, check_checkpoint=True)
         key_opts = (signing_key, trusted_keys, remote_trust_unsigned)
         store = _tiered(cache_dir, allow_shared_root, remote, remote_read_only, key_opts)
         info = key_for(b, ctx, memo_dir=store.base)

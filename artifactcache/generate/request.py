@@ -11,6 +11,7 @@ to stop at and the sampling choice. A bad value is a one-line error. The shapes
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,17 +39,23 @@ class GenerationRequest:
                     top_k=s.top_k, top_p=s.top_p, seed=s.seed)  # fmt: skip
 
 
+_ID = re.compile(r"-?[0-9]+")
+
+
 def parse_token_ids(text: str) -> list[int]:
-    """'1,2,3' or '1 2 3' -> [1, 2, 3]; anything else is a one-line error."""
+    """'1,2,3' or '1 2 3' -> [1, 2, 3]; anything else is a one-line error. An id left
+    out between two commas ('1,,2') is refused rather than skipped: it is a typo that
+    would shift every later position."""
     parts = text.replace(",", " ").split()
     if not parts:
         raise ArgumentError("--tokens is empty: pass ids like --tokens 1,15043,29892")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
+    between_commas = [p.strip() for p in text.strip().strip(",").split(",")]
+    # ASCII digits only: int() also reads other scripts' digits ('１'), no one's token id.
+    if "" in between_commas or not all(_ID.fullmatch(p) for p in parts):
         raise ArgumentError(
             f"--tokens must be integers separated by commas or spaces, got {text!r}"
-        ) from None
+        )
+    return [int(p) for p in parts]
 
 
 def prompt_ids_for(

@@ -44,16 +44,16 @@ class Sampling:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise GenerationError(
-                f"temperature must be a finite number >= 0 (0 is greedy), got {t!r}"
+                f"temperature (--temperature) must be a finite number >= 0 (0 is greedy), got {t!r}"
             )
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-            raise GenerationError(f"top_k must be an integer >= 1, got {k!r}")
+            raise GenerationError(f"top_k (--top-k) must be an integer >= 1, got {k!r}")
         p = self.top_p
         if p is not None and (
             isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 < p <= 1
         ):
-            raise GenerationError(f"top_p must be in (0, 1], got {p!r}")
+            raise GenerationError(f"top_p (--top-p) must be in (0, 1], got {p!r}")
         s = self.seed
         if isinstance(s, Sequence) and not isinstance(s, (str, bytes)):
             s = tuple(s)

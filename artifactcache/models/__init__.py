@@ -37,7 +37,7 @@ from torch import nn
 
 from ..config import Recipe
 from ..dtypes import torch_dtype
-from .weights import init_random, load_checkpoint
+from .weights import check_checkpoint, init_random, load_checkpoint
 
 
 def architecture(recipe: Recipe) -> nn.Module:
@@ -49,6 +49,21 @@ def architecture(recipe: Recipe) -> nn.Module:
     from .llama import LlamaModel
 
     return LlamaModel(recipe.model, fused=recipe.family == "phi-3")
+
+
+def _on_meta(recipe: Recipe, dtype: torch.dtype) -> nn.Module:
+    """The recipe's model on the meta device, its LM head tied where the recipe says."""
+    with torch.device("meta"):
+        model = architecture(recipe).to(dtype)
+    if recipe.model.tie_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model
+
+
+def check_weights(recipe: Recipe, path: Path, dtype: str) -> None:
+    """A checkpoint's tensors against the recipe's model, from their headers alone (a
+    one-line WeightsError for the first misfit): what a build would refuse, before it."""
+    check_checkpoint(_on_meta(recipe, torch_dtype(dtype)), path)
 
 
 @dataclass(frozen=True)
@@ -85,10 +100,7 @@ def build_model(
     weights = weights or WeightsSpec()
     dev = torch.device(device)
     tdtype = torch_dtype(dtype)
-    with torch.device("meta"):
-        model = architecture(recipe).to(tdtype)
-    if recipe.model.tie_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight
+    model = _on_meta(recipe, tdtype)
     if weights.path is not None:
         load_checkpoint(model, Path(weights.path), dev, stamps=stamps)
     else:

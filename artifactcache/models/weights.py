@@ -66,6 +66,36 @@ def load_checkpoint(
     threads = resolve_threads(threads)
     chunk_bytes = resolve_chunk_bytes(chunk_bytes)
     expected = _tensors(model, persistent=model.state_dict().keys())  # on meta: names, shapes
+    sources, groups = _checked_sources(expected, path)
+    stamps["weights_checked"] = time.perf_counter()
+    if maps_files(device):
+        _map_on_cpu(model, sources, expected)
+    else:
+        materialize(model, device)
+        stamps["weights_allocated"] = time.perf_counter()
+        dests = _tensors(model, persistent=sources)
+        with torch.no_grad():
+            read_into(
+                [(src, dests[name]) for name, src in sources.items()],
+                threads=threads,
+                chunk_bytes=chunk_bytes,
+            )
+    for names in groups.values():
+        _tie(model, names)
+
+
+def check_checkpoint(model: nn.Module, path: Path) -> None:
+    """The checks load_checkpoint makes first, alone: every tensor of ``path``'s headers
+    against ``model`` (on the meta device), a one-line WeightsError for the first misfit.
+    Reads a few KiB a shard; the CLI calls it before it opens the cache."""
+    _checked_sources(_tensors(model, persistent=model.state_dict().keys()), path)
+
+
+def _checked_sources(
+    expected: dict[str, torch.Tensor], path: Path
+) -> tuple[dict[str, StoredTensor], dict[int, list[str]]]:
+    """({first name of each tied group: its stored tensor}, {id: the group's names}),
+    once every header tensor fits ``expected`` and none is missing."""
     found: dict[str, StoredTensor] = {}
     for f in checkpoint_files(path).shards:
         for t in read_header(f):
@@ -85,21 +115,7 @@ def load_checkpoint(
             "the checkpoint does not match this recipe"
         )
     sources = {names[0]: next(found[n] for n in names if n in found) for names in groups.values()}
-    stamps["weights_checked"] = time.perf_counter()
-    if maps_files(device):
-        _map_on_cpu(model, sources, expected)
-    else:
-        materialize(model, device)
-        stamps["weights_allocated"] = time.perf_counter()
-        dests = _tensors(model, persistent=sources)
-        with torch.no_grad():
-            read_into(
-                [(src, dests[name]) for name, src in sources.items()],
-                threads=threads,
-                chunk_bytes=chunk_bytes,
-            )
-    for names in groups.values():
-        _tie(model, names)
+    return sources, groups
 
 
 def maps_files(device: torch.device) -> bool:
