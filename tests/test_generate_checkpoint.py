@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from artifactcache import api
 from artifactcache.cli.app import app
 from artifactcache.cli.build import generate_and_print
-from artifactcache.generate.checkpoint import decode_continuation
+from artifactcache.generate.checkpoint import TextStream, decode_continuation
 from artifactcache.measure.child.timing import measure_requests
 
 PROMPT = "hello my name is"
@@ -125,6 +125,78 @@ def test_text_streams_token_by_token_only_to_a_terminal(tmp_path: Path, cache: P
     assert new_t == new_p and text_t == text_p
     assert tty.flushes == 10 and len(tty.writes) == 11 and "".join(tty.writes) == text_t + "\n"
     assert pipe.writes == [text_p + "\n"] and pipe.flushes == 0
+
+
+def _byte_level_tokenizer():
+    """A byte-level BPE that knows no merge for 'é', so 'é' is two ids (0xC3, 0xA9)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + 8, initial_alphabet=alphabet, show_progress=False
+    )
+    tok.train_from_iterator(["Hello world", "Hello there"], trainer)
+    return tok
+
+
+def test_a_prompt_ending_partway_through_a_character_is_not_printed_again():
+    tok = _byte_level_tokenizer()
+    ids = tok.encode("Hello é").ids
+    assert tok.decode(ids[:-1]) == "Hello \ufffd"  # the prompt stops after 0xC3
+    world = tok.encode(" world").ids
+    # Not completed: the prompt's U+FFFD is the prompt's, shown with it already.
+    assert decode_continuation(tok, ids[:-1], world) == " world"
+    # Completed by the first new id: the whole character is new text.
+    assert decode_continuation(tok, ids[:-1], ids[-1:] + world) == "é world"
+    # The model's own unfinished byte after the prompt's still prints as U+FFFD.
+    lead_byte = ids[-2]  # 0xC3 again, then no 0xA9
+    assert decode_continuation(tok, ids[:-1], [lead_byte, *world]) == "\ufffd world"
+    # Token by token, as a terminal sees it: the prompt's text is in no piece.
+    stream = TextStream(tok, ids[:-1])
+    pieces = [stream.push(t) for t in ids[-1:] + world]
+    assert pieces[0] == "é" and "".join(pieces) == "é world" == stream.text
+
+
+@pytest.mark.parametrize("text", ["Hello é world", "café naïve 日本 ok", "Hello 🙂!"])
+def test_prompt_text_then_continuation_is_the_whole_text_at_every_split(text: str):
+    """Split anywhere, even inside a character: what the prompt shows (less its
+    unfinished character) followed by the continuation is the text, once."""
+    tok = _byte_level_tokenizer()
+    ids = tok.encode(text).ids
+    assert len(ids) > len(text.split())  # the multi-byte characters span several ids
+    for k in range(1, len(ids)):
+        shown = tok.decode(ids[:k]).rstrip("\ufffd")
+        assert shown + decode_continuation(tok, ids[:k], ids[k:]) == text, k
+
+
+class _Runner:
+    """Hands back fixed ids: generate_and_print's text, apart from any model."""
+
+    def __init__(self, new: list[int]) -> None:
+        self.new = new
+
+    def stream(self, ids: list[int], n: int, **_: object):
+        yield from self.new[:n]
+
+    def generate(self, ids: list[int], n: int, **_: object) -> list[int]:
+        return self.new[:n]
+
+
+def test_run_text_after_an_unfinished_prompt_streamed_and_in_json():
+    tok = _byte_level_tokenizer()
+    ids = tok.encode("Hello é").ids
+    prompt, new = ids[:-1], ids[-1:] + tok.encode(" world").ids
+    runner = _Runner(new)
+    tty, pipe = _Out(True), _Out(False)
+    assert generate_and_print(runner, prompt, 9, {}, tok, tty, show=True) == (new, "é world")
+    assert "".join(tty.writes) == "é world\n"
+    assert generate_and_print(runner, prompt, 9, {}, tok, pipe, show=True) == (new, "é world")
+    assert pipe.writes == ["é world\n"]
+    # --json: no printing, the same text
+    assert generate_and_print(runner, prompt, 9, {}, tok, pipe, show=False)[1] == "é world"
 
 
 def test_a_folder_without_a_tokenizer_takes_tokens_not_a_prompt(tmp_path: Path, cache: Path):
