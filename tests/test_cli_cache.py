@@ -153,6 +153,14 @@ def _bundle(path: Path, key: str, member: tarfile.TarInfo, data: bytes = b"") ->
     return path
 
 
+def _manifest_only(path: Path, key: str, data: bytes) -> Path:
+    with tarfile.open(path, "w") as tf:
+        member = tarfile.TarInfo(f"{key}/manifest.json")
+        member.size = len(data)
+        tf.addfile(member, io.BytesIO(data))
+    return path
+
+
 def _symlink_member(key: str) -> tarfile.TarInfo:
     m = tarfile.TarInfo(f"{key}/model.bin")
     m.type, m.linkname = tarfile.SYMTYPE, "/etc/passwd"
@@ -170,6 +178,10 @@ BAD_INPUTS = {
     "dotdot-bundle": (
         lambda k, t: ["import", _bundle(t / "dd.tar", k, tarfile.TarInfo(f"{k}/../../x"), b"x")],
         "unsafe path",
+    ),
+    "manifest-not-json": (
+        lambda k, t: ["import", _manifest_only(t / "nj.tar", k, b"{not json")],
+        "is not valid JSON",
     ),
     "symlink-bundle": (
         lambda k, t: ["import", _bundle(t / "sl.tar", k, _symlink_member(k))],

@@ -125,6 +125,28 @@ def test_key_not_matching_factors_rejected(src, dst, tmp_path):
         import_bundle(dst, _tar(tmp_path / "k.tar", members))
 
 
+@pytest.mark.parametrize(
+    "data,words",
+    [
+        (b'{"key": "', "is not valid JSON"),
+        (b"\xff\xfe{}", "is not valid JSON"),
+        (b"[1, 2]", "is not a JSON object"),
+    ],
+    ids=["truncated", "not-utf8", "array"],
+)
+def test_a_manifest_that_is_not_json_is_named_so(src, dst, tmp_path, data, words, extracted):
+    """Not "does not match its key": the manifest could not be read at all."""
+    entry = built(src, 13)
+    members = _valid_members(entry)
+    members[0] = (members[0][0], data)
+    with pytest.raises(BundleError, match=words) as err:
+        import_bundle(dst, _tar(tmp_path / "nj.tar", members))
+    msg = str(err.value)
+    assert "\n" not in msg and "refusing" in msg and "match its key" not in msg
+    assert f"entry {entry.key[:12]}" in msg
+    assert extracted == [] and dst.scan() == ([], []) and os.listdir(dst.base / "staging") == []
+
+
 @pytest.mark.parametrize("content", [b"", b"this is not a tar file" * 100], ids=["empty", "junk"])
 def test_malformed_bundle(dst, tmp_path, content):
     bad = tmp_path / "bad.tar"

@@ -265,6 +265,15 @@ def _read_manifest(src: str, tf: tarfile.TarFile, key: str, ms: list[tarfile.Tar
         )
     try:
         manifest = schema.parse(tf.extractfile(member).read(limit + 1), limit)  # type: ignore[union-attr]
+    except ValueError as e:  # malformed JSON, not UTF-8, or nested too deeply
+        raise BundleError(
+            f"{src}: the manifest of entry {key[:12]} is not valid JSON ({e}); refusing the bundle"
+        ) from None
+    if not isinstance(manifest, dict):
+        raise BundleError(
+            f"{src}: the manifest of entry {key[:12]} is not a JSON object; refusing the bundle"
+        )
+    try:
         ok = manifest.get("key") == key and compute_key(manifest["factors"]) == key
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         ok = False
