@@ -80,8 +80,13 @@ def test_ls_show_stats_diff_rm(store):
     assert "build time saved by hits" in human and "size on disk" in human
     assert not re.search(r"\d\.\d{4,}", human)  # no raw floats: units, a few digits
     r = run("rm", k1[:8])
-    assert r.exit_code == 0 and "removed 1" in r.stdout
+    assert r.exit_code == 0 and "removed 1 entry, freed" in r.stdout
     assert [e.key for e in store.scan()[0]] == [k2]
+    k3 = put(store, 3)
+    r = run("rm", k2[:8], k3[:8], "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == [k2, k3]
+    assert json.loads(r.stdout)["freed"] > 2 * 2000  # both model.bin files, and more
+    assert store.scan()[0] == []
 
 
 def test_verify_reports_corruption(store):
@@ -124,8 +129,18 @@ def test_export_import_cli(store, tmp_path):
     assert r.exit_code == 0 and out.exists()
     other = tmp_path / "other"
     r = run("import", out, "--cache-dir", other, "--json")
-    assert r.exit_code == 0 and json.loads(r.stdout) == {"imported": [k1]}
+    assert r.exit_code == 0 and json.loads(r.stdout) == {"imported": [k1], "already_present": []}
     assert LocalStore(other).open(k1).key == k1
+    # Entries already there are kept, and said to be, not counted as imported.
+    k2 = put(store, 2)
+    assert run("export", k1[:8], k2[:8], "-o", out, "--force").exit_code == 0
+    r = run("import", out, "--cache-dir", other)
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == f"imported 1 entry: {k2[:12]}; 1 already present: {k1[:12]}"
+    r = run("import", out, "--cache-dir", other, "--json")
+    assert json.loads(r.stdout) == {"imported": [], "already_present": [k1, k2]}
+    r = run("import", out, "--cache-dir", other)
+    assert r.stdout.strip() == f"imported 0 entries; 2 already present: {k1[:12]}, {k2[:12]}"
 
 
 def test_export_of_an_entry_pulled_with_flags_needs_no_flag(store, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 
 from artifactcache.errors import BundleError, FilesystemError
 from artifactcache.store import bundle as bundle_mod
-from artifactcache.store.bundle import check_export_target, export, import_bundle
+from artifactcache.store.bundle import ImportResult, check_export_target, export, import_bundle
 from artifactcache.store.keyformat import compute_key
 from artifactcache.store.local import LocalStore
 from artifactcache.store.manifest import content
@@ -51,13 +51,16 @@ def test_round_trip(src, dst, tmp_path):
     a, b = built(src, 1), built(src, 2)
     out = tmp_path / "b.tar"
     assert export(src, [a.key[:10], b.key], out) == [a.key, b.key]
-    assert sorted(import_bundle(dst, out)) == sorted([a.key, b.key])
+    assert import_bundle(dst, out) == ImportResult(imported=[a.key, b.key], present=[])
     for e in (a, b):
         got = dst.open(e.key)
         assert content(got.manifest) == content(e.manifest)  # provenance: the importer's own
         assert (got.path / "model.bin").read_bytes() == (e.path / "model.bin").read_bytes()
-    assert import_bundle(dst, out) == [a.key, b.key]  # again: already there, still fine
+    # Again: already there, still fine, and said so; the entry there is kept.
+    assert import_bundle(dst, out) == ImportResult(imported=[], present=[a.key, b.key])
     assert os.listdir(dst.base / "staging") == []
+    dst.remove([a.key])
+    assert import_bundle(dst, out) == ImportResult(imported=[a.key], present=[b.key])
 
 
 def _tar(path: Path, members: list[tuple[tarfile.TarInfo, bytes | None]]) -> Path:
@@ -325,7 +328,7 @@ def test_an_import_records_its_own_provenance_not_the_bundles(src, dst, tmp_path
     assert entry.provenance == {"source": "built"}
     out = tmp_path / "p.tar"
     export(src, [entry.key], out)
-    (key,) = import_bundle(dst, out)
+    (key,) = import_bundle(dst, out).imported
     got = dst.open(key)
     assert got.provenance == {"source": "imported", "bundle": "p.tar", "signer": None}
     assert content(got.manifest) == content(entry.manifest)
@@ -359,7 +362,7 @@ def test_export_copies_a_pulled_entry_this_host_would_not_serve(tmp_path, dst, m
     entry = _pulled(src, tmp_path, 30)
     out = tmp_path / "pulled.tar"
     assert export(src, [entry.key], out) == [entry.key]
-    (key,) = import_bundle(dst, out)
+    (key,) = import_bundle(dst, out).imported
     want = {"source": "imported", "bundle": "pulled.tar", "signer": None}
     assert dst.open(key).provenance == want
     # Verified all the same: a damaged entry is not exported.
@@ -367,6 +370,20 @@ def test_export_copies_a_pulled_entry_this_host_would_not_serve(tmp_path, dst, m
     with pytest.raises(IntegrityError, match="failed verification"):
         export(src, [entry.key], tmp_path / "damaged.tar")
     assert not (tmp_path / "damaged.tar").exists()
+
+
+def test_an_entry_there_that_may_no_longer_be_served_is_replaced_and_counted_imported(
+    tmp_path, monkeypatch
+):
+    from artifactcache.store.signing import Trust
+
+    monkeypatch.delenv("ACACHE_REMOTE_TRUST_UNSIGNED", raising=False)
+    dst = LocalStore(tmp_path / "dst", trust=Trust())  # trusts no unsigned pulled entry
+    entry = _pulled(dst, tmp_path, 33)
+    out = tmp_path / "again.tar"
+    export(LocalStore(tmp_path / "elsewhere33"), [entry.key], out)
+    assert import_bundle(dst, out) == ImportResult(imported=[entry.key], present=[])
+    assert dst.open(entry.key).provenance["source"] == "imported"
 
 
 def test_export_holds_the_entry_and_writes_what_it_verified(src, dst, tmp_path, monkeypatch):

@@ -213,7 +213,7 @@ def _import(workdir: Path, data: bytes, monkeypatch) -> None:
     counting = _Counting()
     monkeypatch.setattr(tarfile.TarFile, "extractfile", counting.wrap(tarfile.TarFile.extractfile))
     try:
-        keys = import_bundle(store, bundle)
+        keys = import_bundle(store, bundle).imported  # a fresh cache: none already present
     except AcacheError as e:
         assert "\n" not in str(e)
         assert store.scan()[0] == []  # all or nothing

@@ -32,7 +32,16 @@ from .app import (
 from .choices import with_choices
 from .module import is_spec
 from .remote import RemoteFlag, RemoteUrl, ls_remote
-from .render import console, emit_json, err_console, human_bytes, print_table, shown, visible
+from .render import (
+    console,
+    emit_json,
+    entries,
+    err_console,
+    human_bytes,
+    print_table,
+    shown,
+    visible,
+)
 
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -227,13 +236,21 @@ def register(app: typer.Typer) -> None:
             )
 
     @app.command("rm")
-    def rm(keys: Keys, cache_dir: CacheDir = None, allow_shared_root: AllowSharedRoot = False):
+    def rm(
+        keys: Keys,
+        cache_dir: CacheDir = None,
+        allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
+    ):
         """Delete entries (not one another process is loading, nor one others depend on)."""
         check_prefixes(keys)
         store = _store(cache_dir, allow_shared_root)
         full = list(dict.fromkeys(store.resolve(k) for k in keys))  # all must exist first
         freed = store.remove(full)
-        console.print(f"removed {len(full)} entries, freed {human_bytes(freed)}")
+        if json:
+            emit_json({"removed": full, "freed": freed})
+            return
+        console.print(f"removed {entries(len(full))}, freed {human_bytes(freed)}")
 
     @app.command("gc")
     def gc(
@@ -362,11 +379,17 @@ def register(app: typer.Typer) -> None:
             raise BundleError(f"bundle {file} does not exist or is not a file")
         store = _store(cache_dir, allow_shared_root)
         with _progress("importing") as cb:
-            keys = import_bundle(store, file, progress=cb)
+            done = import_bundle(store, file, progress=cb)
         if json:
-            emit_json({"imported": keys})
+            emit_json({"imported": done.imported, "already_present": done.present})
             return
-        console.print(f"imported {len(keys)} entries: {', '.join(k[:12] for k in keys)}")
+        line = f"imported {entries(len(done.imported))}"
+        if done.imported:
+            line += f": {', '.join(k[:12] for k in done.imported)}"
+        if done.present:
+            line += f"; {len(done.present)} already present: "
+            line += ", ".join(k[:12] for k in done.present)
+        console.print(line)
 
     @app.command("key")
     @with_choices

@@ -32,6 +32,7 @@ import stat
 import tarfile
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -44,6 +45,15 @@ from .local import LocalStore
 
 Progress = Callable[[int, int], None]
 _CHUNK = 4 << 20
+
+
+@dataclass
+class ImportResult:
+    """A bundle's keys, in its order: published by the import, or already in the
+    cache, where the intact entry there was kept and the bundle's copy dropped."""
+
+    imported: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
 
 
 def export(
@@ -365,13 +375,15 @@ def _write_error(store: LocalStore, src: str, e: OSError, needed: int) -> Filesy
 
 def import_bundle(
     store: LocalStore, file: str | os.PathLike[str], progress: Progress | None = None
-) -> list[str]:
-    """Verify every entry in the bundle, then publish them all; returns their keys.
+) -> ImportResult:
+    """Verify every entry in the bundle, then publish them all; which were imported
+    and which were already present (an intact entry there wins, see
+    :meth:`LocalStore.publish_dir`).
 
     All or nothing: every member is checked against the tar headers, then copied
     into staging with its size and digest checked, before the first entry is
     published. Only an OS failure while publishing (a full disk) can stop it
-    midway, and its error names the entries that were published.
+    midway, and its error names the entries that were imported.
     """
     src = str(file)
     try:
@@ -409,19 +421,21 @@ def import_bundle(
 
 def _publish_all(
     store: LocalStore, src: str, staging: Path, manifests: dict[str, dict]
-) -> list[str]:
-    published: list[str] = []
+) -> ImportResult:
+    result = ImportResult()
     for key, manifest in manifests.items():
         try:
-            store.publish_dir(staging / key, manifest, provenance=manifest["provenance"])
+            _, new = store.publish_or_keep(
+                staging / key, manifest, provenance=manifest["provenance"]
+            )
         except AcacheError as e:
             err = BundleError(f"{src}: {e}") if isinstance(e, IntegrityError) else e
-            if published:
-                names = ", ".join(k[:12] for k in published)
+            if result.imported:
+                names = ", ".join(k[:12] for k in result.imported)
                 raise type(err)(
                     f"{err}; imported before the failure: {names} "
-                    f"({len(published)} of {len(manifests)} entries)"
+                    f"({len(result.imported)} of {len(manifests)} entries)"
                 ) from None
             raise err from None
-        published.append(key)
-    return published
+        (result.imported if new else result.present).append(key)
+    return result

@@ -302,6 +302,13 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
         (:meth:`untrusted`). ``provenance`` (where the entry came from, as the
         caller found) replaces any the manifest carries: it never vouches for itself.
         """
+        return self.publish_or_keep(staging_dir, manifest, provenance=provenance)[0]
+
+    def publish_or_keep(
+        self, staging_dir: Path, manifest: dict[str, Any], *, provenance: dict = UNSIGNED_IMPORT
+    ) -> tuple[Entry, bool]:
+        """:meth:`publish_dir`, and whether it published: False when the entry already
+        there was kept (and the staged copy discarded)."""
         key = str(manifest.get("key", ""))
         self.entry_path(key)
         manifest = {**schema.content(manifest), "provenance": dict(provenance)}
@@ -310,7 +317,9 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
         with _os_errors(f"publishing entry {key[:12]}"):
             return self._publish_checked(staging_dir, key, manifest)
 
-    def _publish_checked(self, staging_dir: Path, key: str, manifest: dict[str, Any]) -> Entry:
+    def _publish_checked(
+        self, staging_dir: Path, key: str, manifest: dict[str, Any]
+    ) -> tuple[Entry, bool]:
         if (staging_dir / MANIFEST).exists():
             (staging_dir / MANIFEST).unlink()  # ours is written from the given dict below
         files, memo = self._digest_tree(staging_dir)
@@ -324,8 +333,8 @@ class LocalStore(KeyLocksMixin, VerifyMixin, MaintenanceMixin, TrustMixin):
             existing, _ = self._check(key)
             if existing is not None and self.untrusted(existing) is None:
                 _fs.rmtree(staging_dir)
-                return existing
-            return self._install(staging_dir, dict(manifest), memo)
+                return existing, False
+            return self._install(staging_dir, dict(manifest), memo), True
 
     def _install(self, staging: Path, manifest: dict, memo: dict) -> Entry:
         """Write the manifest, fsync everything, rename into entries/. Caller holds the lock.
