@@ -223,7 +223,7 @@ def register(app: typer.Typer) -> None:
             emit_json([r.__dict__ for r in results])
         else:
             rows = [[r.key[:12], _verify_status(r), r.problem or ""] for r in results]
-            _table(f"verified {len(results)} entries", ["key", "status", "problem"], rows)
+            _table(f"verified {entries(len(results))}", ["key", "status", "problem"], rows)
         if bad := [r for r in results if r.quarantined]:
             raise IntegrityError(
                 f"{len(bad)} of {len(results)} entries failed verification and were quarantined "
@@ -300,7 +300,7 @@ def register(app: typer.Typer) -> None:
         ]
         nbytes = plan.bytes if done is None else done.freed
         _table(
-            f"{verb} {len(evicted)} entries ({human_bytes(nbytes)})",
+            f"{verb} {entries(len(evicted))} ({human_bytes(nbytes)})",
             ["key", "recipe", "size", "last used"],
             rows,
         )
@@ -363,7 +363,7 @@ def register(app: typer.Typer) -> None:
         store = _store(cache_dir, allow_shared_root)
         with _progress("exporting") as cb:
             done = do_export(store, keys, out, progress=cb, overwrite=force)
-        console.print(f"exported {len(done)} entries to {shown(out)}")
+        console.print(f"exported {entries(len(done))} to {shown(out)}")
 
     @app.command("import")
     def import_(

@@ -11,7 +11,7 @@ import typer
 
 from ..doctor import doctor_report
 from .app import CacheDir, JsonOut, Remote
-from .render import console, emit_json, human_bytes, print_table, shown
+from .render import console, emit_json, entries, human_bytes, print_table, shown
 
 
 def _default(value: Any) -> str:
@@ -63,7 +63,7 @@ def _render(rep: dict[str, Any]) -> None:
     )
     c = rep["cache"]
     console.print(
-        f"cache {shown(c['dir'])}  {human_bytes(c['size_bytes'])}  {c['entries']} entries  "
+        f"cache {shown(c['dir'])}  {human_bytes(c['size_bytes'])}  {entries(c['entries'])}  "
         f"mode {c['mode'] or '-'}" + (f"  ({shown(c['problem'])})" if c["problem"] else ""),
         highlight=False,
     )

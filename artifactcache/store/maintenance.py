@@ -223,9 +223,11 @@ class MaintenanceMixin:
                 )
         result = self._remove_all(_dependents_first(full, needs), dependents)
         if result.in_use:
+            n = len(result.evicted)
+            others = f"{n} other {'entry' if n == 1 else 'entries'} removed"
             raise EntryInUse(
                 f"entry {result.in_use[0][:12]} is being loaded by another process, not removed "
-                f"({len(result.evicted)} other entries removed); retry when the load is done"
+                f"({others}); retry when the load is done"
             )
         return result.freed
 
