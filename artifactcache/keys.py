@@ -172,13 +172,14 @@ def weights_digest(path: str | os.PathLike[str], memo_dir: Path | None = None) -
             if stat_sig(f.stat()) == stat_sig(st):
                 memo[memo_key] = digest
                 changed = True
-        name = f.name if root.is_dir() else ""
-        outer.update(f"{name}\0{st.st_size}\0{digest}\n".encode())
+        outer.update(f"{f.name}\0{st.st_size}\0{digest}\n".encode())
     if changed and memo_path:
         with _memo_lock, contextlib.suppress(OSError):
             memo_path.parent.mkdir(parents=True, exist_ok=True)
             write_memo(memo_path, memo)  # read-only cache: the digest is still right
-    return "blake3:" + (outer.hexdigest() if root.is_dir() or len(files) > 1 else digest)
+    # One file of tensors is the same weights whether named by its folder or by itself:
+    # its own digest either way. Several are a set, named by their file names.
+    return "blake3:" + (outer.hexdigest() if len(files) > 1 else digest)
 
 
 # ------------------------------------------------- toolchain and hardware --

@@ -150,6 +150,19 @@ def test_weights_digest_of_a_folder(tmp_path):
     assert keys.weights_digest(d) == a
     (d / "model.safetensors").write_bytes(b"v" * 100)
     assert keys.weights_digest(d) != a
+    # The folder of one file and that file are the same weights: the same digest.
+    assert keys.weights_digest(d) == keys.weights_digest(d / "model.safetensors")
+
+
+def test_a_sharded_folders_digest_covers_every_shard_and_its_name(tmp_path):
+    d = tmp_path / "sharded"
+    d.mkdir()
+    for i in (1, 2):
+        (d / f"model-0000{i}-of-00002.safetensors").write_bytes(bytes([i]) * 100)
+    both = keys.weights_digest(d)
+    assert both not in {keys.weights_digest(f) for f in d.glob("*.safetensors")}
+    (d / "model-00001-of-00002.safetensors").rename(d / "model-00003-of-00002.safetensors")
+    assert keys.weights_digest(d) != both  # the same bytes under other names
 
 
 # ------------------------------------- acache's code and compiler settings --
