@@ -147,19 +147,21 @@ def test_timeout_comes_from_the_env(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("name", "value", "backend"),
+    ("name", "value", "backend", "jobs"),
     [
-        (JOBS_ENV, "none", "aoti"),
-        (TIMEOUT_ENV, "-1", "aoti"),
-        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "aoti"),
-        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "inductor"),
-        (JOBS_ENV, "none", "inductor"),
+        (JOBS_ENV, "none", "aoti", "2"),
+        (TIMEOUT_ENV, "-1", "aoti", "2"),
+        (TIMEOUT_ENV, "abc", "aoti", "1"),  # read on the serial path too
+        (TIMEOUT_ENV, "abc", "inductor", "1"),
+        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "aoti", "2"),
+        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "inductor", "2"),
+        (JOBS_ENV, "none", "inductor", "2"),
     ],
 )
 def test_a_bad_setting_is_a_one_line_cli_error(
-    name, value, backend, cache_dir: Path, monkeypatch
+    name, value, backend, jobs, cache_dir: Path, monkeypatch
 ):
-    monkeypatch.setenv(JOBS_ENV, "2")
+    monkeypatch.setenv(JOBS_ENV, jobs)
     monkeypatch.setenv(name, value)
     line = _one_line_error(_cli("build", "tiny-llama", "-b", backend, "--cache-dir", cache_dir))
     assert name in line

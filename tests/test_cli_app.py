@@ -158,6 +158,8 @@ CASES = [
     (["prewarm", "tiny-llama", "-b", "eager", "--max-seq-len", "999", *S3], "max_position"),
     # --max-batch: the same rule as a recipe's [shapes].max_batch, checked before anything
     (["build", "tiny-llama", "--max-batch", "0"], "max_batch must be positive"),
+    (["build", "tiny-llama", "--tag", ""], "--tag is empty"),
+    (["key", "tiny-llama", "-b", "eager", "--tag", " "], "--tag is empty"),
     ([*RUN, "--tokens", "1", "--max-batch", "-3"], "max_batch must be positive"),
     (["key", "tiny-llama", "-b", "eager", "--max-batch", "0"], "must be positive"),
     (["bench", "tiny-llama", "--max-batch", "0"], "must be positive"),

@@ -97,6 +97,9 @@ def choices_from_cli(
         check_seed(given.get("seed", 0), "--seed")
     except Exception as e:
         raise ArgumentError(str(e)) from None
+    if given.get("tag") is not None and not given["tag"].strip():
+        # An empty tag is no tag a user means, yet it would key apart from untagged entries.
+        raise ArgumentError("--tag is empty: give a word, or leave --tag out")
     return BuildChoices(**given)
 
 

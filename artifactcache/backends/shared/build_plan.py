@@ -83,6 +83,7 @@ def planned_jobs(recipe: Any, opts: BuildChoices, n_steps: int) -> int:
     """
     from ...sizing import FIT_FRACTION, available_memory, memory_needed
 
+    build_timeout()  # a bad value is one line on the serial path too, not ignored there
     jobs = build_jobs(opts.device, n_steps)
     if jobs == 1:
         return 1
