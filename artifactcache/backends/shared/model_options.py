@@ -84,7 +84,7 @@ def parse_flag(name: str, value: Any) -> bool:
     text = str(value).strip().lower()
     if text in _TRUE | _FALSE:
         return text in _TRUE
-    raise BackendError(f"--extra {name}={value!r}: expected 0 or 1")
+    raise BackendError(f"--extra {name}={value!r}: expected 0 or 1 (or true/false, yes/no, on/off)")
 
 
 def backend_extra(opts: BuildChoices) -> dict[str, Any]:
