@@ -133,7 +133,11 @@ def test_export_import_cli(store, tmp_path):
     assert LocalStore(other).open(k1).key == k1
     # Entries already there are kept, and said to be, not counted as imported.
     k2 = put(store, 2)
-    assert run("export", k1[:8], k2[:8], "-o", out, "--force").exit_code == 0
+    r = run("export", k1[:8], k2[:8], "-o", out, "--force", "--json")
+    assert r.exit_code == 0, r.stderr
+    exported = json.loads(r.stdout)
+    assert sorted(exported.pop("exported")) == sorted([k1, k2])
+    assert exported == {"path": str(out), "bytes": out.stat().st_size}
     r = run("import", out, "--cache-dir", other)
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == f"imported 1 entry: {k2[:12]}; 1 already present: {k1[:12]}"

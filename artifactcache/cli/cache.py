@@ -353,6 +353,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
+        json: JsonOut = False,
     ):
         """Write entries (verified first) to a tar bundle; an existing file needs --force."""
         from ..store.bundle import check_export_target
@@ -363,6 +364,9 @@ def register(app: typer.Typer) -> None:
         store = _store(cache_dir, allow_shared_root)
         with _progress("exporting") as cb:
             done = do_export(store, keys, out, progress=cb, overwrite=force)
+        if json:
+            emit_json({"exported": list(done), "path": str(out), "bytes": out.stat().st_size})
+            return
         console.print(f"exported {entries(len(done))} to {shown(out)}")
 
     @app.command("import")
