@@ -460,3 +460,19 @@ def test_an_unavailable_default_backend_says_it_was_the_default(tmp_path, monkey
     _assert_one_line_error(named, "backend 'aoti' is unavailable")
     assert "default" not in named.stderr
     assert not (tmp_path / "never-created").exists()
+
+
+@pytest.mark.parametrize("command", ["build", "run"])
+def test_a_model_spec_whose_factory_raises_leaves_the_cache_as_it_was(
+    command, populated, tmp_path, monkeypatch
+):
+    (tmp_path / "badmod.py").write_text("def factory():\n    raise RuntimeError('no weights')\n")
+    monkeypatch.chdir(tmp_path)
+    root, _ = populated
+    for cache in (root, tmp_path / "never-created"):
+        monkeypatch.setenv("ACACHE_DIR", str(cache))
+        before = snapshot(cache)
+        result = runner.invoke(app, [command, "badmod.py:factory", "-b", "eager"])
+        _assert_one_line_error(result, "the factory raised RuntimeError: no weights")
+        assert snapshot(cache) == before
+    assert not (tmp_path / "never-created").exists()

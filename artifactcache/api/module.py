@@ -41,10 +41,10 @@ def module_choices(backend: str, spec: Any, options: dict[str, Any] | None) -> B
     return BuildChoices(device=spec.device, dtype=spec.dtype, mode=mode, extra=opts)
 
 
-def module_key_for(backend: str, spec: Any, opts: BuildChoices) -> tuple[Any, KeyInfo]:
-    """(module backend, key) for a ModuleSpec; checks options and availability first."""
+def check_module_choices(backend: str, opts: BuildChoices) -> tuple[Any, Any, BuildChoices]:
+    """(module backend, backend, the options its sibling recipe backend takes), once the
+    options, the backend's availability and the device are checked: one line each."""
     from ..backends.base import get_module_backend
-    from ..sources.module import state_digest
 
     mb = get_module_backend(backend)
     b = get_backend(backend)
@@ -53,6 +53,14 @@ def module_key_for(backend: str, spec: Any, opts: BuildChoices) -> tuple[Any, Ke
     sibling = mb.sibling_options(opts) if hasattr(mb, "sibling_options") else opts
     require_available(b, sibling)
     check_device(opts.device)
+    return mb, b, sibling
+
+
+def module_key_for(backend: str, spec: Any, opts: BuildChoices) -> tuple[Any, KeyInfo]:
+    """(module backend, key) for a ModuleSpec; checks options and availability first."""
+    from ..sources.module import state_digest
+
+    mb, b, sibling = check_module_choices(backend, opts)
     factors = make_factors(
         recipe=spec.fingerprint(),
         weights=state_digest(spec.module) if mb.weights_in_artifact else "external",

@@ -187,13 +187,19 @@ def register(app: typer.Typer) -> None:
             trust_unsigned=remote_trust_unsigned,
             rebuild_untrusted=rebuild_untrusted,
         )
-        if not is_spec(recipe):  # every argument checked before the store is opened
-            api.make_context(recipe, backend, choices, check_checkpoint=True)
-        else:
+        if is_spec(recipe):  # the factory runs before the store is opened, as checks do
             from ..devices import check_device
+            from .module import checked_spec, compile_spec
 
             choices.check_scope("module")
             check_device(choices.device)  # a GPU torch cannot see: before the spec's import
+            mspec = checked_spec(recipe, backend, choices)
+            store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
+            with _spinner(f"building {recipe} with {backend}"):
+                res = compile_spec(mspec, backend, choices, store=store, force=force)[0]
+            _print_build(res, json_out)
+            return
+        api.make_context(recipe, backend, choices, check_checkpoint=True)  # before the store
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
         with _spinner(f"building {recipe} with {backend}"):
             res = api.build(recipe, backend, choices, force=force, store=store)
@@ -289,12 +295,15 @@ def register(app: typer.Typer) -> None:
                     f"{given[0]} is for generating from a recipe; a model spec runs once on "
                     "its inputs"
                 )
+            from .module import checked_spec
+
+            mspec = checked_spec(recipe, backend, choices)  # before the store, as checks are
             store = open_store(
                 cache_dir, allow_shared_root, remote, remote_read_only, signing_key=signing_key,
                 trusted_keys=trusted_keys, trust_unsigned=remote_trust_unsigned,
                 rebuild_untrusted=rebuild_untrusted,
             )  # fmt: skip
-            _run_module(recipe, backend, choices, store, json_out)
+            _run_module(recipe, mspec, backend, choices, store, json_out)
             return
         choices.check_scope("recipe")
 
@@ -390,14 +399,14 @@ def _print_build(res: Any, json_out: bool) -> None:
 
 
 def _run_module(
-    spec: str, backend: str, choices: BuildChoices, store: Store, json_out: bool
+    spec: str, mspec: Any, backend: str, choices: BuildChoices, store: Store, json_out: bool
 ) -> None:
     """`acache run SPEC`: load (building on a miss), one call, each output's shape/checksum."""
     from .module import compile_spec, output_summary
 
     t0 = time.perf_counter()
     with _spinner(f"loading {spec} with {backend} (building on a miss)"):
-        res, compiled, mspec = compile_spec(spec, backend, choices, store=store)
+        res, compiled = compile_spec(mspec, backend, choices, store=store)
     t1 = time.perf_counter()
     out = compiled(*mspec.example_inputs)
     if is_cuda(choices.device):

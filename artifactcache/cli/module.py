@@ -20,19 +20,30 @@ def is_spec(recipe: str) -> bool:
     return is_module_spec(recipe)
 
 
-def compile_spec(
-    spec_text: str, backend: str, choices: BuildChoices, *, store: Store, force: bool = False,
-    batch: int | None = None,
-) -> tuple[Any, Any, Any]:  # fmt: skip
-    """(BuildResult, CompiledModule, ModuleSpec): the factory, the key, then hit or build."""
+def checked_spec(
+    spec_text: str, backend: str, choices: BuildChoices, batch: int | None = None
+) -> Any:
+    """The ModuleSpec (its factory called, its inputs made) with the backend's options and
+    availability checked: what a command does before it opens the cache, so that a
+    factory that raises or a choice that does not fit leaves the cache as it was."""
     from ..api import module_options
-    from ..api.module import compile_with_result, spec_of
+    from ..api.module import check_module_choices, module_choices, spec_of
 
     spec = spec_of(spec_text, choices, batch=batch)
-    res, compiled = compile_with_result(
+    check_module_choices(backend, module_choices(backend, spec, module_options(choices)))
+    return spec
+
+
+def compile_spec(
+    spec: Any, backend: str, choices: BuildChoices, *, store: Store, force: bool = False
+) -> tuple[Any, Any]:
+    """(BuildResult, CompiledModule) for a checked_spec(): the key, then hit or build."""
+    from ..api import module_options
+    from ..api.module import compile_with_result
+
+    return compile_with_result(
         spec, backend, options=module_options(choices), store=store, force=force
     )
-    return res, compiled, spec
 
 
 def key_info(spec_text: str, backend: str, choices: BuildChoices) -> Any:
