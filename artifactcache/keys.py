@@ -40,7 +40,7 @@ from .devices import device_index, device_type
 from .store._fs import read_memo, stat_sig, write_memo
 from .store.keyformat import canonical_value
 
-KEY_SCHEMA = 2
+KEY_SCHEMA = 3
 
 
 def make_factors(

@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
     # Untimed, before the first cold run: what a pip install would have written (_bytecode.py).
-    print(f"[seed_table] bytecode: {prime(dict(os.environ))}", file=sys.stderr, flush=True)
+    primed = prime(dict(os.environ))
+    print(f"[seed_table] bytecode: {primed}", file=sys.stderr, flush=True)
     command = "python benchmarks/seed_table.py " + " ".join(
         shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)
     )
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=progress,
             keep_going=keep_going,
         )
+        report["bytecode"] = primed  # this call's primer: whether its cold runs compiled sources
         write_report(report, args.out)
     except AcacheError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -159,13 +159,14 @@ def test_timeout_comes_from_the_env(monkeypatch):
     ],
 )
 def test_a_bad_setting_is_a_one_line_cli_error(
-    name, value, backend, jobs, cache_dir: Path, monkeypatch
+    name, value, backend, jobs, tmp_path: Path, monkeypatch
 ):
     monkeypatch.setenv(JOBS_ENV, jobs)
     monkeypatch.setenv(name, value)
-    line = _one_line_error(_cli("build", "tiny-llama", "-b", backend, "--cache-dir", cache_dir))
+    root = tmp_path / "never-created"  # refused with the arguments, before the cache opens
+    line = _one_line_error(_cli("build", "tiny-llama", "-b", backend, "--cache-dir", root))
     assert name in line
-    _nothing_cached(cache_dir)
+    assert not root.exists()
 
 
 # ---------------------------------------------------- what a worker sends --
@@ -252,21 +253,24 @@ def test_process_state_carries_the_matmul_precision():
 def test_a_failing_worker_is_the_serial_builds_one_line_and_caches_nothing(
     tmp_path: Path, cache_dir: Path, monkeypatch
 ):
-    """A checkpoint whose tensor has the wrong shape fails in the worker's model build."""
+    """A checkpoint whose tensor has the wrong shape fails in the worker's model build.
+    Through the library: the CLI refuses that checkpoint before any build
+    (test_cli_app.py), a deployment's api.build finds it where the model is built."""
     from safetensors.torch import save_file
 
     sd = {k: v.contiguous() for k, v in build_model(load_recipe("tiny-llama")).state_dict().items()}
     sd["model.layers.0.input_layernorm.weight"] = torch.ones(3)
     ckpt = tmp_path / "model.safetensors"
     save_file(sd, str(ckpt))
-    lines = {}
+    messages = {}
     for jobs in ("2", "1"):
         monkeypatch.setenv(JOBS_ENV, jobs)
-        args = ["build", "tiny-llama", "-b", "aoti", "--weights", ckpt, "--cache-dir", cache_dir]
-        lines[jobs] = _one_line_error(_cli(*args))
+        with pytest.raises(WeightsError) as e:
+            api.build("tiny-llama", "aoti", weights=ckpt, cache_dir=cache_dir)
+        messages[jobs] = str(e.value)
         _nothing_cached(cache_dir)
-    assert "input_layernorm" in lines["2"]
-    assert lines["2"] == lines["1"]
+    assert "input_layernorm" in messages["2"] and "\n" not in messages["2"]
+    assert messages["2"] == messages["1"]
     assert _our_workers() == []
 
 

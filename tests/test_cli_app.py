@@ -440,8 +440,8 @@ def test_a_model_spec_refuses_what_only_generation_takes(tmp_path, monkeypatch):
     monkeypatch.setenv("ACACHE_DIR", str(tmp_path / "never-created"))
     spec = "examples/vision.py:net"
     given = [["--new-tokens", "-5"], ["--prompt", "hi"], ["--tokens", "1,2"],
-             ["--temperature", "0.7"], ["--top-k", "5"], ["--eos-id", "3"],
-             ["--no-eos"]]  # fmt: skip
+             ["--temperature", "0.7"], ["--top-k", "5"], ["--top-p", "0.9"],
+             ["--sample-seed", "3"], ["--eos-id", "3"], ["--no-eos"]]  # fmt: skip
     for args in given:
         result = runner.invoke(app, ["run", spec, "-b", "eager", *args])
         _assert_one_line_error(result, f"{args[0]} is for generating from a recipe")
@@ -476,3 +476,10 @@ def test_a_model_spec_whose_factory_raises_leaves_the_cache_as_it_was(
         _assert_one_line_error(result, "the factory raised RuntimeError: no weights")
         assert snapshot(cache) == before
     assert not (tmp_path / "never-created").exists()
+
+
+@pytest.mark.parametrize("args", [[], ["remote"]], ids=["acache", "acache remote"])
+def test_a_group_without_a_command_shows_its_help_not_an_error(args):
+    result = runner.invoke(app, args)
+    assert "Usage: acache" in result.stdout + result.stderr
+    assert "error:" not in result.stdout + result.stderr

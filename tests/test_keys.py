@@ -223,7 +223,7 @@ def test_each_new_factor_is_there_and_changes_the_key():
             other = replace(factors, want, changed(leaf))
             assert compute_key(other) != compute_key(factors), want
             assert [d.path for d in diff_factors(factors, other)] == [".".join(want)]
-    assert real_factors("eager")["schema"] == keys.KEY_SCHEMA == 2
+    assert real_factors("eager")["schema"] == keys.KEY_SCHEMA == 3
 
 
 @given(st.sampled_from(sorted(NEW_FACTORS)), st.randoms(use_true_random=False))

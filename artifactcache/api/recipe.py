@@ -26,6 +26,7 @@ from ..backends.base import (
     get_backend,
     require_available,
 )
+from ..backends.shared.build_plan import check_build_settings
 from ..backends.shared.model_options import check_recipe_options
 from ..choices import BuildChoices
 from ..config import Recipe
@@ -87,6 +88,7 @@ def make_context(
     keywords of its fields.
     """
     settings.check_load_settings()  # read only at load, maybe after a long build
+    check_build_settings()  # read inside a build, once it holds the key's lock
     opts = choices_of(choices, given)
     opts.check_scope("recipe")
     rec = recipe if isinstance(recipe, Recipe) else load_recipe(recipe)

@@ -21,8 +21,8 @@ from .render import visible
 # Typer 0.2x vendors its own click (typer._click), older ones use click's: found
 # through typer's public BadParameter, a subclass of it in both.
 UsageError: type[Exception] = next(
-    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
-)
+    (c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"), typer.BadParameter
+)  # BadParameter alone, should a typer ever lack the base: the commonest usage error
 # One table mapping exception types to exit codes. AcacheError subclasses are user
 # errors, and so are usage errors: one line on stderr, exit 1.
 ERROR_EXIT_CODES: dict[type[BaseException], int] = {AcacheError: 1, UsageError: 1}
@@ -45,8 +45,6 @@ class AcacheGroup(TyperGroup):
         try:  # the group's own options (`acache --bogus`)
             return super().make_context(info_name, args, **extra)
         except UsageError as e:
-            if type(e).__name__ == "NoArgsIsHelpError":  # bare `acache`: the help, printed
-                raise
             _exit_with(e)
 
     def invoke(self, ctx: typer.Context) -> Any:
@@ -61,6 +59,8 @@ class AcacheGroup(TyperGroup):
 
 def _exit_with(e: BaseException) -> NoReturn:
     """``error: <one line>`` on stderr and the exit code of ``e``'s type."""
+    if type(e).__name__ == "NoArgsIsHelpError":  # bare `acache`, `acache remote`: the help
+        raise e
     code = next(c for t, c in ERROR_EXIT_CODES.items() if isinstance(e, t))
     if isinstance(e, UsageError):
         ctx = getattr(e, "ctx", None)

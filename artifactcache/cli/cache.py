@@ -35,9 +35,9 @@ from .remote import RemoteFlag, RemoteUrl, ls_remote
 from .render import (
     console,
     emit_json,
-    entries,
     err_console,
     human_bytes,
+    n_entries,
     print_table,
     shown,
     visible,
@@ -174,8 +174,7 @@ def register(app: typer.Typer) -> None:
         ]
         cols = ["key", "recipe", "backend", "device", "dtype", "mode", "context", "rows"]
         cols += ["size", "last used", "build"]
-        noun = "entry" if len(entries) == 1 else "entries"
-        _table(f"{len(entries)} {noun} in {store.base}", cols, rows)
+        _table(f"{n_entries(len(entries))} in {store.base}", cols, rows)
 
     @app.command("show")
     def show(
@@ -223,7 +222,7 @@ def register(app: typer.Typer) -> None:
             emit_json([r.__dict__ for r in results])
         else:
             rows = [[r.key[:12], _verify_status(r), r.problem or ""] for r in results]
-            _table(f"verified {entries(len(results))}", ["key", "status", "problem"], rows)
+            _table(f"verified {n_entries(len(results))}", ["key", "status", "problem"], rows)
         if bad := [r for r in results if r.quarantined]:
             raise IntegrityError(
                 f"{len(bad)} of {len(results)} entries failed verification and were quarantined "
@@ -250,7 +249,7 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json({"removed": full, "freed": freed})
             return
-        console.print(f"removed {entries(len(full))}, freed {human_bytes(freed)}")
+        console.print(f"removed {n_entries(len(full))}, freed {human_bytes(freed)}")
 
     @app.command("gc")
     def gc(
@@ -300,7 +299,7 @@ def register(app: typer.Typer) -> None:
         ]
         nbytes = plan.bytes if done is None else done.freed
         _table(
-            f"{verb} {entries(len(evicted))} ({human_bytes(nbytes)})",
+            f"{verb} {n_entries(len(evicted))} ({human_bytes(nbytes)})",
             ["key", "recipe", "size", "last used"],
             rows,
         )
@@ -367,7 +366,7 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json({"exported": list(done), "path": str(out), "bytes": out.stat().st_size})
             return
-        console.print(f"exported {entries(len(done))} to {shown(out)}")
+        console.print(f"exported {n_entries(len(done))} to {shown(out)}")
 
     @app.command("import")
     def import_(
@@ -387,7 +386,7 @@ def register(app: typer.Typer) -> None:
         if json:
             emit_json({"imported": done.imported, "already_present": done.present})
             return
-        line = f"imported {entries(len(done.imported))}"
+        line = f"imported {n_entries(len(done.imported))}"
         if done.imported:
             line += f": {', '.join(k[:12] for k in done.imported)}"
         if done.present:

@@ -11,7 +11,7 @@ import typer
 
 from ..doctor import doctor_report
 from .app import CacheDir, JsonOut, Remote
-from .render import console, emit_json, entries, human_bytes, print_table, shown
+from .render import console, emit_json, human_bytes, n_entries, print_table, shown
 
 
 def _default(value: Any) -> str:
@@ -63,7 +63,7 @@ def _render(rep: dict[str, Any]) -> None:
     )
     c = rep["cache"]
     console.print(
-        f"cache {shown(c['dir'])}  {human_bytes(c['size_bytes'])}  {entries(c['entries'])}  "
+        f"cache {shown(c['dir'])}  {human_bytes(c['size_bytes'])}  {n_entries(c['entries'])}  "
         f"mode {c['mode'] or '-'}" + (f"  ({shown(c['problem'])})" if c["problem"] else ""),
         highlight=False,
     )
@@ -108,9 +108,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """What works here: versions, GPUs, each backend (and why not), cache, remote, settings.
 
-        Also the ACACHE_* settings in effect. Quick by default (what is installed, no torch
-        import); --full checks for real and keeps the result in the cache, reused until a
-        version, the driver, $CXX or $PATH changes."""
+        The settings are the ACACHE_* variables in effect. Quick by default (what is
+        installed, no torch import); --full checks for real and keeps the result in the
+        cache, reused until a version, the driver, $CXX or $PATH changes."""
         rep = doctor_report(cache_dir, remote, full=full)
         if json_out:
             emit_json(rep)

@@ -20,16 +20,14 @@ def is_spec(recipe: str) -> bool:
     return is_module_spec(recipe)
 
 
-def checked_spec(
-    spec_text: str, backend: str, choices: BuildChoices, batch: int | None = None
-) -> Any:
+def checked_spec(spec_text: str, backend: str, choices: BuildChoices) -> Any:
     """The ModuleSpec (its factory called, its inputs made) with the backend's options and
     availability checked: what a command does before it opens the cache, so that a
     factory that raises or a choice that does not fit leaves the cache as it was."""
     from ..api import module_options
     from ..api.module import check_module_choices, module_choices, spec_of
 
-    spec = spec_of(spec_text, choices, batch=batch)
+    spec = spec_of(spec_text, choices)
     check_module_choices(backend, module_choices(backend, spec, module_options(choices)))
     return spec
 

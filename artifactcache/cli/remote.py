@@ -30,7 +30,7 @@ from .app import (
     open_store,
 )
 from .choices import with_choices
-from .render import console, emit_json, entries, err_console, human_bytes, print_table
+from .render import console, emit_json, err_console, human_bytes, n_entries, print_table
 
 Keys = Annotated[list[str], typer.Argument(help="Keys or unique prefixes (>= 8 hex chars).")]
 
@@ -108,7 +108,7 @@ def ls_remote(url: str | None, json: bool) -> None:
             r["signature"] if r["complete"] else "-",
             "ok" if r["complete"] else r["problem"],
         ])  # fmt: skip
-    print_table(f"{entries(len(rows))} in {url}", cols, table)
+    print_table(f"{n_entries(len(rows))} in {url}", cols, table)
 
 
 def register(app: typer.Typer) -> None:

@@ -115,7 +115,7 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def entries(n: int) -> str:
+def n_entries(n: int) -> str:
     """``n`` with "entry" or "entries", as it reads."""
     return f"{n} entry" if n == 1 else f"{n} entries"
 

@@ -38,24 +38,41 @@ def _jobs_asked() -> str:
     return settings.raw(JOBS_ENV).strip()
 
 
+def _jobs_given() -> int | None:
+    """ACACHE_BUILD_JOBS as a number, None when unset; a bad value is one line."""
+    raw = _jobs_asked()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise BackendError(
+            f"{JOBS_ENV} must be a whole number >= 1 (1 builds the steps one "
+            f"after the other in this process), not {raw!r}"
+        )
+    return n
+
+
 def build_jobs(device: str, n_steps: int) -> int:
     """How many steps to build at once: ACACHE_BUILD_JOBS, else all of them on CUDA and
     on CPUs with at least MIN_CPU_CORES usable cores, else 1 (the serial path)."""
-    raw = _jobs_asked()
-    if raw:
-        try:
-            n = int(raw)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise BackendError(
-                f"{JOBS_ENV} must be a whole number >= 1 (1 builds the steps one "
-                f"after the other in this process), not {raw!r}"
-            )
+    n = _jobs_given()
+    if n is not None:
         return min(n, n_steps)
     if is_cuda(device) or usable_cores() >= MIN_CPU_CORES:
         return n_steps
     return 1
+
+
+def check_build_settings() -> None:
+    """Parse the build's ACACHE_* variables (jobs, timeout, the timing lock): the first
+    bad value is its one-line error. make_context calls it with the arguments, so a bad
+    one is refused before the cache is opened, not once a build holds its lock."""
+    _jobs_given()
+    build_timeout()
+    settings.get("ACACHE_BUILD_TIMING_LOCK")
 
 
 def inductor_config_left_behind() -> list[str]:
@@ -83,7 +100,6 @@ def planned_jobs(recipe: Any, opts: BuildChoices, n_steps: int) -> int:
     """
     from ...sizing import FIT_FRACTION, available_memory, memory_needed
 
-    build_timeout()  # a bad value is one line on the serial path too, not ignored there
     jobs = build_jobs(opts.device, n_steps)
     if jobs == 1:
         return 1
