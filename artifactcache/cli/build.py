@@ -187,22 +187,26 @@ def register(app: typer.Typer) -> None:
             trust_unsigned=remote_trust_unsigned,
             rebuild_untrusted=rebuild_untrusted,
         )
-        if is_spec(recipe):  # the factory runs before the store is opened, as checks do
+        # Every argument is checked before the store is opened (a spec's factory runs).
+        if is_spec(recipe):
             from ..devices import check_device
             from .module import checked_spec, compile_spec
 
             choices.check_scope("module")
             check_device(choices.device)  # a GPU torch cannot see: before the spec's import
             mspec = checked_spec(recipe, backend, choices)
-            store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
-            with _spinner(f"building {recipe} with {backend}"):
-                res = compile_spec(mspec, backend, choices, store=store, force=force)[0]
-            _print_build(res, json_out)
-            return
-        api.make_context(recipe, backend, choices, check_checkpoint=True)  # before the store
+
+            def build(store: Store) -> Any:
+                return compile_spec(mspec, backend, choices, store=store, force=force)[0]
+        else:
+            api.make_context(recipe, backend, choices, check_checkpoint=True)
+
+            def build(store: Store) -> Any:
+                return api.build(recipe, backend, choices, force=force, store=store)
+
         store = open_store(cache_dir, allow_shared_root, remote, remote_read_only, **store_opts)
         with _spinner(f"building {recipe} with {backend}"):
-            res = api.build(recipe, backend, choices, force=force, store=store)
+            res = build(store)
         _print_build(res, json_out)
 
     @app.command("run")

@@ -65,7 +65,7 @@ def load_checkpoint(
     stamps = {} if stamps is None else stamps
     threads = resolve_threads(threads)
     chunk_bytes = resolve_chunk_bytes(chunk_bytes)
-    expected = _tensors(model, persistent=model.state_dict().keys())  # on meta: names, shapes
+    expected = _expected(model)
     sources, groups = _checked_sources(expected, path)
     stamps["weights_checked"] = time.perf_counter()
     if maps_files(device):
@@ -88,7 +88,12 @@ def check_checkpoint(model: nn.Module, path: Path) -> None:
     """The checks load_checkpoint makes first, alone: every tensor of ``path``'s headers
     against ``model`` (on the meta device), a one-line WeightsError for the first misfit.
     Reads a few KiB a shard; the CLI calls it before it opens the cache."""
-    _checked_sources(_tensors(model, persistent=model.state_dict().keys()), path)
+    _checked_sources(_expected(model), path)
+
+
+def _expected(model: nn.Module) -> dict[str, torch.Tensor]:
+    """What a checkpoint must hold: the model's state, by name (on meta: names, shapes)."""
+    return _tensors(model, persistent=model.state_dict().keys())
 
 
 def _checked_sources(

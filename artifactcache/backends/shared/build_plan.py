@@ -20,6 +20,7 @@ from ... import settings
 from ...devices import is_cuda
 from ...errors import BackendError
 from ...host import usable_cores
+from .gpu_timing import TIMING_LOCK_ENV
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -72,7 +73,7 @@ def check_build_settings() -> None:
     one is refused before the cache is opened, not once a build holds its lock."""
     _jobs_given()
     build_timeout()
-    settings.get("ACACHE_BUILD_TIMING_LOCK")
+    settings.get(TIMING_LOCK_ENV)
 
 
 def inductor_config_left_behind() -> list[str]:
