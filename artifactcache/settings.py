@@ -67,9 +67,6 @@ _ALL = (
             "aoti and inductor (aot_compile path) steps built at once (1: serially, in this "
             "process); unset: all on CUDA or with >= 8 usable cores, else 1",
             parsed_by="backends/shared/build_plan.py"),
-    Setting("ACACHE_BUILD_TIMING_LOCK", "bool", True,
-            "build workers on CUDA take Inductor's kernel timings one at a time (0: at "
-            "once, to measure one against the other)"),
     Setting("ACACHE_BUILD_TIMEOUT", "float", 7200.0,
             "seconds the aoti and inductor build workers may take",
             parsed_by="backends/shared/build_plan.py"),

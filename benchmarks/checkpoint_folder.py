@@ -13,9 +13,9 @@ In one call:
    --dtype bf16 --max-seq-len 256``, and the keys of the three spellings (the folder, the
    TOML saved from it, ``llama-7b --weights DIR``): do they share the entry?
 4. **fresh processes** (the probe of ``acache bench``/``coldstart``, framework caches
-   empty, weights in the page cache): per run the phases (imports, lookup, CUDA context,
+   empty, weights in the page cache): per run the phases (imports, lookup, compiler imports (inductor), CUDA context,
    weights as s and GB/s, artifact, first token), time to first token against "imports +
-   1.5 s", and decode tok/s, for the folder path (a TOML saved from the folder with the
+   2.5 s", and decode tok/s, for the folder path (a TOML saved from the folder with the
    recipe's prompt ids: a folder has none) and for the recipe path.
 
 Writes OUT/checkpoint_folder.json and OUT/checkpoint_folder.md (date, machine, command).
@@ -64,7 +64,7 @@ from checkpoint_loading import (  # noqa: E402  (found through the line above)
     write_checkpoint,
 )
 
-TARGET_OVER_IMPORTS_S = 1.5  # the issue's target: first token <= imports + 1.5 s
+TARGET_OVER_IMPORTS_S = 2.5  # issue 31: first token <= imports + 2.5 s, 13.5 GB checkpoint
 CUDA_SWEEP = "8x16,4x16,16x16,8x4,8x64"  # threads x chunk MiB
 CPU_SWEEP = "1x16,2x16,8x16"
 
@@ -114,6 +114,8 @@ def phases(result: dict[str, Any], nbytes: int) -> dict[str, Any]:
     """A probe's phases as the segments a warm start spends its time in."""
     p, sub = result["phases"], result.get("subphases", {})
     device_ready = sub.get("device_ready", p["entry_ready"])
+    # inductor imports Inductor before it creates the context (compiler_ready); aoti none.
+    compiler_ready = sub.get("compiler_ready", p["entry_ready"])
     weights_s = p["weights_ready"] - device_ready
     checked, allocated = sub.get("weights_checked"), sub.get("weights_allocated")
     split = {}
@@ -128,7 +130,8 @@ def phases(result: dict[str, Any], nbytes: int) -> dict[str, Any]:
         "built": bool(result.get("built")),
         "imports_s": p["imports_done"],
         "lookup_s": p["entry_ready"] - p["imports_done"],
-        "context_s": device_ready - p["entry_ready"],
+        "compiler_imports_s": compiler_ready - p["entry_ready"],
+        "context_s": device_ready - compiler_ready,
         "weights_s": weights_s,
         "weights_gbps": nbytes / weights_s / 1e9 if weights_s > 0 else None,
         "artifact_s": p["artifact_ready"] - p["weights_ready"],
@@ -177,7 +180,7 @@ def _f(x: Any, fmt: str = ".2f", unit: str = " s") -> str:
 
 def render(report: dict[str, Any]) -> str:
     lines = [
-        "# A checkpoint on disk: the folder path with aoti",
+        f"# A checkpoint on disk: the folder path with {report.get('backend', 'aoti')}",
         "",
         f"- date: {report['date']}; host: {report['host']}; command: `{report['command']}`",
         f"- checkpoint: {report['checkpoint']['folder']}, "
@@ -218,18 +221,19 @@ def render(report: dict[str, Any]) -> str:
     if report.get("probes"):
         lines += ["", "## Fresh processes (framework caches empty, weights in the page cache)", ""]
         lines += [
-            "| path | run | built | imports | lookup | CUDA context | weights | weights GB/s "
-            "| artifact | first token | TTFT | TTFT − imports | decode tok/s |",
-            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| path | run | built | imports | lookup | compiler imports | CUDA context | weights "
+            "| weights GB/s | artifact | first token | TTFT | TTFT − imports | decode tok/s |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for path, res in report["probes"].items():
             if "error" in res and not res.get("runs"):
-                lines.append(f"| {path} | – | error: {res['error']} |" + " |" * 10)
+                lines.append(f"| {path} | – | error: {res['error']} |" + " |" * 11)
                 continue
             for r in res["runs"]:
                 lines.append(
                     f"| {path} | {r['run']} | {'yes' if r['built'] else 'no'} "
-                    f"| {_f(r['imports_s'])} | {_f(r['lookup_s'])} | {_f(r['context_s'])} "
+                    f"| {_f(r['imports_s'])} | {_f(r['lookup_s'])} "
+                    f"| {_f(r.get('compiler_imports_s'))} | {_f(r['context_s'])} "
                     f"| {_f(r['weights_s'])} | {_f(r['weights_gbps'], '.1f', '')} "
                     f"| {_f(r['artifact_s'])} | {_f(r['first_token_s'])} | {_f(r['ttft_s'])} "
                     f"| {_f(r['ttft_over_imports_s'])} | {_f(r['decode_tok_s'], '.1f', '')} |"
@@ -303,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         "host": platform.node(),
         "command": shlex.join([sys.executable, *sys.argv]),
         "base_recipe": base.name,
+        "backend": args.backend,
     }
 
     def save() -> None:

@@ -18,12 +18,10 @@ packages a build imports is written to that prefix (``_bytecode.py``), untimed, 
 compiles their sources in every worker (``--no-prime-bytecode`` to measure that).
 
 ``--backend inductor`` builds and benches one inductor entry the same way, for the
-build's own phase record and its decode. ``--timing-lock-ab`` makes the pair two
-builds with the steps at once: the workers' GPU kernel timings one at a time (the
-default) and overlapping (``ACACHE_BUILD_TIMING_LOCK=0``); with ``--pairs 3``, three of
-each, alternating, to compare the spread of decode over builds:
+build's own phase record and its decode; with ``--pairs 3``, three of them, to see the
+spread of decode over builds of one key:
 
-    python benchmarks/coldbuild.py --backend inductor --timing-lock-ab --pairs 3 \
+    python benchmarks/coldbuild.py --backend inductor --pairs 3 \
         --out OUT --work-dir /tmp/coldbuild
 
 ``--bytecode-ab`` makes the pair a build with the bytecode prefix primed (below) and one
@@ -68,7 +66,7 @@ from _bytecode import prime
 from _provenance import provenance
 
 REPO = Path(__file__).resolve().parents[1]
-JOBS, TIMING_LOCK = "ACACHE_BUILD_JOBS", "ACACHE_BUILD_TIMING_LOCK"
+JOBS = "ACACHE_BUILD_JOBS"
 
 
 def _acache(args: list[str], out: Path, name: str, env: dict[str, str]) -> tuple[int, float, Any]:
@@ -103,8 +101,7 @@ def _fresh_env(work: Path, name: str, settings: dict[str, str]) -> tuple[dict[st
         TRITON_CACHE_DIR=str(root / "triton"),
     )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    for name in (JOBS, TIMING_LOCK):
-        env.pop(name, None)
+    env.pop(JOBS, None)
     env.update({k: v.format(root=root) for k, v in settings.items()})
     return env, root / "acache"
 
@@ -140,12 +137,6 @@ def main() -> int:
     ap.add_argument("--prompt-lens", default=None, help="bench's --prompt-len, e.g. 16,128,512")
     ap.add_argument("--pairs", type=int, default=1, help="the pair of builds, this many times")
     ap.add_argument(
-        "--timing-lock-ab",
-        action="store_true",
-        help="the pair: the steps at once with the workers' kernel timings one at a time "
-        f"(the default) and with {TIMING_LOCK}=0",
-    )
-    ap.add_argument(
         "--bytecode-ab",
         action="store_true",
         help="the pair: the bytecode prefix filled (primed) and an empty one per build",
@@ -180,8 +171,6 @@ def main() -> int:
     elif args.bytecode_ab:  # the primed prefix, then an empty one of the build's own
         pair = [("pyc-filled", args.recipe, {}),
                 ("pyc-empty", args.recipe, {"PYTHONPYCACHEPREFIX": "{root}/pyc"})]  # fmt: skip
-    elif args.timing_lock_ab:
-        pair = [("lock", args.recipe, {}), ("nolock", args.recipe, {TIMING_LOCK: "0"})]
     elif args.backend != "aoti":
         pair = [(args.backend, args.recipe, {})]
     runs = pair

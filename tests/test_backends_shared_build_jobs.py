@@ -153,8 +153,6 @@ def test_timeout_comes_from_the_env(monkeypatch):
         (TIMEOUT_ENV, "-1", "aoti", "2"),
         (TIMEOUT_ENV, "abc", "aoti", "1"),  # read on the serial path too
         (TIMEOUT_ENV, "abc", "inductor", "1"),
-        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "aoti", "2"),
-        ("ACACHE_BUILD_TIMING_LOCK", "maybe", "inductor", "2"),
         (JOBS_ENV, "none", "inductor", "2"),
     ],
 )

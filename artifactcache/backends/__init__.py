@@ -13,7 +13,6 @@
         tuning.py          Inductor autotuning options
         build_plan.py      an aoti or inductor build serial or in workers, and their limits
         build_jobs.py      the steps each in a worker process (build_worker.py)
-        gpu_timing.py      the workers' GPU kernel timings one at a time
         torch_private.py   every private torch API acache touches, in one place
         any_module.py      the reference run, records and CompiledModule of the nn.Module path
       eager/             backend.py, module.py

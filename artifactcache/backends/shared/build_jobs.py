@@ -61,11 +61,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ... import settings
 from ...errors import AcacheError, BackendError
 from ...store.manifest import path_problem
 from .build_plan import JOBS_ENV, TIMEOUT_ENV, build_timeout, process_state
-from .gpu_timing import TIMING_LOCK_ENV
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -105,7 +103,6 @@ class StepJob:
     result: Path  # the worker's report: a pickled dict, written last
     state: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
-    timing_lock: bool = True  # GPU kernel timings one worker at a time (gpu_timing.py)
 
     @property
     def progress(self) -> Path:
@@ -382,7 +379,6 @@ def build_concurrently(
     line), ``_imports``, ``_model``, ``_probe_wait`` and ``_worker`` (spawn to its report).
     """
     timeout = build_timeout()
-    timing_lock = bool(settings.get(TIMING_LOCK_ENV))  # a bad value: one line, before any worker
     deadline = time.monotonic() + timeout
     state = process_state()
     timings: dict[str, float] = {}
@@ -403,8 +399,7 @@ def build_concurrently(
 
         def start(step: str) -> _Worker:
             job = StepJob(backend, step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
-                          Path(tmp) / f"{step}.report", state, os.getpid(),
-                          timing_lock)  # fmt: skip
+                          Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
             worker = _Worker(job, Path(tmp) / f"{step}.log")
             workers.append(worker)  # before the send, so `finally` stops it
             try:

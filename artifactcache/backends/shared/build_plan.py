@@ -20,7 +20,6 @@ from ... import settings
 from ...devices import is_cuda
 from ...errors import BackendError
 from ...host import usable_cores
-from .gpu_timing import TIMING_LOCK_ENV
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -68,12 +67,11 @@ def build_jobs(device: str, n_steps: int) -> int:
 
 
 def check_build_settings() -> None:
-    """Parse the build's ACACHE_* variables (jobs, timeout, the timing lock): the first
+    """Parse the build's ACACHE_* variables (jobs, timeout): the first
     bad value is its one-line error. make_context calls it with the arguments, so a bad
     one is refused before the cache is opened, not once a build holds its lock."""
     _jobs_given()
     build_timeout()
-    settings.get(TIMING_LOCK_ENV)
 
 
 def inductor_config_left_behind() -> list[str]:

@@ -17,12 +17,9 @@ import threading
 import time
 from typing import Any, BinaryIO
 
-from ...devices import is_cuda
 from ...errors import AcacheError, BackendError
 from .build_jobs import WAITING_FOR_PROBE, StepJob
 from .build_plan import apply_process_state
-from .gpu_timing import LOCK_NAME, GpuTimingLock
-from .torch_private import TorchPrivateAPIMissing, gpu_benchmarks_under
 
 # The backends whose steps a worker builds: each has BACKEND.worker_step.
 WORKER_BACKENDS = ("aoti", "inductor")
@@ -65,11 +62,6 @@ def _run(job: StepJob, stdin: BinaryIO, started: float, t_imports: float) -> dic
         job.mark("compiling")
         return cfg
 
-    if is_cuda(job.opts.device) and job.timing_lock:  # other workers time kernels here too
-        try:
-            gpu_benchmarks_under(GpuTimingLock(job.scratch / LOCK_NAME))
-        except (TorchPrivateAPIMissing, ImportError, AttributeError) as e:  # still right, noisier
-            print(f"warning: {e}; kernel timings are not taken one worker at a time")
     built = backend.worker_step(model, job, dev, config, timings)
     return {"file": built, "timings": timings, "started": started, "finished": time.monotonic()}
 

@@ -469,32 +469,3 @@ def export_user_error() -> type[Exception]:
     except ImportError:
         raise TorchPrivateAPIMissing("torch._dynamo.exc.UserError") from None
     return UserError
-
-
-def gpu_benchmarks_under(lock: Any) -> None:
-    """Every GPU kernel timing Inductor takes in this process (autotuning, coordinate
-    descent, max-autotune's choices) runs inside ``lock()``, a re-entrant context
-    manager: torch's own hook where it has one, else its benchmark methods wrapped."""
-    from torch._inductor.runtime import benchmarking
-
-    if hasattr(benchmarking, "set_gpu_benchmark_lock_context"):
-        benchmarking.set_gpu_benchmark_lock_context(lock)
-        return
-
-    def under_lock(method: Any) -> Any:
-        @functools.wraps(method)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            with lock():
-                return method(*args, **kwargs)
-
-        return timed
-
-    wrapped = 0
-    for cls in vars(benchmarking).values():
-        if isinstance(cls, type) and issubclass(cls, benchmarking.Benchmarker):
-            for name in ("benchmark_gpu", "benchmark_gpu_with_cuda_graph"):
-                if name in vars(cls):
-                    setattr(cls, name, under_lock(vars(cls)[name]))
-                    wrapped += 1
-    if not wrapped:
-        raise TorchPrivateAPIMissing("torch._inductor.runtime.benchmarking's benchmark_gpu")
