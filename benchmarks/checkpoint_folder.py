@@ -13,10 +13,11 @@ In one call:
    --dtype bf16 --max-seq-len 256``, and the keys of the three spellings (the folder, the
    TOML saved from it, ``llama-7b --weights DIR``): do they share the entry?
 4. **fresh processes** (the probe of ``acache bench``/``coldstart``, framework caches
-   empty, weights in the page cache): per run the phases (imports, lookup, compiler imports (inductor), CUDA context,
-   weights as s and GB/s, artifact, first token), time to first token against "imports +
-   2.5 s", and decode tok/s, for the folder path (a TOML saved from the folder with the
-   recipe's prompt ids: a folder has none) and for the recipe path.
+   empty, weights in the page cache): per run the phases (imports, lookup, compiler
+   imports (inductor), CUDA context, weights as s and GB/s, artifact, first token), time
+   to first token against "imports + 2.5 s", and decode tok/s, for the folder path (a
+   TOML saved from the folder with the recipe's prompt ids: a folder has none) and for
+   the recipe path.
 
 Writes OUT/checkpoint_folder.json and OUT/checkpoint_folder.md (date, machine, command).
 The checkpoint writer and the loader sweep are in checkpoint_loading.py beside this file.
