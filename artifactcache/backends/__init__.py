@@ -13,6 +13,7 @@
         tuning.py          Inductor autotuning options
         build_plan.py      an aoti or inductor build serial or in workers, and their limits
         build_jobs.py      the steps each in a worker process (build_worker.py)
+        cpu_clock.py       the CPU seconds of a build's finished child processes (g++)
         torch_private.py   every private torch API acache touches, in one place
         any_module.py      the reference run, records and CompiledModule of the nn.Module path
       eager/             backend.py, module.py

@@ -48,6 +48,7 @@ from ...store.entry import entry_file
 from ..base import BuildContext
 from ..shared.build_jobs import StepJob, build_concurrently
 from ..shared.build_plan import planned_jobs
+from ..shared.cpu_clock import children_cpu_seconds
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
@@ -262,7 +263,9 @@ def build_step(
     ``<step>_probe_wait`` where it waited for the config, and this process's CPU seconds
     (all its threads, not its compile subprocesses) in ``<step>_export_cpu`` and
     ``<step>_compile_cpu``: a phase whose CPU seconds fall far under its wall seconds
-    waited for a core (steps at once on a busy host) rather than doing more work.
+    waited for a core (steps at once on a busy host) or for its children rather than
+    doing more work. ``<step>_compile_children_cpu`` is the children's share (g++ runs;
+    shared/cpu_clock.py).
     """
     import torch
 
@@ -280,6 +283,7 @@ def build_step(
             waited = time.perf_counter() - t_wait
             timings[f"{step}_probe_wait"] = round(waited, 3)
         t_compile, c_compile = time.perf_counter(), time.process_time()
+        children_compile = children_cpu_seconds()
         pkg = torch._inductor.aoti_compile_and_package(
             ep,
             package_path=str(scratch / f"{step}.pt2"),
@@ -295,6 +299,7 @@ def build_step(
     done = time.perf_counter()
     timings[f"{step}_compile"] = round(done - t_compile, 3)
     timings[f"{step}_compile_cpu"] = round(time.process_time() - c_compile, 3)
+    timings[f"{step}_compile_children_cpu"] = round(children_cpu_seconds() - children_compile, 3)
     timings[step] = round(done - t0 - waited, 3)
     return sos[0]
 
