@@ -14,4 +14,3 @@ def test_a_finished_child_s_cpu_seconds_are_counted():
     subprocess.run([sys.executable, "-c", busy], check=True)
     # The child spun for at least 0.3 CPU-seconds of its own; its interpreter start adds more.
     assert children_cpu_seconds() - before >= 0.3
-
