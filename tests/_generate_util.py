@@ -133,3 +133,43 @@ def write_config(folder: Path, vocab: int, eos: Any) -> None:
         "hidden_act": "silu", "eos_token_id": eos,
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
+
+
+# generate()'s sampling/EOS checks: 40 new tokens cross the EOS check interval (16) twice.
+SAMPLING_NEW_TOKENS = 40
+
+
+def _first_new(tokens: list[int], at_least: int) -> int:
+    """The first index >= at_least whose token appears nowhere before it."""
+    return next(i for i in range(at_least, len(tokens)) if tokens[i] not in tokens[:i])
+
+
+def assert_sampling_and_eos(runner: Any, prompt: list[int]) -> None:
+    """Greedy is temperature 0 / top_k 1 / a tiny top_p; a seed fixes a sample and another
+    changes it; stream() yields generate()'s tokens; an EOS id before and after an EOS
+    check cuts the output right after it (greedy and sampled); no EOS ids: no cut."""
+    n = SAMPLING_NEW_TOKENS
+    greedy = runner.generate(prompt, n)
+    assert len(greedy) == n
+    assert runner.generate(prompt, n, temperature=0.0, seed=3) == greedy
+    assert runner.generate(prompt, n, temperature=1.0, top_k=1, seed=3) == greedy
+    assert runner.generate(prompt, n, temperature=1.0, top_p=1e-6, seed=3) == greedy
+
+    a = runner.generate(prompt, n, temperature=1.0, seed=1)
+    assert len(a) == n and all(0 <= t < runner.recipe.model.vocab_size for t in a)
+    assert runner.generate(prompt, n, temperature=1.0, seed=1) == a
+    assert runner.generate(prompt, n, temperature=1.0, seed=2) != a
+    assert list(runner.stream(prompt, n, temperature=1.0, seed=1)) == a
+    filtered = runner.generate(prompt, n, temperature=0.8, top_k=50, top_p=0.9, seed=1)
+    assert len(filtered) == n
+
+    for k in (_first_new(greedy, 3), _first_new(greedy, 17)):  # before and after a check
+        eos = [greedy[k]]
+        assert runner.generate(prompt, n, eos_token_ids=eos) == greedy[: k + 1]
+        assert list(runner.stream(prompt, n, eos_token_ids=eos)) == greedy[: k + 1]
+    assert runner.generate(prompt, n, eos_token_ids=()) == greedy
+    sampled_eos = [a[_first_new(a, 5)]]
+    assert (
+        runner.generate(prompt, n, temperature=1.0, seed=1, eos_token_ids=sampled_eos)
+        == (a[: _first_new(a, 5) + 1])
+    )

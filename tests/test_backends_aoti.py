@@ -25,6 +25,7 @@ from _backend_util import (
     runner_cache,
     tree_digest,
 )
+from _generate_util import assert_sampling_and_eos
 
 from artifactcache import api
 from artifactcache.errors import BackendError, ShapeError
@@ -55,6 +56,13 @@ def test_matches_eager(name: str, runners):
         assert rel_err(aoti.logits(ids), eager.logits(ids)) <= 1e-4
     # Decode reads the KV cache prefill wrote: only true if both runners share it.
     assert aoti.generate(prompt, 32) == eager.generate(prompt, 32)
+
+
+def test_sampling_and_eos(runners):
+    """generate()'s sampling and EOS through the compiled steps of the module's entry
+    (tests/test_generate_sampling.py holds eager and the sampler to the same checks)."""
+    prompt = list(load_recipe("tiny-llama").bench.prompt_ids)
+    assert_sampling_and_eos(runners("tiny-llama", "aoti"), prompt)
 
 
 def test_batch_rows_equal_each_prompt_run_alone(root: Path, runners):

@@ -1,4 +1,5 @@
-"""Sampling and EOS on every torch backend; the sampler's arguments and distribution."""
+"""Sampling and EOS on eager (the compiled backends: their own test modules); the sampler's
+arguments and distribution."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import pytest
 import torch
 from _backend_util import BATCH_PROMPTS, private_dir, runner_cache
-from _generate_util import naive_greedy
+from _generate_util import assert_sampling_and_eos, naive_greedy
 from torch.overrides import TorchFunctionMode
 
 from artifactcache.backends.shared.runner import StepRunner
@@ -17,12 +18,6 @@ from artifactcache.models import build_model
 from artifactcache.recipes import load_recipe
 
 RECIPE = "tiny-llama"
-N = 40  # crosses the EOS check interval (16) twice
-BACKENDS = [
-    "eager",
-    pytest.param("inductor", marks=pytest.mark.slow),
-    pytest.param("aoti", marks=pytest.mark.slow),
-]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +27,6 @@ def runners(tmp_path_factory):
 
 def _prompt() -> list[int]:
     return list(load_recipe(RECIPE).bench.prompt_ids)
-
-
-def _first_new(tokens: list[int], at_least: int) -> int:
-    """The first index >= at_least whose token appears nowhere before it."""
-    return next(i for i in range(at_least, len(tokens)) if tokens[i] not in tokens[:i])
 
 
 @pytest.mark.parametrize(
@@ -188,33 +178,10 @@ def test_eager_greedy_is_the_full_forward_argmax(runners):
     )
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_sampling_and_eos(backend, runners):
-    runner, prompt = runners(RECIPE, backend), _prompt()
-    greedy = runner.generate(prompt, N)
-    assert len(greedy) == N
-    assert runner.generate(prompt, N, temperature=0.0, seed=3) == greedy
-    assert runner.generate(prompt, N, temperature=1.0, top_k=1, seed=3) == greedy
-    assert runner.generate(prompt, N, temperature=1.0, top_p=1e-6, seed=3) == greedy
-
-    a = runner.generate(prompt, N, temperature=1.0, seed=1)
-    assert len(a) == N and all(0 <= t < 32000 for t in a)
-    assert runner.generate(prompt, N, temperature=1.0, seed=1) == a
-    assert runner.generate(prompt, N, temperature=1.0, seed=2) != a
-    assert list(runner.stream(prompt, N, temperature=1.0, seed=1)) == a
-    filtered = runner.generate(prompt, N, temperature=0.8, top_k=50, top_p=0.9, seed=1)
-    assert len(filtered) == N
-
-    for k in (_first_new(greedy, 3), _first_new(greedy, 17)):  # before and after a check
-        eos = [greedy[k]]
-        assert runner.generate(prompt, N, eos_token_ids=eos) == greedy[: k + 1]
-        assert list(runner.stream(prompt, N, eos_token_ids=eos)) == greedy[: k + 1]
-    assert runner.generate(prompt, N, eos_token_ids=()) == greedy
-    sampled_eos = [a[_first_new(a, 5)]]
-    assert (
-        runner.generate(prompt, N, temperature=1.0, seed=1, eos_token_ids=sampled_eos)
-        == (a[: _first_new(a, 5) + 1])
-    )
+def test_sampling_and_eos(runners):
+    """generate()'s sampling and EOS on eager; the compiled backends run the same checks on
+    their modules' tiny-llama entries (test_backends_inductor.py, test_backends_aoti.py)."""
+    assert_sampling_and_eos(runners(RECIPE, "eager"), _prompt())
 
 
 def test_the_trt_llm_runner_cuts_at_eos_refuses_sampling_and_long_prompts(monkeypatch):
