@@ -37,8 +37,47 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    return private_dir(tmp_path_factory, "aoti-cache")
+def built(tmp_path_factory) -> tuple[Path, dict]:
+    """The module's cache root, its tiny-llama entry built first, serially (the serial
+    path builds the model in this process), the model's parameters tracked: what the
+    build left behind is taken as soon as it returns, before another export could free
+    it (test_build_leaves_no_model_and_no_config_behind)."""
+    import gc
+    import weakref
+
+    from torch._inductor import config
+
+    from artifactcache.backends.aoti import backend as aoti
+
+    root = private_dir(tmp_path_factory, "aoti-cache")
+    refs: list[weakref.ref] = []
+    real = aoti.build_model_for
+
+    def tracked(ctx, dev, backend):
+        model = real(ctx, dev, backend)
+        refs.extend(weakref.ref(p) for p in model.parameters())
+        return model
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(aoti, "build_model_for", tracked)
+        m.setenv("ACACHE_BUILD_JOBS", "1")
+        before = config.get_config_copy()
+        built_here = api.build("tiny-llama", "aoti", cache_dir=root).built
+    gc.collect()
+    left = {
+        "built": built_here,
+        "params": len(refs),
+        "alive": sum(r() is not None for r in refs),
+        "config_changed": sorted(
+            k for k, v in config.get_config_copy().items() if before.get(k) != v
+        ),
+    }
+    return root, left
+
+
+@pytest.fixture(scope="module")
+def root(built) -> Path:
+    return built[0]
 
 
 @pytest.fixture(scope="module")
@@ -158,37 +197,20 @@ def test_bad_mode_is_one_line_error():
     assert "\n" not in str(ei.value)
 
 
-def test_build_leaves_no_model_and_no_config_behind(tmp_path_factory, monkeypatch):
+def test_build_leaves_no_model_and_no_config_behind(built):
     """A cold start builds then loads in one process: the build's weights must go.
 
     torch.export kept the traced graph (and our model) in a module-level map until
     the next export; on the H200 the cold process peaked at twice the weights.
     """
-    import gc
-    import weakref
-
-    from artifactcache.backends.aoti import backend as aoti
-
-    refs: list[weakref.ref] = []
-    real = aoti.build_model_for
-
-    def tracked(ctx, dev, backend):
-        model = real(ctx, dev, backend)
-        refs.extend(weakref.ref(p) for p in model.parameters())
-        return model
-
-    monkeypatch.setattr(aoti, "build_model_for", tracked)
-    monkeypatch.setenv("ACACHE_BUILD_JOBS", "1")  # the serial path builds the model here
-    from torch._inductor import config
-
-    before = config.get_config_copy()
-    api.build("tiny-llama", "aoti", cache_dir=private_dir(tmp_path_factory, "aoti-release"))
-    gc.collect()
-    assert refs and all(r() is None for r in refs), "the build's parameters are still alive"
+    _, left = built  # the module's first build, taken as it returned
+    assert left["built"] and left["params"] > 0
+    assert left["alive"] == 0, f"{left['alive']} of the build's parameters are still alive"
     # AOTI's compile filled config.aot_inductor.metadata in place; left there, it
     # changed the cache keys of every later torch.compile in this process.
-    changed = {k for k, v in config.get_config_copy().items() if before.get(k) != v}
-    assert not changed, f"the build left Inductor config changed: {sorted(changed)}"
+    assert not left["config_changed"], (
+        f"the build left Inductor config changed: {left['config_changed']}"
+    )
 
 
 # sys.modules at exit, written to argv[1]: `-X importtime` cannot be used to tell,

@@ -50,8 +50,20 @@ def serial_builds():
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory) -> Path:
-    return private_dir(tmp_path_factory, "inductor-cache")
+def root(serial_builds, tmp_path_factory) -> Path:
+    """The module's cache root, its tiny-llama entry built by `acache build` in a process
+    of its own, as users build, with an empty Inductor cache (a build in this process
+    would come after whatever else ran in it, e.g. an aoti build: covered by
+    test_backends_aoti's config check)."""
+    root = private_dir(tmp_path_factory, "inductor-cache")
+    build = subprocess.run(
+        [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "-b", "inductor",
+         "--cache-dir", str(root)],
+        capture_output=True, text=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR":
+        str(tmp_path_factory.mktemp("build-inductor"))},
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    return root
 
 
 @pytest.fixture(scope="module")
@@ -183,8 +195,7 @@ def test_steps_built_in_workers_warm_a_process_that_compiles_nothing(
     for step in inductor.STEPS:
         assert times[step] > 0 and times[f"{step}_worker"] >= times[step]
     assert "compiler_probe" not in times
-    runners("tiny-llama", "inductor")  # the module's entry, built serially
-    serial = api.build("tiny-llama", "inductor", cache_dir=root)
+    serial = api.build("tiny-llama", "inductor", cache_dir=root)  # the module's, serial
     assert serial.key == built.key  # scheduling is no key factor
     assert set(serial.entry.meta) == set(meta)  # the same record fields
     assert (serial.entry.meta["build_jobs"], meta["build_jobs"]) == (1, 3)
@@ -199,22 +210,17 @@ def test_steps_built_in_workers_warm_a_process_that_compiles_nothing(
     assert "stats" not in report["counters"]  # Dynamo traced nothing
 
 
-def test_second_process_does_not_compile(runners, tmp_path: Path):
+def test_second_process_does_not_compile(root: Path, runners, tmp_path: Path):
     recipe = load_recipe("tiny-llama")
     prompt = list(recipe.bench.prompt_ids)
     want = runners("tiny-llama", "eager").generate(prompt, 16)
-    # Built by `acache build` in its own process, as users build. (Builds after an
-    # aoti build in one process are covered by test_backends_aoti's config check.)
-    root = tmp_path / "cache"
-    root.mkdir(mode=0o700)
-    subprocess.run(
-        [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "-b", "inductor",
-         "--cache-dir", str(root)],
-        check=True, capture_output=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR":
-        str(tmp_path / "build-inductor")},
-    )  # fmt: skip
+    # The module's entry, built by `acache build` in its own process (the root fixture).
     entry = api.build("tiny-llama", "inductor", cache_dir=root).entry  # a hit: the entry
+    assert entry.meta["build_jobs"] == 1
     before = tree_digest(entry.path)
+    # This process's loads from the root may have kept their CPU ISA verdicts there: the
+    # children start without them, so the first probes and the second reads its memo.
+    (root / "v1" / "cpu-isa.json").unlink(missing_ok=True)
     env = {
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),  # fresh and empty
         "TRITON_CACHE_DIR": str(tmp_path / "triton"),
