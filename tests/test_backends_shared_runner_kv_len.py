@@ -5,7 +5,8 @@ that cross bucket boundaries give the logits of eager's full forward, the torch
 backends' compiled decode step is called with the short ``kv_pos``, and NaN written
 past the bucket before each step changes nothing (a step that read it would return
 NaN). A second process loads the one dynamic decode step without compiling, also
-when generation moves to a new bucket.
+when generation moves to a new bucket. The compiled backends' entries also take
+test_generate_prefill's 300-token prompt (its static passes of 16 are this recipe's).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from _backend_util import (
     rel_err,
     runner_cache,
 )
-from _generate_util import full_forward, write_recipe
+from _generate_util import full_forward, naive_greedy, write_recipe
 
 from artifactcache import api
 from artifactcache.kv_buckets import kv_bucket
@@ -122,6 +123,22 @@ def test_decode_across_buckets_gives_the_full_forward(backend: str, long_recipe,
         lengths = [length for _, length, _ in seen]
         assert lengths == [kv_bucket(pos + 1, MAX_SEQ_LEN) for pos, _, _ in seen]
         assert len(set(lengths)) == 2  # the request crossed a bucket boundary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["inductor", "aoti"])
+def test_a_300_token_prompt_gives_the_full_forward(backend: str, long_recipe, runners):
+    """test_generate_prefill.py's check of its eager and ort runners, for the compiled
+    backends on this module's entries: passes of 16 (a static token count), 19 of them
+    through the steps that read the cache, the last padded; then greedy decode."""
+    recipe = load_recipe(long_recipe)
+    runner = runners(str(long_recipe), backend)
+    prompt = prompt_of(300)
+    want = full_forward(recipe, prompt)
+    got = runner.logits(prompt)
+    assert got.shape == want.shape == (300, recipe.model.vocab_size)
+    assert rel_err(got, want) <= 1e-4
+    assert runner.generate(prompt, 8) == naive_greedy(recipe, prompt, 8)
 
 
 def _eager_ids(runners, long_recipe: Path, prompt: list[int]) -> list[int]:
