@@ -31,19 +31,25 @@ def test_the_phases_of_a_probe_are_its_warm_start_segments(cf):
     }  # fmt: skip
     ph = cf.phases(result, nbytes=int(12.5e9))
     assert ph["lookup_s"] == pytest.approx(0.2) and ph["context_s"] == pytest.approx(0.15)
+    assert ph["compiler_imports_s"] == pytest.approx(0.0)  # aoti: no compiler at load
     assert ph["weights_s"] == pytest.approx(1.25) and ph["weights_gbps"] == pytest.approx(10.0)
     assert ph["weights_read_s"] == pytest.approx(1.1)
     assert ph["ttft_over_imports_s"] == pytest.approx(2.0)
+    # inductor imports Inductor (compiler_ready) before it creates the CUDA context.
+    result["subphases"]["compiler_ready"] = 3.3
+    ph = cf.phases(result, nbytes=int(12.5e9))
+    assert ph["compiler_imports_s"] == pytest.approx(0.1) and ph["context_s"] == pytest.approx(0.05)
 
 
 def test_the_report_renders_results_and_failures(cf):
     run = {
-        "run": 1, "built": False, "imports_s": 3.0, "lookup_s": 0.2, "context_s": 0.1,
+        "run": 1, "built": False, "imports_s": 3.0, "lookup_s": 0.2, "compiler_imports_s": 0.6,
+        "context_s": 0.1,
         "weights_s": 1.0, "weights_gbps": 13.5, "artifact_s": 0.3, "first_token_s": 0.1,
         "ttft_s": 4.7, "ttft_over_imports_s": 1.7, "decode_tok_s": 180.0,
     }  # fmt: skip
     report = {
-        "date": "d", "host": "h", "command": "c",
+        "date": "d", "host": "h", "command": "c", "backend": "inductor",
         "checkpoint": {"folder": "/x", "tensor_bytes": 13.5e9, "shards": 4,
                        "page_cache_read": {"gbps": 9.0}},
         "sweep": [{"loader": "old", "seconds": [3.1], "gbps": [4.4], "best_gbps": 4.4},
@@ -55,6 +61,9 @@ def test_the_report_renders_results_and_failures(cf):
     }  # fmt: skip
     md = cf.render(report)
     assert "| new | error: RuntimeError: boom |" in md
-    assert "| folder (TOML) | 1 | no | 3.00 s |" in md and "| 13.5 |" in md
+    assert "| folder (TOML) | 1 | no | 3.00 s | 0.20 s | 0.60 s | 0.10 s |" in md
+    assert "| 13.5 |" in md and md.startswith(
+        "# A checkpoint on disk: the folder path with inductor"
+    )
     assert "llama-7b --weights DIR | – | error: probe failed: miss" in md
     assert "share one entry: **False**" in md

@@ -4,8 +4,9 @@ transformers-saved checkpoints of every family.
 The per-variant parity with transformers (eager, 48 tokens) is tests/test_sources_hf.py;
 here each compiling backend (inductor, aoti, ort) is held to eager on one checkpoint
 per family: fp32, max relative error <= 1e-4 on ``runner.logits`` of a 16-token prompt
-(a whole pass) and of a 5-token one (padded in its pass), and the same greedy tokens
-after each (8 through the causal first pass, 24 through the masked prefill step). This
+(a whole pass), of a 5-token one (padded in its pass) and of one a token longer than a
+pass (a first pass, then an extend pass over its cache), and the same greedy tokens
+after the first two (8 through the causal first pass, 24 through the masked prefill step). This
 is the only per-family parity of the compiling backends: test_backends_{inductor,aoti}
 hold tiny-llama's built-in recipe to eager.
 """
@@ -171,3 +172,8 @@ def test_backend_matches_eager_on_a_transformers_checkpoint(
     short = prompt[:SHORT_LEN]
     assert rel_err(compiled.logits(short), eager.logits(short)) <= 1e-4, f"{name} {backend}"
     assert compiled.generate(short, SHORT_NEW_TOKENS) == eager.generate(short, SHORT_NEW_TOKENS)
+    # One token past a whole pass: a first pass, then a pass that reads its cache (extend).
+    shapes = eager.recipe.shapes
+    assert shapes.prefill_len + 1 <= shapes.max_seq_len
+    past = [(7 * i + 3) % vocab for i in range(shapes.prefill_len + 1)]
+    assert rel_err(compiled.logits(past), eager.logits(past)) <= 1e-4, f"{name} {backend} extend"
