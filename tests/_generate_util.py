@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _backend_util import rel_err
 
 # tiny-llama's architecture with a context long enough for a 300-token prompt.
 LONG_RECIPE = """\
@@ -133,6 +134,18 @@ def write_config(folder: Path, vocab: int, eos: Any) -> None:
         "hidden_act": "silu", "eos_token_id": eos,
     }  # fmt: skip
     (folder / "config.json").write_text(json.dumps(config))
+
+
+def assert_prompt_gives_the_full_forward(
+    runner: Any, recipe: Any, prompt: list[int], new_tokens: int
+) -> None:
+    """``runner``'s logits of ``prompt``, over however many passes it takes, within 1e-4 of
+    one full forward; then its greedy tokens are the naive loop's."""
+    want = full_forward(recipe, prompt)
+    got = runner.logits(prompt)
+    assert got.shape == want.shape == (len(prompt), recipe.model.vocab_size)
+    assert rel_err(got, want) <= 1e-4
+    assert runner.generate(prompt, new_tokens) == naive_greedy(recipe, prompt, new_tokens)
 
 
 # generate()'s sampling/EOS checks: 40 new tokens cross the EOS check interval (16) twice.

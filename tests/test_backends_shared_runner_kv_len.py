@@ -25,7 +25,11 @@ from _backend_util import (
     rel_err,
     runner_cache,
 )
-from _generate_util import full_forward, naive_greedy, write_recipe
+from _generate_util import (
+    assert_prompt_gives_the_full_forward,
+    full_forward,
+    write_recipe,
+)
 
 from artifactcache import api
 from artifactcache.kv_buckets import kv_bucket
@@ -132,13 +136,9 @@ def test_a_300_token_prompt_gives_the_full_forward(backend: str, long_recipe, ru
     backends on this module's entries: passes of 16 (a static token count), 19 of them
     through the steps that read the cache, the last padded; then greedy decode."""
     recipe = load_recipe(long_recipe)
-    runner = runners(str(long_recipe), backend)
-    prompt = prompt_of(300)
-    want = full_forward(recipe, prompt)
-    got = runner.logits(prompt)
-    assert got.shape == want.shape == (300, recipe.model.vocab_size)
-    assert rel_err(got, want) <= 1e-4
-    assert runner.generate(prompt, 8) == naive_greedy(recipe, prompt, 8)
+    assert_prompt_gives_the_full_forward(
+        runners(str(long_recipe), backend), recipe, prompt_of(300), 8
+    )
 
 
 def _eager_ids(runners, long_recipe: Path, prompt: list[int]) -> list[int]:

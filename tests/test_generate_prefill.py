@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 from _backend_util import private_dir, rel_err, runner_cache
-from _generate_util import full_forward, naive_greedy, write_recipe
+from _generate_util import (
+    assert_prompt_gives_the_full_forward,
+    full_forward,
+    naive_greedy,
+    write_recipe,
+)
 from typer.testing import CliRunner
 
 from artifactcache.errors import ShapeError
@@ -103,12 +108,7 @@ def test_a_300_token_prompt_gives_the_full_forward(backend, long_recipe, runners
     backends' check is test_backends_shared_runner_kv_len.py's, on the entries that
     module builds of a recipe with the same passes."""
     recipe = load_recipe(long_recipe)
-    runner = runners(str(long_recipe), backend)
-    want = full_forward(recipe, PROMPT)
-    got = runner.logits(PROMPT)
-    assert got.shape == want.shape == (300, recipe.model.vocab_size)
-    assert rel_err(got, want) <= 1e-4
-    assert runner.generate(PROMPT, N_NEW) == naive_greedy(recipe, PROMPT, N_NEW)
+    assert_prompt_gives_the_full_forward(runners(str(long_recipe), backend), recipe, PROMPT, N_NEW)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
