@@ -74,7 +74,8 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     get_backend(args.backend)
     t_imports = time.perf_counter()
-    choices = BuildChoices(device=args.device, dtype=args.dtype)
+    extra = dict(kv.split("=", 1) for kv in args.extra)
+    choices = BuildChoices(device=args.device, dtype=args.dtype, extra=extra)
     recipe = bench.with_bench_prompt(load_recipe(args.recipe))
     prompt = list(recipe.bench.prompt_ids)
     dev = torch.device(args.device)
@@ -153,8 +154,11 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
         new_len_plus_one_s=new_len[2],
         same_token=first == second,
         load_phases=phases,
-        runner_info={k: v for k, v in dict(getattr(runner, "info", {}) or {}).items()
-                     if isinstance(v, (bool, int, float, str))},  # fmt: skip
+        runner_info={
+            k: v
+            for k, v in dict(getattr(runner, "info", {}) or {}).items()
+            if isinstance(v, (bool, int, float, str))
+        },  # fmt: skip
     )
     return out
 
@@ -166,6 +170,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--cache-dir", type=Path, required=True)
+    ap.add_argument("--extra", action="append", default=[], help="KEY=VALUE, as the build's")
     ap.add_argument("--runs", type=int, default=2, help="processes per variant")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--child", choices=(*VARIANTS, "profile"), help=argparse.SUPPRESS)
@@ -180,6 +185,7 @@ def main() -> int:
         cmd = [sys.executable, __file__, args.recipe, "--backend", args.backend, "--device",
                args.device, "--dtype", args.dtype, "--cache-dir", str(args.cache_dir),
                "--out", str(args.out), "--child", variant]  # fmt: skip
+        cmd += [f"--extra={kv}" for kv in args.extra]
         log = args.out / f"{args.backend}-{i}-{variant}.log"
         with open(log, "w") as f:
             p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, cwd=REPO,
@@ -189,7 +195,7 @@ def main() -> int:
             rows.append({"variant": variant, "failed": p.returncode, "log": log.name})
             print(f"{variant}: failed ({log})", flush=True)
             continue
-        row = json.loads(line[len("RESULT "):])
+        row = json.loads(line[len("RESULT ") :])
         rows.append(row)
         shown = ("variant", "warmup_s", "load_s", "first_after_load_s", "second_s",
                  "new_len_first_s", "new_len_again_s", "new_len_plus_one_s")  # fmt: skip
@@ -204,11 +210,20 @@ def main() -> int:
                       "new_len_plus_one_s")
         }  # fmt: skip
     (args.out / "first_result_diag.json").write_text(
-        json.dumps({"argv": sys.argv, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                    "rows": rows, "medians": summary}, indent=1)  # fmt: skip
+        json.dumps(
+            {
+                "argv": sys.argv,
+                "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "rows": rows,
+                "medians": summary,
+            },
+            indent=1,
+        )  # fmt: skip
     )
-    print("| variant | warm-up | join wait | load | first after load | after context | 2nd |"
-          f" {NEW_LEN} tokens | again | {NEW_LEN + 1} tokens |")
+    print(
+        "| variant | warm-up | join wait | load | first after load | after context | 2nd |"
+        f" {NEW_LEN} tokens | again | {NEW_LEN + 1} tokens |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for v, m in summary.items():
         cells = [f"{m[k]:.3f}" if m[k] is not None else "–" for k in m]

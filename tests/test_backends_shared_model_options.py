@@ -10,7 +10,9 @@ import pytest
 from artifactcache import api
 from artifactcache.backends.base import get_backend
 from artifactcache.backends.shared.model_options import (
+    MODEL_BACKENDS,
     check_quant,
+    cudnn_prefill,
     fuse_projections,
     model_build_args,
     model_factors,
@@ -110,6 +112,7 @@ def test_the_factors_name_the_model_as_built(backend: str):
         "quant": "int8wo",
         "decode_attention": "sdpa",
         "row_gemv": False,  # a CPU build
+        "cudnn_prefill": True,  # a CPU build: torch's own choice, which has no cuDNN
     }
 
 
@@ -148,6 +151,35 @@ def test_split_kv_decode_on_cpu_or_an_onnx_backend_is_refused():
     # What a user meets: ort's own option check refuses the flag in one line.
     with pytest.raises(BackendError, match="split_kv_decode"):
         get_backend("ort").check_options(BuildChoices(extra={"split_kv_decode": 1}))
+
+
+@pytest.mark.parametrize(
+    ("backend", "device", "expected"),
+    [("aoti", "cuda", False), ("inductor", "cuda", False), ("eager", "cuda", False),
+     ("aoti", "cpu", True), ("ort", "cuda", True), ("trt", "cuda", True)],
+)  # fmt: skip
+def test_prefill_attention_is_off_cudnn_by_default_on_cuda(
+    backend: str, device: str, expected: bool
+):
+    opts, rec = BuildChoices(device=device), load_recipe("tiny-llama")
+    assert cudnn_prefill(backend, opts) is expected
+    if backend in MODEL_BACKENDS:
+        assert model_factors(backend, rec, opts)["cudnn_prefill"] is expected
+        assert model_build_args(backend, rec, opts)["cudnn_prefill"] is expected
+    if device == "cuda" and backend in MODEL_BACKENDS:
+        on = BuildChoices(device="cuda", extra={"cudnn_prefill": "yes"})
+        assert model_factors(backend, rec, on)["cudnn_prefill"] is True
+
+
+def test_cudnn_prefill_on_cpu_or_an_onnx_backend_is_refused():
+    with pytest.raises(BackendError, match="needs --device cuda"):
+        get_backend("aoti").check_options(BuildChoices(extra={"cudnn_prefill": 1}))
+    with pytest.raises(BackendError, match="expected 0 or 1"):
+        get_backend("eager").check_options(BuildChoices(extra={"cudnn_prefill": "maybe"}))
+    with pytest.raises(BackendError, match="ONNX export"):
+        cudnn_prefill("ort", BuildChoices(device="cuda", extra={"cudnn_prefill": 0}))
+    # Off on CPU is what CPU does anyway: accepted, and the same key factor as no flag.
+    assert cudnn_prefill("aoti", BuildChoices(extra={"cudnn_prefill": 0})) is True
 
 
 def _key(backend: str, **kw: object) -> api.KeyInfo:

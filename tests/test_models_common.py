@@ -63,3 +63,40 @@ def test_a_first_pass_must_start_at_position_zero():
         with pytest.raises(ValueError, match="starts at position 0; pass row_start"):
             model(torch.tensor([[5]]), torch.tensor([4]))
         model(torch.tensor([[5]]), torch.tensor([4]), torch.zeros(1, dtype=torch.long))
+
+
+CUDNN_OP = "_scaled_dot_product_cudnn_attention"
+
+
+def _torch_picks_cudnn() -> bool:
+    """Whether SDPA picks cuDNN for a bf16 pass here (Hopper with a recent cuDNN)."""
+    q = torch.randn(1, 4, 16, 64, device="cuda", dtype=torch.bfloat16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    return any(CUDNN_OP in e.name for e in prof.events())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention is CUDA's")
+@pytest.mark.parametrize("cudnn", [False, True])
+def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cudnn: bool):
+    """Both passes (a first pass and one over the cache) in eager, in an exported graph
+    (the choice is made when tracing) and through Dynamo; decode keeps torch's choice."""
+    rec = load_recipe("tiny-llama")
+    model = build_model(rec, device="cuda", dtype="bf16", cudnn_prefill=cudnn)
+    dev = torch.device("cuda")
+    idx = torch.zeros(1, 16, dtype=torch.int64, device=dev)
+    pos = torch.arange(16, device=dev)
+    kv_pos = torch.arange(rec.shapes.max_seq_len, device=dev)
+    row_start = torch.zeros(1, dtype=torch.int64, device=dev)
+    first, later = (idx, pos), (idx, pos + 16, row_start, kv_pos)
+    expect = cudnn and _torch_picks_cudnn()
+    for inputs in (first, later):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(*inputs)
+        assert any(CUDNN_OP in e.name for e in prof.events()) is expect
+        ep = torch.export.export(model, inputs, strict=False)
+        assert (CUDNN_OP in ep.graph_module.code) is expect
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        compiled(*later)
+    assert any(CUDNN_OP in e.name for e in prof.events()) is expect

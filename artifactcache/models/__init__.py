@@ -89,6 +89,7 @@ def build_model(
     quant: str | None = None,
     split_kv_decode: bool = False,
     row_gemv: bool = False,
+    cudnn_prefill: bool = True,
 ) -> nn.Module:
     """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps.
 
@@ -96,6 +97,8 @@ def build_model(
     models/decode_attention.py), and the steps are given the whole cache.
     ``row_gemv``: one-row steps run acache's GEMV with the norms folded in (a fused
     llama-family model on CUDA; models/rows.py).
+    ``cudnn_prefill``: whether a pass's attention may run cuDNN's SDPA kernel
+    (models/common.py, ``sdpa``).
     """
     weights = weights or WeightsSpec()
     dev = torch.device(device)
@@ -115,6 +118,7 @@ def build_model(
         quantize(model, quant)
     if row_gemv:
         model.use_row_gemv()
+    model.cudnn_prefill = cudnn_prefill
     model.setup_caches(
         recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len, split_kv_decode
     )

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelConfig
 from ..kv_buckets import cache_slots
@@ -167,6 +168,8 @@ class Reads:
     mask: torch.Tensor | None = None
     lo: torch.Tensor | None = None
     own: bool = False
+    # Whether SDPA may run cuDNN's kernel (torch's first choice on Hopper); see sdpa().
+    cudnn: bool = True
 
 
 def decode_lo(
@@ -203,7 +206,7 @@ def cached_attention(
     n_rep = q.shape[1] // k.shape[1]
     if reads.own:
         cache.write(input_pos, k, v)
-        return sdpa(q, k, v, reads.mask, n_rep, causal=reads.mask is None)
+        return sdpa(q, k, v, reads.mask, n_rep, causal=reads.mask is None, cudnn=reads.cudnn)
     if reads.lo is not None:
         # Imported here: it imports Triton, which only a split-KV build needs.
         from .decode_attention import decode_attention
@@ -212,7 +215,7 @@ def cached_attention(
         return decode_attention(q, k_all, v_all, reads.lo, input_pos)
     assert reads.mask is not None
     k_seen, v_seen = cache.update(input_pos, k, v, reads.mask.shape[-1])
-    return sdpa(q, k_seen, v_seen, reads.mask, n_rep)
+    return sdpa(q, k_seen, v_seen, reads.mask, n_rep, cudnn=reads.cudnn)
 
 
 def attention_mask(
@@ -242,13 +245,27 @@ def attention_mask(
     return ((mask[None] & own) | (s[None, :] == p)[None])[:, None]
 
 
-def sdpa(q, k, v, mask, n_rep: int, causal: bool = False) -> torch.Tensor:
+# SDPA's kernels but cuDNN's, in torch's own order.
+NO_CUDNN = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def sdpa(q, k, v, mask, n_rep: int, causal: bool = False, cudnn: bool = True) -> torch.Tensor:
     """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S] or None; GQA repeats
-    kv heads. ``causal`` (no mask, S == T): query t sees keys 0..t, SDPA's flash path."""
+    kv heads. ``causal`` (no mask, S == T): query t sees keys 0..t, SDPA's flash path.
+
+    ``cudnn=False`` keeps a CUDA call off cuDNN's kernel, which torch picks first on
+    Hopper: cuDNN builds an execution graph per call shape (per thread), on the host,
+    the first time it sees it, so a pass of every new prompt length would pay one
+    (docs/perf-notes.md, attempt 51). The choice is made when a step is traced, so an
+    exported or compiled step keeps it.
+    """
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    if cudnn or not q.is_cuda:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    with sdpa_kernel(list(NO_CUDNN)):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
 
 
 class RMSNorm(nn.Module):
@@ -288,6 +305,9 @@ class CausalLM(nn.Module):
     first_pass_last_logits = False
     # One-row steps through acache's GEMV (models/rows.py; LlamaModel.use_row_gemv).
     row_gemv = False
+    # Whether a pass's attention (T > 1) may run cuDNN's SDPA kernel (sdpa()); decode's
+    # one query keeps torch's choice: its steps are captured at load, one shape each.
+    cudnn_prefill = True
 
     @property
     def kv_buckets(self) -> bool:
@@ -340,11 +360,15 @@ class CausalLM(nn.Module):
             # A window no shorter than the context hides nothing: plain causal (flash).
             short = window is not None and window < self.max_seq_len
             own = attention_mask(input_pos, input_pos, window) if short else None
-            reads = Reads(mask=own, own=True)
+            reads = Reads(mask=own, own=True, cudnn=self.cudnn_prefill)
         else:
             if kv_pos is None:
                 kv_pos = key_positions(self.max_seq_len, input_pos.device)
-            reads = Reads(mask=attention_mask(input_pos, kv_pos, window, row_start))
+            one_query = idx.shape[1] == 1
+            reads = Reads(
+                mask=attention_mask(input_pos, kv_pos, window, row_start),
+                cudnn=self.cudnn_prefill or one_query,
+            )
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
             x = layer(x, cos, sin, reads, input_pos)

@@ -26,6 +26,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   faster than Inductor's own kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and
   every int8wo build. Off by default for bf16 llama, mistral and qwen: there a build
   whose Inductor kernels were tuned alone decoded 7-9% faster than the row GEMV.
+- ``--extra cudnn_prefill=0|1``: whether a prompt pass's attention (prefill and
+  extend, T > 1) may run cuDNN's SDPA kernel, torch's first choice on Hopper. cuDNN
+  builds an execution graph on the host for each call shape it has not seen in that
+  thread, and a pass's shape changes with the prompt's length, so every new length
+  (and a warm process's first request) would pay a build. Off by default on CUDA for
+  eager, inductor and aoti: the passes run SDPA's flash kernel (a prompt's first pass)
+  or its memory-efficient one (a pass over the cache). Decode's one query keeps torch's
+  choice: its shapes are few and captured at load. No effect on CPU.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -52,7 +60,8 @@ MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"
 SPLIT_KV_EXTRA = "split_kv_decode"
 ROW_GEMV_EXTRA = "row_gemv"
-MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA)
+CUDNN_PREFILL_EXTRA = "cudnn_prefill"
+MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA)
 ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 # Where the row GEMV is the default for float weights: the families it measured faster on.
 ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
@@ -118,6 +127,7 @@ def check_model_options(backend: str, opts: BuildChoices) -> None:
         if name in opts.extra:
             parse_flag(name, opts.extra[name])
     split_kv_decode(backend, opts)
+    cudnn_prefill(backend, opts)
 
 
 def fuse_projections(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
@@ -202,6 +212,26 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     return asked
 
 
+def cudnn_prefill(backend: str, opts: BuildChoices) -> bool:
+    """Whether a pass's attention may run cuDNN's SDPA kernel; an impossible request is
+    one line. False by default for CUDA builds of eager, inductor and aoti; True (torch's
+    own choice, which has no cuDNN kernel there) on CPU and for the ONNX backends."""
+    raw = opts.extra.get(CUDNN_PREFILL_EXTRA)
+    asked = None if raw is None else parse_flag(CUDNN_PREFILL_EXTRA, raw)
+    if asked is not None and backend not in MODEL_BACKENDS:
+        raise BackendError(
+            f"--extra {CUDNN_PREFILL_EXTRA} is for {', '.join(MODEL_BACKENDS)}; "
+            f"{backend} runs the ONNX export's attention"
+        )
+    if not is_cuda(opts.device):
+        if asked:
+            raise BackendError(
+                f"--extra {CUDNN_PREFILL_EXTRA}=1 needs --device cuda: cuDNN is CUDA's"
+            )
+        return True  # nothing to keep off: one key for the one artifact
+    return backend not in MODEL_BACKENDS or bool(asked)
+
+
 def check_recipe_options(backend: str, recipe: Recipe, opts: BuildChoices) -> None:
     """The checks that need the recipe, run before anything is built or keyed."""
     if backend in MODEL_BACKENDS:
@@ -216,6 +246,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str,
         "quant": opts.quant or "none",
         "decode_attention": "split_kv" if split_kv_decode(backend, opts, recipe) else "sdpa",
         "row_gemv": row_gemv(backend, recipe, opts),
+        "cudnn_prefill": cudnn_prefill(backend, opts),
     }
 
 
@@ -227,4 +258,5 @@ def model_build_args(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[s
         "quant": opts.quant,
         "split_kv_decode": split_kv_decode(backend, opts, recipe),
         "row_gemv": row_gemv(backend, recipe, opts),
+        "cudnn_prefill": cudnn_prefill(backend, opts),
     }
