@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from artifactcache.models import build_model
-from artifactcache.models.common import attention_mask
+from artifactcache.models.common import attention_mask, sdpa_without_cudnn
 from artifactcache.recipes import load_recipe
 
 
@@ -66,37 +67,67 @@ def test_a_first_pass_must_start_at_position_zero():
 
 
 CUDNN_OP = "_scaled_dot_product_cudnn_attention"
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention is CUDA's")
+
+
+def _ran(fn, *args) -> tuple[object, set[str]]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = fn(*args)
+    return out, {e.name for e in prof.events()}
 
 
 def _torch_picks_cudnn() -> bool:
     """Whether SDPA picks cuDNN for a bf16 pass here (Hopper with a recent cuDNN)."""
     q = torch.randn(1, 4, 16, 64, device="cuda", dtype=torch.bfloat16)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-    return any(CUDNN_OP in e.name for e in prof.events())
+    _, names = _ran(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    return any(CUDNN_OP in n for n in names)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention is CUDA's")
+@cuda_only
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize(("t", "s"), [(16, 16), (16, 37), (5, 64)])
+def test_sdpa_without_cudnn_matches_torchs_sdpa(dtype: torch.dtype, t: int, s: int):
+    """Causal and masked (the runner's masks: each row sees at least itself), any
+    column count (the bias is padded for the memory-efficient kernel)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(2, 4, t, 64, device="cuda", dtype=dtype, generator=g)
+    k, v = (torch.randn(2, 4, s, 64, device="cuda", dtype=dtype, generator=g) for _ in "kv")
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
+    if t == s:
+        want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        got, names = _ran(sdpa_without_cudnn, q, k, v, None, True)
+        assert not any(CUDNN_OP in n for n in names)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    pos = torch.arange(s - t, s, device="cuda")
+    starts = torch.tensor([0, 3], device="cuda")
+    mask = attention_mask(pos, torch.arange(s, device="cuda"), None, starts)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got, names = _ran(sdpa_without_cudnn, q, k, v, mask, False)
+    assert not any(CUDNN_OP in n for n in names)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
+@cuda_only
 @pytest.mark.parametrize("cudnn", [False, True])
 def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cudnn: bool):
-    """Both passes (a first pass and one over the cache) in eager, in an exported graph
-    (the choice is made when tracing) and through Dynamo; decode keeps torch's choice."""
+    """Both passes (a first pass and one over the cache) in eager, in an exported and
+    decomposed graph (what Inductor compiles) and through Dynamo, with the same logits."""
     rec = load_recipe("tiny-llama")
     model = build_model(rec, device="cuda", dtype="bf16", cudnn_prefill=cudnn)
+    other = build_model(rec, device="cuda", dtype="bf16", cudnn_prefill=not cudnn)
     dev = torch.device("cuda")
-    idx = torch.zeros(1, 16, dtype=torch.int64, device=dev)
+    idx = torch.randint(0, rec.model.vocab_size, (1, 16), device=dev)
     pos = torch.arange(16, device=dev)
     kv_pos = torch.arange(rec.shapes.max_seq_len, device=dev)
     row_start = torch.zeros(1, dtype=torch.int64, device=dev)
     first, later = (idx, pos), (idx, pos + 16, row_start, kv_pos)
     expect = cudnn and _torch_picks_cudnn()
     for inputs in (first, later):
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            model(*inputs)
-        assert any(CUDNN_OP in e.name for e in prof.events()) is expect
-        ep = torch.export.export(model, inputs, strict=False)
+        out, names = _ran(model, *inputs)
+        assert any(CUDNN_OP in n for n in names) is expect
+        torch.testing.assert_close(out, other(*inputs), rtol=3e-2, atol=3e-2)
+        ep = torch.export.export(model, inputs, strict=False).run_decompositions()
         assert (CUDNN_OP in ep.graph_module.code) is expect
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        compiled(*later)
-    assert any(CUDNN_OP in e.name for e in prof.events()) is expect
+    _, names = _ran(compiled, *later)
+    assert any(CUDNN_OP in n for n in names) is expect

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelConfig
 from ..kv_buckets import cache_slots
@@ -245,27 +244,40 @@ def attention_mask(
     return ((mask[None] & own) | (s[None, :] == p)[None])[:, None]
 
 
-# SDPA's kernels but cuDNN's, in torch's own order.
-NO_CUDNN = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
-
-
 def sdpa(q, k, v, mask, n_rep: int, causal: bool = False, cudnn: bool = True) -> torch.Tensor:
     """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S] or None; GQA repeats
     kv heads. ``causal`` (no mask, S == T): query t sees keys 0..t, SDPA's flash path.
 
     ``cudnn=False`` keeps a CUDA call off cuDNN's kernel, which torch picks first on
-    Hopper: cuDNN builds an execution graph per call shape (per thread), on the host,
-    the first time it sees it, so a pass of every new prompt length would pay one
-    (docs/perf-notes.md, attempt 51). The choice is made when a step is traced, so an
-    exported or compiled step keeps it.
+    Hopper: cuDNN builds an execution graph on the host for each call shape it has not
+    seen (per thread), so a pass of every new prompt length would pay one
+    (docs/perf-notes.md, attempt 51). The kernel is named in the traced step itself
+    (``sdpa_without_cudnn``): an exported step keeps SDPA whole until Inductor
+    decomposes it, when a context such as ``sdpa_kernel`` around this call is gone.
     """
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
     if cudnn or not q.is_cuda:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-    with sdpa_kernel(list(NO_CUDNN)):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+    return sdpa_without_cudnn(q, k, v, mask, causal)
+
+
+def sdpa_without_cudnn(q, k, v, mask, causal: bool) -> torch.Tensor:
+    """SDPA on CUDA through the kernel torch picks after cuDNN: flash for a half-precision
+    call without a mask, else the memory-efficient one with the mask as an additive bias
+    (as torch's own SDPA passes it: padded to 8 columns, sliced back, broadcast)."""
+    aten = torch.ops.aten
+    if mask is None and q.dtype in (torch.float16, torch.bfloat16):
+        return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[0]
+    bias = None
+    if mask is not None:
+        cols = mask.shape[-1]
+        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
+        bias = bias.masked_fill(mask.logical_not(), float("-inf"))
+        bias = F.pad(bias, (0, 8 - cols % 8))[..., :cols]
+        bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+    return aten._scaled_dot_product_efficient_attention(q, k, v, bias, False, 0.0, causal)[0]
 
 
 class RMSNorm(nn.Module):
