@@ -3,6 +3,7 @@ one) and the device's matmul peak."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from artifactcache.backends.shared.runner import StepRunner
@@ -65,3 +66,23 @@ def test_ttft_warms_up_each_length_then_times_it():
     runner = StepRunner(recipe, model, model, cpu)
     real = timing.measure_ttft(runner, [[1] * 9], iters=1, warmup=1, device=cpu)
     assert real[0]["prompt_len"] == 9 and real[0]["ttft_s"][0] > 0
+
+
+def test_ttft_keeps_each_lengths_first_request_apart(monkeypatch: pytest.MonkeyPatch):
+    """The first request of a length (a new shape: a compile, a capture, a cuDNN graph)
+    is timed alone as ``first_s``, outside the timed iterations."""
+    clock = [0.0]
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: clock[0])
+
+    class FirstIsSlow:
+        seen: set[int] = set()
+
+        def generate(self, ids: list[int], n: int) -> list[int]:
+            clock[0] += 1.0 if len(ids) in self.seen else 5.0
+            self.seen.add(len(ids))
+            return [0] * n
+
+    got = timing.measure_ttft(
+        FirstIsSlow(), [[1] * 4, [2] * 16], iters=2, warmup=2, device=torch.device("cpu")
+    )
+    assert [(r["first_s"], r["ttft_s"]) for r in got] == [(5.0, [1.0, 1.0])] * 2

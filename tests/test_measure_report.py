@@ -153,13 +153,17 @@ def test_prompt_lengths_get_a_table_and_a_ttft_chart(constructed, tmp_path):
     assert not charts.chart_ttft(constructed, tmp_path / "none.png")
     rec = load_recipe("tiny-llama")
     warm = _probe(8.0, 0.1, 0.01, False)
-    warm["ttft"] = [{"prompt_len": 4, "ttft_s": [0.002]}, {"prompt_len": 16, "ttft_s": [0.008]}]
+    warm["ttft"] = [
+        {"prompt_len": 4, "ttft_s": [0.002]},  # a probe of an older report: no first_s
+        {"prompt_len": 16, "ttft_s": [0.008], "first_s": 0.25},
+    ]
     warm["matmul_flops"] = {"tflops": 0.5, "n": 1024}
     pair = constructed["pairs"]["tiny-llama/inductor"]
     pair["bench"] = bench.summarize(rec, "fp32", [warm])
     rows = report.prompt_len_table(constructed)
     assert len(rows) == 2 + 2  # header, rule, one row per length
-    assert "| tiny-llama | inductor | 16 | 8.00 ms (8.00–8.00) | 2000 |" in rows[-1]
+    assert "| tiny-llama | inductor | 4 | 2.00 ms (2.00–2.00) | – | 2000 |" in rows[-2]
+    assert "| tiny-llama | inductor | 16 | 8.00 ms (8.00–8.00) | 250.00 ms | 2000 |" in rows[-1]
     paths = report.write_report(constructed, tmp_path)
     assert tmp_path / "ttft_by_prompt_len.png" in paths
     with Image.open(tmp_path / "ttft_by_prompt_len.png") as im:

@@ -326,8 +326,8 @@ def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
     )
     if several:
         t.add_column("batch column", justify="right")
-    for col in ("prompt", "TTFT p50 ms", "min–max ms", "prefill tok/s", "prefill TFLOP/s",
-                "GEMM TFLOP/s", "% FLOP roofline"):  # fmt: skip
+    for col in ("prompt", "TTFT p50 ms", "min–max ms", "first at this length ms",
+                "prefill tok/s", "prefill TFLOP/s", "GEMM TFLOP/s", "% FLOP roofline"):  # fmt: skip
         t.add_column(col, justify="right")
     for r in results:
         for x in r.get("prompt_lengths") or []:
@@ -336,6 +336,7 @@ def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
                 str(x["prompt_len"]),
                 f"{ttft['p50'] * 1e3:.2f}",
                 f"{ttft['min'] * 1e3:.2f}–{ttft['max'] * 1e3:.2f}",
+                _s(None if x.get("ttft_first_s") is None else x["ttft_first_s"] * 1e3, "{:.2f}"),
                 _rate(x["prefill_tok_s"]),
                 _rate(x["achieved_tflops"]),
                 _rate(r.get("gemm_tflops")),

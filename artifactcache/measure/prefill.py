@@ -128,9 +128,12 @@ def summarize_prompt_lens(
     """One result per measured prompt length, the probes' TTFT timings pooled (see the
     module doc); [] when no probe measured any."""
     pooled: dict[int, list[float]] = {}
+    firsts: dict[int, list[float]] = {}
     for p in probes:
         for row in p.get("ttft") or []:
             pooled.setdefault(row["prompt_len"], []).extend(row["ttft_s"])
+            if row.get("first_s") is not None:  # absent from probes of older reports
+                firsts.setdefault(row["prompt_len"], []).append(row["first_s"])
     out = []
     for n, times in pooled.items():
         p50 = statistics.median(times)
@@ -144,6 +147,8 @@ def summarize_prompt_lens(
                 "ttft_s": times,
                 "ttft": latency_stats(times),
                 "ttft_p50_s": p50,
+                # The first request of that length in each process (its median).
+                "ttft_first_s": statistics.median(firsts[n]) if firsts.get(n) else None,
                 "prefill_tok_s": n / p50 if p50 > 0 else None,
                 "prefill_flops": flops,
                 "achieved_tflops": achieved,

@@ -176,19 +176,25 @@ def prompt_len_table(report: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     lines = [
-        "| model | backend | prompt tokens | TTFT p50 (min–max) | prefill tok/s | "
-        "prefill TFLOP/s | GEMM TFLOP/s | % FLOP roofline |",
-        "|---|---|" + "---:|" * 6,
+        "| model | backend | prompt tokens | TTFT p50 (min–max) | first at this length | "
+        "prefill tok/s | prefill TFLOP/s | GEMM TFLOP/s | % FLOP roofline |",
+        "|---|---|" + "---:|" * 7,
     ]
     for r, b, gemm, x in rows:
         t = x["ttft"]
         lines.append(
             f"| {r} | {b} | {x['prompt_len']} | {t['p50'] * 1e3:.2f} ms "
-            f"({t['min'] * 1e3:.2f}–{t['max'] * 1e3:.2f}) | {_f(x['prefill_tok_s'], '{:.0f}')} | "
+            f"({t['min'] * 1e3:.2f}–{t['max'] * 1e3:.2f}) | "
+            f"{_f(_ms(x.get('ttft_first_s')), '{:.2f}', ' ms')} | "
+            f"{_f(x['prefill_tok_s'], '{:.0f}')} | "
             f"{_f(x['achieved_tflops'], '{:.3g}')} | {_f(gemm, '{:.3g}')} | "
             f"{_f(x['flop_roofline_pct'], '{:.1f}', '%')} |"
         )
     return lines
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def phase_table(report: dict[str, Any]) -> list[str]:

@@ -103,14 +103,24 @@ def measure_ttft(
     """Time to first token of each prompt: ``runner.generate(ids, 1)`` (prefill + the
     first greedy pick, batch 1), ``warmup`` excluded requests of that prompt, then
     ``iters`` timed ones, each between device synchronizes. One entry per prompt, in
-    order; measure/prefill.py turns them into tokens/s and % of the FLOP roofline."""
+    order; measure/prefill.py turns them into tokens/s and % of the FLOP roofline.
+
+    ``first_s`` is the first excluded request, timed alone: what the process paid the
+    first time it met that prompt length (a compile, a graph capture, a cuDNN graph),
+    which a server pays once per new length."""
     if iters < 1 or warmup < 1:
         raise MeasureError(f"--iters and --warmup must be at least 1, got {iters} and {warmup}")
     out = []
     for prompt in prompts:
         ids = list(prompt)
-        for _ in range(warmup):  # a new length may compile, capture or tune: not timed
+        first_s = None
+        for i in range(warmup):  # a new length may compile, capture or tune: kept apart
+            sync(device)
+            t = time.perf_counter()
             runner.generate(ids, 1)
+            sync(device)
+            if i == 0:
+                first_s = time.perf_counter() - t
         times = []
         for _ in range(iters):
             sync(device)
@@ -120,7 +130,7 @@ def measure_ttft(
             times.append(time.perf_counter() - t)
             if len(first) != 1:
                 raise MeasureError(f"the runner returned {len(first)} tokens for 1 asked")
-        out.append({"prompt_len": len(ids), "warmup": warmup, "ttft_s": times})
+        out.append({"prompt_len": len(ids), "warmup": warmup, "ttft_s": times, "first_s": first_s})
     return out
 
 
