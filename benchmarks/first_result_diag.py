@@ -83,7 +83,7 @@ def child(args: argparse.Namespace) -> dict[str, Any]:
 
     def sync() -> None:
         if dev.type == "cuda":
-            sync()
+            torch.cuda.synchronize(dev)
 
     t_context = time.perf_counter()
     out: dict[str, Any] = {"variant": args.child}
