@@ -379,6 +379,7 @@ def test_bench_times_the_first_token_of_each_prompt_length(tmp_path):
     for x in res["prompt_lengths"]:
         n = x["prompt_len"]
         assert len(x["ttft_s"]) == 2 and all(t > 0 for t in x["ttft_s"])
+        assert x["ttft_first_s"] > 0  # the length's first request, timed apart
         assert x["ttft"]["min"] <= x["ttft_p50_s"] <= x["ttft"]["max"]
         assert x["prefill_tok_s"] == pytest.approx(n / x["ttft_p50_s"])
         assert x["prefill_flops"] == prefill.recipe_prefill_flops(rec, "fp32", n)
@@ -388,3 +389,4 @@ def test_bench_times_the_first_token_of_each_prompt_length(tmp_path):
     r = runner.invoke(app, args)  # a table now, the entry a hit
     assert r.exit_code == 0, r.stderr
     assert "time to first token by prompt length" in r.stdout and "% FLOP" in r.stdout
+    assert "first at" in r.stdout  # the column of each length's first request

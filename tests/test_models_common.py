@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch.nn import functional as F
 
-from artifactcache.models import build_model
+from artifactcache.backends.aoti.backend import export_dynamic_shapes, exported_range
+from artifactcache.backends.inductor.compiling import step_inputs
+from artifactcache.backends.shared.steps import dynamic_ranges, example_inputs
+from artifactcache.models import build_model, common
 from artifactcache.models.common import attention_mask, sdpa_without_cudnn
 from artifactcache.recipes import load_recipe
 
@@ -67,7 +72,73 @@ def test_a_first_pass_must_start_at_position_zero():
 
 
 CUDNN_OP = "_scaled_dot_product_cudnn_attention"
+NAMED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention")
 cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention is CUDA's")
+
+
+def _long(name: str, max_seq_len: int = 1024, prefill_len: int = 64):
+    """A tiny recipe with dynamic pass lengths and KV buckets (and, for tiny-mistral, a
+    window shorter than the context: a first pass with a square mask)."""
+    rec = load_recipe(name)
+    rec = dataclasses.replace(
+        rec, model=dataclasses.replace(rec.model, max_position_embeddings=4096)
+    )
+    return dataclasses.replace(
+        rec,
+        shapes=dataclasses.replace(rec.shapes, max_seq_len=max_seq_len, prefill_len=prefill_len),
+    )
+
+
+@pytest.fixture
+def off_cudnn_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trace the CUDA path kept off cuDNN on the CPU: torch.export and Dynamo run the
+    named kernels' meta functions, which need no GPU."""
+    monkeypatch.setattr(common, "keeps_off_cudnn", lambda cudnn, t: not cudnn)
+
+
+@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])  # a windowed first pass; plain
+def test_off_cudnn_passes_export_over_their_whole_dynamic_ranges(off_cudnn_on_cpu, name: str):
+    """Strict Dims: export proves every guard over the pass lengths and KV lengths, and
+    the graph names the flash or memory-efficient kernel, never SDPA whole or cuDNN."""
+    rec = _long(name)
+    model = build_model(rec, dtype="bf16", cudnn_prefill=False)
+    cpu = torch.device("cpu")
+    for step in ("prefill", "extend"):
+        args = example_inputs(rec, cpu, step)
+        shapes = export_dynamic_shapes(rec, step, strict=True)
+        ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+        for (index, dim), span in dynamic_ranges(rec, step).items():
+            assert exported_range(ep, index % len(args), dim) == span, (step, index, dim)
+        code = ep.run_decompositions().graph_module.code
+        assert any(k in code for k in NAMED) and CUDNN_OP not in code, step
+        assert "aten.scaled_dot_product_attention" not in code, step
+
+
+@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])
+def test_off_cudnn_passes_trace_whole_through_dynamo(off_cudnn_on_cpu, name: str):
+    """The inductor backend's marking (step_inputs): no guard outside the ranges."""
+    rec = _long(name)
+    model = build_model(rec, dtype="bf16", cudnn_prefill=False)
+    graphs: list[str] = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        graphs.append(gm.code)
+        return lambda *a: (torch.zeros(1),)  # the CUDA-only kernels cannot run here
+
+    for step in ("prefill", "extend"):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=record, fullgraph=True, dynamic=False)
+        compiled(*step_inputs(rec, torch.device("cpu"), step))
+        assert any(k in graphs[-1] for k in NAMED), step
+
+
+def test_attention_bias_is_the_mask_in_rows_of_a_fixed_stride():
+    pos = torch.arange(3, 8)
+    mask = attention_mask(pos, torch.arange(10), None, torch.tensor([0, 2]))
+    bias = common.attention_bias(mask, torch.bfloat16, max_seq_len=12)
+    assert bias.shape == mask.shape and bias.dtype == torch.bfloat16
+    assert bias.stride(-2) == 16 and bias.stride(-1) == 1  # 12 // 8 + 1 = 2 groups of 8
+    assert torch.equal(bias == 0, mask) and bool(torch.isinf(bias[~mask]).all())
 
 
 def _ran(fn, *args) -> tuple[object, set[str]]:
@@ -85,33 +156,36 @@ def _torch_picks_cudnn() -> bool:
 
 @cuda_only
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize(("t", "s"), [(16, 16), (16, 37), (5, 64)])
-def test_sdpa_without_cudnn_matches_torchs_sdpa(dtype: torch.dtype, t: int, s: int):
-    """Causal and masked (the runner's masks: each row sees at least itself), any
-    column count (the bias is padded for the memory-efficient kernel)."""
+@pytest.mark.parametrize(
+    ("t", "s", "window"), [(16, 16, None), (16, 16, 5), (16, 37, None), (5, 64, 9)]
+)
+def test_sdpa_without_cudnn_matches_torchs_sdpa(dtype: torch.dtype, t: int, s: int, window):
+    """Causal and masked (the runner's masks: each row sees at least itself; one mask
+    row broadcast over two sequences, or one per sequence), windows, any column count."""
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(2, 4, t, 64, device="cuda", dtype=dtype, generator=g)
     k, v = (torch.randn(2, 4, s, 64, device="cuda", dtype=dtype, generator=g) for _ in "kv")
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-4
-    if t == s:
+    if t == s and window is None:
         want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        got, names = _ran(sdpa_without_cudnn, q, k, v, None, True)
-        assert not any(CUDNN_OP in n for n in names)
+        got = sdpa_without_cudnn(q, k, v, None, True)
         torch.testing.assert_close(got, want, rtol=tol, atol=tol)
     pos = torch.arange(s - t, s, device="cuda")
-    starts = torch.tensor([0, 3], device="cuda")
-    mask = attention_mask(pos, torch.arange(s, device="cuda"), None, starts)
-    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    got, names = _ran(sdpa_without_cudnn, q, k, v, mask, False)
-    assert not any(CUDNN_OP in n for n in names)
-    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    for starts in (None, torch.tensor([0, 3], device="cuda")):  # [1, 1, T, S] or [2, 1, T, S]
+        mask = attention_mask(pos, torch.arange(s, device="cuda"), window, starts)
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        bias = common.attention_bias(mask, dtype, max_seq_len=s)
+        got, names = _ran(sdpa_without_cudnn, q, k, v, bias, False)
+        assert any("efficient_attention" in n for n in names)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 @cuda_only
 @pytest.mark.parametrize("cudnn", [False, True])
 def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cudnn: bool):
     """Both passes (a first pass and one over the cache) in eager, in an exported and
-    decomposed graph (what Inductor compiles) and through Dynamo, with the same logits."""
+    decomposed graph (what Inductor compiles) and through Dynamo, with the same logits;
+    off, the flash or memory-efficient kernel runs on any CUDA GPU."""
     rec = load_recipe("tiny-llama")
     model = build_model(rec, device="cuda", dtype="bf16", cudnn_prefill=cudnn)
     other = build_model(rec, device="cuda", dtype="bf16", cudnn_prefill=not cudnn)
@@ -121,13 +195,20 @@ def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cud
     kv_pos = torch.arange(rec.shapes.max_seq_len, device=dev)
     row_start = torch.zeros(1, dtype=torch.int64, device=dev)
     first, later = (idx, pos), (idx, pos + 16, row_start, kv_pos)
-    expect = cudnn and _torch_picks_cudnn()
+    picks_cudnn = _torch_picks_cudnn()
     for inputs in (first, later):
         out, names = _ran(model, *inputs)
-        assert any(CUDNN_OP in n for n in names) is expect
+        if cudnn:
+            assert any(CUDNN_OP in n for n in names) is picks_cudnn
+        else:
+            assert any(k in n for n in names for k in NAMED)
+            assert not any(CUDNN_OP in n for n in names)
         torch.testing.assert_close(out, other(*inputs), rtol=3e-2, atol=3e-2)
-        ep = torch.export.export(model, inputs, strict=False).run_decompositions()
-        assert (CUDNN_OP in ep.graph_module.code) is expect
+        code = (
+            torch.export.export(model, inputs, strict=False).run_decompositions().graph_module.code
+        )
+        assert (CUDNN_OP in code) is (cudnn and picks_cudnn)
+        assert cudnn or any(k in code for k in NAMED)
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     _, names = _ran(compiled, *later)
-    assert any(CUDNN_OP in n for n in names) is expect
+    assert any(CUDNN_OP in n for n in names) is (cudnn and picks_cudnn)

@@ -168,7 +168,10 @@ class Reads:
     lo: torch.Tensor | None = None
     own: bool = False
     # Whether SDPA may run cuDNN's kernel (torch's first choice on Hopper); see sdpa().
+    # A Python bool, or a SymBool decided by the token dimension's range (forward).
     cudnn: bool = True
+    # ``mask`` as an additive bias (attention_bias), for a call kept off cuDNN.
+    bias: torch.Tensor | None = None
 
 
 def decode_lo(
@@ -205,7 +208,10 @@ def cached_attention(
     n_rep = q.shape[1] // k.shape[1]
     if reads.own:
         cache.write(input_pos, k, v)
-        return sdpa(q, k, v, reads.mask, n_rep, causal=reads.mask is None, cudnn=reads.cudnn)
+        return sdpa(
+            q, k, v, reads.mask, n_rep, causal=reads.mask is None, cudnn=reads.cudnn,
+            bias=reads.bias,
+        )  # fmt: skip
     if reads.lo is not None:
         # Imported here: it imports Triton, which only a split-KV build needs.
         from .decode_attention import decode_attention
@@ -214,7 +220,7 @@ def cached_attention(
         return decode_attention(q, k_all, v_all, reads.lo, input_pos)
     assert reads.mask is not None
     k_seen, v_seen = cache.update(input_pos, k, v, reads.mask.shape[-1])
-    return sdpa(q, k_seen, v_seen, reads.mask, n_rep, cudnn=reads.cudnn)
+    return sdpa(q, k_seen, v_seen, reads.mask, n_rep, cudnn=reads.cudnn, bias=reads.bias)
 
 
 def attention_mask(
@@ -244,38 +250,59 @@ def attention_mask(
     return ((mask[None] & own) | (s[None, :] == p)[None])[:, None]
 
 
-def sdpa(q, k, v, mask, n_rep: int, causal: bool = False, cudnn: bool = True) -> torch.Tensor:
+def keeps_off_cudnn(cudnn: bool, t: torch.Tensor) -> bool:
+    """Whether a call on ``t`` runs SDPA's kernels but cuDNN's: asked so, on CUDA (CPU has
+    no cuDNN kernel). One place, so a CPU test can trace the CUDA path."""
+    return not cudnn and t.is_cuda
+
+
+def sdpa(
+    q, k, v, mask, n_rep: int, causal: bool = False, cudnn: bool = True,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
     """q: [B, H, T, D]; k/v: [B, Hkv, S, D]; mask [B or 1, 1, T, S] or None; GQA repeats
     kv heads. ``causal`` (no mask, S == T): query t sees keys 0..t, SDPA's flash path.
 
     ``cudnn=False`` keeps a CUDA call off cuDNN's kernel, which torch picks first on
     Hopper: cuDNN builds an execution graph on the host for each call shape it has not
     seen (per thread), so a pass of every new prompt length would pay one
-    (docs/perf-notes.md, attempt 51). The kernel is named in the traced step itself
+    (docs/perf-notes.md, attempt 51). Such a call takes ``bias``, the mask as
+    :func:`attention_bias` makes it, and names its kernel in the traced step
     (``sdpa_without_cudnn``): an exported step keeps SDPA whole until Inductor
     decomposes it, when a context such as ``sdpa_kernel`` around this call is gone.
     """
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=1)
         v = v.repeat_interleave(n_rep, dim=1)
-    if cudnn or not q.is_cuda:
+    if not keeps_off_cudnn(cudnn, q):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-    return sdpa_without_cudnn(q, k, v, mask, causal)
+    return sdpa_without_cudnn(q, k, v, bias, causal)
 
 
-def sdpa_without_cudnn(q, k, v, mask, causal: bool) -> torch.Tensor:
+def attention_bias(mask: torch.Tensor, dtype: torch.dtype, max_seq_len: int) -> torch.Tensor:
+    """``mask`` [B or 1, 1, T, S] as SDPA's memory-efficient kernel takes it: additive (0
+    where True, -inf where False) in ``dtype``, each row's stride a multiple of 8.
+
+    Like torch's own SDPA, the rows are padded and sliced back, but always and to a width
+    fixed by ``max_seq_len`` (past every S), not to the next multiple of 8 of S: that
+    needs S % 8, and a guard on it that a dynamic token count cannot satisfy (a first
+    pass's square windowed mask, S = T). Built once per step, for every layer.
+    """
+    cols = mask.shape[-1]
+    width = (max_seq_len // 8 + 1) * 8
+    bias = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    bias = bias.masked_fill(mask.logical_not(), float("-inf"))
+    return F.pad(bias, (0, width - cols))[..., :cols]
+
+
+def sdpa_without_cudnn(q, k, v, bias: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """SDPA on CUDA through the kernel torch picks after cuDNN: flash for a half-precision
-    call without a mask, else the memory-efficient one with the mask as an additive bias
-    (as torch's own SDPA passes it: padded to 8 columns, sliced back, broadcast)."""
+    call without a mask, else the memory-efficient one with ``bias`` (attention_bias)
+    broadcast to [B, H, T, S], as torch's own SDPA passes it."""
     aten = torch.ops.aten
-    if mask is None and q.dtype in (torch.float16, torch.bfloat16):
+    if bias is None and q.dtype in (torch.float16, torch.bfloat16):
         return aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal)[0]
-    bias = None
-    if mask is not None:
-        cols = mask.shape[-1]
-        bias = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
-        bias = bias.masked_fill(mask.logical_not(), float("-inf"))
-        bias = F.pad(bias, (0, 8 - cols % 8))[..., :cols]
+    if bias is not None:
         bias = bias.expand(q.shape[0], q.shape[1], q.shape[2], k.shape[2])
     return aten._scaled_dot_product_efficient_attention(q, k, v, bias, False, 0.0, causal)[0]
 
@@ -376,12 +403,16 @@ class CausalLM(nn.Module):
         else:
             if kv_pos is None:
                 kv_pos = key_positions(self.max_seq_len, input_pos.device)
+            # Decided by the token dimension's range, which starts at 16 for a pass
+            # (generate/prefill.py): no guard, no specialization.
             one_query = idx.shape[1] == 1
             reads = Reads(
                 mask=attention_mask(input_pos, kv_pos, window, row_start),
                 cudnn=self.cudnn_prefill or one_query,
             )
         x = self.model.embed_tokens(idx)
+        if reads.mask is not None and keeps_off_cudnn(reads.cudnn, x):
+            reads.bias = attention_bias(reads.mask, x.dtype, self.max_seq_len)
         for layer in self.model.layers:
             x = layer(x, cos, sin, reads, input_pos)
         if reads.own and self.first_pass_last_logits:

@@ -31,9 +31,10 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   builds an execution graph on the host for each call shape it has not seen in that
   thread, and a pass's shape changes with the prompt's length, so every new length
   (and a warm process's first request) would pay a build. Off by default on CUDA for
-  eager, inductor and aoti: the passes run SDPA's flash kernel (a prompt's first pass)
-  or its memory-efficient one (a pass over the cache). Decode's one query keeps torch's
-  choice: its shapes are few and captured at load. No effect on CPU.
+  eager, inductor and aoti: a half-precision first pass without a mask runs SDPA's
+  flash kernel, every other pass (a window's mask, fp32, a pass over the cache) its
+  memory-efficient one. Decode's one query keeps torch's choice: its shapes are few and
+  captured at load. No effect on CPU.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
