@@ -94,9 +94,7 @@ def test_results_pool_the_probes_per_length():
 
 def test_each_lengths_first_request_is_the_median_over_the_probes():
     rec = load_recipe("tiny-llama")
-    probes = [
-        {"ttft": [{"prompt_len": 4, "ttft_s": [0.1], "first_s": f}]} for f in (0.9, 0.3, 0.5)
-    ]
+    probes = [{"ttft": [{"prompt_len": 4, "ttft_s": [0.1], "first_s": f}]} for f in (0.9, 0.3, 0.5)]
     probes.append({"ttft": [{"prompt_len": 4, "ttft_s": [0.1]}]})  # an older probe: none
     (four,) = prefill.summarize_prompt_lens(rec, "fp32", probes, gemm_tflops=None)
     assert four["ttft_first_s"] == pytest.approx(0.5)
