@@ -96,10 +96,18 @@ def off_cudnn_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(common, "keeps_off_cudnn", lambda cudnn, t: not cudnn)
 
 
+# The kernel each pass names, off cuDNN: a bf16 first pass without a mask runs flash.
+KERNELS = {
+    ("tiny-mistral", "prefill"): "efficient", ("tiny-mistral", "extend"): "efficient",
+    ("tiny-llama", "prefill"): "flash", ("tiny-llama", "extend"): "efficient",
+}  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])  # a windowed first pass; plain
 def test_off_cudnn_passes_export_over_their_whole_dynamic_ranges(off_cudnn_on_cpu, name: str):
     """Strict Dims: export proves every guard over the pass lengths and KV lengths, and
-    the graph names the flash or memory-efficient kernel, never SDPA whole or cuDNN."""
+    the graph names its kernel (never SDPA whole, never cuDNN); the memory-efficient one
+    gets the mask, as one bias padded once for the whole step."""
     rec = _long(name)
     model = build_model(rec, dtype="bf16", cudnn_prefill=False)
     cpu = torch.device("cpu")
@@ -109,9 +117,16 @@ def test_off_cudnn_passes_export_over_their_whole_dynamic_ranges(off_cudnn_on_cp
         ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
         for (index, dim), span in dynamic_ranges(rec, step).items():
             assert exported_range(ep, index % len(args), dim) == span, (step, index, dim)
-        code = ep.run_decompositions().graph_module.code
-        assert any(k in code for k in NAMED) and CUDNN_OP not in code, step
-        assert "aten.scaled_dot_product_attention" not in code, step
+        graph = ep.run_decompositions().graph
+        targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+        assert not any("cudnn" in t or t == "aten.scaled_dot_product_attention.default"
+                       for t in targets), step  # fmt: skip
+        calls = [n for n in graph.nodes if "_scaled_dot_product_" in str(n.target)]
+        kernel = KERNELS[(name, step)]
+        assert calls and all(f"_{kernel}_attention" in str(n.target) for n in calls), step
+        if kernel == "efficient":
+            assert all(n.args[3] is not None for n in calls), step  # the mask's bias
+            assert sum("constant_pad_nd" in t for t in targets) == 1, step
 
 
 @pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])
@@ -129,7 +144,28 @@ def test_off_cudnn_passes_trace_whole_through_dynamo(off_cudnn_on_cpu, name: str
         torch._dynamo.reset()
         compiled = torch.compile(model, backend=record, fullgraph=True, dynamic=False)
         compiled(*step_inputs(rec, torch.device("cpu"), step))
-        assert any(k in graphs[-1] for k in NAMED), step
+        assert f"_{KERNELS[(name, step)]}_attention" in graphs[-1], step
+
+
+def _reference_kernels(q, k, v, bias, causal):
+    """sdpa_without_cudnn's contract, runnable on the CPU: an additive bias or causal."""
+    assert bias is None or (bias.stride(-2) % 8 == 0 and bias.dtype == q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=causal)
+
+
+@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])
+def test_off_cudnn_passes_give_the_masked_logits(off_cudnn_on_cpu, monkeypatch, name: str):
+    """What the forward hands the kernels (the bias, causal or not) gives the logits of
+    the plain path, for a first pass and a left-padded pass over the cache."""
+    monkeypatch.setattr(common, "sdpa_without_cudnn", _reference_kernels)
+    rec = _long(name, max_seq_len=128, prefill_len=40)
+    off = build_model(rec, dtype="fp32", cudnn_prefill=False)
+    on = build_model(rec, dtype="fp32", cudnn_prefill=True)
+    on.load_state_dict(off.state_dict())
+    idx = torch.randint(1, 1000, (1, 40), generator=torch.Generator().manual_seed(0))
+    pos = torch.arange(40)
+    for inputs in ((idx, pos), (idx, pos + 40, torch.tensor([3]), torch.arange(96))):
+        torch.testing.assert_close(off(*inputs), on(*inputs))
 
 
 def test_attention_bias_is_the_mask_in_rows_of_a_fixed_stride():
