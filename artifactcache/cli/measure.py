@@ -336,7 +336,7 @@ def _render_prompt_lens(title: str, results: list[dict[str, Any]]) -> None:
                 str(x["prompt_len"]),
                 f"{ttft['p50'] * 1e3:.2f}",
                 f"{ttft['min'] * 1e3:.2f}–{ttft['max'] * 1e3:.2f}",
-                _s(None if x.get("ttft_first_s") is None else x["ttft_first_s"] * 1e3, "{:.2f}"),
+                "–" if x.get("ttft_first_s") is None else f"{x['ttft_first_s'] * 1e3:.2f}",
                 _rate(x["prefill_tok_s"]),
                 _rate(x["achieved_tflops"]),
                 _rate(r.get("gemm_tflops")),

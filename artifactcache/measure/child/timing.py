@@ -113,25 +113,25 @@ def measure_ttft(
     out = []
     for prompt in prompts:
         ids = list(prompt)
-        first_s = None
-        for i in range(warmup):  # a new length may compile, capture or tune: kept apart
-            sync(device)
-            t = time.perf_counter()
+        # A new length may compile, capture or tune: its first request is kept apart.
+        first_s = _first_token_seconds(runner, ids, device)
+        for _ in range(warmup - 1):
             runner.generate(ids, 1)
-            sync(device)
-            if i == 0:
-                first_s = time.perf_counter() - t
-        times = []
-        for _ in range(iters):
-            sync(device)
-            t = time.perf_counter()
-            first = runner.generate(ids, 1)
-            sync(device)
-            times.append(time.perf_counter() - t)
-            if len(first) != 1:
-                raise MeasureError(f"the runner returned {len(first)} tokens for 1 asked")
+        times = [_first_token_seconds(runner, ids, device) for _ in range(iters)]
         out.append({"prompt_len": len(ids), "warmup": warmup, "ttft_s": times, "first_s": first_s})
     return out
+
+
+def _first_token_seconds(runner: Any, ids: list[int], device: torch.device) -> float:
+    """One ``runner.generate(ids, 1)`` between device synchronizes, in seconds."""
+    sync(device)
+    t = time.perf_counter()
+    first = runner.generate(ids, 1)
+    sync(device)
+    seconds = time.perf_counter() - t
+    if len(first) != 1:
+        raise MeasureError(f"the runner returned {len(first)} tokens for 1 asked")
+    return seconds
 
 
 def measure_step_latency(
