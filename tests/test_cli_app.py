@@ -89,6 +89,10 @@ CASES = [
     ([*RUN, "--tokens", "1", "--device", "cuda:x"], "unknown device"),
     ([*RUN, "--tokens", "1", "--extra", "foo"], "expected KEY=VALUE"),
     ([*RUN, "--tokens", "1", "--extra", "foo=1"], "takes no extra options"),
+    # --extra cudnn_prefill: CUDA's, for the torch backends, a 0/1 flag
+    (["build", "tiny-llama", "-b", "aoti", "--extra", "cudnn_prefill=1"], "needs --device cuda"),
+    (["key", "tiny-llama", "-b", "eager", "--extra", "cudnn_prefill=maybe"], "expected 0 or 1"),
+    (["build", "tiny-llama", "-b", "ort", "--extra", "cudnn_prefill=0"], "cudnn_prefill"),
     ([*RUN, "--tokens", "1", "--weights", "/nonexistent/ckpt"], "weights not found"),
     (["run", "tiny-llama", "-b", "nope", "--tokens", "1"], "unknown backend"),
     (["run", "tiny-llama", "-b", "ort", "--dtype", "fp16", "--tokens", "1"], "supports dtype"),
