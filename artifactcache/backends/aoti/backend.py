@@ -75,6 +75,7 @@ from ..shared.torch_private import (
     release_export_state,
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
+from .options import AOTI_EXTRA_KEYS, check_wrapper_opt, wrapper_configs
 
 RECORD = "aoti.json"
 FORMAT = 2  # 2: three steps (prefill, extend, decode)
@@ -96,6 +97,7 @@ def _codegen_configs(opts: BuildChoices) -> dict[str, Any]:
         cfg["max_autotune"] = True
     # Without it every M=1 decode matmul goes to cuBLAS (tuning.py says why).
     cfg.update(inductor_tuning(opts))
+    cfg.update(wrapper_configs(opts))
     return cfg
 
 
@@ -328,8 +330,9 @@ class AotiBackend:
         mode = _mode(opts)
         if mode not in MODES:
             raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
-        check_extra(self.name, opts)
+        check_extra(self.name, opts, AOTI_EXTRA_KEYS)
         check_model_options(self.name, opts)
+        check_wrapper_opt(opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {

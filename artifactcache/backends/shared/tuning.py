@@ -25,13 +25,16 @@ from .model_options import MODEL_EXTRA_KEYS, parse_flag
 EXTRA_KEYS = ("coordinate_descent_tuning",)
 
 
-def check_extra(backend: str, opts: BuildChoices) -> None:
-    """Unknown --extra keys, and flags that do not apply to the device, are one line."""
-    unknown = sorted(set(opts.extra) - set(EXTRA_KEYS) - set(MODEL_EXTRA_KEYS))
+def check_extra(backend: str, opts: BuildChoices, own: tuple[str, ...] = ()) -> None:
+    """Unknown --extra keys, and flags that do not apply to the device, are one line.
+
+    ``own``: the backend's own keys beside the shared ones (aoti's wrapper_opt)."""
+    known = EXTRA_KEYS + MODEL_EXTRA_KEYS + own
+    unknown = sorted(set(opts.extra) - set(known))
     if unknown:
         raise BackendError(
             f"backend {backend!r} takes no extra option {', '.join(unknown)} "
-            f"(it takes: {', '.join(EXTRA_KEYS + MODEL_EXTRA_KEYS)})"
+            f"(it takes: {', '.join(known)})"
         )
     inductor_tuning(opts)
 
