@@ -51,6 +51,5 @@ def check_wrapper_opt(opts: BuildChoices) -> None:
 
     if not hasattr(inductor_config.aot_inductor, CONFIG_NAME.rsplit(".", 1)[1]):
         raise BackendError(
-            f"torch {torch.__version__} has no {CONFIG_NAME}; "
-            f"leave out --extra {WRAPPER_OPT_EXTRA}"
+            f"torch {torch.__version__} has no {CONFIG_NAME}; leave out --extra {WRAPPER_OPT_EXTRA}"
         )
