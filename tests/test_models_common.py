@@ -11,6 +11,7 @@ from torch.nn import functional as F
 from artifactcache.backends.aoti.backend import export_dynamic_shapes, exported_range
 from artifactcache.backends.inductor.compiling import step_inputs
 from artifactcache.backends.shared.steps import dynamic_ranges, example_inputs
+from artifactcache.backends.shared.torch_private import export_user_error
 from artifactcache.models import build_model, common
 from artifactcache.models.common import attention_mask, sdpa_without_cudnn
 from artifactcache.recipes import load_recipe
@@ -103,6 +104,23 @@ KERNELS = {
 }  # fmt: skip
 
 
+def _export_strict(model, args, rec, step: str):
+    """Strict Dims, as aoti's export_step tries first. torch 2.11's solver cannot prove
+    one guard the named kernels' meta functions add, min(16*T, 32*T) == 16*T, true for
+    every T > 0 (seen on the H100, 2026-12-05); there export_step keeps it as a runtime
+    check through Dim.DYNAMIC, and so does this test. Any other refused guard (a pad
+    to T's own multiple of 8 gave T % 8) fails it, on every torch."""
+    shapes = export_dynamic_shapes(rec, step, strict=True)
+    try:
+        return torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+    except export_user_error() as e:
+        old_solver = tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 13)
+        if not (old_solver and "min(16*" in str(e)):
+            raise
+    shapes = export_dynamic_shapes(rec, step, strict=False)
+    return torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+
+
 @pytest.mark.parametrize("name", ["tiny-mistral", "tiny-llama"])  # a windowed first pass; plain
 def test_off_cudnn_passes_export_over_their_whole_dynamic_ranges(off_cudnn_on_cpu, name: str):
     """Strict Dims: export proves every guard over the pass lengths and KV lengths, and
@@ -113,8 +131,7 @@ def test_off_cudnn_passes_export_over_their_whole_dynamic_ranges(off_cudnn_on_cp
     cpu = torch.device("cpu")
     for step in ("prefill", "extend"):
         args = example_inputs(rec, cpu, step)
-        shapes = export_dynamic_shapes(rec, step, strict=True)
-        ep = torch.export.export(model, args, dynamic_shapes=shapes, strict=False)
+        ep = _export_strict(model, args, rec, step)
         for (index, dim), span in dynamic_ranges(rec, step).items():
             assert exported_range(ep, index % len(args), dim) == span, (step, index, dim)
         graph = ep.run_decompositions().graph
