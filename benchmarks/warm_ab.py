@@ -10,7 +10,7 @@ hits both alike. Per process: the probe's phases, and what it compiled (nothing)
   first call) against ``=0`` (all at load); backends/shared/steps.py.
 - ``isa-memo``: Inductor's CPU ISA verdicts read from the cache root's memo against
   the memo removed before each process (every candidate probed, as before the memo);
-  backends/inductor/cpu_isa.py. CPU only.
+  backends/shared/cpu_isa.py. CPU only.
 
     python benchmarks/warm_ab.py llama-7b --compare lazy --backends inductor --runs 3 --out OUT
     python benchmarks/warm_ab.py tiny-llama --compare lazy --device cpu --dtype fp32 --out OUT
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from _provenance import provenance  # noqa: E402
 
-from artifactcache.backends.inductor.cpu_isa import MEMO as ISA_MEMO  # noqa: E402
+from artifactcache.backends.shared.cpu_isa import MEMO as ISA_MEMO  # noqa: E402
 from artifactcache.choices import BuildChoices  # noqa: E402
 from artifactcache.measure.coldstart import ProbeSpec, fresh_framework_dirs, spawn_probe  # noqa: E402
 

@@ -35,7 +35,7 @@ def _counting_build(self, *args, **kwargs):
 cpp_builder.CppBuilder.build = _counting_build
 
 # Inductor's CPU ISA probes (a child Python each) this process ran: a kept verdict
-# (backends/inductor/cpu_isa.py) runs none.
+# (backends/shared/cpu_isa.py) runs none.
 isa_probes: list[str] = []
 try:
     from torch._inductor.cpu_vec_isa import VecISA  # noqa: E402

@@ -394,7 +394,7 @@ def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypat
         seen.append(message())
         return None
 
-    def step(model, recipe, dev, name, cfg, workdir, scratch, timings):
+    def step(model, recipe, dev, name, cfg, workdir, scratch, timings, memo_dir):
         seen.append(message())
         cfg()
         seen.append(message())

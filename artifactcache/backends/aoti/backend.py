@@ -49,6 +49,7 @@ from ..base import BuildContext
 from ..shared.build_jobs import StepJob, build_concurrently
 from ..shared.build_plan import planned_jobs
 from ..shared.cpu_clock import children_cpu_seconds
+from ..shared.cpu_isa import isa_verdicts_kept, prefill_isa_verdicts
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
 from ..shared.model_options import check_model_options, model_factors
@@ -256,6 +257,7 @@ def build_step(
     workdir: Path,
     scratch: Path,
     timings: dict[str, float],
+    memo_dir: Path | None = None,
 ) -> str:
     """Export and compile one step into ``workdir/<step>/``; its .so, relative to workdir.
 
@@ -267,7 +269,8 @@ def build_step(
     ``<step>_compile_cpu``: a phase whose CPU seconds fall far under its wall seconds
     waited for a core (steps at once on a busy host) or for its children rather than
     doing more work. ``<step>_compile_children_cpu`` is the children's share (g++ runs;
-    shared/cpu_clock.py).
+    shared/cpu_clock.py). The wrapper compile reads Inductor's CPU ISA verdicts from
+    ``memo_dir`` (shared/cpu_isa.py) instead of probing each candidate.
     """
     import torch
 
@@ -286,11 +289,12 @@ def build_step(
             timings[f"{step}_probe_wait"] = round(waited, 3)
         t_compile, c_compile = time.perf_counter(), time.process_time()
         children_compile = children_cpu_seconds()
-        pkg = torch._inductor.aoti_compile_and_package(
-            ep,
-            package_path=str(scratch / f"{step}.pt2"),
-            inductor_configs=decode_only(cfg, step),
-        )
+        with isa_verdicts_kept(memo_dir):
+            pkg = torch._inductor.aoti_compile_and_package(
+                ep,
+                package_path=str(scratch / f"{step}.pt2"),
+                inductor_configs=decode_only(cfg, step),
+            )
     del ep
     # Members are under "<step>/" (the package's stem), so each step
     # lands in its own folder of the entry.
@@ -360,9 +364,12 @@ class AotiBackend:
         scratch.mkdir()
         memo_dir = ctx.memo_dir
         cfg: dict[str, Any] = {}
+        prefills = []
 
         def probe() -> dict[str, Any]:
             cfg.update(inductor_configs(ctx.opts, memo_dir))  # probes compilers not probed before
+            if jobs > 1 and memo_dir is not None:  # the ISA verdicts, while workers export
+                prefills.append(prefill_isa_verdicts(cfg.get("cpp.cxx"), memo_dir))
             return cfg
 
         if jobs > 1:
@@ -371,6 +378,8 @@ class AotiBackend:
             )
         else:
             steps, timings = self._build_serially(ctx, workdir, scratch, probe)
+        for thread in prefills:  # long done: it takes a fraction of a step's compile
+            thread.join()
         shutil.rmtree(scratch)  # the unpacked files are all load needs
         timings["wall"] = round(time.perf_counter() - t_build, 3)
         # Where a build's time goes, for the probe's report (durations, not stamps).
@@ -394,7 +403,15 @@ class AotiBackend:
         """One step in a build worker (build_jobs.py); its .so, relative to the workdir."""
         job.mark("exporting")
         return build_step(
-            model, job.recipe, dev, job.step, config, job.workdir, job.scratch, timings
+            model,
+            job.recipe,
+            dev,
+            job.step,
+            config,
+            job.workdir,
+            job.scratch,
+            timings,
+            job.memo_dir,
         )
 
     def _build_serially(
@@ -411,7 +428,9 @@ class AotiBackend:
         timings["compiler_probe"] = round(time.perf_counter() - t0, 3)
         steps: dict[str, str] = {}
         for step in STEPS:
-            steps[step] = build_step(model, ctx.recipe, dev, step, cfg, workdir, scratch, timings)
+            steps[step] = build_step(
+                model, ctx.recipe, dev, step, cfg, workdir, scratch, timings, ctx.memo_dir
+            )
         del model
         release_export_state()
         return steps, timings

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..shared.patches import ProcessPatches
 from ..shared.torch_private import inductor_cache_dir
-from .patches import ProcessPatches
 
 # inductor_tuning_results_kept's patches: process-wide, for as long as any scope is open.
 PATCHES = ProcessPatches()

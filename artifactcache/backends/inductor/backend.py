@@ -64,6 +64,7 @@ from ...keys import toolchain_fingerprint
 from ..base import BuildContext
 from ..shared.build_jobs import StepJob, build_concurrently
 from ..shared.build_plan import planned_jobs
+from ..shared.cpu_isa import isa_verdicts_kept
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
 from ..shared.model_options import check_model_options, model_factors, split_kv_decode
@@ -94,7 +95,6 @@ from .compiling import (
     register_model_ops,
     step_megacache,
 )
-from .cpu_isa import isa_verdicts_kept
 from .files import install_compiled_files
 from .triton_key import prefetch_triton_key
 

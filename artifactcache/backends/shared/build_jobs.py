@@ -103,6 +103,7 @@ class StepJob:
     result: Path  # the worker's report: a pickled dict, written last
     state: dict[str, Any] = field(default_factory=dict)
     parent_pid: int = 0
+    memo_dir: Path | None = None  # the cache root's memos (aoti's CPU ISA verdicts)
 
     @property
     def progress(self) -> Path:
@@ -399,7 +400,8 @@ def build_concurrently(
 
         def start(step: str) -> _Worker:
             job = StepJob(backend, step, ctx.recipe, ctx.opts, ctx.weights, workdir, scratch,
-                          Path(tmp) / f"{step}.report", state, os.getpid())  # fmt: skip
+                          Path(tmp) / f"{step}.report", state, os.getpid(),
+                          ctx.memo_dir)  # fmt: skip
             worker = _Worker(job, Path(tmp) / f"{step}.log")
             workers.append(worker)  # before the send, so `finally` stops it
             try:

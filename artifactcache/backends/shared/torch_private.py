@@ -1,6 +1,6 @@
 """The torch-private APIs acache depends on, in one place (with two exceptions, each
 beside its only user: the patches of Inductor's autotuner, inductor/autotune_cache.py,
-and of its CPU ISA probe, inductor/cpu_isa.py).
+and of its CPU ISA probe, shared/cpu_isa.py).
 
 torch changes these without notice. Each accessor tries the spellings of the torch
 releases pyproject admits and, where none exists, raises :class:`TorchPrivateAPIMissing`:

@@ -10,9 +10,11 @@ The verdict depends on what Inductor's own fingerprint of the probe names (the
 compiler's version, the ISA's flags, torch's version), on the probe's code and on the
 CPU; a passing verdict is kept under exactly those in ``<cache root>/cpu-isa.json``
 (a failure may be a moment's, a probe's timeout, so it is probed again). A load reads
-the verdict there and runs the probe only for a candidate the memo lacks. Builds probe
-as Inductor does. A torch without these internals runs its probes unchanged (slower,
-never wrong).
+the verdict there and runs the probe only for a candidate the memo lacks. An aoti
+build's steps read it too: every C++ wrapper compile picks the ISA, ten child Pythons of
+~2 s each, one after another, on the H100 host (docs/perf-notes.md, attempt 52). An
+inductor build probes as Inductor does (its entry carries the probe libraries). A torch
+without these internals runs its probes unchanged (slower, never wrong).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import os
 import platform
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...store._fs import add_to_memo, read_memo
-from ..shared.cxx import file_id, loaded_libstdcxx
+from .cxx import file_id, loaded_libstdcxx
 from .patches import ProcessPatches
 
 MEMO = "cpu-isa.json"
@@ -129,3 +132,27 @@ def _remembering(real: Any, memo_dir: Path) -> Any:
 
     setattr(check_build, _TAG, True)
     return check_build
+
+
+def prefill_isa_verdicts(cxx: str | None, memo_dir: Path) -> threading.Thread:
+    """A started thread that picks Inductor's vector ISA under the memo, with the
+    compiler ``cxx`` as a step's wrapper compile will (the key names the compiler).
+
+    Started by a concurrent aoti build beside its workers: they reach their wrapper
+    compile only after their export and their Triton kernels, by when the verdicts are
+    in the memo, so no worker runs a probe. A failure here costs only that saving: the
+    workers then probe as before.
+    """
+
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            import torch._inductor.config as inductor_config
+            from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+            patch = inductor_config.patch({"cpp.cxx": cxx}) if cxx else contextlib.nullcontext()
+            with patch, isa_verdicts_kept(memo_dir):
+                pick_vec_isa()
+
+    thread = threading.Thread(target=run, daemon=True, name="acache-isa-prefill")
+    thread.start()
+    return thread

@@ -1,8 +1,8 @@
-"""backends/inductor/patches.py: replacements live while any scope is open."""
+"""backends/shared/patches.py: replacements live while any scope is open."""
 
 from __future__ import annotations
 
-from artifactcache.backends.inductor.patches import ProcessPatches
+from artifactcache.backends.shared.patches import ProcessPatches
 
 
 class Owner:

@@ -1,4 +1,4 @@
-"""backends/inductor/cpu_isa.py: Inductor's CPU ISA verdicts kept across processes."""
+"""backends/shared/cpu_isa.py: Inductor's CPU ISA verdicts kept across processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
 
-from artifactcache.backends.inductor import cpu_isa  # noqa: E402
+from artifactcache.backends.shared import cpu_isa  # noqa: E402
 
 VecISA = cpu_vec_isa.VecISA
 CODE = "int main() { return 0; }"
@@ -139,3 +139,41 @@ def test_through_torchs_own_check_a_later_process_runs_no_probe(tmp_path, monkey
             assert bool(isa)
         assert probed == expected
     bool_impl.cache_clear()
+
+
+def test_a_prefill_leaves_the_verdicts_a_later_scope_reads(probes, tmp_path):
+    """What a concurrent aoti build starts beside its workers: the ISA picked under the
+    memo, so a worker's wrapper compile, picking it again, probes nothing."""
+    if not hasattr(cpu_vec_isa, "_get_isa_dry_compile_fingerprint"):
+        pytest.skip("this torch has no ISA fingerprint: the memo is off and probes run")
+    from artifactcache.backends.shared.torch_private import forget_inductor_process_caches
+
+    _, calls = probes
+    forget_inductor_process_caches()  # pick_vec_isa answers once per process
+    try:
+        thread = cpu_isa.prefill_isa_verdicts(None, tmp_path)
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        if not calls:
+            pytest.skip("this CPU offers Inductor no vector ISA to probe")
+        probed = list(calls)
+        assert (tmp_path / cpu_isa.MEMO).is_file()
+        forget_inductor_process_caches()  # a worker: a process of its own
+        with cpu_isa.isa_verdicts_kept(tmp_path):
+            assert cpu_vec_isa.pick_vec_isa()
+        assert calls == probed
+    finally:
+        forget_inductor_process_caches()
+    assert "check_build" not in VecISA.__dict__ or not getattr(
+        VecISA.__dict__["check_build"], "_acache_isa_memo", False
+    )
+
+
+def test_a_prefill_that_fails_costs_only_its_saving(monkeypatch, tmp_path):
+    def broken():
+        raise RuntimeError("no compiler today")
+
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", broken)
+    thread = cpu_isa.prefill_isa_verdicts("/no/such/g++", tmp_path)
+    thread.join(timeout=30)
+    assert not thread.is_alive() and not (tmp_path / cpu_isa.MEMO).exists()

@@ -1,6 +1,6 @@
 """Class attributes of Inductor replaced process-wide while at least one scope is open.
 
-autotune_cache.py and cpu_isa.py each replace private methods of torch's classes for the
+inductor/autotune_cache.py and cpu_isa.py each replace private methods of torch's classes for the
 span of a build or load. The replacement is process-wide, and builds and loads may
 overlap in threads (a pass step opened later re-enters a load's scope), so one
 ``ProcessPatches`` per user installs its replacements when the first scope opens and

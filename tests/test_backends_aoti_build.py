@@ -1,0 +1,83 @@
+"""aoti's build and Inductor's CPU ISA verdicts: every step's wrapper compile reads them
+from the cache root's memo, and a concurrent build fills that memo beside its workers
+(shared/cpu_isa.py; docs/perf-notes.md, attempt 52)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from artifactcache.backends.aoti import backend as aoti
+from artifactcache.backends.base import BuildContext
+from artifactcache.choices import BuildChoices
+from artifactcache.models import WeightsSpec, build_model
+from artifactcache.recipes import load_recipe
+
+cpu_vec_isa = pytest.importorskip("torch._inductor.cpu_vec_isa")
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_steps_compile_reads_the_isa_memo(monkeypatch, tmp_path: Path):
+    seen = []
+
+    def compile_and_package(ep, package_path, inductor_configs):
+        check = cpu_vec_isa.VecISA.__dict__.get("check_build")
+        seen.append(getattr(check, "_acache_isa_memo", False))
+        raise _Stop
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    recipe = load_recipe("tiny-llama")
+    model = build_model(recipe)
+    with pytest.raises(_Stop):
+        aoti.build_step(model, recipe, torch.device("cpu"), "decode", {}, tmp_path,
+                        tmp_path, {}, tmp_path)  # fmt: skip
+    assert seen == [True]
+    check = cpu_vec_isa.VecISA.__dict__.get("check_build")
+    assert not getattr(check, "_acache_isa_memo", False)  # torch's own once it returns
+
+
+@pytest.mark.parametrize(("jobs", "prefilled"), [("3", True), ("1", False)])
+def test_a_concurrent_build_fills_the_memo_beside_its_workers(
+    monkeypatch, tmp_path: Path, jobs: str, prefilled: bool
+):
+    """The prefill starts once the compiler is probed, with that compiler, and the build
+    waits for it before returning; a serial build probes in its own steps instead."""
+    monkeypatch.setenv("ACACHE_BUILD_JOBS", jobs)
+    monkeypatch.setattr(aoti, "choose_cxx", lambda **_: "/usr/bin/g++")
+    started: list[tuple] = []
+
+    class Thread:
+        joined = False
+
+        def join(self) -> None:
+            Thread.joined = True
+
+    def prefill(cxx, memo_dir):
+        started.append((cxx, memo_dir))
+        return Thread()
+
+    def steps_and_timings(*args):
+        probe = args[-2] if len(args) > 1 else args[0]  # concurrent: (.., probe, jobs)
+        probe()
+        return {s: f"{s}/{s}.so" for s in aoti.STEPS}, {}
+
+    monkeypatch.setattr(aoti, "prefill_isa_verdicts", prefill)
+    monkeypatch.setattr(aoti, "build_concurrently", steps_and_timings)
+
+    def serially(self, ctx, workdir, scratch, probe):
+        return steps_and_timings(probe)
+
+    monkeypatch.setattr(aoti.AotiBackend, "_build_serially", serially)
+    ctx = BuildContext(recipe=load_recipe("tiny-llama"), opts=BuildChoices(),
+                       weights=WeightsSpec(None, 0), memo_dir=tmp_path / "memo")  # fmt: skip
+    (tmp_path / "w").mkdir()
+    aoti.BACKEND.build(ctx, tmp_path / "w")
+    if prefilled:
+        assert started == [("/usr/bin/g++", tmp_path / "memo")] and Thread.joined
+    else:
+        assert started == [] and not Thread.joined
