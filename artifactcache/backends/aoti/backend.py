@@ -76,7 +76,12 @@ from ..shared.torch_private import (
     release_export_state,
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
-from .options import AOTI_EXTRA_KEYS, check_wrapper_opt, wrapper_configs
+from .options import (
+    AOTI_EXTRA_KEYS,
+    check_wrapper_opt_supported,
+    wrapper_configs,
+    wrapper_opt,
+)
 
 RECORD = "aoti.json"
 FORMAT = 2  # 2: three steps (prefill, extend, decode)
@@ -336,7 +341,7 @@ class AotiBackend:
             raise BackendError(f"unknown aoti mode {mode!r}: choose one of {', '.join(MODES)}")
         check_extra(self.name, opts, AOTI_EXTRA_KEYS)
         check_model_options(self.name, opts)
-        check_wrapper_opt(opts)
+        wrapper_opt(opts)  # the level only: torch's support is checked by build()
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {
@@ -359,6 +364,7 @@ class AotiBackend:
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         t_build = time.perf_counter()
+        check_wrapper_opt_supported(ctx.opts)
         jobs = planned_jobs(ctx.recipe, ctx.opts, len(STEPS))  # a bad ACACHE_BUILD_JOBS: one line
         scratch = workdir / ".pt2"
         scratch.mkdir()

@@ -1,12 +1,13 @@
 """aoti's own ``--extra`` option: how hard g++ optimizes each step's C++ wrapper.
 
 ``--extra wrapper_opt=O0|O1`` sets Inductor's ``aot_inductor.compile_wrapper_opt_level``
-for every step. About half of a step's compile is g++ on that wrapper (the build records
-each step's ``<step>_compile_children_cpu``). The wrapper is host code: it launches the
-step's kernels, so its optimization level bears on a pass's launch time outside a CUDA
-graph (prefill, extend) and not on captured decode. Left out, the build keeps torch's
-own default (O1) and the key is as before; given, it is a key factor through the
-codegen config. Torch-free until a value is given.
+for every step. g++ on that wrapper took 6-11 s of each llama-7b step's compile on the
+H100 hosts (docs/perf-notes.md, attempt 52). The wrapper is host code that launches the
+step's kernels; on llama-7b, O0 left prefill, decode and the warm load as they were,
+and its effect on the build time was not measured, so torch's O1 stays the default. O0
+is for a wrapper g++ will not optimize (Inductor's "too big to optimize" error names
+it). Left out, the key is as before; given, it is a key factor through the codegen
+config. Torch-free but for the check a build makes that torch has the setting.
 """
 
 from __future__ import annotations
@@ -42,8 +43,12 @@ def wrapper_configs(opts: BuildChoices) -> dict[str, Any]:
     return {} if level is None else {CONFIG_NAME: level}
 
 
-def check_wrapper_opt(opts: BuildChoices) -> None:
-    """A bad level, or a torch whose Inductor has no such setting, is one line."""
+def check_wrapper_opt_supported(opts: BuildChoices) -> None:
+    """A torch whose Inductor has no such setting is one line, at the start of a build.
+
+    Not in check_options: that runs on every load too, and importing Inductor's config
+    costs a warm load ~1.4 s (it imports ``torch._inductor``), which a load never needs.
+    """
     if wrapper_opt(opts) is None:
         return
     import torch
