@@ -51,6 +51,11 @@ def _warm_libraries(recipe: Any, choices: Any, prompt: list[int], tmp: str) -> f
     one = dataclasses.replace(
         recipe, name=recipe.name + "-one-layer", model=dataclasses.replace(recipe.model, n_layers=1)
     )
+    from artifactcache.backends.shared.model_options import MODEL_EXTRA_KEYS
+
+    # The model's options only: eager refuses a compiler's (aoti's wrapper_opt).
+    model_extra = {k: v for k, v in choices.extra.items() if k in MODEL_EXTRA_KEYS}
+    choices = dataclasses.replace(choices, extra=model_extra)
     runner = api.load(one, "eager", choices, cache_dir=tmp)
     runner.generate(prompt, 2)
     if torch.cuda.is_available():
