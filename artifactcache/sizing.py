@@ -46,6 +46,12 @@ def kv_allocated_bytes(recipe: Recipe, dtype: str) -> int:
     return kv_bytes_per_position(recipe, dtype, s.max_batch) * s.max_seq_len
 
 
+# A meta model of a 7B recipe takes 40-140 ms to build, and one CLI command asks for its
+# size more than once (the memory check, the build plan, the roofline). Keyed by the
+# recipe's repr: a checkpoint's rope_scaling is a dict, which lru_cache cannot hash.
+_WEIGHT_BYTES: dict[tuple[str, str, str | None], tuple[int, int]] = {}
+
+
 def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[int, int]:
     """(every weight but the input embedding table, that table) in bytes.
 
@@ -55,6 +61,13 @@ def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[
     int8 weights and scales; int4's nibbles, scales and zeros, one of the two copies a
     CUDA build stores).
     """
+    key = (repr(recipe), dtype, quant)
+    if key not in _WEIGHT_BYTES:
+        _WEIGHT_BYTES[key] = _weight_bytes(recipe, dtype, quant)
+    return _WEIGHT_BYTES[key]
+
+
+def _weight_bytes(recipe: Recipe, dtype: str, quant: str | None) -> tuple[int, int]:
     import torch
 
     from .models import architecture

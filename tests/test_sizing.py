@@ -448,3 +448,23 @@ def test_a_kernel_reading_the_whole_cache_shows_a_lower_roofline():
     assert res["roofline_pct"] == pytest.approx(100 * needed * (9 / 0.009) / 100e9)
     allocated = (PARAMS - EMBED) * 4 + KV_PER_POSITION * 64
     assert res["roofline_pct"] < 100 * allocated * (9 / 0.009) / 100e9
+
+
+def test_weight_bytes_builds_a_recipes_meta_model_once(monkeypatch):
+    """Asked again with the same recipe, dtype and quant, including a recipe whose
+    rope_scaling is a dict (a checkpoint's; unhashable), it answers from its memo."""
+    import artifactcache.models as models
+
+    rec = load_recipe("tiny-llama")
+    scaled = dataclasses.replace(rec, model=dataclasses.replace(
+        rec.model, rope_scaling={"type": "linear", "factor": 2.0}))  # fmt: skip
+    built: list[str] = []
+    real = models.architecture
+    monkeypatch.setattr(models, "architecture", lambda r: built.append(r.name) or real(r))
+    monkeypatch.setattr(sizing, "_WEIGHT_BYTES", {})
+    first = [sizing.weight_bytes(r, "fp32") for r in (rec, scaled, rec, scaled)]
+    assert first[0] == first[2] and first[1] == first[3]
+    assert sum(first[0]) == PARAMS * 4
+    assert len(built) == 2
+    sizing.weight_bytes(rec, "bf16")
+    assert len(built) == 3
