@@ -54,7 +54,7 @@ def test_a_concurrent_build_fills_the_memo_beside_its_workers(
     class Thread:
         joined = False
 
-        def join(self) -> None:
+        def join(self, timeout: float | None = None) -> None:
             Thread.joined = True
 
     def prefill(cxx, memo_dir):
@@ -81,3 +81,54 @@ def test_a_concurrent_build_fills_the_memo_beside_its_workers(
         assert started == [("/usr/bin/g++", tmp_path / "memo")] and Thread.joined
     else:
         assert started == [] and not Thread.joined
+
+
+def _ctx(tmp_path: Path, **extra: str) -> BuildContext:
+    return BuildContext(recipe=load_recipe("tiny-llama"), opts=BuildChoices(extra=extra),
+                        weights=WeightsSpec(None, 0), memo_dir=tmp_path / "memo")  # fmt: skip
+
+
+def test_a_failed_build_still_waits_for_the_prefill(monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("ACACHE_BUILD_JOBS", "3")
+    monkeypatch.setattr(aoti, "choose_cxx", lambda **_: None)
+    waits: list[float | None] = []
+
+    class Thread:
+        def join(self, timeout: float | None = None) -> None:
+            waits.append(timeout)
+
+    def failing(*args):
+        args[-2]()  # the probe, which starts the prefill
+        raise RuntimeError("a worker failed")
+
+    monkeypatch.setattr(aoti, "prefill_isa_verdicts", lambda cxx, memo: Thread())
+    monkeypatch.setattr(aoti, "build_concurrently", failing)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(RuntimeError, match="a worker failed"):
+        aoti.BACKEND.build(_ctx(tmp_path), tmp_path / "w")
+    assert waits == [aoti.PREFILL_JOIN_S]
+
+
+def test_the_serial_path_gives_each_step_the_memo_dir(monkeypatch, tmp_path: Path):
+    got: list[Path | None] = []
+
+    def step(model, recipe, dev, name, cfg, workdir, scratch, timings, memo_dir):
+        got.append(memo_dir)
+        return f"{name}/{name}.so"
+
+    monkeypatch.setattr(aoti, "build_step", step)
+    monkeypatch.setattr(aoti, "build_model_for", lambda ctx, dev, backend: object())
+    aoti.BACKEND._build_serially(_ctx(tmp_path), tmp_path, tmp_path, dict)
+    assert got == [tmp_path / "memo"] * len(aoti.STEPS)
+
+
+def test_a_build_checks_that_torch_has_the_wrapper_setting_first(monkeypatch, tmp_path: Path):
+    import torch._inductor.config as inductor_config
+
+    from artifactcache.backends.aoti.options import CONFIG_NAME
+    from artifactcache.errors import AcacheError
+
+    monkeypatch.delattr(inductor_config.aot_inductor, CONFIG_NAME.rsplit(".", 1)[1])
+    monkeypatch.setattr(aoti, "planned_jobs", lambda *a: pytest.fail("planned past the check"))
+    with pytest.raises(AcacheError, match=f"has no {CONFIG_NAME}"):
+        aoti.BACKEND.build(_ctx(tmp_path, wrapper_opt="O0"), tmp_path)

@@ -378,10 +378,29 @@ def test_a_hung_compiler_probe_is_named_not_the_steps(tmp_path: Path, monkeypatc
     assert _our_workers() == []
 
 
+def test_each_worker_is_sent_the_cache_roots_memo_dir(tmp_path: Path, monkeypatch):
+    """Where aoti's steps read Inductor's CPU ISA verdicts (shared/cpu_isa.py)."""
+    sent: list[StepJob] = []
+
+    def capture(self, job):
+        sent.append(job)
+        raise TypeError("stop at the first")
+
+    monkeypatch.setattr(jobs_mod._Worker, "send", capture)
+    ctx = BuildContext(load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
+                       memo_dir=tmp_path / "memo")  # fmt: skip
+    with pytest.raises(BackendError, match="cannot be sent"):
+        jobs_mod.build_concurrently("aoti", ctx, tmp_path, tmp_path, aoti.STEPS, dict)
+    assert [j.memo_dir for j in sent] == [tmp_path / "memo"]
+    assert _our_workers() == []
+
+
 def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypatch):
-    """A real worker's _run marks each phase; past the timeout, the message reads them."""
+    """A real worker's _run marks each phase; past the timeout, the message reads them.
+    Its step gets the job's memo_dir."""
     job = StepJob("aoti", "decode", load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(),
-                  tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid())  # fmt: skip
+                  tmp_path, tmp_path, tmp_path / "decode.report", {}, os.getppid(),
+                  memo_dir=tmp_path / "memo")  # fmt: skip
     done: Future = Future()
     done.set_result({})
 
@@ -395,6 +414,7 @@ def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypat
         return None
 
     def step(model, recipe, dev, name, cfg, workdir, scratch, timings, memo_dir):
+        assert memo_dir == tmp_path / "memo"
         seen.append(message())
         cfg()
         seen.append(message())

@@ -177,3 +177,43 @@ def test_a_prefill_that_fails_costs_only_its_saving(monkeypatch, tmp_path):
     thread = cpu_isa.prefill_isa_verdicts("/no/such/g++", tmp_path)
     thread.join(timeout=30)
     assert not thread.is_alive() and not (tmp_path / cpu_isa.MEMO).exists()
+
+
+def test_verdicts_are_keyed_by_the_compiler_the_prefill_was_given(probes, tmp_path):
+    """A prefill under aoti's chosen compiler leaves verdicts a compile under that
+    compiler reads, and not ones a compile under another compiler would take for its
+    own (one process may hold both: the key is computed per compiler)."""
+    import shutil
+
+    from torch._inductor import config as inductor_config
+
+    from artifactcache.backends.shared.torch_private import forget_inductor_process_caches
+
+    if not hasattr(cpu_vec_isa, "_get_isa_dry_compile_fingerprint"):
+        pytest.skip("this torch has no ISA fingerprint: the memo is off and probes run")
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("no g++ to stand a second compiler in for")
+    other = tmp_path / "bin" / "g++"
+    other.parent.mkdir()
+    other.write_text(f'#!/bin/sh\nexec {gxx} "$@"\n')
+    other.chmod(0o755)
+    _, calls = probes
+    memo = tmp_path / "memo"
+    memo.mkdir()  # the cache root's, which a store makes
+    forget_inductor_process_caches()
+    try:
+        cpu_isa.prefill_isa_verdicts(str(other), memo).join(timeout=120)
+        if not calls:
+            pytest.skip("this CPU offers Inductor no vector ISA to probe")
+        probed = len(calls)
+        forget_inductor_process_caches()
+        with inductor_config.patch({"cpp.cxx": str(other)}), cpu_isa.isa_verdicts_kept(memo):
+            cpu_vec_isa.pick_vec_isa()
+        assert len(calls) == probed  # the same compiler: read from the memo
+        forget_inductor_process_caches()
+        with inductor_config.patch({"cpp.cxx": gxx}), cpu_isa.isa_verdicts_kept(memo):
+            cpu_vec_isa.pick_vec_isa()
+        assert len(calls) > probed  # another compiler file: probed again
+    finally:
+        forget_inductor_process_caches()

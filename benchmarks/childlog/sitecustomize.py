@@ -6,7 +6,9 @@ compile" (docs/perf-notes.md, attempt 52): g++ on the wrapper, ptxas from Triton
 something else. Each process appends JSON lines to ``ACACHE_CHILDLOG/<pid>.jsonl``:
 the child's program, its first arguments, start and end (perf_counter of this process)
 and the wall seconds from Popen to the reaped exit. ``childlog_summary.py`` sums them.
-Not imported by acache; a measuring aid only.
+Not imported by acache; a measuring aid only. First on PYTHONPATH, it shadows the
+interpreter's own sitecustomize (on the device image, Ubuntu's
+/usr/lib/python3.12/sitecustomize.py), which then does not run.
 """
 
 from __future__ import annotations

@@ -87,6 +87,7 @@ RECORD = "aoti.json"
 FORMAT = 2  # 2: three steps (prefill, extend, decode)
 STEPS = STEP_KINDS
 MODES = ("default", "max-autotune")
+PREFILL_JOIN_S = 60.0  # at most this long after a failed build for the ISA verdicts' thread
 
 
 def _mode(opts: BuildChoices) -> str:
@@ -378,14 +379,18 @@ class AotiBackend:
                 prefills.append(prefill_isa_verdicts(cfg.get("cpp.cxx"), memo_dir))
             return cfg
 
-        if jobs > 1:
-            steps, timings = build_concurrently(
-                self.name, ctx, workdir, scratch, STEPS, probe, jobs
-            )
-        else:
-            steps, timings = self._build_serially(ctx, workdir, scratch, probe)
-        for thread in prefills:  # long done: it takes a fraction of a step's compile
-            thread.join()
+        try:
+            if jobs > 1:
+                steps, timings = build_concurrently(
+                    self.name, ctx, workdir, scratch, STEPS, probe, jobs
+                )
+            else:
+                steps, timings = self._build_serially(ctx, workdir, scratch, probe)
+        finally:
+            # Long done when the steps are. After a failed step, a bounded wait: while
+            # it runs, torch's check_build is replaced and its Inductor config patched.
+            for thread in prefills:
+                thread.join(timeout=PREFILL_JOIN_S)
         shutil.rmtree(scratch)  # the unpacked files are all load needs
         timings["wall"] = round(time.perf_counter() - t_build, 3)
         # Where a build's time goes, for the probe's report (durations, not stamps).

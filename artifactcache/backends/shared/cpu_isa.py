@@ -56,14 +56,14 @@ def cpu_identity() -> str:
 
 
 @functools.cache
-def _process_identity() -> str:
+def _process_identity(compiler: str) -> str:
     """What the probe's dlopen in a child Python depends on beyond the compile: that
     Python, torch's libraries, the libstdc++ mapped here, the loader's path, and the
-    compiler file itself (cxx.py's memo guards the same)."""
+    compiler file itself (cxx.py's memo guards the same). Per compiler: one process may
+    probe with two (an aoti build's prefill under its chosen one, a load under the
+    default)."""
     import torch
-    from torch._inductor.cpp_builder import get_cpp_compiler
 
-    compiler = get_cpp_compiler()
     return "|".join(
         str(x)
         for x in (
@@ -79,10 +79,11 @@ def _process_identity() -> str:
 def verdict_key(isa: Any, code: str) -> str | None:
     """What ``isa.check_build(code)`` depends on; None where torch cannot say."""
     try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
         from torch._inductor.cpu_vec_isa import _get_isa_dry_compile_fingerprint
 
         fingerprint = _get_isa_dry_compile_fingerprint(isa.build_arch_flags())
-        process = _process_identity()
+        process = _process_identity(get_cpp_compiler())
     except Exception:  # noqa: BLE001 - no key: the probe runs, as without the memo
         return None
     probe = hashlib.sha256(code.encode()).hexdigest()[:16]
