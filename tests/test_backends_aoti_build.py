@@ -132,3 +132,30 @@ def test_a_build_checks_that_torch_has_the_wrapper_setting_first(monkeypatch, tm
     monkeypatch.setattr(aoti, "planned_jobs", lambda *a: pytest.fail("planned past the check"))
     with pytest.raises(AcacheError, match=f"has no {CONFIG_NAME}"):
         aoti.BACKEND.build(_ctx(tmp_path, wrapper_opt="O0"), tmp_path)
+
+
+def test_a_module_build_keeps_its_probes_verdicts(monkeypatch, tmp_path: Path):
+    """acache's any-module aoti build: the compiler probe and the ISA verdicts both kept
+    in the store's memo dir, as a recipe's steps keep them."""
+    from artifactcache.backends.aoti import module as aoti_module
+    from artifactcache.sources.module import spec_from_cli
+
+    root = Path(__file__).resolve().parents[1]
+    spec = spec_from_cli(str(root / "examples" / "vision.py") + ":tiny_convnet", None)
+    seen: dict[str, object] = {}
+
+    def configs(opts, memo_dir=None):
+        seen["configs_memo"] = memo_dir
+        return {}
+
+    def compile_and_package(ep, package_path, inductor_configs):
+        check = cpu_vec_isa.VecISA.__dict__.get("check_build")
+        seen["isa_memo"] = getattr(check, "_acache_isa_memo", False)
+        raise _Stop
+
+    monkeypatch.setattr(aoti_module, "inductor_configs", configs)
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    (tmp_path / "w").mkdir()
+    with pytest.raises(_Stop):
+        aoti_module.MODULE_BACKEND.build(spec, BuildChoices(), tmp_path / "w", tmp_path)
+    assert seen == {"configs_memo": tmp_path, "isa_memo": True}

@@ -105,7 +105,7 @@ def compile_with_result(
 
     def get_or_build(force: bool) -> tuple[Entry, str]:
         return st.get_or_build(
-            info.key, info.factors, lambda workdir: mb.build(spec, opts, workdir),
+            info.key, info.factors, lambda workdir: mb.build(spec, opts, workdir, st.base),
             force=force, label=label,
         )  # fmt: skip
 

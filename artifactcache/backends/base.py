@@ -179,8 +179,11 @@ class ModuleBackend(Protocol):
         """What, besides the module fingerprint, shapes the artifact (backend.options)."""
         ...
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
-        """Write the artifact into workdir; return the manifest's meta."""
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
+        """Write the artifact into workdir; return the manifest's meta. ``memo_dir``: where
+        the store keeps small per-machine memos (compiler and ISA probe verdicts)."""
         ...
 
     def load(

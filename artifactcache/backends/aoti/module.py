@@ -32,6 +32,7 @@ from ..shared.any_module import (
     require_files,
     write_record,
 )
+from ..shared.cpu_isa import isa_verdicts_kept
 from ..shared.cxx import build_record, check_runtime
 from .backend import MODES, inductor_configs, safe_extract, share_constants
 
@@ -62,7 +63,9 @@ class AotiModuleBackend:
             "constants": "user-managed",
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
         import torch
 
         from ..shared.torch_private import (
@@ -72,7 +75,7 @@ class AotiModuleBackend:
         )
 
         flat, tree = reference_run(spec)
-        cfg = inductor_configs(opts)
+        cfg = inductor_configs(opts, memo_dir)  # the compiler probe's verdicts kept
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
@@ -83,9 +86,10 @@ class AotiModuleBackend:
                 strict=False,
             )  # fmt: skip
             t_export = time.perf_counter() - t0
-            pkg = torch._inductor.aoti_compile_and_package(
-                ep, package_path=str(scratch / f"{STEP}.pt2"), inductor_configs=cfg
-            )
+            with isa_verdicts_kept(memo_dir):  # no child Python per ISA candidate
+                pkg = torch._inductor.aoti_compile_and_package(
+                    ep, package_path=str(scratch / f"{STEP}.pt2"), inductor_configs=cfg
+                )
         names = safe_extract(Path(pkg), workdir)
         sos = [n for n in names if n.endswith(".so")]
         if len(sos) != 1:

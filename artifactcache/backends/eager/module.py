@@ -30,7 +30,9 @@ class EagerModuleBackend:
     def factors(self, spec: ModuleSpec, opts: BuildChoices) -> dict[str, Any]:
         return {"format": FORMAT, "dtype": opts.dtype, "device": device_type(opts.device)}
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
         flat, tree = reference_run(spec)
         meta = {"format": FORMAT, "outputs": len(flat), "output_tree": tree}
         write_record(workdir, meta)

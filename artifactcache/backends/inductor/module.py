@@ -86,7 +86,9 @@ class InductorModuleBackend:
             "dynamic": bool(spec.dynamic),
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
         import torch
 
         from ..shared.torch_private import (

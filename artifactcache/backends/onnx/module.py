@@ -75,7 +75,9 @@ class OrtModuleBackend:
             "export": {**export_spec(opts).factors(), "toolchain": export_toolchain()},
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
         import onnx
 
         flat, tree = reference_run(spec)

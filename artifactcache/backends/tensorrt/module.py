@@ -163,7 +163,9 @@ class TrtModuleBackend:
             "profiles": profile_factors(module_profiles(spec)),
         }
 
-    def build(self, spec: ModuleSpec, opts: BuildChoices, workdir: Path) -> dict[str, Any]:
+    def build(
+        self, spec: ModuleSpec, opts: BuildChoices, workdir: Path, memo_dir: Path | None = None
+    ) -> dict[str, Any]:
         from .loader import build_engine
 
         flat, tree = reference_run(spec)
