@@ -1,0 +1,40 @@
+"""Profiles each acache build worker with cProfile when ``ACACHE_WORKER_PROFILE`` names a
+folder: put this folder first on PYTHONPATH.
+
+For the question "where do the inductor decode step's ~65 CPU-seconds in its worker go"
+(docs/perf-notes.md, attempt 52): only processes running
+``artifactcache.backends.shared.build_worker`` are profiled; each writes
+``ACACHE_WORKER_PROFILE/worker-<pid>.prof`` at exit (``python -m pstats`` reads it, or
+``python benchmarks/workerprofile/top.py FOLDER``). Not imported by acache; a measuring
+aid only. First on PYTHONPATH, it shadows the interpreter's own sitecustomize.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+
+_DIR = os.environ.get("ACACHE_WORKER_PROFILE")
+
+
+def _is_build_worker() -> bool:
+    """A worker runs ``python -c "...build_worker..."``: sys.argv holds only "-c"."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return b"build_worker" in f.read()
+    except OSError:
+        return any("build_worker" in a for a in sys.argv)
+
+
+if _DIR and _is_build_worker():
+    import cProfile
+
+    _profile = cProfile.Profile()
+
+    def _dump() -> None:
+        _profile.disable()
+        _profile.dump_stats(os.path.join(_DIR, f"worker-{os.getpid()}.prof"))
+
+    atexit.register(_dump)
+    _profile.enable()
