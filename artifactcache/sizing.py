@@ -47,9 +47,10 @@ def kv_allocated_bytes(recipe: Recipe, dtype: str) -> int:
 
 
 # A meta model of a 7B recipe takes 40-140 ms to build, and one CLI command asks for its
-# size more than once (the memory check, the build plan, the roofline). Keyed by the
-# recipe's repr: a checkpoint's rope_scaling is a dict, which lru_cache cannot hash.
-_WEIGHT_BYTES: dict[tuple[str, str, str | None], tuple[int, int]] = {}
+# size more than once (the memory check, the build plan, the roofline). Keyed by what
+# models.architecture reads, the family and the model's config, the latter by its repr:
+# a checkpoint's rope_scaling is a dict, which lru_cache cannot hash.
+_WEIGHT_BYTES: dict[tuple[str, str, str, str | None], tuple[int, int]] = {}
 
 
 def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[int, int]:
@@ -61,7 +62,7 @@ def weight_bytes(recipe: Recipe, dtype: str, quant: str | None = None) -> tuple[
     int8 weights and scales; int4's nibbles, scales and zeros, one of the two copies a
     CUDA build stores).
     """
-    key = (repr(recipe), dtype, quant)
+    key = (recipe.family, repr(recipe.model), dtype, quant)
     if key not in _WEIGHT_BYTES:
         _WEIGHT_BYTES[key] = _weight_bytes(recipe, dtype, quant)
     return _WEIGHT_BYTES[key]

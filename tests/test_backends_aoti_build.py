@@ -159,3 +159,17 @@ def test_a_module_build_keeps_its_probes_verdicts(monkeypatch, tmp_path: Path):
     with pytest.raises(_Stop):
         aoti_module.MODULE_BACKEND.build(spec, BuildChoices(), tmp_path / "w", tmp_path)
     assert seen == {"configs_memo": tmp_path, "isa_memo": True}
+    # The manifest's compiler record reads the same memo, or it probes again.
+    records: list[object] = []
+    monkeypatch.setattr(aoti_module, "build_record",
+                        lambda cxx, memo_dir=None: records.append(memo_dir) or {})  # fmt: skip
+    monkeypatch.setattr(aoti_module, "safe_extract",
+                        lambda pkg, dest: ["model/model.so"])  # fmt: skip
+
+    def packaged(ep, package_path, inductor_configs):
+        return package_path
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", packaged)
+    (tmp_path / "w2").mkdir()
+    aoti_module.MODULE_BACKEND.build(spec, BuildChoices(), tmp_path / "w2", tmp_path)
+    assert records == [tmp_path]

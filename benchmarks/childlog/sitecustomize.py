@@ -22,6 +22,7 @@ import time
 _DIR = os.environ.get("ACACHE_CHILDLOG")
 
 if _DIR:
+    os.makedirs(_DIR, exist_ok=True)
     _init = subprocess.Popen.__init__
     _handle = subprocess.Popen._handle_exitstatus
 
@@ -43,8 +44,11 @@ if _DIR:
                 "by": [a[-80:] for a in sys.argv[:3]],
             }
             self._childlog_t0 = None
-            with open(os.path.join(_DIR, f"{os.getpid()}.jsonl"), "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            try:  # never the measured process's failure: its subprocess calls go on
+                with open(os.path.join(_DIR, f"{os.getpid()}.jsonl"), "a") as f:
+                    f.write(json.dumps(rec) + "\n")
+            except OSError:
+                pass
         return out
 
     subprocess.Popen.__init__ = _logged_init  # type: ignore[method-assign]

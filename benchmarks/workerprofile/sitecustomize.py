@@ -5,8 +5,9 @@ For the question "where do the inductor decode step's ~65 CPU-seconds in its wor
 (docs/perf-notes.md, attempt 52): only processes running
 ``artifactcache.backends.shared.build_worker`` are profiled; each writes
 ``ACACHE_WORKER_PROFILE/worker-<pid>.prof`` at exit (``python -m pstats`` reads it, or
-``python benchmarks/workerprofile/top.py FOLDER``). Not imported by acache; a measuring
-aid only. First on PYTHONPATH, it shadows the interpreter's own sitecustomize.
+``python benchmarks/workerprofile/top.py FOLDER``), timed by the main thread's CPU
+clock. Not imported by acache; a measuring aid only. First on PYTHONPATH, it shadows the
+interpreter's own sitecustomize (and childlog/'s: use one at a time).
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ def _is_build_worker() -> bool:
 
 if _DIR and _is_build_worker():
     import cProfile
+    import time
 
-    _profile = cProfile.Profile()
+    # CPU time of the main thread, where Inductor lowers, generates and tunes; wall time
+    # would rank the waits first (the parent's config on stdin, the compile pool).
+    _profile = cProfile.Profile(time.thread_time)
 
     def _dump() -> None:
         _profile.disable()
+        os.makedirs(_DIR, exist_ok=True)
         _profile.dump_stats(os.path.join(_DIR, f"worker-{os.getpid()}.prof"))
 
     atexit.register(_dump)

@@ -115,7 +115,7 @@ class AotiModuleBackend:
                 "total": round(time.perf_counter() - t0, 3),
             },
             "weights": "external (user-managed constants)",
-            **build_record(cfg.get("cpp.cxx")),
+            **build_record(cfg.get("cpp.cxx"), memo_dir),
         }
         write_record(workdir, meta)
         return meta
