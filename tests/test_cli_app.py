@@ -93,6 +93,9 @@ CASES = [
     (["build", "tiny-llama", "-b", "aoti", "--extra", "cudnn_prefill=1"], "needs --device cuda"),
     (["key", "tiny-llama", "-b", "eager", "--extra", "cudnn_prefill=maybe"], "expected 0 or 1"),
     (["build", "tiny-llama", "-b", "ort", "--extra", "cudnn_prefill=0"], "cudnn_prefill"),
+    # --extra wrapper_opt: aoti's own, O0 or O1
+    (["build", "tiny-llama", "-b", "aoti", "--extra", "wrapper_opt=O3"], "must be one of O0, O1"),
+    (["build", "tiny-llama", "-b", "inductor", "--extra", "wrapper_opt=O0"], "wrapper_opt"),
     ([*RUN, "--tokens", "1", "--weights", "/nonexistent/ckpt"], "weights not found"),
     (["run", "tiny-llama", "-b", "nope", "--tokens", "1"], "unknown backend"),
     (["run", "tiny-llama", "-b", "ort", "--dtype", "fp16", "--tokens", "1"], "supports dtype"),
