@@ -351,6 +351,9 @@ class CausalLM(nn.Module):
     # Whether a pass's attention (T > 1) may run cuDNN's SDPA kernel (sdpa()); decode's
     # one query keeps torch's choice: its steps are captured at load, one shape each.
     cudnn_prefill = True
+    # Each block traced and lowered once, then called for every layer (layer_call):
+    # set by a backend that compiles the model with torch.compile. No effect in eager.
+    layer_regions = False
 
     @property
     def kv_buckets(self) -> bool:
@@ -417,8 +420,9 @@ class CausalLM(nn.Module):
         x = self.model.embed_tokens(idx)
         if reads.mask is not None and keeps_off_cudnn(reads.cudnn, x):
             reads.bias = attention_bias(reads.mask, x.dtype, self.max_seq_len)
+        call = layer_call(self.layer_regions)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, reads, input_pos)
+            x = call(layer, x, cos, sin, reads, input_pos)
         if reads.own and self.first_pass_last_logits:
             x = x[:, -1:]
         elif logit_rows is not None:
@@ -427,3 +431,20 @@ class CausalLM(nn.Module):
         if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
             return row_linear(self.lm_head, x, norm=norm).float()
         return self.lm_head(norm(x)).float()
+
+
+def _run_layer(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.Tensor:
+    return layer(x, cos, sin, reads, input_pos)
+
+
+# torch.compile traces and lowers a nested compile region once and calls the compiled
+# region again wherever the same code meets inputs of the same metadata: every layer
+# of a model, which otherwise costs Inductor one copy of the block's graph per layer
+# (docs/perf-notes.md, attempt 53). Eager calls it as a plain function.
+_nested = getattr(torch.compiler, "nested_compile_region", None)
+_LAYER_REGION = _nested(_run_layer) if _nested is not None else _run_layer
+
+
+def layer_call(regions: bool):
+    """How forward calls each layer: as one nested compile region, or plainly."""
+    return _LAYER_REGION if regions else _run_layer

@@ -96,6 +96,12 @@ from .compiling import (
     step_megacache,
 )
 from .files import install_compiled_files
+from .options import (
+    INDUCTOR_EXTRA_KEYS,
+    check_layer_regions_supported,
+    layer_regions,
+    option_factors,
+)
 from .triton_key import prefetch_triton_key
 
 RECORD = "inductor.json"
@@ -152,7 +158,8 @@ class InductorBackend:
                 "--mode reduce-overhead uses CUDA graphs and needs --device cuda; "
                 "use --mode default on cpu"
             )
-        check_extra(self.name, opts)
+        check_extra(self.name, opts, INDUCTOR_EXTRA_KEYS)
+        layer_regions(opts)  # a bad value: one line
         check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
@@ -173,6 +180,7 @@ class InductorBackend:
             "dynamic": dynamic_dims(recipe, not split_kv),
             "codegen": codegen,
             "warm_path": warm_path(),
+            **option_factors(opts),
         }
 
     def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
@@ -182,6 +190,7 @@ class InductorBackend:
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         t_build = time.perf_counter()
+        check_layer_regions_supported(ctx.opts)
         path = warm_path()
         # Workers only on the aot_compile path: a megacache entry is compiled again by
         # every warm process, so its build has nothing to split into step files.

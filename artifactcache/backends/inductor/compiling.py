@@ -56,6 +56,7 @@ from ..shared.torch_private import (
 from ..shared.tuning import decode_only, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
 from .files import save_compiled_files
+from .options import layer_regions
 
 if TYPE_CHECKING:
     from ..shared.build_jobs import StepJob
@@ -151,6 +152,7 @@ def compile_steps(
     import torch
 
     register_model_ops(model)
+    model.layer_regions = layer_regions(opts)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     options = compile_options(opts)
@@ -187,6 +189,7 @@ def save_aot_steps(
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
     options = {k: v for k, v in compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
+    model.layer_regions = layer_regions(opts)
     sizes = {}
     for step in steps:
         t0, c0 = time.perf_counter(), time.process_time()
