@@ -421,6 +421,13 @@ class CausalLM(nn.Module):
         if reads.mask is not None and keeps_off_cudnn(reads.cudnn, x):
             reads.bias = attention_bias(reads.mask, x.dtype, self.max_seq_len)
         call = layer_call(self.layer_regions)
+        if self.layer_regions:
+            # A region's operands are tensors and ints, so a symbolic choice becomes a
+            # bool: cuDNN only where the token range proves one query (no guard added).
+            # (Under Dynamo, isinstance(a SymBool, bool) is True: no type check here.)
+            from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+            reads.cudnn = statically_known_true(reads.cudnn)
         for layer in self.model.layers:
             x = call(layer, x, cos, sin, reads, input_pos)
         if reads.own and self.first_pass_last_logits:
