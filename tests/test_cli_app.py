@@ -96,6 +96,9 @@ CASES = [
     # --extra wrapper_opt: aoti's own, O0 or O1
     (["build", "tiny-llama", "-b", "aoti", "--extra", "wrapper_opt=O3"], "must be one of O0, O1"),
     (["build", "tiny-llama", "-b", "inductor", "--extra", "wrapper_opt=O0"], "wrapper_opt"),
+    # --extra layer_regions: inductor's own, a 0/1 flag
+    (["build", "tiny-llama", "-b", "inductor", "--extra", "layer_regions=2"], "expected 0 or 1"),
+    (["build", "tiny-llama", "-b", "aoti", "--extra", "layer_regions=1"], "layer_regions"),
     ([*RUN, "--tokens", "1", "--weights", "/nonexistent/ckpt"], "weights not found"),
     (["run", "tiny-llama", "-b", "nope", "--tokens", "1"], "unknown backend"),
     (["run", "tiny-llama", "-b", "ort", "--dtype", "fp16", "--tokens", "1"], "supports dtype"),

@@ -444,14 +444,25 @@ def _run_layer(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.
     return layer(x, cos, sin, reads, input_pos)
 
 
+def _run_layer_flat(layer: nn.Module, x, cos, sin, input_pos, mask, lo, bias, own, cudnn):
+    """_run_layer with ``reads`` taken apart: Dynamo reuses a region's trace only for
+    inputs of tensors, ints, bools and modules, not a dataclass."""
+    return layer(x, cos, sin, Reads(mask=mask, lo=lo, own=own, cudnn=cudnn, bias=bias), input_pos)
+
+
 # torch.compile traces and lowers a nested compile region once and calls the compiled
 # region again wherever the same code meets inputs of the same metadata: every layer
 # of a model, which otherwise costs Inductor one copy of the block's graph per layer
 # (docs/perf-notes.md, attempt 53). Eager calls it as a plain function.
 _nested = getattr(torch.compiler, "nested_compile_region", None)
-_LAYER_REGION = _nested(_run_layer) if _nested is not None else _run_layer
+_LAYER_REGION = _nested(_run_layer_flat) if _nested is not None else _run_layer_flat
+
+
+def _run_layer_region(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.Tensor:
+    r = reads
+    return _LAYER_REGION(layer, x, cos, sin, input_pos, r.mask, r.lo, r.bias, r.own, r.cudnn)
 
 
 def layer_call(regions: bool):
     """How forward calls each layer: as one nested compile region, or plainly."""
-    return _LAYER_REGION if regions else _run_layer
+    return _run_layer_region if regions else _run_layer

@@ -67,7 +67,12 @@ from ..shared.build_plan import planned_jobs
 from ..shared.cpu_isa import isa_verdicts_kept
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
-from ..shared.model_options import check_model_options, model_factors, split_kv_decode
+from ..shared.model_options import (
+    check_model_options,
+    model_factors,
+    parse_flag,
+    split_kv_decode,
+)
 from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of, sync
 from ..shared.steps import (
     LazyStep,
@@ -98,9 +103,9 @@ from .compiling import (
 from .files import install_compiled_files
 from .options import (
     INDUCTOR_EXTRA_KEYS,
+    LAYER_REGIONS_EXTRA,
     check_layer_regions_supported,
     layer_regions,
-    option_factors,
 )
 from .triton_key import prefetch_triton_key
 
@@ -159,7 +164,8 @@ class InductorBackend:
                 "use --mode default on cpu"
             )
         check_extra(self.name, opts, INDUCTOR_EXTRA_KEYS)
-        layer_regions(opts)  # a bad value: one line
+        if LAYER_REGIONS_EXTRA in opts.extra:  # a bad value: one line
+            parse_flag(LAYER_REGIONS_EXTRA, opts.extra[LAYER_REGIONS_EXTRA])
         check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
@@ -180,7 +186,7 @@ class InductorBackend:
             "dynamic": dynamic_dims(recipe, not split_kv),
             "codegen": codegen,
             "warm_path": warm_path(),
-            **option_factors(opts),
+            "layer_regions": layer_regions(recipe, opts),
         }
 
     def toolchain(self, opts: BuildChoices) -> dict[str, Any]:
@@ -190,7 +196,7 @@ class InductorBackend:
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         t_build = time.perf_counter()
-        check_layer_regions_supported(ctx.opts)
+        check_layer_regions_supported(ctx.recipe, ctx.opts)
         path = warm_path()
         # Workers only on the aot_compile path: a megacache entry is compiled again by
         # every warm process, so its build has nothing to split into step files.

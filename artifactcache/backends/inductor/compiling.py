@@ -152,7 +152,7 @@ def compile_steps(
     import torch
 
     register_model_ops(model)
-    model.layer_regions = layer_regions(opts)
+    model.layer_regions = layer_regions(recipe, opts)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     options = compile_options(opts)
@@ -189,7 +189,7 @@ def save_aot_steps(
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
     options = {k: v for k, v in compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
-    model.layer_regions = layer_regions(opts)
+    model.layer_regions = layer_regions(recipe, opts)
     sizes = {}
     for step in steps:
         t0, c0 = time.perf_counter(), time.process_time()

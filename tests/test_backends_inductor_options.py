@@ -1,0 +1,101 @@
+"""inductor's --extra layer_regions: on by default for the llama families, a key factor,
+one line for a bad value; and each block traced once when it is on."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from artifactcache.backends.base import get_backend
+from artifactcache.backends.inductor.options import layer_regions
+from artifactcache.choices import BuildChoices
+from artifactcache.errors import AcacheError
+from artifactcache.recipes import load_recipe
+
+torch = pytest.importorskip("torch")
+
+
+def _opts(device: str = "cpu", **extra: object) -> BuildChoices:
+    return BuildChoices(device=device, dtype="fp32", extra=dict(extra))
+
+
+@pytest.mark.parametrize(
+    ("recipe", "want"),
+    [("tiny-llama", True), ("tiny-phi-3", True), ("tiny-qwen3", True), ("tiny-phi-2", False)],
+)
+def test_the_default_follows_the_family(recipe, want):
+    assert layer_regions(load_recipe(recipe), _opts()) is want
+
+
+def test_asked_for_it_is_the_answer_and_a_key_factor():
+    b = get_backend("inductor")
+    recipe = load_recipe("tiny-phi-2")
+    on, off = _opts(layer_regions="1"), _opts(layer_regions="off")
+    for opts in (on, off):
+        b.check_options(opts)
+    assert b.factors(recipe, on)["layer_regions"] is True
+    assert b.factors(recipe, off)["layer_regions"] is False
+    assert b.factors(load_recipe("tiny-llama"), _opts())["layer_regions"] is True
+
+
+@pytest.mark.parametrize("value", ["2", "maybe", ""])
+def test_a_bad_value_is_one_line(value):
+    with pytest.raises(AcacheError, match="layer_regions=.*expected 0 or 1") as e:
+        get_backend("inductor").check_options(_opts(layer_regions=value))
+    assert "\n" not in str(e.value)
+
+
+def test_aoti_takes_no_layer_regions():
+    with pytest.raises(AcacheError, match="layer_regions"):
+        get_backend("aoti").check_options(_opts(layer_regions="1"))
+
+
+def _four_layer_model(cudnn_prefill: bool):
+    from artifactcache.models import build_model
+
+    recipe = load_recipe("tiny-llama")
+    recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, n_layers=4))
+    # A pass of up to 32 tokens: the passes' token count is dynamic (16..32).
+    recipe = dataclasses.replace(recipe, shapes=dataclasses.replace(recipe.shapes, prefill_len=32))
+    return recipe, build_model(recipe, cudnn_prefill=cudnn_prefill)
+
+
+@pytest.mark.parametrize("step", ["decode", "extend"])
+def test_each_block_is_traced_once_and_called_per_layer(step):
+    """With regions the step's graph calls one subgraph four times (through AOTAutograd,
+    where torch 2.11 refused a symbolic cuDNN choice as an operand: cudnn_prefill off
+    makes it symbolic on the extend step); the outputs and the KV caches written equal
+    the plain model's."""
+    from artifactcache.backends.inductor.compiling import run_model, step_inputs
+
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        from torch._dynamo.backends.common import aot_autograd
+
+        return aot_autograd(fw_compiler=lambda g, _: g)(gm, example_inputs)
+
+    recipe, plain = _four_layer_model(cudnn_prefill=False)
+    _, regions = _four_layer_model(cudnn_prefill=False)
+    regions.layer_regions = True
+    inputs = step_inputs(recipe, torch.device("cpu"), step)
+    want = plain(*inputs)
+    torch._dynamo.reset()
+    got = torch.compile(run_model, fullgraph=True, backend=capture)(regions, *inputs)
+    torch._dynamo.reset()
+    assert torch.allclose(got, want, atol=1e-5)
+    for a, b in zip(plain.model.layers, regions.model.layers, strict=True):
+        assert torch.allclose(a.self_attn.kv_cache.k_cache, b.self_attn.kv_cache.k_cache, atol=1e-5)
+    (gm,) = graphs
+    calls = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(calls) == 4
+    assert len({n.args[0].target for n in calls}) == 1  # one subgraph, four calls
+
+
+def test_eager_calls_each_layer_plainly():
+    from artifactcache.models.common import _run_layer, layer_call
+
+    assert layer_call(False) is _run_layer
+    assert layer_call(True) is not _run_layer
