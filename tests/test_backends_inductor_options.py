@@ -99,3 +99,17 @@ def test_eager_calls_each_layer_plainly():
 
     assert layer_call(False) is _run_layer
     assert layer_call(True) is not _run_layer
+
+
+def test_quantized_builds_leave_regions_off_unless_asked():
+    recipe = load_recipe("tiny-llama")
+    quant = BuildChoices(device="cpu", dtype="fp32", quant="int8wo")
+    assert layer_regions(recipe, quant) is False
+    assert layer_regions(recipe, quant.replace(extra={"layer_regions": "1"})) is True
+
+
+def test_regions_compile_without_the_per_call_asserts():
+    from artifactcache.backends.inductor.options import region_configs
+
+    assert region_configs(True) == {"size_asserts": False, "alignment_asserts": False}
+    assert region_configs(False) == {}

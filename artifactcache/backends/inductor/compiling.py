@@ -56,7 +56,7 @@ from ..shared.torch_private import (
 from ..shared.tuning import decode_only, inductor_tuning
 from .autotune_cache import inductor_tuning_results_kept
 from .files import save_compiled_files
-from .options import layer_regions
+from .options import layer_regions, region_configs
 
 if TYPE_CHECKING:
     from ..shared.build_jobs import StepJob
@@ -155,7 +155,7 @@ def compile_steps(
     model.layer_regions = layer_regions(recipe, opts)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
-    options = compile_options(opts)
+    options = {**compile_options(opts), **region_configs(model.layer_regions)}
     compiled = {
         "decode": torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
     }
@@ -190,6 +190,7 @@ def save_aot_steps(
     options = {k: v for k, v in compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
     model.layer_regions = layer_regions(recipe, opts)
+    options.update(region_configs(model.layer_regions))
     sizes = {}
     for step in steps:
         t0, c0 = time.perf_counter(), time.process_time()
