@@ -61,12 +61,11 @@ def _four_layer_model(cudnn_prefill: bool):
     return recipe, build_model(recipe, cudnn_prefill=cudnn_prefill)
 
 
-@pytest.mark.parametrize("step", ["decode", "extend"])
-def test_each_block_is_traced_once_and_called_per_layer(step):
-    """With regions the step's graph calls one subgraph four times (through AOTAutograd,
-    where torch 2.11 refused a symbolic cuDNN choice as an operand: cudnn_prefill off
-    makes it symbolic on the extend step); the outputs and the KV caches written equal
-    the plain model's."""
+@pytest.mark.parametrize(("step", "calls"), [("decode", 4), ("extend", 0), ("prefill", 0)])
+def test_decode_calls_one_traced_block_per_layer_and_passes_stay_plain(step, calls):
+    """With regions, decode's graph calls one subgraph four times; a pass (its token count
+    dynamic, 16..32) calls none, traced through AOTAutograd as Inductor would; the
+    outputs and the KV caches written equal the plain model's."""
     from artifactcache.backends.inductor.compiling import run_model, step_inputs
 
     graphs = []
@@ -89,9 +88,9 @@ def test_each_block_is_traced_once_and_called_per_layer(step):
     for a, b in zip(plain.model.layers, regions.model.layers, strict=True):
         assert torch.allclose(a.self_attn.kv_cache.k_cache, b.self_attn.kv_cache.k_cache, atol=1e-5)
     (gm,) = graphs
-    calls = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
-    assert len(calls) == 4
-    assert len({n.args[0].target for n in calls}) == 1  # one subgraph, four calls
+    found = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+    assert len(found) == calls
+    assert len({n.args[0].target for n in found}) == min(calls, 1)  # one subgraph at most
 
 
 def test_eager_calls_each_layer_plainly():
@@ -108,8 +107,30 @@ def test_quantized_builds_leave_regions_off_unless_asked():
     assert layer_regions(recipe, quant.replace(extra={"layer_regions": "1"})) is True
 
 
-def test_regions_compile_without_the_per_call_asserts():
+def test_regions_compile_decode_without_the_per_call_asserts():
     from artifactcache.backends.inductor.options import region_configs
 
     assert region_configs(True) == {"size_asserts": False, "alignment_asserts": False}
     assert region_configs(False) == {}
+
+
+def test_only_decode_is_compiled_with_the_region_config(monkeypatch, tmp_path):
+    """save_aot_steps: decode gets region_configs, the passes their options as before."""
+    from artifactcache.backends.inductor import compiling
+
+    seen = {}
+
+    def fake_compile(fn, args, options):
+        step = "decode" if args[1].shape[1] == 1 else f"pass-{len(seen)}"
+        seen[step] = dict(options)
+        return lambda *a: None
+
+    monkeypatch.setattr(compiling, "aot_compile_step", fake_compile)
+    monkeypatch.setattr(compiling, "save_compiled_step", lambda c, p: p.write_bytes(b"x"))
+    recipe, model = _four_layer_model(cudnn_prefill=True)
+    compiling.save_aot_steps(model, _opts(), recipe, torch.device("cpu"), tmp_path)
+    assert model.layer_regions is True
+    assert seen["decode"]["size_asserts"] is False
+    passes = [v for k, v in seen.items() if k != "decode"]
+    assert len(passes) == 2
+    assert all("size_asserts" not in v for v in passes)

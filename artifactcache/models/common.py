@@ -351,8 +351,9 @@ class CausalLM(nn.Module):
     # Whether a pass's attention (T > 1) may run cuDNN's SDPA kernel (sdpa()); decode's
     # one query keeps torch's choice: its steps are captured at load, one shape each.
     cudnn_prefill = True
-    # Each block traced and lowered once, then called for every layer (layer_call):
-    # set by a backend that compiles the model with torch.compile. No effect in eager.
+    # A one-query step (decode) calls each block as one nested compile region, traced
+    # and lowered once for every layer (layer_call): set by a backend that compiles the
+    # model with torch.compile. Passes call the blocks plainly; no effect in eager.
     layer_regions = False
 
     @property
@@ -420,14 +421,10 @@ class CausalLM(nn.Module):
         x = self.model.embed_tokens(idx)
         if reads.mask is not None and keeps_off_cudnn(reads.cudnn, x):
             reads.bias = attention_bias(reads.mask, x.dtype, self.max_seq_len)
-        call = layer_call(self.layer_regions)
-        if self.layer_regions:
-            # A region's operands are tensors and ints, so a symbolic choice becomes a
-            # bool: cuDNN only where the token range proves one query (no guard added).
-            # (Under Dynamo, isinstance(a SymBool, bool) is True: no type check here.)
-            from torch.fx.experimental.symbolic_shapes import statically_known_true
-
-            reads.cudnn = statically_known_true(reads.cudnn)
+        # Only where the token count is one: a region's call costs host time in every
+        # layer, which a pass (run without a CUDA graph) pays per request, and a pass's
+        # symbolic cuDNN choice is no region operand (docs/perf-notes.md, attempt 53).
+        call = layer_call(self.layer_regions and _one_token(idx))
         for layer in self.model.layers:
             x = call(layer, x, cos, sin, reads, input_pos)
         if reads.own and self.first_pass_last_logits:
@@ -438,6 +435,14 @@ class CausalLM(nn.Module):
         if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
             return row_linear(self.lm_head, x, norm=norm).float()
         return self.lm_head(norm(x)).float()
+
+
+def _one_token(idx: torch.Tensor) -> bool:
+    """Whether the step has one token per row for every input it takes: a static 1, not
+    a dynamic count that holds 1 now (no guard added to the step)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(idx.shape[1] == 1)
 
 
 def _run_layer(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.Tensor:

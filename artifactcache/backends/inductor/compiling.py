@@ -155,9 +155,10 @@ def compile_steps(
     model.layer_regions = layer_regions(recipe, opts)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
-    options = {**compile_options(opts), **region_configs(model.layer_regions)}
+    options = compile_options(opts)
+    decode = {**options, **region_configs(model.layer_regions)}
     compiled = {
-        "decode": torch.compile(model, fullgraph=True, dynamic=False, options=options or None)
+        "decode": torch.compile(model, fullgraph=True, dynamic=False, options=decode or None)
     }
     passes = pass_options(options)
     compiled["prefill"] = compiled["extend"] = torch.compile(
@@ -190,13 +191,13 @@ def save_aot_steps(
     options = {k: v for k, v in compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
     model.layer_regions = layer_regions(recipe, opts)
-    options.update(region_configs(model.layer_regions))
+    decode = {**options, **region_configs(model.layer_regions)}
     sizes = {}
     for step in steps:
         t0, c0 = time.perf_counter(), time.process_time()
         args = (model, *step_inputs(recipe, dev, step, kv_buckets_of(model)))
         with torch.no_grad():
-            step_options = options if step == "decode" else pass_options(options)
+            step_options = decode if step == "decode" else pass_options(options)
             compiled = aot_compile_step(run_model, args, step_options)
             compiled(*args)  # fails here, at build, rather than in a warm process
         sync(dev)

@@ -1,24 +1,28 @@
-"""inductor's own ``--extra`` option: each transformer block compiled once.
+"""inductor's own ``--extra`` option: the decode step's blocks compiled once.
 
-``--extra layer_regions=0|1`` calls the model's layers through torch.compile's nested
-compile region (``torch.compiler.nested_compile_region``; models/common.py,
-``layer_call``): Dynamo traces the block once, Inductor lowers, schedules and generates
-its kernels once, and every layer calls that compiled block. Without it Inductor
-handles one copy of the block's graph per layer, most of a step's compile: on one H200,
-llama-7b's build took 29.0 s with it against 56.0 s without, decode 242.9 against 238.2
-tok/s (docs/perf-notes.md, attempt 53).
+``--extra layer_regions=0|1``: in a one-token step (decode), the model calls each layer
+through torch.compile's nested compile region (``torch.compiler.nested_compile_region``;
+models/common.py, ``layer_call``): Dynamo traces the block once, Inductor lowers,
+schedules, tunes and generates its kernels once, and every layer calls that compiled
+block. Without it Inductor handles one copy of the block's graph per layer. Measured
+(docs/perf-notes.md, attempt 53; llama-7b, bf16), the decode step's compile took 23.7 s
+against 49.6 s on an H200 and 32.8-39.7 s against 57.6-68.3 s on H100s, and its entry
+decoded as fast or faster (242.9 against 238.2 tok/s on the H200).
+
+The prompt passes (prefill, extend) always call their blocks plainly: with regions
+their first pass took 1.06x (H200) to 1.44x (H100) as long, since a pass runs without
+a CUDA graph and every region call costs host time in every layer.
 
 On by default for unquantized builds of the RMSNorm (llama) families. Off by default
-for phi-2: its prefill step's token count was specialized to one length inside the
-region on torch 2.11 (CUDA), a failed build, which the same torch does not do to the
-llama blocks. Off by default for --quant builds: an int8wo llama-7b entry built with
-regions ran its first pass in 240 ms on an H100, with no baseline measured beside it.
+for phi-2, whose prefill step's token count torch 2.11 specialized to one length inside
+a region (a failed build; the passes no longer use regions, but phi-2's decode with them
+was not measured), and for --quant builds, which were not measured against a baseline.
 Asked for, either is tried. Torch-free but for the check a build makes that torch has
 the region.
 
-With regions, each step is compiled without Inductor's size and alignment asserts
-(``region_configs``): a region's call checks its inputs again, in every layer, on the
-host, which a pass step (run without a CUDA graph) pays per request.
+The decode step with regions is compiled without Inductor's size and alignment asserts
+(``region_configs``): a region's call checks its inputs again in every layer, on the
+host, which a step run outside a CUDA graph (decode on CPU) pays per token.
 """
 
 from __future__ import annotations
@@ -31,13 +35,13 @@ from ..shared.model_options import ROW_GEMV_FAMILIES, parse_flag
 
 LAYER_REGIONS_EXTRA = "layer_regions"
 INDUCTOR_EXTRA_KEYS = (LAYER_REGIONS_EXTRA,)
-# Where each block is compiled once unless asked otherwise: the families whose steps
-# built and served with it (attempt 53).
+# Where decode's blocks are compiled once unless asked otherwise: the families whose
+# decode built and served with it (attempt 53).
 LAYER_REGION_FAMILIES = ROW_GEMV_FAMILIES
 
 
 def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
-    """Whether the steps compile each block once; a bad value is one line."""
+    """Whether the decode step compiles each block once; a bad value is one line."""
     raw = opts.extra.get(LAYER_REGIONS_EXTRA)
     if raw is not None:
         return parse_flag(LAYER_REGIONS_EXTRA, raw)
@@ -45,7 +49,7 @@ def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
 
 
 def region_configs(regions: bool) -> dict[str, bool]:
-    """Inductor config for a step compiled with regions: no re-checks of each region's
+    """Inductor config for the decode step with regions: no re-checks of each region's
     inputs (sizes, strides, alignment), which the step's own inputs were checked for."""
     return {"size_asserts": False, "alignment_asserts": False} if regions else {}
 
