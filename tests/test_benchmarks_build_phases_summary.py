@@ -1,0 +1,42 @@
+"""benchmarks/build_phases_summary.py's table and variant_agreement.py's variant spec."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_table_has_a_row_per_record_with_its_bench(tmp_path: Path):
+    summary = _load("build_phases_summary")
+    d = tmp_path / "call1"
+    d.mkdir()
+    secs = {"wall": 29.04, "prefill": 20.1, "extend": 20.2, "decode": 23.7}
+    (d / "record-1-inductor.json").write_text(json.dumps({"compile_seconds": secs}))
+    bench = {"decode_tok_s": 242.9, "roofline_pct": 75.43, "prefill_median_s": 0.0068}
+    (d / "bench-1-inductor.json").write_text(json.dumps(bench))
+    (d / "record-2-aoti.json").write_text(json.dumps({"compile_seconds": {"wall": 38.0}}))
+    rows = summary.table([str(d)]).splitlines()
+    assert rows[2] == "| call1 | 1-inductor | 29.0 | 20.1 | 20.2 | 23.7 | 242.9 | 75.4 | 6.8 |"
+    assert rows[3] == "| call1 | 2-aoti | 38.0 | 0.0 | 0.0 | 0.0 | – | – | – |"  # no bench
+
+
+def test_a_variant_names_its_backend_cache_and_extras():
+    agreement = _load("variant_agreement")
+    name, backend, cache, extra = agreement.parse_variant("plain=inductor:/c:layer_regions=0,x=1")
+    assert (name, backend, cache) == ("plain", "inductor", Path("/c"))
+    assert extra == {"layer_regions": "0", "x": "1"}
+    assert agreement.parse_variant("r=aoti:/c")[3] == {}
+    with pytest.raises(SystemExit, match="expected NAME=BACKEND:CACHE_DIR"):
+        agreement.parse_variant("nocache")
