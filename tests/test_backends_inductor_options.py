@@ -86,18 +86,34 @@ def test_decode_calls_one_traced_block_per_layer_and_passes_stay_plain(step, cal
     torch._dynamo.reset()
     assert torch.allclose(got, want, atol=1e-5)
     for a, b in zip(plain.model.layers, regions.model.layers, strict=True):
-        assert torch.allclose(a.self_attn.kv_cache.k_cache, b.self_attn.kv_cache.k_cache, atol=1e-5)
+        ca, cb = a.self_attn.kv_cache, b.self_attn.kv_cache
+        assert torch.allclose(ca.k_cache, cb.k_cache, atol=1e-5)
+        assert torch.allclose(ca.v_cache, cb.v_cache, atol=1e-5)
     (gm,) = graphs
     found = [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
     assert len(found) == calls
     assert len({n.args[0].target for n in found}) == min(calls, 1)  # one subgraph at most
 
 
-def test_eager_calls_each_layer_plainly():
-    from artifactcache.models.common import _run_layer, layer_call
+def test_every_field_of_reads_reaches_the_layer_through_the_region():
+    from artifactcache.models.common import Reads, layer_call
 
-    assert layer_call(False) is _run_layer
-    assert layer_call(True) is not _run_layer
+    seen = []
+
+    def layer(x, cos, sin, reads, input_pos):
+        seen.append((x, cos, sin, reads, input_pos))
+        return x
+
+    t = [torch.full((1,), float(i)) for i in range(7)]
+    for reads in (
+        Reads(mask=t[0], lo=t[1], own=True, cudnn=False, bias=t[2]),
+        Reads(lo=t[3]),
+    ):
+        seen.clear()
+        assert layer_call(True)(layer, t[4], t[5], t[6], reads, t[0]) is t[4]
+        ((x, cos, sin, got, pos),) = seen
+        assert (x, cos, sin, pos) == (t[4], t[5], t[6], t[0])
+        assert got == reads  # mask, lo, own, cudnn and bias, each as given
 
 
 def test_quantized_builds_leave_regions_off_unless_asked():
@@ -134,3 +150,23 @@ def test_only_decode_is_compiled_with_the_region_config(monkeypatch, tmp_path):
     passes = [v for k, v in seen.items() if k != "decode"]
     assert len(passes) == 2
     assert all("size_asserts" not in v for v in passes)
+
+
+def test_compile_steps_gives_only_decode_the_region_config(monkeypatch):
+    """The megacache path (a torch without aot_compile, and its warm loads): the model
+    set for regions before either wrapper traces, the region config on decode alone."""
+    from artifactcache.backends.inductor import compiling
+
+    wrappers = []
+
+    def fake_compile(model, **kw):
+        wrappers.append((kw.get("options") or {}, model.layer_regions))
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    recipe, model = _four_layer_model(cudnn_prefill=True)
+    compiling.compile_steps(model, _opts(), recipe, torch.device("cpu"))
+    (decode, on_decode), (passes, on_passes) = wrappers
+    assert on_decode is on_passes is True
+    assert decode["size_asserts"] is False
+    assert "size_asserts" not in passes

@@ -459,8 +459,7 @@ def _run_layer_flat(layer: nn.Module, x, cos, sin, input_pos, mask, lo, bias, ow
 # region again wherever the same code meets inputs of the same metadata: every layer
 # of a model, which otherwise costs Inductor one copy of the block's graph per layer
 # (docs/perf-notes.md, attempt 53). Eager calls it as a plain function.
-_nested = getattr(torch.compiler, "nested_compile_region", None)
-_LAYER_REGION = _nested(_run_layer_flat) if _nested is not None else _run_layer_flat
+_LAYER_REGION = torch.compiler.nested_compile_region(_run_layer_flat)
 
 
 def _run_layer_region(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.Tensor:

@@ -104,7 +104,6 @@ from .files import install_compiled_files
 from .options import (
     INDUCTOR_EXTRA_KEYS,
     LAYER_REGIONS_EXTRA,
-    check_layer_regions_supported,
     layer_regions,
 )
 from .triton_key import prefetch_triton_key
@@ -196,7 +195,6 @@ class InductorBackend:
 
     def build(self, ctx: BuildContext, workdir: Path) -> dict[str, Any]:
         t_build = time.perf_counter()
-        check_layer_regions_supported(ctx.recipe, ctx.opts)
         path = warm_path()
         # Workers only on the aot_compile path: a megacache entry is compiled again by
         # every warm process, so its build has nothing to split into step files.
