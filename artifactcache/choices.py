@@ -54,8 +54,10 @@ class BuildChoices:
     )
     extra: Mapping[str, Any] = _choice(
         flag="--extra", cli="key=value", default_factory=dict,
-        help="Backend option KEY=VALUE, repeatable (ort: opset=18, exporter=torchscript; "
-        "trt: opt_level=3, workspace_mb=4096, typing=weak, allow_host_code=true). Key factors.",
+        help="Backend option KEY=VALUE, repeatable (inductor: layer_regions=0, "
+        "coordinate_descent_tuning=0; aoti: wrapper_opt=O0; ort: opset=18, "
+        "exporter=torchscript; trt: opt_level=3, workspace_mb=4096, typing=weak, "
+        "allow_host_code=true). Key factors.",
     )  # fmt: skip
     weights: str | None = _choice(
         flag="--weights", cli="path", scope=RECIPE,
