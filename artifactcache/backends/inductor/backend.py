@@ -67,12 +67,7 @@ from ..shared.build_plan import planned_jobs
 from ..shared.cpu_isa import isa_verdicts_kept
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
-from ..shared.model_options import (
-    check_model_options,
-    model_factors,
-    parse_flag,
-    split_kv_decode,
-)
+from ..shared.model_options import check_model_options, model_factors, split_kv_decode
 from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of, sync
 from ..shared.steps import (
     LazyStep,
@@ -101,11 +96,7 @@ from .compiling import (
     step_megacache,
 )
 from .files import install_compiled_files
-from .options import (
-    INDUCTOR_EXTRA_KEYS,
-    LAYER_REGIONS_EXTRA,
-    layer_regions,
-)
+from .options import INDUCTOR_EXTRA_KEYS, asked_layer_regions, layer_regions
 from .triton_key import prefetch_triton_key
 
 RECORD = "inductor.json"
@@ -163,8 +154,7 @@ class InductorBackend:
                 "use --mode default on cpu"
             )
         check_extra(self.name, opts, INDUCTOR_EXTRA_KEYS)
-        if LAYER_REGIONS_EXTRA in opts.extra:  # a bad value: one line
-            parse_flag(LAYER_REGIONS_EXTRA, opts.extra[LAYER_REGIONS_EXTRA])
+        asked_layer_regions(opts)  # a bad value: one line
         check_model_options(self.name, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:

@@ -132,6 +132,13 @@ def pass_options(options: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in passes if k != "triton.cudagraphs"}, "shape_padding": False}
 
 
+def use_layer_regions(model: Any, recipe: Any, opts: BuildChoices) -> dict[str, bool]:
+    """Set whether ``model``'s decode calls its blocks as regions (options.py), before
+    any step is traced; the Inductor config the decode step then takes on top."""
+    model.layer_regions = layer_regions(recipe, opts)
+    return region_configs(model.layer_regions)
+
+
 def register_model_ops(model: Any) -> None:
     """Register a split-KV model's custom op before Dynamo traces the model: Dynamo
     refuses to register one from inside a traced function."""
@@ -152,11 +159,11 @@ def compile_steps(
     import torch
 
     register_model_ops(model)
-    model.layer_regions = layer_regions(recipe, opts)
+    regions = use_layer_regions(model, recipe, opts)
 
     raise_dynamo_recompile_limit(_RECOMPILE_LIMIT)
     options = compile_options(opts)
-    decode = {**options, **region_configs(model.layer_regions)}
+    decode = {**options, **regions}
     compiled = {
         "decode": torch.compile(model, fullgraph=True, dynamic=False, options=decode or None)
     }
@@ -190,8 +197,7 @@ def save_aot_steps(
     # On this path the CUDA graphs are acache's (cuda_graph_step at load), not torch's.
     options = {k: v for k, v in compile_options(opts).items() if k != "triton.cudagraphs"}
     register_model_ops(model)
-    model.layer_regions = layer_regions(recipe, opts)
-    decode = {**options, **region_configs(model.layer_regions)}
+    decode = {**options, **use_layer_regions(model, recipe, opts)}
     sizes = {}
     for step in steps:
         t0, c0 = time.perf_counter(), time.process_time()

@@ -44,11 +44,18 @@ INDUCTOR_EXTRA_KEYS = (LAYER_REGIONS_EXTRA,)
 LAYER_REGION_FAMILIES = ROW_GEMV_FAMILIES
 
 
+def asked_layer_regions(opts: BuildChoices) -> bool | None:
+    """The flag as given (a bad value is one line), None when left out: what the options
+    alone can tell, before the recipe is known."""
+    raw = opts.extra.get(LAYER_REGIONS_EXTRA)
+    return None if raw is None else parse_flag(LAYER_REGIONS_EXTRA, raw)
+
+
 def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
     """Whether the decode step compiles each block once; a bad value is one line."""
-    raw = opts.extra.get(LAYER_REGIONS_EXTRA)
-    if raw is not None:
-        return parse_flag(LAYER_REGIONS_EXTRA, raw)
+    asked = asked_layer_regions(opts)
+    if asked is not None:
+        return asked
     return recipe.family in LAYER_REGION_FAMILIES and opts.quant is None
 
 
