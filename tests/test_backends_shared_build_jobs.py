@@ -50,7 +50,7 @@ def _cli(*args: str):
 
 def _one_line_error(result) -> str:
     """The one error line; a build that ran over a second off a terminal says so first
-    (cli/build.py _spinner), which is progress, not the error."""
+    (cli/render.py progress), which is progress, not the error."""
     assert result.exit_code == 1, (result.stdout, result.stderr)
     lines = [
         ln

@@ -1,4 +1,5 @@
-"""`acache recipes`, `acache build`, `acache run` through the real Typer app."""
+"""`acache recipes`, `acache build`, and bad input to `acache run`, through the real Typer app
+(generation itself: tests/test_cli_run.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typer.testing import CliRunner
 
 from artifactcache.api.results import build_phases, phases_summary
 from artifactcache.cli.app import app
-from artifactcache.recipes import load_recipe
 
 runner = CliRunner()
 
@@ -97,27 +97,6 @@ def test_build_phases_reads_what_a_backend_recorded():
     }  # fmt: skip
     assert build_phases({"compile_seconds": 12.5}) == {"compile": 12.5}  # the module backends'
     assert build_phases({}) == {}
-
-
-def test_run_prints_ids(cache_dir: Path):
-    r = run("run", "tiny-llama", "--tokens", "1,15043,29892", "--max-new-tokens", "5")
-    assert r.exit_code == 0, r.stderr
-    ids = [int(t) for t in r.stdout.split()]
-    assert len(ids) == 5 and all(0 <= i < 32000 for i in ids)
-    # The recipe's own prompt text needs no tokenizer: its ids are in the recipe.
-    j = json.loads(
-        run("run", "tiny-llama", "--prompt", "Hello, my name is", "-b", "eager", "--json").stdout
-    )
-    recipe = load_recipe("tiny-llama")
-    assert j["prompt_ids"] == list(recipe.bench.prompt_ids)
-    assert len(j["new_ids"]) == recipe.shapes.max_seq_len - len(j["prompt_ids"])
-    assert j["status"] == "hit"  # the first run built the entry
-    # A hit built nothing: the entry's seconds are its lookup, named for what they cover
-    # (and under their old name, build_seconds, for one release).
-    assert j["entry_seconds"] == j["build_seconds"] >= 0 and j["load_seconds"] >= 0
-    # Same input, same output: greedy and deterministic.
-    again = run("run", "tiny-llama", "--tokens", "1 15043 29892", "--max-new-tokens", "5")
-    assert again.stdout == r.stdout
 
 
 @pytest.mark.parametrize(
@@ -255,9 +234,9 @@ def test_quant_builds_its_own_entry_and_key_explains_it(cache_dir: Path):
 def test_a_slow_build_says_what_it_does_off_a_terminal_and_lines_stay_whole(
     cache_dir: Path, monkeypatch
 ):
-    from artifactcache.cli import build
+    from artifactcache.cli import render
 
-    monkeypatch.setattr(build, "PLAIN_PROGRESS_AFTER_S", 0.0)  # every build counts as slow
+    monkeypatch.setattr(render, "PLAIN_PROGRESS_AFTER_S", 0.0)  # every build counts as slow
     r = runner.invoke(app, ["build", "tiny-llama", "-b", "eager"], env={"COLUMNS": ""})
     assert r.exit_code == 0, r.stderr
     lines = r.stderr.splitlines()
@@ -266,7 +245,7 @@ def test_a_slow_build_says_what_it_does_off_a_terminal_and_lines_stay_whole(
     # Piped, the key, status, time and size stay one line (not wrapped at 80 columns).
     (out,) = r.stdout.strip().splitlines()
     assert len(out) > 80 and out.split()[1] == "built"
-    monkeypatch.setattr(build, "PLAIN_PROGRESS_AFTER_S", 60.0)
+    monkeypatch.setattr(render, "PLAIN_PROGRESS_AFTER_S", 60.0)
     hit = runner.invoke(app, ["build", "tiny-llama", "-b", "eager"])
     assert hit.exit_code == 0 and hit.stderr == ""  # a quick hit stays quiet
 

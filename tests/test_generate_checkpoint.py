@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from artifactcache import api
 from artifactcache.cli.app import app
-from artifactcache.cli.build import generate_and_print
+from artifactcache.cli.run import generate_and_print
 from artifactcache.generate.checkpoint import TextStream, decode_continuation
 from artifactcache.measure.child.timing import measure_requests
 

@@ -14,7 +14,9 @@ from artifactcache.generate.request import (
     default_max_new_tokens,
     parse_token_ids,
     prompt_ids_for,
+    prompts_for,
     resolve_request,
+    rows_for,
 )
 from artifactcache.recipes import load_recipe
 
@@ -78,3 +80,25 @@ def test_eos_and_sampling_choices():
     with pytest.raises(GenerationError, match="EOS token id 99999"):
         resolve_request(RECIPE, _ckpt(eos=(99999,)))
     assert resolve_request(RECIPE, _ckpt(eos=(99999,)), eos_ids=[2]).eos_token_ids == (2,)
+
+
+def test_several_prompts_are_one_batch_and_the_longest_sets_the_default_length():
+    req = resolve_request(RECIPE, tokens=["1,2", "3,4,5,6,7,8,9,10"])
+    assert req.prompts == [[1, 2], [3, 4, 5, 6, 7, 8, 9, 10]] and req.prompt_ids == [1, 2]
+    assert req.max_new_tokens == 64 - 8  # the batch is left-padded to its longest prompt
+    assert prompts_for(RECIPE, None, None, None, None) == [list(RECIPE.bench.prompt_ids)]
+    assert prompts_for(RECIPE, None, [RECIPE.bench.prompt], None, None) == [
+        list(RECIPE.bench.prompt_ids)
+    ]
+    with pytest.raises(ArgumentError, match="not both"):
+        prompts_for(RECIPE, None, ["a"], ["1"], None)
+
+
+def test_the_rows_hold_every_prompt():
+    assert rows_for(RECIPE, 1, None) == RECIPE.shapes.max_batch == 1
+    assert rows_for(RECIPE, 3, None) == 3  # not given: grown to the prompts
+    assert rows_for(RECIPE.with_shapes(max_batch=4), 2, None) == 4  # the recipe's suffice
+    assert rows_for(RECIPE, 2, 8) == 8
+    with pytest.raises(ArgumentError, match="3 prompts do not fit --max-batch 2") as e:
+        rows_for(RECIPE, 3, 2)
+    assert "\n" not in str(e.value)

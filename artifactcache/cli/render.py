@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -126,3 +130,34 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+# Not a terminal (a CI log, a pipe): a plain line once the work has run this long, and
+# its time when done, so a hit stays quiet and a minutes-long build says what it does.
+PLAIN_PROGRESS_AFTER_S = 1.0
+
+
+@contextlib.contextmanager
+def progress(text: str) -> Iterator[None]:
+    """A spinner on stderr while something slow runs when a person watches; else plain
+    progress lines (PLAIN_PROGRESS_AFTER_S)."""
+    if sys.stderr.isatty():
+        with err_console.status(text):
+            yield
+        return
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def say() -> None:
+        said.set()
+        err_console.print(f"{shown(text)} ...", highlight=False)
+
+    timer = threading.Timer(PLAIN_PROGRESS_AFTER_S, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+    if said.is_set():  # done: on an error its one line is the last word
+        err_console.print(f"{shown(text)}: {time.perf_counter() - t0:.1f} s", highlight=False)

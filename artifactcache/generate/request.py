@@ -1,17 +1,19 @@
 """One generation request, resolved and checked before anything is built or loaded.
 
 ``resolve_request`` turns what a caller (``acache run``) was given into a
-``GenerationRequest``: the prompt's token ids (given ids, text through the
-checkpoint's tokenizer, or the recipe's recorded ids for its own prompt), the
-number of new tokens (default: the recipe's, cut to fit max_seq_len), the EOS ids
-to stop at and the sampling choice. A bad value is a one-line error. The shapes
-(prompt + new tokens against max_seq_len, ids in the vocabulary) are
-``api.check_generation``'s to check.
+``GenerationRequest``: each prompt's token ids (given ids, text through the
+checkpoint's tokenizer, or the recipe's recorded ids for its own prompt; several
+prompts make one batch), the number of new tokens (default: the recipe's, cut to fit
+max_seq_len after the longest prompt), the EOS ids to stop at and the sampling choice.
+A bad value is a one-line error. The shapes (prompt + new tokens against
+max_seq_len, ids in the vocabulary, prompts against the artifact's rows) are
+``api.check_generation``'s and ``rows_for``'s to check.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,11 +28,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    prompt_ids: list[int]
+    prompts: list[list[int]]  # one or more; more than one run as one batch
     max_new_tokens: int
     # None: the runner's own (the checkpoint's); () never stops early.
     eos_token_ids: tuple[int, ...] | None
     sampling: Sampling
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        """The first (for one prompt, the only) prompt's ids."""
+        return self.prompts[0]
 
     def generate_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of Runner.generate / Runner.stream after ids and N."""
@@ -61,7 +68,7 @@ def parse_token_ids(text: str) -> list[int]:
 def prompt_ids_for(
     recipe: Recipe, tokenizer: Any, prompt: str | None, tokens: str | None, folder: Any
 ) -> list[int]:
-    """The prompt's token ids: --tokens, --prompt through the folder's tokenizer, or the
+    """One prompt's token ids: --tokens, --prompt through the folder's tokenizer, or the
     recipe's recorded ids for its own prompt."""
     if prompt is not None and tokens is not None:
         raise ArgumentError("pass either --prompt or --tokens, not both")
@@ -83,12 +90,35 @@ def default_max_new_tokens(recipe: Recipe, prompt_len: int) -> int:
     return max(1, min(recipe.bench.max_new_tokens, recipe.shapes.max_seq_len - prompt_len))
 
 
+def _as_list(given: str | Sequence[str] | None) -> list[str]:
+    if given is None:
+        return []
+    return [given] if isinstance(given, str) else list(given)
+
+
+def prompts_for(
+    recipe: Recipe,
+    tokenizer: Any,
+    prompts: str | Sequence[str] | None,
+    tokens: str | Sequence[str] | None,
+    folder: Any,
+) -> list[list[int]]:
+    """Each prompt's ids (--prompt or --tokens, either repeatable); with neither, the
+    recipe's own prompt alone."""
+    texts, id_lists = _as_list(prompts), _as_list(tokens)
+    if texts and id_lists:
+        raise ArgumentError("pass either --prompt or --tokens, not both")
+    if id_lists:
+        return [prompt_ids_for(recipe, tokenizer, None, t, folder) for t in id_lists]
+    return [prompt_ids_for(recipe, tokenizer, p, None, folder) for p in texts or [None]]
+
+
 def resolve_request(
     recipe: Recipe,
     checkpoint: Checkpoint | None = None,
     *,
-    prompt: str | None = None,
-    tokens: str | None = None,
+    prompt: str | Sequence[str] | None = None,
+    tokens: str | Sequence[str] | None = None,
     max_new_tokens: int | None = None,
     eos_ids: list[int] | None = None,
     no_eos: bool = False,
@@ -99,12 +129,13 @@ def resolve_request(
 ) -> GenerationRequest:
     """The request ``acache run`` makes of ``recipe`` (its shapes as given), checked.
 
-    ``tokens`` is the ids as text ("1,2,3"); ``eos_ids`` replaces the checkpoint's
-    EOS ids and ``no_eos`` never stops early (not both).
+    ``prompt`` is text, ``tokens`` ids as text ("1,2,3"); a list of either is a batch.
+    ``eos_ids`` replaces the checkpoint's EOS ids and ``no_eos`` never stops early (not
+    both).
     """
     tok = checkpoint.tokenizer if checkpoint is not None else None
     folder = checkpoint.folder if checkpoint is not None else None
-    ids = prompt_ids_for(recipe, tok, prompt, tokens, folder)
+    prompts = prompts_for(recipe, tok, prompt, tokens, folder)
     if no_eos and eos_ids:
         raise ArgumentError("pass either --eos-id or --no-eos, not both")
     eos = () if no_eos else (tuple(eos_ids) if eos_ids else None)
@@ -112,5 +143,23 @@ def resolve_request(
     check_eos_ids(eos if eos is not None else (checkpoint.eos_token_ids if checkpoint else ()),
                   recipe.model.vocab_size)  # fmt: skip
     if max_new_tokens is None:
-        max_new_tokens = default_max_new_tokens(recipe, len(ids))
-    return GenerationRequest(ids, max_new_tokens, eos, sampling)
+        # A batch is left-padded to its longest prompt: that one must fit.
+        max_new_tokens = default_max_new_tokens(recipe, max(len(p) for p in prompts))
+    return GenerationRequest(prompts, max_new_tokens, eos, sampling)
+
+
+def rows_for(recipe: Recipe, prompts: int, max_batch: int | None) -> int:
+    """The rows (``--max-batch``) of the artifact that runs ``prompts`` prompts at once.
+
+    Given, it must hold them all. Not given: the recipe's, or just enough rows for the
+    prompts where the recipe's are too few (a batch of three builds a three-row
+    artifact rather than failing on a one-row one).
+    """
+    if max_batch is not None:
+        if prompts > max_batch:
+            raise ArgumentError(
+                f"{prompts} prompts do not fit --max-batch {max_batch}: pass --max-batch "
+                f"{prompts} or more, or fewer prompts"
+            )
+        return max_batch
+    return max(recipe.shapes.max_batch, prompts)

@@ -1,0 +1,140 @@
+"""`acache run` (cli/run.py) through the real Typer app: one prompt, a batch, text and ids.
+
+Bad input to `run` shares the CLI's table in tests/test_cli_build.py; a checkpoint
+folder's tokenizer and EOS ids: tests/test_generate_checkpoint.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from _generate_util import make_checkpoint, write_config
+from test_cli_build import assert_user_error, run
+
+from artifactcache.cli.run import batch_header
+from artifactcache.recipes import load_recipe
+
+NEW = "4"
+
+
+def _entries(root: Path) -> list[Path]:
+    return list(root.rglob("manifest.json"))
+
+
+def test_run_prints_ids(cache_dir: Path):
+    r = run("run", "tiny-llama", "--tokens", "1,15043,29892", "--max-new-tokens", "5")
+    assert r.exit_code == 0, r.stderr
+    ids = [int(t) for t in r.stdout.split()]
+    assert len(ids) == 5 and all(0 <= i < 32000 for i in ids)
+    # The recipe's own prompt text needs no tokenizer: its ids are in the recipe.
+    j = json.loads(
+        run("run", "tiny-llama", "--prompt", "Hello, my name is", "-b", "eager", "--json").stdout
+    )
+    recipe = load_recipe("tiny-llama")
+    assert j["prompt_ids"] == list(recipe.bench.prompt_ids)
+    assert len(j["new_ids"]) == recipe.shapes.max_seq_len - len(j["prompt_ids"])
+    assert j["status"] == "hit"  # the first run built the entry
+    # A hit built nothing: the entry's seconds are its lookup, named for what they cover
+    # (and under their old name, build_seconds, for one release).
+    assert j["entry_seconds"] == j["build_seconds"] >= 0 and j["load_seconds"] >= 0
+    # Same input, same output: greedy and deterministic.
+    again = run("run", "tiny-llama", "--tokens", "1 15043 29892", "--max-new-tokens", "5")
+    assert again.stdout == r.stdout
+
+
+def _alone(*args: str) -> dict:
+    r = run("run", "tiny-llama", "-b", "eager", "--new-tokens", NEW, "--json", *args)
+    assert r.exit_code == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_a_batch_of_token_prompts_gives_each_prompts_lone_tokens(cache_dir: Path):
+    prompts = ["1,15043,29892", "5,6", "7,8,9,10,11"]
+    given = [a for p in prompts for a in ("--tokens", p)]
+    r = run("run", "tiny-llama", "-b", "eager", "--new-tokens", NEW, "--json", *given)
+    assert r.exit_code == 0, r.stderr
+    batch = json.loads(r.stdout)
+    # The recipe has one row: the run built the artifact of three and said so.
+    assert r.stderr.splitlines()[0] == "3 prompts: the artifact for --max-batch 3"
+    assert batch["status"] == "built" and "new_ids" not in batch
+    lone = [_alone("--tokens", p) for p in prompts]
+    assert [row["prompt_ids"] for row in batch["rows"]] == [x["prompt_ids"] for x in lone]
+    # Left-padded to the longest prompt, each row generates what it does alone.
+    assert [row["new_ids"] for row in batch["rows"]] == [x["new_ids"] for x in lone]
+    assert all(row["stop"] == "length" and row["text"] is None for row in batch["rows"])
+    # The key is the one `--max-batch 3` names, and a second run hits it.
+    key = run("key", "tiny-llama", "-b", "eager", "--max-batch", "3").stdout.split()[0]
+    assert batch["key"] == key != lone[0]["key"]
+    plain = run("run", "tiny-llama", "-b", "eager", "--new-tokens", NEW, *given)
+    assert plain.exit_code == 0, plain.stderr
+    assert " hit " in plain.stderr.splitlines()[-1]
+    expected = []
+    for i, x in enumerate(lone):
+        expected += [batch_header(i, 3), " ".join(map(str, x["new_ids"]))]
+    assert plain.stdout.splitlines() == expected
+
+
+def test_a_batch_runs_on_a_bigger_artifact_asked_for_and_samples_row_i_with_seed_plus_i(
+    cache_dir: Path,
+):
+    sampling = ["--temperature", "1.0", "--sample-seed", "11"]
+    batch = json.loads(
+        run(
+            "run",
+            "tiny-llama",
+            "-b",
+            "eager",
+            "--new-tokens",
+            NEW,
+            "--json",
+            "--max-batch",
+            "4",
+            "--tokens",
+            "1,2,3",
+            "--tokens",
+            "4,5",
+            *sampling,
+        ).stdout  # fmt: skip
+    )
+    key4 = run("key", "tiny-llama", "-b", "eager", "--max-batch", "4").stdout.split()[0]
+    assert batch["key"] == key4
+    first = _alone("--tokens", "1,2,3", "--temperature", "1.0", "--sample-seed", "11")
+    second = _alone("--tokens", "4,5", "--temperature", "1.0", "--sample-seed", "12")
+    assert [row["new_ids"] for row in batch["rows"]] == [first["new_ids"], second["new_ids"]]
+
+
+def test_a_batch_that_does_not_fit_fails_in_one_line_before_any_build(cache_dir: Path):
+    two = ["--tokens", "1,2", "--tokens", "3"]
+    assert_user_error(run("run", "tiny-llama", "--max-batch", "1", *two),
+                      "2 prompts do not fit --max-batch 1: pass --max-batch 2")  # fmt: skip
+    assert_user_error(run("run", "tiny-llama", "--tokens", "1", "--prompt", "hi"), "not both")
+    # The longest prompt sets the batch's length: it must fit with the new tokens.
+    long = ",".join(["1"] * 60)
+    assert_user_error(run("run", "tiny-llama", "--tokens", "1", "--tokens", long,
+                          "--new-tokens", "10"), "max_seq_len")  # fmt: skip
+    assert_user_error(run("run", "tiny-llama", "--tokens", "1", "--tokens", "99999"),
+                      "vocabulary")  # fmt: skip
+    assert _entries(cache_dir) == []
+
+
+def test_a_batch_of_text_prompts_prints_each_continuation(tmp_path: Path, cache_dir: Path):
+    from tokenizers import Tokenizer
+
+    _, folder = make_checkpoint(tmp_path)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    write_config(folder, tok.get_vocab_size(), eos=None)
+    texts = ["hello my name is", "the cat sat on a mat while we talk"]
+    base = ["run", str(folder), "-b", "eager", "--new-tokens", NEW]
+    lone = []
+    for t in texts:
+        r = run(*base, "--prompt", t, "--json")
+        assert r.exit_code == 0, r.stderr
+        lone.append(json.loads(r.stdout))
+    r = run(*base, "--prompt", texts[0], "--prompt", texts[1])
+    assert r.exit_code == 0, r.stderr
+    expected = []
+    for i, x in enumerate(lone):
+        expected += [batch_header(i, 2), x["text"]]
+    assert r.stdout == "\n".join(expected) + "\n"
+    assert all(x["text"].strip() for x in lone)
