@@ -64,7 +64,8 @@ def _fresh_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, st
     }
 
 
-def _first_difference(a: list[int], b: list[int]) -> int | None:
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first index where two token lists differ, or None."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), None)
 
 
@@ -72,18 +73,23 @@ def _vs_exact(got: Any, ids: list[int], exact: Any, exact_ids: list[int]) -> dic
     """How far a low-precision run is from the fp32 computation on the same weights."""
     return {
         "max_rel_err_vs_fp32": float((got - exact).abs().max() / exact.abs().max()),
-        "first_token_differing_from_fp32": _first_difference(ids, exact_ids),
+        "first_token_differing_from_fp32": first_difference(ids, exact_ids),
     }
 
 
 def agreement(
     recipe: str,
-    backends: dict[str, dict[str, Any]],
+    variants: dict[str, dict[str, Any]],
     common: dict[str, Any],
     n_gen: int,
     rtol: float,
 ):
-    """logits and greedy tokens of each backend (-> its extra load kwargs) against eager."""
+    """Logits and greedy tokens of each variant against eager's, in one process.
+
+    ``variants`` maps a label to its extra ``api.load`` kwargs; the label is the backend
+    unless the kwargs name one (``"backend"``), so two builds of one backend compare
+    side by side. Each is loaded, never built.
+    """
     import torch
 
     from artifactcache import api
@@ -105,22 +111,25 @@ def agreement(
         exact, exact_ids = ref.logits(prompt), ref.generate(prompt, n_gen)
         out["eager"] = _vs_exact(want, want_ids, exact, exact_ids)
     del ref
-    for b, extra in backends.items():
-        runner = api.load(recipe, b, build_on_miss=False, **common, **extra)
+    for label, given in variants.items():
+        kwargs = {**common, **given}
+        backend = kwargs.pop("backend", label)
+        runner = api.load(recipe, backend, build_on_miss=False, **kwargs)
         got = runner.logits(prompt)
         ids = runner.generate(prompt, n_gen)
         rel = float((got - want).abs().max() / want.abs().max())
-        same = _first_difference(ids, want_ids)
-        out[b] = {
+        same = first_difference(ids, want_ids)
+        out[label] = {
             "max_rel_err": rel,
             "within_rtol": rel <= rtol,
             "argmax_agrees_at_every_position": bool(torch.equal(got.argmax(-1), want.argmax(-1))),
             "tokens_equal": same is None,
             "first_differing_token": same,
+            "tokens": ids,
             "runner_info": dict(getattr(runner, "info", {}) or {}),
         }
         if exact is not None:
-            out[b].update(_vs_exact(got, ids, exact, exact_ids))
+            out[label].update(_vs_exact(got, ids, exact, exact_ids))
         del runner
     return out
 

@@ -1,12 +1,10 @@
-"""benchmarks/build_phases_summary.py's table and variant_agreement.py's variant spec."""
+"""benchmarks/build_phases_summary.py's table."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,13 +28,3 @@ def test_the_table_has_a_row_per_record_with_its_bench(tmp_path: Path):
     rows = summary.table([str(d)]).splitlines()
     assert rows[2] == "| call1 | 1-inductor | 29.0 | 20.1 | 20.2 | 23.7 | 242.9 | 75.4 | 6.8 |"
     assert rows[3] == "| call1 | 2-aoti | 38.0 | 0.0 | 0.0 | 0.0 | – | – | – |"  # no bench
-
-
-def test_a_variant_names_its_backend_cache_and_extras():
-    agreement = _load("variant_agreement")
-    name, backend, cache, extra = agreement.parse_variant("plain=inductor:/c:layer_regions=0,x=1")
-    assert (name, backend, cache) == ("plain", "inductor", Path("/c"))
-    assert extra == {"layer_regions": "0", "x": "1"}
-    assert agreement.parse_variant("r=aoti:/c")[3] == {}
-    with pytest.raises(SystemExit, match="expected NAME=BACKEND:CACHE_DIR"):
-        agreement.parse_variant("nocache")
