@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from _bench_scripts import load_script
 
 
 def test_the_table_has_a_row_per_record_with_its_bench(tmp_path: Path):
-    summary = _load("build_phases_summary")
+    summary = load_script("build_phases_summary")
     d = tmp_path / "call1"
     d.mkdir()
     secs = {"wall": 29.04, "prefill": 20.1, "extend": 20.2, "decode": 23.7}

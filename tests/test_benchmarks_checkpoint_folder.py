@@ -4,20 +4,13 @@ it derives from probe results. The whole script also runs end to end on CPU
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "checkpoint_folder.py"
+from _bench_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def cf():
-    spec = importlib.util.spec_from_file_location("checkpoint_folder", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("checkpoint_folder")
 
 
 def test_the_phases_of_a_probe_are_its_warm_start_segments(cf):

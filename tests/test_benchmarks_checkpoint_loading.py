@@ -3,27 +3,22 @@ GPU evidence writes (layout, config, weight scales, reuse) and its shard plan.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from _bench_scripts import load_script
 
 from artifactcache.models import WeightsSpec, build_model
 from artifactcache.recipes import load_recipe
 from artifactcache.sources.checkpoint import INDEX_NAME, checkpoint_files
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "checkpoint_loading.py"
-
 
 @pytest.fixture(scope="module")
 def cl():
-    spec = importlib.util.spec_from_file_location("checkpoint_loading", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("checkpoint_loading")
 
 
 @pytest.fixture(scope="module")

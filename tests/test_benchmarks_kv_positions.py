@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _bench_scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "kv_positions.py"
@@ -17,11 +17,7 @@ SCRIPT = REPO / "benchmarks" / "kv_positions.py"
 
 @pytest.fixture(scope="module")
 def kvp():
-    spec = importlib.util.spec_from_file_location("kv_positions", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("kv_positions")
 
 
 def test_windows_are_centred_and_must_fit_the_context(kvp):

@@ -3,25 +3,16 @@ backend_evidence.py's agreement(), on CPU with eager entries of tiny-llama."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+from _bench_scripts import load_script
 
 from artifactcache import api
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_a_variant_names_its_backend_cache_and_extras():
-    agreement = _load("variant_agreement")
+    agreement = load_script("variant_agreement")
     name, backend, cache, extra = agreement.parse_variant("plain=inductor:/c:layer_regions=0,x=1")
     assert (name, backend, cache) == ("plain", "inductor", Path("/c"))
     assert extra == {"layer_regions": "0", "x": "1"}
@@ -31,7 +22,7 @@ def test_a_variant_names_its_backend_cache_and_extras():
 
 
 def test_two_builds_of_one_backend_compare_side_by_side(tmp_path: Path):
-    evidence = _load("backend_evidence")
+    evidence = load_script("backend_evidence")
     common = {"device": "cpu", "dtype": "fp32"}
     same, other, ref = tmp_path / "same", tmp_path / "other", tmp_path / "ref"
     api.build("tiny-llama", "eager", cache_dir=same, **common)
@@ -47,7 +38,7 @@ def test_two_builds_of_one_backend_compare_side_by_side(tmp_path: Path):
     assert found["other"]["max_rel_err"] > 1e-2 and not found["other"]["within_rtol"]
     assert len(found["other"]["tokens"]) == 6
     # The script's own comparison adds the first variant's tokens as a second reference.
-    script = _load("variant_agreement")
+    script = load_script("variant_agreement")
     rows = script.compare(
         "tiny-llama", [("a", "eager", same, {}), ("b", "eager", same, {})], common, ref, 6, 1e-4
     )
