@@ -123,11 +123,26 @@ class Recipe:
             )
         total = n_prompt + max_new_tokens
         if total > self.shapes.max_seq_len:
+            said = f"{n_prompt} prompt + {max_new_tokens} new tokens = {total} exceeds max_seq_len "
+            ceiling, why = self.longest_context()
+            if total > ceiling:  # no build holds it: say so, rather than a larger build
+                raise ShapeError(
+                    f"{said}{self.shapes.max_seq_len}, and the model takes at most {ceiling} "
+                    f"positions ({why}): shorten the prompt or ask fewer new tokens"
+                )
             raise ShapeError(
-                f"{n_prompt} prompt + {max_new_tokens} new tokens = {total} exceeds max_seq_len "
-                f"{self.shapes.max_seq_len}; build with a larger --max-seq-len (max_seq_len=) "
-                f"or raise [shapes].max_seq_len in {src}"
+                f"{said}{self.shapes.max_seq_len}; build with --max-seq-len {total} or more "
+                f"(up to {ceiling}; max_seq_len=) or raise [shapes].max_seq_len in {src}"
             )
+
+    def longest_context(self) -> tuple[int, str]:
+        """(the largest max_seq_len this model takes, the field that sets it)."""
+        rs = self.model.rope_scaling
+        if rs and rs["type"] == "longrope":
+            return rs["original_max_position_embeddings"], (
+                "model.rope_scaling.original_max_position_embeddings"
+            )
+        return self.model.max_position_embeddings, "model.max_position_embeddings"
 
     def with_shapes(
         self, *, max_seq_len: int | None = None, max_batch: int | None = None

@@ -77,3 +77,13 @@ def test_a_stale_entry_is_rebuilt_once_not_fatal(cache_dir, monkeypatch):
     with pytest.raises(StaleArtifact):  # without build_on_miss it is reported, not hidden
         calls["load"] = 0
         api.load("tiny-llama", "eager", store=store, build_on_miss=False)
+
+
+@pytest.mark.parametrize("call", [api.load, api.build])
+def test_a_choice_given_in_the_choices_place_is_one_clear_error(call, cache_dir):
+    from artifactcache.errors import ArgumentError
+
+    with pytest.raises(ArgumentError, match="choices must be a BuildChoices, got str 'cpu'") as e:
+        call("tiny-llama", "eager", "cpu")
+    assert "device='cpu'" in str(e.value) and "\n" not in str(e.value)
+    assert not list((cache_dir / "v1" / "entries").glob("*/*"))

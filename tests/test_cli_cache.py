@@ -563,3 +563,21 @@ def test_a_piped_table_keeps_its_whole_width_when_no_width_is_asked(store, monke
     r = runner.invoke(app, ["ls"])
     assert r.exit_code == 0 and k1[:12] in r.stdout
     assert max(len(line) for line in r.stdout.splitlines()) > 80
+
+
+@pytest.mark.parametrize(
+    ("entries", "shows", "not_shown"),
+    [(True, "3/3 entries", "bytes"), (False, "3 bytes", "entries")],
+)
+def test_the_progress_bar_counts_what_the_command_counts(monkeypatch, entries, shows, not_shown):
+    from rich.console import Console
+
+    from artifactcache.cli import cache
+
+    out = io.StringIO()
+    term = Console(file=out, force_terminal=True, width=100, color_system=None)
+    monkeypatch.setattr(cache, "err_console", term)
+    with cache._progress("verifying", entries=entries) as cb:
+        assert cb is not None
+        cb(3, 3)
+    assert shows in out.getvalue() and not_shown not in out.getvalue()

@@ -21,6 +21,23 @@ def test_check_fits():
         r.check_fits(0, 1)
 
 
+def test_a_request_too_long_says_what_build_holds_it_or_that_none_does():
+    r = load_recipe("tiny-llama")  # max_seq_len 64, max_position_embeddings 256
+    with pytest.raises(ShapeError, match=r"= 100 exceeds max_seq_len 64; build with "
+                       r"--max-seq-len 100 or more \(up to 256;"):  # fmt: skip
+        r.check_fits(90, 10)
+    # Past the model's positions no build holds it: the error does not suggest one.
+    with pytest.raises(ShapeError) as e:
+        r.check_fits(290, 10)
+    assert "the model takes at most 256 positions (model.max_position_embeddings)" in str(e.value)
+    assert "--max-seq-len" not in str(e.value)
+    longrope = dataclasses.replace(r.model, rope_scaling={
+        "type": "longrope", "original_max_position_embeddings": 128,
+        "short_factor": [1.0] * 8, "long_factor": [1.0] * 8})  # fmt: skip
+    ceiling = dataclasses.replace(r, model=longrope).longest_context()
+    assert ceiling == (128, "model.rope_scaling.original_max_position_embeddings")
+
+
 @pytest.mark.parametrize(
     ("n", "needle"),
     [

@@ -31,7 +31,7 @@ from ..backends.shared.model_options import check_recipe_options
 from ..choices import BuildChoices
 from ..config import Recipe
 from ..devices import check_device
-from ..errors import ShapeError, StaleArtifact, WeightsError
+from ..errors import ArgumentError, ShapeError, StaleArtifact, WeightsError
 from ..keys import (
     architecture_factors,
     hardware_fingerprint,
@@ -57,6 +57,12 @@ def _weights_spec(weights: str | Path | None, seed: int):
 
 def choices_of(choices: BuildChoices | None, given: dict[str, Any]) -> BuildChoices:
     """``choices`` with the keyword choices ``given`` on top (unknown names: one line)."""
+    if choices is not None and not isinstance(choices, BuildChoices):
+        # load("tiny-llama", "eager", "cpu"): the third place is choices, not device.
+        raise ArgumentError(
+            f"choices must be a BuildChoices, got {type(choices).__name__} {choices!r}: "
+            "pass the build choices by name, e.g. device='cpu'"
+        )
     base = choices if choices is not None else BuildChoices()
     if given:
         BuildChoices.of(**given)  # unknown names: one line

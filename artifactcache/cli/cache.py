@@ -77,14 +77,23 @@ def _ago(t: float) -> str:
 
 
 @contextlib.contextmanager
-def _progress(what: str) -> Iterator[Callable[[int, int], None] | None]:
-    """A rich progress bar on stderr, only when stderr is a terminal."""
+def _progress(what: str, *, entries: bool = False) -> Iterator[Callable[[int, int], None] | None]:
+    """A rich progress bar on stderr, only when stderr is a terminal; it counts bytes,
+    or with ``entries`` the entries done."""
     if not err_console.is_terminal:
         yield None
         return
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
-    cols = [TextColumn(what), BarColumn(), DownloadColumn(), TimeRemainingColumn()]
+    count = [MofNCompleteColumn(), TextColumn("entries")] if entries else [DownloadColumn()]
+    cols = [TextColumn(what), BarColumn(), *count, TimeRemainingColumn()]
     with Progress(*cols, console=err_console, transient=True) as bar:
         task = bar.add_task(what, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)
@@ -215,7 +224,7 @@ def register(app: typer.Typer) -> None:
         check_prefixes(keys or [])
         store = _store(cache_dir, allow_shared_root)
         warnings: list[str] = []
-        with _progress("verifying") as cb:
+        with _progress("verifying", entries=True) as cb:
             results = store.verify(keys or None, progress=cb, warnings=warnings)
         _warn(warnings)
         if json:

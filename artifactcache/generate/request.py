@@ -140,6 +140,11 @@ def resolve_request(
         raise ArgumentError("pass either --eos-id or --no-eos, not both")
     eos = () if no_eos else (tuple(eos_ids) if eos_ids else None)
     sampling = Sampling(temperature, top_k, top_p, seed)  # bad values: one line
+    if sampling.greedy and seed is not None:
+        # As top_k without a temperature: almost surely a forgotten --temperature.
+        raise ArgumentError(
+            "--sample-seed applies to sampling: set --temperature > 0 (0 is greedy)"
+        )
     check_eos_ids(eos if eos is not None else (checkpoint.eos_token_ids if checkpoint else ()),
                   recipe.model.vocab_size)  # fmt: skip
     if max_new_tokens is None:
