@@ -1,8 +1,9 @@
 """The weights digest covers exactly the files the loader reads (sources/checkpoint.py).
 
-With an index: the shards it names plus the index. Without: the *.safetensors
-files. Stray .bin/.pt files, a safetensors the index does not name, and the raw
-bytes of config.json are never read by the loader, so they never change the key.
+With an index: the shards it names plus the index. Without: model.safetensors where
+the folder has one, else the *.safetensors files. Stray .bin/.pt files, a safetensors
+the index does not name or beside model.safetensors, and the raw bytes of config.json
+are never read by the loader, so they never change the key.
 """
 
 from __future__ import annotations
@@ -67,6 +68,23 @@ def test_a_safetensors_the_index_does_not_name_is_neither_read_nor_hashed(
     api.build(sharded, "eager", cache_dir=cache_dir)  # the loader ignores it too
     names = [f.name for f in checkpoint_files(sharded).hashed]
     assert names[0] == INDEX_NAME and "adapter_model.safetensors" not in names
+
+
+def test_beside_model_safetensors_another_safetensors_is_neither_read_nor_hashed(
+    single: Path, cache_dir: Path
+):
+    """As transformers loads a folder: its model.safetensors, not an adapter beside it."""
+    before = weights_digest(single)
+    from safetensors.torch import save_file
+
+    save_file({"x": torch.zeros(4)}, str(single / "adapter_model.safetensors"))
+    assert weights_digest(single) == before
+    api.build(single, "eager", cache_dir=cache_dir)  # no "unexpected tensor 'x'"
+    assert [f.name for f in checkpoint_files(single).hashed] == ["model.safetensors"]
+    # Without model.safetensors every safetensors file is the checkpoint.
+    (single / "model.safetensors").rename(single / "weights.safetensors")
+    names = [f.name for f in checkpoint_files(single).hashed]
+    assert names == ["adapter_model.safetensors", "weights.safetensors"]
 
 
 def test_a_changed_shard_or_index_changes_the_digest(sharded: Path):

@@ -5,7 +5,9 @@ Which files hold its tensors, the one rule the loader and the key share:
 - A ``.safetensors`` file: that file.
 - A folder with ``model.safetensors.index.json``: exactly the shards its
   ``weight_map`` names, plus the index itself (the loader reads it to find them).
-- A folder without an index: its ``*.safetensors`` files.
+- A folder without an index: its ``model.safetensors`` where it has one (as
+  transformers loads it, so an adapter or a second export beside it is not the
+  model's), else its ``*.safetensors`` files.
 
 Anything else in the folder (``.bin``/``.pt`` files, a stray safetensors next to an
 index, the tokenizer) is never read by the loader, so it is never hashed either.
@@ -33,6 +35,7 @@ from ..limits import read_small_file
 
 CONFIG_NAME = "config.json"
 INDEX_NAME = "model.safetensors.index.json"
+SINGLE_NAME = "model.safetensors"  # an unsharded checkpoint's one file, by transformers' name
 GENERATION_CONFIG_NAME = "generation_config.json"
 TOKENIZER_NAME = "tokenizer.json"
 # The largest tokenizer.json read: the largest vocabularies' files are tens of MiB.
@@ -96,6 +99,9 @@ def checkpoint_files(path: Path) -> CheckpointFiles:
     index = path / INDEX_NAME
     if index.is_file():
         return CheckpointFiles(_shards_from_index(index), index)
+    single = path / SINGLE_NAME
+    if single.is_file():
+        return CheckpointFiles([single], None)
     files = sorted(p for p in path.glob("*.safetensors") if p.is_file())
     if not files:
         raise WeightsError(
