@@ -67,7 +67,13 @@ def test_ls_show_stats_diff_rm(store):
     assert r.exit_code == 0 and k1[:12] in r.stdout and "2 entries" in r.stdout
     r = run("show", k1[:8], "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["manifest"]["key"] == k1
-    assert k1 in run("show", k1[:8]).stdout
+    shown = runner.invoke(app, ["show", k1[:8]], env={"COLUMNS": "200"}).stdout
+    assert k1 in shown
+    # Read as people read them: when (and how long ago), a size with its unit, the
+    # label as its choices; --json keeps the raw numbers and the dict.
+    assert re.search(r"created +│ 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\)", shown)
+    assert "2.0 KiB (2000 bytes)" in shown and "backend=eager, recipe=tiny" in shown
+    assert "{'" not in shown and isinstance(json.loads(r.stdout)["created"], float)
     r = run("diff", k1[:8], k2[:8], "--json")
     assert r.exit_code == 0
     assert [d["factor"] for d in json.loads(r.stdout)] == ["backend.options.dtype"]

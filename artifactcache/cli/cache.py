@@ -76,6 +76,27 @@ def _ago(t: float) -> str:
     return f"{d:.0f}s ago"
 
 
+def _when(t: float) -> str:
+    """An epoch time as local date and time, then how long ago."""
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))} ({_ago(t)})"
+
+
+def _shown_field(name: str, value: Any) -> str:
+    """A summary field as `show` prints it: times and sizes read as people read them,
+    a label as its choices; --json keeps the raw values."""
+    if name in ("created", "last_used") and isinstance(value, (int, float)):
+        return _when(float(value))
+    if name == "size" and isinstance(value, int):
+        return f"{human_bytes(value)} ({value} bytes)"
+    if name == "build_seconds" and isinstance(value, (int, float)):
+        return _duration(float(value))
+    if name == "label" and isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items() if v is not None) or "-"
+    if name == "depends_on" and isinstance(value, list):
+        return ", ".join(map(str, value)) or "-"
+    return "-" if value is None else str(value)
+
+
 @contextlib.contextmanager
 def _progress(what: str, *, entries: bool = False) -> Iterator[Callable[[int, int], None] | None]:
     """A rich progress bar on stderr, only when stderr is a terminal; it counts bytes,
@@ -183,7 +204,10 @@ def register(app: typer.Typer) -> None:
         ]
         cols = ["key", "recipe", "backend", "device", "dtype", "mode", "context", "rows"]
         cols += ["size", "last used", "build"]
-        _table(f"{n_entries(len(entries))} in {store.base}", cols, rows)
+        # Narrow terminals drop the columns a user needs least, so a key stays whole.
+        _table(f"{n_entries(len(entries))} in {store.base}", cols, rows,
+               whole=("key", "backend", "dtype", "size", "last used"),
+               optional=("build", "mode", "rows", "device", "context", "dtype"))  # fmt: skip
 
     @app.command("show")
     def show(
@@ -203,7 +227,8 @@ def register(app: typer.Typer) -> None:
         from ..store.provenance import describe
 
         fields = {**e.summary(), "provenance": describe(e.provenance)}
-        _table(f"entry {e.key}", ["field", "value"], [[k, v] for k, v in fields.items()])
+        rows = [[k, _shown_field(k, v)] for k, v in fields.items()]
+        _table(f"entry {e.key}", ["field", "value"], rows)
         _table(
             "files",
             ["path", "size", "digest"],

@@ -85,8 +85,20 @@ def cell(value: object) -> Text:
 RICH_MAX_ROWS = 200
 
 
-def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> None:
-    """The one way a command prints a table: every cell is data (see ``visible``)."""
+def print_table(
+    title: str | None,
+    cols: list[str],
+    rows: list[list[Any]],
+    *,
+    whole: tuple[str, ...] = (),
+    optional: tuple[str, ...] = (),
+) -> None:
+    """The one way a command prints a table: every cell is data (see ``visible``).
+
+    On a terminal too narrow for the whole table, the ``optional`` columns are left
+    out, in that order, until it fits; the columns named in ``whole`` are never folded
+    (a key prefix is what the user copies into the next command), the others fold.
+    """
     cells = [[visible(x) for x in r] for r in rows]
     if len(rows) > RICH_MAX_ROWS:
         widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
@@ -95,12 +107,37 @@ def print_table(title: str | None, cols: list[str], rows: list[list[Any]]) -> No
             lines.append("  ".join(x.ljust(w) for x, w in zip(r, widths, strict=True)).rstrip())
         sys.stdout.write("\n".join(lines) + "\n")
         return
-    t = Table(title=cell(title) if title else None, show_lines=False)
-    for c in cols:
-        t.add_column(cell(c), overflow="fold")
-    for r in cells:
-        t.add_row(*(Text(x) for x in r))
+    keep = list(range(len(cols)))
+    t = _rich_table(title, cols, cells, keep, whole)
+    for name in optional:
+        if not _too_wide(t):
+            break
+        keep.remove(cols.index(name))
+        t = _rich_table(title, cols, cells, keep, whole)
     print_wide(t)
+
+
+def _rich_table(
+    title: str | None, cols: list[str], cells: list[list[str]], keep: list[int],
+    whole: tuple[str, ...],
+) -> Table:  # fmt: skip
+    t = Table(title=cell(title) if title else None, show_lines=False)
+    for i in keep:
+        if cols[i] in whole:
+            t.add_column(cell(cols[i]), no_wrap=True)
+        else:
+            t.add_column(cell(cols[i]), overflow="fold")
+    for r in cells:
+        t.add_row(*(Text(r[i]) for i in keep))
+    return t
+
+
+def _too_wide(table: Table) -> bool:
+    """Whether ``table`` would fold on this terminal (never piped: that prints it whole)."""
+    if not (console.is_terminal or os.environ.get("COLUMNS", "").strip()):
+        return False
+    natural = Measurement.get(console, console.options.update_width(1 << 16), table).maximum
+    return natural > console.width
 
 
 def print_wide(table: Table) -> None:
