@@ -61,3 +61,8 @@ def __getattr__(name: str) -> Any:
         module, attr = _LAZY[name]
         return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, so dir() and completion show load, build and compile."""
+    return sorted({*globals(), *__all__})

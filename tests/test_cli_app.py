@@ -493,3 +493,11 @@ def test_a_group_without_a_command_shows_its_help_not_an_error(args):
     result = runner.invoke(app, args)
     assert "Usage: acache" in result.stdout + result.stderr
     assert "error:" not in result.stdout + result.stderr
+
+
+def test_version_prints_the_packages_version_and_the_package_lists_its_lazy_names():
+    import artifactcache
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"acache {artifactcache.__version__}\n"
+    assert {"load", "build", "compile", "LocalStore"} <= set(dir(artifactcache))

@@ -7,6 +7,7 @@ folder's tokenizer and EOS ids: tests/test_generate_checkpoint.py.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from _generate_util import make_checkpoint, write_config
@@ -138,3 +139,12 @@ def test_a_batch_of_text_prompts_prints_each_continuation(tmp_path: Path, cache_
         expected += [batch_header(i, 2), x["text"]]
     assert r.stdout == "\n".join(expected) + "\n"
     assert all(x["text"].strip() for x in lone)
+
+
+def test_the_status_line_says_a_build_took_time_and_counts_tokens_as_words(cache_dir: Path):
+    first = run("run", "tiny-llama", "-b", "eager", "--tokens", "1,2", "--new-tokens", "1")
+    assert first.exit_code == 0, first.stderr
+    line = first.stderr.splitlines()[-1]
+    assert re.search(r"  built in \d+\.\d s  load ", line) and " 1 token in " in line
+    again = run("run", "tiny-llama", "-b", "eager", "--tokens", "1,2", "--new-tokens", "2")
+    assert "  hit  load " in again.stderr and " 2 tokens in " in again.stderr

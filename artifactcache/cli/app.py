@@ -412,6 +412,14 @@ def quiet_third_party_warnings(verbose: bool = False) -> None:
     os.environ["PYTHONWARNINGS"] = ",".join(ours + given)  # the user's own, later, win
 
 
+def _print_version(given: bool) -> None:
+    if given:
+        from ..version import __version__
+
+        print(f"acache {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(
     verbose: Annotated[
@@ -420,6 +428,15 @@ def _global_options(
             "--verbose",
             help="Show third-party warnings (FutureWarning, DeprecationWarning), hidden by "
             "default (or set ACACHE_VERBOSE=1).",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print acache's version and exit.",
+            callback=_print_version,
+            is_eager=True,
         ),
     ] = False,
 ) -> None:

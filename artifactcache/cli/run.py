@@ -296,9 +296,12 @@ def _generate(
         return
     tokens = sum(len(new) for new, _ in rows)
     stop = stops[0] if len(set(stops)) == 1 else ", ".join(stops)
+    status = status_of(res)
+    if status != "hit":  # a build or a pull took time worth seeing; a hit's lookup did not
+        status += f" in {res.seconds:.1f} s"
     err_console.print(
-        f"{res.key[:16]}  {status_of(res)}  load {timings['load_seconds']:.2f} s  "
-        f"{tokens} tokens in {t2 - t1:.2f} s ({stop})",
+        f"{res.key[:16]}  {status}  load {timings['load_seconds']:.2f} s  "
+        f"{tokens} token{'' if tokens == 1 else 's'} in {t2 - t1:.2f} s ({stop})",
         highlight=False,
     )
 

@@ -161,7 +161,7 @@ def rows_for(recipe: Recipe, prompts: int, max_batch: int | None) -> int:
     artifact rather than failing on a one-row one).
     """
     if max_batch is not None:
-        if prompts > max_batch:
+        if 0 < max_batch < prompts:  # one below 1 is the shapes' to refuse, as for build
             raise ArgumentError(
                 f"{prompts} prompts do not fit --max-batch {max_batch}: pass --max-batch "
                 f"{prompts} or more, or fewer prompts"
