@@ -233,9 +233,17 @@ def test_break_even_is_shown_with_its_interval_and_an_uncertain_one_is_named(con
     be["interval"].update(low=2.0, high=None)
     assert report.break_even_is_uncertain(be)
     assert any("break-even is uncertain" in f for f in report.findings(constructed))
-    be["interval"].update(low=None, high=None)
+    be["interval"].update(low=None, high=None, processes=[3, 3])
     assert report.break_even_with_interval(be).endswith("95% interval: never level")
     assert not report.break_even_is_uncertain(be)
+    # With one process a scenario the resamples cannot vary the start: said so.
+    be["interval"].update(low=2.0, high=3.0, processes=[1, 3])
+    assert report.break_even_with_interval(be).endswith(
+        "95% interval 2.0–3.0 req (requests' spread only: one process per scenario; "
+        "--runs 3 or more)"
+    )
+    be["interval"]["processes"] = [3, 3]
+    assert report.break_even_with_interval(be).endswith("95% interval 2.0–3.0 req")
 
 
 def test_a_roofline_above_100_percent_is_flagged_with_why():

@@ -104,6 +104,10 @@ def _rate(x: float | None) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.3g}"
 
 
+def _runs(n: Any) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
+
+
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
     from ..measure.report import break_even_with_interval, warm_start_problems
 
@@ -116,7 +120,12 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
         raise MeasureError(pair["reason"])
     if backend != "eager":
         rows += [(s, pair["coldstart"]["scenarios"][s]) for s in ("cold", "warm")]
-    t = Table(title=f"coldstart {shown(recipe)} / {backend} ({report['settings']['device']})")
+    t = Table(
+        title=f"coldstart {shown(recipe)} / {backend} ({report['settings']['device']})",
+        caption="imports … first token: seconds from the process's start to each point "
+        f"(median of {_runs(report['settings'].get('runs'))}; first token: min–max); "
+        "request: one request's latency once warm",
+    )
     for col in ("scenario", "imports", "entry", "weights", "artifact", "first token", "request"):
         t.add_column(col, justify="left" if col == "scenario" else "right")
     t.add_column("compiled")

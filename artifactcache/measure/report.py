@@ -54,10 +54,14 @@ def break_even_with_interval(be: dict[str, Any] | None) -> str:
     iv = (be or {}).get("interval")
     if not iv:
         return text
+    # One process a scenario: the resamples vary the requests alone, not the start.
+    alone = " (requests' spread only: one process per scenario; --runs 3 or more)" if min(
+        iv.get("processes") or [2]
+    ) < 2 else ""  # fmt: skip
     if iv["low"] is None:
-        return f"{text}; 95% interval: never level"
+        return f"{text}; 95% interval: never level{alone}"
     high = "never" if iv["high"] is None else f"{iv['high']:.1f}"
-    return f"{text}; 95% interval {iv['low']:.1f}–{high} req"
+    return f"{text}; 95% interval {iv['low']:.1f}–{high} req{alone}"
 
 
 def break_even_is_uncertain(be: dict[str, Any] | None) -> bool:
