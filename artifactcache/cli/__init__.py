@@ -2,7 +2,8 @@
 
 Commands live in small modules, one concern each, registered on one Typer app:
 
-    cli/cache.py    ls, show, verify, rm, gc, prune, stats, export, import, key, diff
+    cli/cache.py    ls, show, verify, rm, gc, prune, stats, export, import
+    cli/keys.py     key (--explain, --diff KEY), diff
     cli/build.py    recipes, recipe, build
     cli/run.py      run (one prompt, a batch, or a model spec once)
     cli/remote.py   push, pull, prewarm, remote keygen

@@ -369,7 +369,7 @@ def _arrange_help() -> None:
 
 # Command modules, each with register(app). A module that is not there yet
 # (or whose optional dependency is missing at import) must not break the rest.
-_COMMAND_MODULES = ("cache", "build", "run", "remote", "doctor", "measure")
+_COMMAND_MODULES = ("cache", "keys", "build", "run", "remote", "doctor", "measure")
 
 
 def _register_all() -> None:

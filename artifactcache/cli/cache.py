@@ -1,6 +1,6 @@
-"""Cache commands: ls, show, verify, rm, gc, prune, stats, export, import, key, diff.
+"""Cache commands: ls, show, verify, rm, gc, prune, stats, export, import.
 
-Thin by design: parse the arguments, call the store (or api.key_for), render a
+Thin by design: parse the arguments, call the store, render a
 rich table or ``--json``. Errors are AcacheError subclasses; app.py prints them.
 """
 
@@ -17,20 +17,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ..choices import BuildChoices
 from ..errors import ArgumentError, BundleError, FilesystemError, IntegrityError
 from ..limits import SIZE_MAX
 from .app import (
     AllowSharedRoot,
-    BackendOpt,
     CacheDir,
     JsonOut,
-    RecipeArg,
     check_prefixes,
     open_store,
 )
-from .choices import with_choices
-from .module import is_spec
 from .remote import RemoteFlag, RemoteUrl, ls_remote
 from .render import (
     console,
@@ -427,79 +422,3 @@ def register(app: typer.Typer) -> None:
             line += f"; {len(done.present)} already present: "
             line += ", ".join(k[:12] for k in done.present)
         console.print(line)
-
-    @app.command("key")
-    @with_choices
-    def key(
-        recipe: RecipeArg,
-        backend: BackendOpt,
-        choices: BuildChoices,
-        explain: Annotated[bool, typer.Option("--explain", help="Print every factor.")] = False,
-        cache_dir: CacheDir = None,
-        allow_shared_root: AllowSharedRoot = False,
-        json: JsonOut = False,
-    ):
-        """Print the cache key a build would use (and, with --explain, what it covers).
-
-        RECIPE may be a model spec (pkg.module:factory) with its --input shapes.
-        """
-        from ..keys import flatten
-
-        if is_spec(recipe):
-            from .module import key_info
-
-            info = key_info(recipe, backend, choices)
-        else:
-            from ..api import key_for, make_context
-
-            # A key says what a build would be keyed by; whether it fits here is the build's
-            # question, so memory is not checked. A checkpoint that no build could load
-            # has no key worth printing.
-            b, ctx = make_context(
-                recipe, backend, choices, check_memory=False, check_checkpoint=True
-            )
-            # Only a real checkpoint needs the store (its digest memo lives there).
-            memo = (
-                _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None
-            )
-            info = key_for(b, ctx, memo_dir=memo)
-        if json:
-            emit_json(
-                {
-                    "key": info.key,
-                    "full_key": info.full_key,
-                    "arch_key": info.arch_key,
-                    "factors": info.factors,
-                }
-            )
-            return
-        console.print(info.key, highlight=False)
-        if explain:
-            _table(None, ["factor", "value"], flatten(info.factors))
-
-    @app.command("diff")
-    def diff(
-        key1: Annotated[str, typer.Argument(help="First key or prefix.")],
-        key2: Annotated[str, typer.Argument(help="Second key or prefix.")],
-        cache_dir: CacheDir = None,
-        allow_shared_root: AllowSharedRoot = False,
-        json: JsonOut = False,
-    ):
-        """Name the factors that differ between two entries."""
-        from ..keys import diff_factors
-
-        check_prefixes([key1, key2])
-        store = _store(cache_dir, allow_shared_root)
-        a, b = store.peek(key1), store.peek(key2)
-        diffs = diff_factors(a.factors, b.factors)
-        if json:
-            emit_json([{"factor": d.path, "a": d.a, "b": d.b} for d in diffs])
-            return
-        if not diffs:
-            console.print(f"{a.key[:12]} and {b.key[:12]} have identical factors")
-            return
-        _table(
-            f"{len(diffs)} factors differ",
-            ["factor", a.key[:12], b.key[:12]],
-            [[d.path, d.a, d.b] for d in diffs],
-        )
