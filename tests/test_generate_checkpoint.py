@@ -248,3 +248,16 @@ def test_bench_measures_a_folder_with_its_tokenizers_prompt(tmp_path: Path, cach
     (folder / "tokenizer.json").unlink()
     r = CliRunner().invoke(app, args)
     assert r.exit_code == 1 and "no tokenizer.json in its checkpoint folder" in r.stderr
+
+
+def test_a_terminal_gets_control_characters_escaped_and_a_pipe_the_exact_text():
+    """A model's text could carry an ESC sequence or a backspace: on a terminal it is
+    shown, never obeyed; piped (and in --json) the text is what was generated."""
+    tok = _byte_level_tokenizer()
+    prompt, new = tok.encode("Hello").ids, tok.encode(" \x1b[2J\x08ok\n\tthere").ids
+    tty, pipe = _Out(True), _Out(False)
+    _, text = generate_and_print(_Runner(new), prompt, 99, {}, tok, tty, show=True)
+    assert text == " \x1b[2J\x08ok\n\tthere"  # the text itself is untouched
+    assert "".join(tty.writes) == " \\x1b[2J\\x08ok\n\tthere\n"
+    generate_and_print(_Runner(new), prompt, 99, {}, tok, pipe, show=True)
+    assert pipe.writes == [" \x1b[2J\x08ok\n\tthere\n"]

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from ..choices import BuildChoices
-from ..errors import MeasureError
+from ..errors import ArgumentError, MeasureError
 from .app import (
     AllowSharedRoot,
     BackendExtraOpt,
@@ -104,6 +104,19 @@ def _rate(x: float | None) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.3g}"
 
 
+def _no_cache_dir(value: str | None) -> None:
+    if value is not None:
+        raise ArgumentError(
+            "--cache-dir: coldstart and compare measure in fresh temporary caches on purpose "
+            "(a cold start needs an empty one), so yours is never touched; to time an entry "
+            "of your cache, use `acache bench --cache-dir DIR`"
+        )
+
+
+# Hidden: asked for, it says why there is none rather than click's "no such option".
+NoCacheDir = Annotated[str | None, typer.Option("--cache-dir", hidden=True, callback=_no_cache_dir)]
+
+
 def _runs(n: Any) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
@@ -167,6 +180,7 @@ def coldstart_cmd(
     ] = None,
     json_out: JsonOut = False,
     prompt_len: PromptLen = None,
+    cache_dir: NoCacheDir = None,
 ) -> None:
     """Cold vs warm vs eager start in fresh processes, and break-even against eager.
 
@@ -376,6 +390,7 @@ def compare_cmd(
     ] = False,
     json_out: JsonOut = False,
     prompt_len: PromptLen = None,
+    cache_dir: NoCacheDir = None,
 ) -> None:
     """coldstart + bench for every recipe x backend; writes report.json, report.md, PNGs.
 

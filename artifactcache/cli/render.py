@@ -70,6 +70,16 @@ def visible(value: object) -> str:
     return str(value).translate(_VISIBLE)
 
 
+_TEXT_VISIBLE = {c: e for c, e in _VISIBLE.items() if chr(c) not in "\n\t"}
+
+
+def terminal_text(text: str) -> str:
+    """Generated text for a terminal: lines and tabs kept, every other control character
+    written as its escape, so a model's output cannot drive the terminal (an ESC
+    sequence, a backspace). Piped, the text goes out exactly as generated."""
+    return text.translate(_TEXT_VISIBLE)
+
+
 def shown(value: object) -> str:
     """``visible(value)`` with rich markup escaped, for user data inside a markup string."""
     return escape(visible(value))

@@ -34,7 +34,7 @@ from .app import (
 from .build import status_of
 from .choices import with_choices
 from .module import is_spec
-from .render import emit_json, err_console, progress
+from .render import emit_json, err_console, progress, terminal_text
 
 if TYPE_CHECKING:
     from ..choices import BuildChoices
@@ -53,7 +53,8 @@ def generate_and_print(
     show: bool,
 ) -> tuple[list[int], str | None]:
     """Generate; (new ids, their text or None). With ``show`` the text goes to ``out``:
-    token by token when ``out`` is a terminal, else once at the end."""
+    token by token when ``out`` is a terminal (control characters escaped), else once
+    at the end, exactly."""
     from ..generate.checkpoint import TextStream
 
     if tokenizer is not None and show and out.isatty():
@@ -61,15 +62,20 @@ def generate_and_print(
         new = []
         for token in runner.stream(ids, max_new_tokens, **choices):
             new.append(token)
-            out.write(text.push(token))
+            out.write(terminal_text(text.push(token)))
             out.flush()
         out.write("\n")
         return new, text.text
     new = runner.generate(ids, max_new_tokens, **choices)
     text = continuation(tokenizer, ids, new)
     if show:
-        out.write((text if text is not None else " ".join(map(str, new))) + "\n")
+        out.write(_for(out, text if text is not None else " ".join(map(str, new))) + "\n")
     return new, text
+
+
+def _for(out: Any, text: str) -> str:
+    """``text`` as ``out`` should get it: escaped for a terminal, exact for a pipe."""
+    return terminal_text(text) if out.isatty() else text
 
 
 def continuation(tokenizer: Any, prompt_ids: list[int], new: list[int]) -> str | None:
@@ -103,7 +109,7 @@ def generate_batch_and_print(
     if show:
         for i, (new, text) in enumerate(rows):
             body = text if text is not None else " ".join(map(str, new))
-            out.write(f"{batch_header(i, len(rows))}\n{body}\n")
+            out.write(f"{batch_header(i, len(rows))}\n{_for(out, body)}\n")
     return rows
 
 
