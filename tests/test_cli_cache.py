@@ -124,8 +124,12 @@ def test_gc_dry_run_then_lru(store):
 
 def test_prune_cli(store):
     (store.base / "staging" / "leftover").mkdir()
+    shown = run("prune", "--dry-run")
+    assert shown.exit_code == 0 and shown.stdout.startswith("would prune 1 staging dirs")
+    assert (store.base / "staging" / "leftover").exists()
     r = run("prune", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["staging"] == 1
+    assert not (store.base / "staging" / "leftover").exists()
 
 
 def test_export_import_cli(store, tmp_path):

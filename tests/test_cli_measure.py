@@ -38,8 +38,20 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "tiny-llama", "--backend", "nope"], "unknown backend"),
         (["coldstart", "tiny-llama", "--backend", "eager", "--runs", "0"], "--runs"),
         (["coldstart", "tiny-llama", "--cache-dir", "/tmp/c"], "fresh temporary caches"),
-        (["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out", "X",
-          "--cache-dir", "/tmp/c"], "use `acache bench --cache-dir DIR`"),  # fmt: skip
+        (
+            [
+                "compare",
+                "--recipes",
+                "tiny-llama",
+                "--backends",
+                "eager",
+                "--out",
+                "X",
+                "--cache-dir",
+                "/tmp/c",
+            ],
+            "use `acache bench --cache-dir DIR`",
+        ),  # fmt: skip
         (["bench", "tiny-llama", "-b", "eager", "--batch", "2", "--max-batch", "1"], "max_batch"),
         (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
         (

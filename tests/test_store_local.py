@@ -538,6 +538,27 @@ def test_prune_keeps_live_builds_and_held_locks(store, cache_dir):
     assert not stale_lock.exists()
 
 
+def test_a_dry_run_prune_counts_what_would_go_and_removes_nothing(store, cache_dir):
+    root = cache_dir / "v1"
+    dead = root / "staging" / "deadbeef"
+    dead.mkdir()
+    (dead / "partial.bin").write_bytes(b"x" * 10)
+    stale_lock = root / "locks" / f"{kf(16)[0]}.lock"
+    stale_lock.touch()
+    bad = root / "quarantine" / "ab"
+    bad.mkdir(parents=True, exist_ok=True)
+    (bad / "evidence.bin").write_bytes(b"y" * 7)
+    orphan = root / "state" / f"{kf(17)[0]}.memo"
+    orphan.write_text("{}")
+    planned = store.prune(dry_run=True)
+    assert (planned.staging, planned.locks, planned.quarantine, planned.other) == (1, 1, 1, 1)
+    assert planned.bytes == 17 and planned.dry_run
+    assert dead.exists() and stale_lock.exists() and bad.exists() and orphan.exists()
+    done = store.prune()
+    assert (done.staging, done.locks, done.quarantine, done.other, done.bytes) == (1, 1, 1, 1, 17)
+    assert not (dead.exists() or stale_lock.exists() or bad.exists() or orphan.exists())
+
+
 def test_scan_is_tolerant(store, cache_dir):
     key, factors = kf(13)
     store.get_or_build(key, factors, writer())

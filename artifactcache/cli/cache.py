@@ -335,20 +335,27 @@ def register(app: typer.Typer) -> None:
 
     @app.command("prune")
     def prune(
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Show what would go; remove nothing.")
+        ] = False,
         cache_dir: CacheDir = None,
         allow_shared_root: AllowSharedRoot = False,
         json: JsonOut = False,
     ):
         """Remove leftovers of dead builds, stale locks and quarantined entries."""
-        res = _store(cache_dir, allow_shared_root).prune()
+        res = _store(cache_dir, allow_shared_root).prune(dry_run=dry_run)
         _warn(res.warnings)
         if json:
             emit_json(res.__dict__)
             return
+        verb, freed = ("would prune", "would free") if dry_run else ("pruned", "freed")
         console.print(
-            f"pruned {res.staging} staging dirs, {res.locks} locks, {res.quarantine} quarantined, "
-            f"{res.other} stale files; freed {human_bytes(res.bytes)}"
+            f"{verb} {res.staging} staging dirs, {res.locks} locks, {res.quarantine} "
+            f"quarantined, {res.other} stale files; {freed} {human_bytes(res.bytes)}"
         )
+        if res.quarantine and dry_run:
+            console.print("quarantined entries are in quarantine/ under the cache root: "
+                          "look before they go", highlight=False)  # fmt: skip
 
     @app.command("stats")
     def stats(

@@ -162,6 +162,7 @@ class PruneResult:
     other: int = 0
     bytes: int = 0
     warnings: list[str] = field(default_factory=list)
+    dry_run: bool = False  # counted, nothing removed
 
 
 def tree_bytes(path: Path) -> int:

@@ -331,15 +331,21 @@ class MaintenanceMixin:
         order = _dependents_first([e.key for e in plan.entries], needs)
         return self._remove_all(order, dependents, not_used_since=plan.planned_at)
 
-    def prune(self, grace_seconds: float = 3600.0) -> PruneResult:
+    def prune(self, grace_seconds: float = 3600.0, *, dry_run: bool = False) -> PruneResult:
         """Remove dead builds' staging dirs, unheld lock files, quarantine, stale memos.
 
         A staging dir is dead when nobody holds its flock (the builder exited or
         was killed); no age or pid guess is involved. ``grace_seconds`` only
-        applies to stray temp files, which carry no lock.
+        applies to stray temp files, which carry no lock. ``dry_run`` counts what
+        would go, by the same tests, and removes nothing.
         """
         counts = {"staging": 0, "locks": 0, "quarantine": 0, "other": 0}
         freed, warnings, now = 0, [], time.time()
+
+        def rmtree(item: Path) -> None:
+            if not dry_run:
+                _fs.rmtree(item)
+
         for item in (self.base / "staging").iterdir():
             fd = None
             if item.is_dir() and not item.is_symlink():
@@ -348,7 +354,7 @@ class MaintenanceMixin:
                     continue  # its builder is alive and holds the flock
             try:
                 freed += tree_bytes(item)
-                _fs.rmtree(item)
+                rmtree(item)
                 counts["staging"] += 1
             except OSError as e:
                 warnings.append(f"could not remove {item}: {e.strerror}")
@@ -358,19 +364,20 @@ class MaintenanceMixin:
         for item in (self.base / "locks").iterdir():
             try:
                 if not stat.S_ISREG(item.lstat().st_mode):
-                    _fs.rmtree(item)  # junk: only lock files belong here
+                    rmtree(item)  # junk: only lock files belong here
                     counts["other"] += 1
                     continue
                 with _fs.flock_file(item, blocking=False) as held:
                     if held:
-                        item.unlink()  # safe: lockers re-check the inode after locking
+                        if not dry_run:
+                            item.unlink()  # safe: lockers re-check the inode after locking
                         counts["locks"] += 1
             except OSError as e:
                 warnings.append(f"could not prune {item} ({_fs.describe(e)})")
         for item in (self.base / "quarantine").iterdir():
             try:
                 size = tree_bytes(item) if item.is_dir() else 0
-                _fs.rmtree(item)
+                rmtree(item)
             except OSError as e:
                 warnings.append(f"could not remove {item} ({_fs.describe(e)})")
                 continue
@@ -382,11 +389,11 @@ class MaintenanceMixin:
                 orphan = is_full_key(key) and not self.entry_path(key).exists()  # type: ignore[attr-defined]
                 stray = item.name.endswith((".tmp", ".folding"))
                 if orphan or (stray and now - item.lstat().st_mtime > grace_seconds):
-                    _fs.rmtree(item)
+                    rmtree(item)
                     counts["other"] += 1
             except OSError as e:
                 warnings.append(f"could not prune {item} ({_fs.describe(e)})")
-        return PruneResult(**counts, bytes=freed, warnings=warnings)
+        return PruneResult(**counts, bytes=freed, warnings=warnings, dry_run=dry_run)
 
     def stats(self, warnings: list[str] | None = None) -> dict[str, Any]:
         """Counters from the event log plus what the store holds now (``warnings``: what
