@@ -591,3 +591,12 @@ def test_the_progress_bar_counts_what_the_command_counts(monkeypatch, entries, s
         assert cb is not None
         cb(3, 3)
     assert shows in out.getvalue() and not_shown not in out.getvalue()
+
+
+def test_looking_at_a_root_that_did_not_exist_says_so(tmp_path):
+    typo = tmp_path / "cahce"
+    r = run("ls", "--cache-dir", typo)
+    assert r.exit_code == 0 and "0 entries" in r.stdout
+    assert f"note: {typo} did not exist: an empty cache was made there" in r.stderr
+    again = run("stats", "--cache-dir", typo)
+    assert again.exit_code == 0 and again.stderr == ""  # there now: nothing to say

@@ -141,8 +141,19 @@ def _stat_value(name: str, value: Any) -> str:
     return str(value)
 
 
-def _store(cache_dir: Path | None, allow_shared_root: bool):
-    return open_store(cache_dir, allow_shared_root)  # local only: no --remote on these commands
+def _store(cache_dir: Path | None, allow_shared_root: bool, *, looking: bool = False):
+    """The local store (no --remote on these commands). ``looking``: a command that
+    only reads or tidies says when the root it was given did not exist, which is
+    mostly a typo in --cache-dir or ACACHE_DIR, before opening makes it."""
+    made = looking and cache_dir is not None and not Path(cache_dir).exists()
+    store = open_store(cache_dir, allow_shared_root)  # a root it cannot make: one line
+    if made:
+        err_console.print(
+            f"note: {shown(cache_dir)} did not exist: an empty cache was made there "
+            "(a typo in --cache-dir or ACACHE_DIR?)",
+            highlight=False,
+        )
+    return store
 
 
 def _verify_status(r: Any) -> str:
@@ -174,7 +185,7 @@ def register(app: typer.Typer) -> None:
         """List cached entries, most recently used first."""
         if remote:
             return ls_remote(remote_url, json)
-        store = _store(cache_dir, allow_shared_root)
+        store = _store(cache_dir, allow_shared_root, looking=True)
         entries, warnings = store.ls()
         entries.sort(key=lambda e: e.last_used, reverse=True)
         _warn(warnings)
@@ -242,7 +253,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Re-hash every file of the entries; quarantine any that fail."""
         check_prefixes(keys or [])
-        store = _store(cache_dir, allow_shared_root)
+        store = _store(cache_dir, allow_shared_root, looking=True)
         warnings: list[str] = []
         with _progress("verifying", entries=True) as cb:
             results = store.verify(keys or None, progress=cb, warnings=warnings)
@@ -343,7 +354,7 @@ def register(app: typer.Typer) -> None:
         json: JsonOut = False,
     ):
         """Remove leftovers of dead builds, stale locks and quarantined entries."""
-        res = _store(cache_dir, allow_shared_root).prune(dry_run=dry_run)
+        res = _store(cache_dir, allow_shared_root, looking=True).prune(dry_run=dry_run)
         _warn(res.warnings)
         if json:
             emit_json(res.__dict__)
@@ -365,7 +376,7 @@ def register(app: typer.Typer) -> None:
     ):
         """Hits, misses, builds, bytes, and build seconds saved."""
         warnings: list[str] = []
-        s = _store(cache_dir, allow_shared_root).stats(warnings=warnings)
+        s = _store(cache_dir, allow_shared_root, looking=True).stats(warnings=warnings)
         _warn(warnings)
         if json:
             emit_json(s)
