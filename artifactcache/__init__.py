@@ -65,4 +65,4 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The lazy names too, so dir() and completion show load, build and compile."""
-    return sorted({*globals(), *__all__})
+    return sorted({*__all__, "__version__", *(n for n in globals() if n.startswith("__"))})

@@ -137,12 +137,12 @@ class Recipe:
 
     def longest_context(self) -> tuple[int, str]:
         """(the largest max_seq_len this model takes, the field that sets it)."""
-        rs = self.model.rope_scaling
-        if rs and rs["type"] == "longrope":
+        rs, max_pos = self.model.rope_scaling, self.model.max_position_embeddings
+        if rs and rs["type"] == "longrope" and rs["original_max_position_embeddings"] < max_pos:
             return rs["original_max_position_embeddings"], (
                 "model.rope_scaling.original_max_position_embeddings"
             )
-        return self.model.max_position_embeddings, "model.max_position_embeddings"
+        return max_pos, "model.max_position_embeddings"
 
     def with_shapes(
         self, *, max_seq_len: int | None = None, max_batch: int | None = None

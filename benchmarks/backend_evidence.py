@@ -83,12 +83,16 @@ def agreement(
     common: dict[str, Any],
     n_gen: int,
     rtol: float,
+    *,
+    fp32_yardstick: bool = True,
 ):
     """Logits and greedy tokens of each variant against eager's, in one process.
 
     ``variants`` maps a label to its extra ``api.load`` kwargs; the label is the backend
     unless the kwargs name one (``"backend"``), so two builds of one backend compare
-    side by side. Each is loaded, never built.
+    side by side. Each is loaded, never built. In low precision, with
+    ``fp32_yardstick``, eager's own distance from the fp32 computation is the entry
+    ``"eager"`` (a variant may not take that label then).
     """
     import torch
 
@@ -101,7 +105,9 @@ def agreement(
     want_ids = ref.generate(prompt, n_gen)
     out: dict[str, Any] = {}
     exact = exact_ids = None
-    if common["dtype"] != "fp32" and isinstance(ref.keepalive, torch.nn.Module):
+    if fp32_yardstick and "eager" in variants:
+        raise ValueError("the label 'eager' is the fp32 yardstick's: name the variant otherwise")
+    if fp32_yardstick and common["dtype"] != "fp32" and isinstance(ref.keepalive, torch.nn.Module):
         # The same (bf16-rounded) weights computed in fp32: how far eager itself is
         # from exact arithmetic is the yardstick for how far a compiled backend is
         # from eager. Random weights give near-tied logits, so greedy paths part

@@ -38,27 +38,33 @@ def parse_variant(text: str) -> tuple[str, str, Path, dict[str, str]]:
     parts = rest.split(":")
     if not name or len(parts) < 2:
         raise SystemExit(f"--variant {text!r}: expected NAME=BACKEND:CACHE_DIR[:KEY=VALUE,...]")
+    if name == "eager":
+        raise SystemExit(f"--variant {text!r}: 'eager' names the reference; name it otherwise")
     extra = dict(kv.split("=", 1) for kv in parts[2].split(",")) if len(parts) > 2 else {}
     return name, parts[0], Path(parts[1]), extra
 
 
 def compare(
     recipe: str, variants: list[tuple[str, str, Path, dict[str, str]]], common: dict[str, Any],
-    eager_cache: Path, gen: int, rtol: float,
+    eager_cache: Path, gen: int, rtol: float, fp32_yardstick: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
-    """agreement() over the variants, each also against the first variant's tokens."""
+    """agreement() over the variants, each also against the first variant's tokens; with
+    ``fp32_yardstick`` (an fp32 copy of eager: 4 bytes a parameter more) also eager's own
+    distance from fp32, under ``"eager_vs_fp32"``."""
     labelled = {
         name: {"backend": backend, "cache_dir": cache, "extra": extra}
         for name, backend, cache, extra in variants
     }
-    found = agreement(recipe, labelled, {**common, "cache_dir": eager_cache}, gen, rtol)
+    found = agreement(recipe, labelled, {**common, "cache_dir": eager_cache}, gen, rtol,
+                      fp32_yardstick=fp32_yardstick)  # fmt: skip
+    yardstick = found.pop("eager", None)
     first_ids = found[variants[0][0]]["tokens"]
     for name, backend, _, extra in variants:
         found[name].update(backend=backend, extra=extra)
         found[name]["first_token_differing_from_first_variant"] = first_difference(
             found[name]["tokens"], first_ids
         )
-    return found
+    return {"variants": found, **({"eager_vs_fp32": yardstick} if yardstick else {})}
 
 
 def main() -> None:
@@ -69,14 +75,19 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32")
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--rtol", type=float, default=None, help="default: 1e-4 fp32, 2e-2 bf16/fp16")
+    ap.add_argument(
+        "--fp32-yardstick",
+        action="store_true",
+        help="also eager in fp32 (4 bytes a parameter more): eager's own distance",
+    )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     variants = [parse_variant(v) for v in args.variant]
     rtol = args.rtol if args.rtol is not None else (1e-4 if args.dtype == "fp32" else 2e-2)
     common = {"device": args.device, "dtype": args.dtype}
-    found = compare(args.recipe, variants, common, args.out / "eager-cache", args.gen, rtol)
-    result = {"recipe": args.recipe, **common, "gen": args.gen, "rtol": rtol,
-              "variants": found}  # fmt: skip
+    found = compare(args.recipe, variants, common, args.out / "eager-cache", args.gen, rtol,
+                    args.fp32_yardstick)  # fmt: skip
+    result = {"recipe": args.recipe, **common, "gen": args.gen, "rtol": rtol, **found}
     args.out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(result, indent=2, default=str)
     (args.out / "agreement.json").write_text(text + "\n")

@@ -186,3 +186,18 @@ def assert_sampling_and_eos(runner: Any, prompt: list[int]) -> None:
         runner.generate(prompt, n, temperature=1.0, seed=1, eos_token_ids=sampled_eos)
         == (a[: _first_new(a, 5) + 1])
     )
+
+
+def byte_level_tokenizer():
+    """A byte-level BPE that knows no merge for 'é', so 'é' is two ids (0xC3, 0xA9)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=len(alphabet) + 8, initial_alphabet=alphabet, show_progress=False
+    )
+    tok.train_from_iterator(["Hello world", "Hello there"], trainer)
+    return tok

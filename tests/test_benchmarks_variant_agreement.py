@@ -42,5 +42,9 @@ def test_two_builds_of_one_backend_compare_side_by_side(tmp_path: Path):
     rows = script.compare(
         "tiny-llama", [("a", "eager", same, {}), ("b", "eager", same, {})], common, ref, 6, 1e-4
     )
-    assert rows["b"]["first_token_differing_from_first_variant"] is None
-    assert rows["b"]["backend"] == "eager" and rows["b"]["max_rel_err"] == 0.0
+    assert list(rows) == ["variants"]  # fp32: no yardstick
+    b = rows["variants"]["b"]
+    assert b["first_token_differing_from_first_variant"] is None
+    assert b["backend"] == "eager" and b["max_rel_err"] == 0.0
+    with pytest.raises(SystemExit, match="'eager' names the reference"):
+        script.parse_variant("eager=eager:/c")

@@ -73,6 +73,8 @@ def test_ls_show_stats_diff_rm(store):
     # label as its choices; --json keeps the raw numbers and the dict.
     assert re.search(r"created +│ 20\d\d-\d\d-\d\d \d\d:\d\d:\d\d \(\d+s ago\)", shown)
     assert "2.0 KiB (2000 bytes)" in shown and "backend=eager, recipe=tiny" in shown
+    assert re.search(r"build_seconds +│ \d+\.\d s ", shown)
+    assert re.search(r"depends_on +│ - ", shown)
     assert "{'" not in shown and isinstance(json.loads(r.stdout)["created"], float)
     r = run("diff", k1[:8], k2[:8], "--json")
     assert r.exit_code == 0
@@ -600,3 +602,7 @@ def test_looking_at_a_root_that_did_not_exist_says_so(tmp_path):
     assert f"note: {typo} did not exist: an empty cache was made there" in r.stderr
     again = run("stats", "--cache-dir", typo)
     assert again.exit_code == 0 and again.stderr == ""  # there now: nothing to say
+    for command in (["prune", "--dry-run"], ["verify"]):
+        other = tmp_path / f"typo-{command[0]}"
+        r = run(*command, "--cache-dir", other)
+        assert r.exit_code == 0 and f"note: {other} did not exist" in r.stderr

@@ -39,6 +39,10 @@ def test_a_narrow_terminal_drops_optional_columns_and_keeps_whole_ones(monkeypat
     assert max(len(line) for line in out.splitlines()) <= 60
     assert "35e89209ec74" in out and "onnx-export" in out
     assert "reduce-overhead" not in out and "132.2s" not in out
+    monkeypatch.setenv("COLUMNS", "70")  # room for one more: device, left out last, stays
+    render.print_table(None, cols, rows, **kw)
+    out = capsys.readouterr().out
+    assert "cuda" in out and "reduce-overhead" not in out and "132.2s" not in out
     monkeypatch.setenv("COLUMNS", "250")
     render.print_table(None, cols, rows, **kw)
     wide = capsys.readouterr().out

@@ -10,11 +10,12 @@ import json
 import re
 from pathlib import Path
 
-from _generate_util import make_checkpoint, write_config
+import pytest
+from _generate_util import byte_level_tokenizer, make_checkpoint, write_config
 from test_cli_build import assert_user_error, run
 
-from artifactcache.cli.run import batch_header
-from artifactcache.recipes import load_recipe
+from artifactcache.cli.run import batch_header, generate_batch_and_print
+from artifactcache.recipes import BUILTIN_DIR, load_recipe
 
 NEW = "4"
 
@@ -80,24 +81,11 @@ def test_a_batch_runs_on_a_bigger_artifact_asked_for_and_samples_row_i_with_seed
     cache_dir: Path,
 ):
     sampling = ["--temperature", "1.0", "--sample-seed", "11"]
-    batch = json.loads(
-        run(
-            "run",
-            "tiny-llama",
-            "-b",
-            "eager",
-            "--new-tokens",
-            NEW,
-            "--json",
-            "--max-batch",
-            "4",
-            "--tokens",
-            "1,2,3",
-            "--tokens",
-            "4,5",
-            *sampling,
-        ).stdout  # fmt: skip
-    )
+    args = ["--max-batch", "4", "--tokens", "1,2,3", "--tokens", "4,5", *sampling]
+    r = run("run", "tiny-llama", "-b", "eager", "--new-tokens", NEW, "--json", *args)
+    assert r.exit_code == 0, r.stderr
+    assert "prompts: the artifact" not in r.stderr  # asked for: nothing to say
+    batch = json.loads(r.stdout)
     key4 = run("key", "tiny-llama", "-b", "eager", "--max-batch", "4").stdout.split()[0]
     assert batch["key"] == key4
     first = _alone("--tokens", "1,2,3", "--temperature", "1.0", "--sample-seed", "11")
@@ -148,3 +136,57 @@ def test_the_status_line_says_a_build_took_time_and_counts_tokens_as_words(cache
     assert re.search(r"  built in \d+\.\d s  load ", line) and " 1 token in " in line
     again = run("run", "tiny-llama", "-b", "eager", "--tokens", "1,2", "--new-tokens", "2")
     assert "  hit  load " in again.stderr and " 2 tokens in " in again.stderr
+
+
+def test_batch_header_reads_as_documented():
+    assert batch_header(0, 3) == "--- prompt 1 of 3 ---"  # README names this line
+
+
+@pytest.mark.parametrize(
+    "flags", [["--max-seq-len", "100", "--max-batch", "64"], ["--max-seq-len", "100"]]
+)
+def test_run_builds_the_key_build_and_key_name_with_the_same_flags(tmp_path, cache_dir, flags):
+    """A recipe that writes its prefill_len: run must not take the shapes in two steps,
+    which derive another prefill_len than `build` and `key` do (one step)."""
+    text = (BUILTIN_DIR / "tiny-llama.toml").read_text()
+    text = text.replace("max_seq_len = 64", "max_seq_len = 256")
+    text = text.replace("prefill_len = 8", "prefill_len = 200")
+    recipe = tmp_path / "written.toml"
+    recipe.write_text(text)
+    r = run("run", recipe, "-b", "eager", "--tokens", "1,2", "--new-tokens", "2", "--json", *flags)
+    assert r.exit_code == 0, r.stderr
+    key = run("key", recipe, "-b", "eager", *flags).stdout.split()[0]
+    assert json.loads(r.stdout)["key"] == key
+
+
+class _Tty:
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> None:
+        self.writes.append(s)
+
+
+class _Rows:
+    """Hands back fixed ids for every prompt: the printing, apart from any model."""
+
+    def __init__(self, new: list[int]) -> None:
+        self.new = new
+
+    def generate_batch(self, prompts, n, **_):
+        return [self.new[:n] for _ in prompts]
+
+
+def test_a_batch_on_a_terminal_gets_control_characters_escaped():
+    tok = byte_level_tokenizer()
+    new = tok.encode(" \x1b[2J").ids
+    out = _Tty()
+    rows = generate_batch_and_print(_Rows(new), [[1], [1, 1]], 9, {}, tok, out, show=True)
+    assert [text for _, text in rows] == [" \x1b[2J", " \x1b[2J"]  # the text itself: exact
+    printed = "".join(out.writes)
+    assert "\x1b" not in printed and printed.count("\\x1b[2J") == 2
+    rows = generate_batch_and_print(_Rows([7, 8]), [[1]], 9, {}, None, out, show=True)
+    assert rows == [([7, 8], None)] and out.writes[-1].endswith("\n7 8\n")  # no tokenizer: ids

@@ -36,6 +36,12 @@ def test_a_request_too_long_says_what_build_holds_it_or_that_none_does():
         "short_factor": [1.0] * 8, "long_factor": [1.0] * 8})  # fmt: skip
     ceiling = dataclasses.replace(r, model=longrope).longest_context()
     assert ceiling == (128, "model.rope_scaling.original_max_position_embeddings")
+    wide = dataclasses.replace(longrope, rope_scaling={**longrope.rope_scaling,
+                               "original_max_position_embeddings": 4096})  # fmt: skip
+    assert dataclasses.replace(r, model=wide).longest_context()[0] == 256  # the lower one
+    # Exactly the model's positions still fits a build: the suggestion, not the refusal.
+    with pytest.raises(ShapeError, match="build with --max-seq-len 256 or more"):
+        r.check_fits(250, 6)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _generate_util import make_checkpoint, write_config
+from _generate_util import byte_level_tokenizer, make_checkpoint, write_config
 from typer.testing import CliRunner
 
 from artifactcache import api
@@ -127,23 +127,8 @@ def test_text_streams_token_by_token_only_to_a_terminal(tmp_path: Path, cache: P
     assert pipe.writes == [text_p + "\n"] and pipe.flushes == 0
 
 
-def _byte_level_tokenizer():
-    """A byte-level BPE that knows no merge for 'é', so 'é' is two ids (0xC3, 0xA9)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(
-        vocab_size=len(alphabet) + 8, initial_alphabet=alphabet, show_progress=False
-    )
-    tok.train_from_iterator(["Hello world", "Hello there"], trainer)
-    return tok
-
-
 def test_a_prompt_ending_partway_through_a_character_is_not_printed_again():
-    tok = _byte_level_tokenizer()
+    tok = byte_level_tokenizer()
     ids = tok.encode("Hello é").ids
     assert tok.decode(ids[:-1]) == "Hello \ufffd"  # the prompt stops after 0xC3
     world = tok.encode(" world").ids
@@ -164,7 +149,7 @@ def test_a_prompt_ending_partway_through_a_character_is_not_printed_again():
 def test_prompt_text_then_continuation_is_the_whole_text_at_every_split(text: str):
     """Split anywhere, even inside a character: what the prompt shows (less its
     unfinished character) followed by the continuation is the text, once."""
-    tok = _byte_level_tokenizer()
+    tok = byte_level_tokenizer()
     ids = tok.encode(text).ids
     assert len(ids) > len(text.split())  # the multi-byte characters span several ids
     for k in range(1, len(ids)):
@@ -186,7 +171,7 @@ class _Runner:
 
 
 def test_run_text_after_an_unfinished_prompt_streamed_and_in_json():
-    tok = _byte_level_tokenizer()
+    tok = byte_level_tokenizer()
     ids = tok.encode("Hello é").ids
     prompt, new = ids[:-1], ids[-1:] + tok.encode(" world").ids
     runner = _Runner(new)
@@ -253,7 +238,7 @@ def test_bench_measures_a_folder_with_its_tokenizers_prompt(tmp_path: Path, cach
 def test_a_terminal_gets_control_characters_escaped_and_a_pipe_the_exact_text():
     """A model's text could carry an ESC sequence or a backspace: on a terminal it is
     shown, never obeyed; piped (and in --json) the text is what was generated."""
-    tok = _byte_level_tokenizer()
+    tok = byte_level_tokenizer()
     prompt, new = tok.encode("Hello").ids, tok.encode(" \x1b[2J\x08ok\n\tthere").ids
     tty, pipe = _Out(True), _Out(False)
     _, text = generate_and_print(_Runner(new), prompt, 99, {}, tok, tty, show=True)

@@ -145,7 +145,7 @@ def _store(cache_dir: Path | None, allow_shared_root: bool, *, looking: bool = F
     """The local store (no --remote on these commands). ``looking``: a command that
     only reads or tidies says when the root it was given did not exist, which is
     mostly a typo in --cache-dir or ACACHE_DIR, before opening makes it."""
-    made = looking and cache_dir is not None and not Path(cache_dir).exists()
+    made = looking and cache_dir is not None and not Path(cache_dir).expanduser().exists()
     store = open_store(cache_dir, allow_shared_root)  # a root it cannot make: one line
     if made:
         err_console.print(
@@ -213,7 +213,7 @@ def register(app: typer.Typer) -> None:
         # Narrow terminals drop the columns a user needs least, so a key stays whole.
         _table(f"{n_entries(len(entries))} in {store.base}", cols, rows,
                whole=("key", "backend", "dtype", "size", "last used"),
-               optional=("build", "mode", "rows", "device", "context", "dtype"))  # fmt: skip
+               optional=("build", "mode", "device", "context", "dtype", "rows"))  # fmt: skip
 
     @app.command("show")
     def show(

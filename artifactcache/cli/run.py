@@ -227,7 +227,8 @@ def register(app: typer.Typer) -> None:
             return
         choices.check_scope("recipe")
 
-        rec = load_recipe(recipe).with_shapes(max_seq_len=choices.max_seq_len)
+        base = load_recipe(recipe)
+        rec = base.with_shapes(max_seq_len=choices.max_seq_len)
         folder = checkpoint_folder(choices.weights if choices.weights is not None else rec.weights)
         ckpt = Checkpoint(folder) if folder is not None else None
         req = resolve_request(
@@ -237,7 +238,11 @@ def register(app: typer.Typer) -> None:
         )  # fmt: skip
         rows = rows_for(rec, len(req.prompts), choices.max_batch)
         grown = rows > rec.shapes.max_batch and choices.max_batch is None
-        rec = rec.with_shapes(max_batch=rows)
+        # The shapes from the recipe as written, in one step, as `build` and `key` take
+        # them: with_shapes derives prefill_len from both, so two steps could differ.
+        rec = base.with_shapes(
+            max_seq_len=choices.max_seq_len, max_batch=rows if grown else choices.max_batch
+        )
         # The recipe above carries the shapes; the rest of the choices go whole.
         common = choices.replace(max_seq_len=None, max_batch=None)
         # Every argument is checked before the store is opened: a bad one leaves it as it was.
@@ -250,11 +255,10 @@ def register(app: typer.Typer) -> None:
                 f"{len(req.prompts)} prompts: the artifact for --max-batch {rows}",
                 highlight=False,
             )
-        _generate(rec.name, backend, common, rec, store, req, ckpt, json_out)
+        _generate(backend, common, rec, store, req, ckpt, json_out)
 
 
 def _generate(
-    name: str,
     backend: str,
     common: BuildChoices,
     rec: Any,
@@ -267,7 +271,7 @@ def _generate(
     from .. import api
 
     t0 = time.perf_counter()
-    with progress(f"loading {name} with {backend} (building on a miss)"):
+    with progress(f"loading {rec.name} with {backend} (building on a miss)"):
         res, runner = api.load_with_result(rec, backend, common, store=store)
     t1 = time.perf_counter()
     tok = ckpt.tokenizer if ckpt is not None else None
