@@ -152,6 +152,7 @@ def _store(cache_dir: Path | None, allow_shared_root: bool, *, looking: bool = F
             f"note: {shown(cache_dir)} did not exist: an empty cache was made there "
             "(a typo in --cache-dir or ACACHE_DIR?)",
             highlight=False,
+            soft_wrap=True,  # one line, however narrow the terminal
         )
     return store
 

@@ -313,6 +313,7 @@ def _generate(
         f"{res.key[:16]}  {status}  load {timings['load_seconds']:.2f} s  "
         f"{tokens} token{'' if tokens == 1 else 's'} in {t2 - t1:.2f} s ({stop})",
         highlight=False,
+        soft_wrap=True,  # one line for scripts that read it, a batch's stops and all
     )
 
 
