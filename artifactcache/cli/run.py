@@ -134,6 +134,18 @@ def register(app: typer.Typer) -> None:
                 "--tokens", help="Prompt token ids, e.g. 1,15043,29892 (repeatable, as --prompt)."
             ),
         ] = None,
+        chat: Annotated[
+            bool,
+            typer.Option(
+                "--chat",
+                help="Each --prompt is the user's turn, through the checkpoint's chat template "
+                "(chat_template.jinja or tokenizer_config.json), the assistant's turn opened.",
+            ),
+        ] = False,
+        system: Annotated[
+            str | None,
+            typer.Option("--system", help="A system turn before each prompt (implies --chat)."),
+        ] = None,
         max_new_tokens: Annotated[
             int | None,
             typer.Option(
@@ -207,7 +219,8 @@ def register(app: typer.Typer) -> None:
         if is_spec(recipe):
             choices.check_scope("module")
             generation = {
-                "--prompt": bool(prompt), "--tokens": bool(tokens),
+                "--prompt": bool(prompt), "--tokens": bool(tokens), "--chat": chat,
+                "--system": system is not None,
                 "--new-tokens": max_new_tokens is not None, "--temperature": temperature != 0.0,
                 "--top-k": top_k is not None, "--top-p": top_p is not None,
                 "--sample-seed": sample_seed is not None, "--eos-id": bool(eos_id),
@@ -234,7 +247,7 @@ def register(app: typer.Typer) -> None:
         req = resolve_request(
             rec, ckpt, prompt=prompt, tokens=tokens, max_new_tokens=max_new_tokens,
             eos_ids=eos_id, no_eos=no_eos, temperature=temperature, top_k=top_k, top_p=top_p,
-            seed=sample_seed,
+            seed=sample_seed, chat=chat, system=system,
         )  # fmt: skip
         rows = rows_for(rec, len(req.prompts), choices.max_batch)
         grown = rows > rec.shapes.max_batch and choices.max_batch is None

@@ -2,8 +2,9 @@
 
 - ``Checkpoint``: the folder's EOS ids (``eos_token_id``, an int or a list, from
   ``generation_config.json``, which is what transformers' ``generate`` uses, else
-  from ``config.json``) and its ``tokenizer.json``, read with the ``tokenizers``
-  library (no transformers, no hub). The files are read by sources/checkpoint.py.
+  from ``config.json``), its ``tokenizer.json``, read with the ``tokenizers``
+  library (no transformers, no hub), and its chat template (generate/chat.py applies
+  it). The files are read by sources/checkpoint.py.
 - ``encode``, ``TextStream``, ``decode_continuation``: prompt text to ids, and
   generated ids back to text.
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import GenerationError
-from ..sources.checkpoint import eos_ids_from_folder, load_tokenizer
+from ..sources.checkpoint import eos_ids_from_folder, load_tokenizer, read_chat_template
 
 
 class Checkpoint:
@@ -36,10 +37,16 @@ class Checkpoint:
     def tokenizer(self) -> Any:
         return load_tokenizer(self.folder)
 
+    @cached_property
+    def chat_template(self) -> tuple[str, dict[str, str]] | None:
+        """(template, special tokens' text) or None: see sources/checkpoint.py."""
+        return read_chat_template(self.folder)
 
-def encode(tokenizer: Any, text: str) -> list[int]:
-    """Text -> ids with the tokenizer's special tokens (e.g. BOS), as transformers does."""
-    ids = list(tokenizer.encode(text).ids)
+
+def encode(tokenizer: Any, text: str, *, add_special_tokens: bool = True) -> list[int]:
+    """Text -> ids with the tokenizer's special tokens (e.g. BOS), as transformers does;
+    without them for a chat template's text, which writes its own."""
+    ids = list(tokenizer.encode(text, add_special_tokens=add_special_tokens).ids)
     if not ids:
         raise GenerationError(f"the prompt {text!r} encodes to no tokens")
     return ids

@@ -126,16 +126,26 @@ def resolve_request(
     top_k: int | None = None,
     top_p: float | None = None,
     seed: int | None = None,
+    chat: bool = False,
+    system: str | None = None,
 ) -> GenerationRequest:
     """The request ``acache run`` makes of ``recipe`` (its shapes as given), checked.
 
     ``prompt`` is text, ``tokens`` ids as text ("1,2,3"); a list of either is a batch.
-    ``eos_ids`` replaces the checkpoint's EOS ids and ``no_eos`` never stops early (not
-    both).
+    With ``chat`` (or a ``system`` turn) each text is the user's turn through the
+    checkpoint's chat template (generate/chat.py). ``eos_ids`` replaces the
+    checkpoint's EOS ids and ``no_eos`` never stops early (not both).
     """
     tok = checkpoint.tokenizer if checkpoint is not None else None
     folder = checkpoint.folder if checkpoint is not None else None
-    prompts = prompts_for(recipe, tok, prompt, tokens, folder)
+    if chat or system is not None:
+        if _as_list(tokens):
+            raise ArgumentError("--chat and --system apply to --prompt text, not to --tokens")
+        from .chat import chat_prompt_ids
+
+        prompts = chat_prompt_ids(checkpoint, _as_list(prompt) or [recipe.bench.prompt], system)
+    else:
+        prompts = prompts_for(recipe, tok, prompt, tokens, folder)
     if no_eos and eos_ids:
         raise ArgumentError("pass either --eos-id or --no-eos, not both")
     eos = () if no_eos else (tuple(eos_ids) if eos_ids else None)

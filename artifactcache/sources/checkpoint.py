@@ -15,7 +15,9 @@ index, the tokenizer) is never read by the loader, so it is never hashed either.
 here, sources/hf.py turns it into a recipe), not as raw bytes.
 
 What the folder says about generation, read only when asked: its EOS ids
-(``generation_config.json``, else ``config.json``) and its ``tokenizer.json``.
+(``generation_config.json``, else ``config.json``), its ``tokenizer.json``, and its chat
+template (``chat_template.jinja``, else ``tokenizer_config.json``'s ``chat_template``)
+with the special tokens' text from ``tokenizer_config.json``.
 
 Every file is read as a bounded regular file (limits.read_small_file): a FIFO or a
 huge file is a one-line error, not a hang. Torch-free: keys.py uses it to compute the
@@ -38,6 +40,10 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"  # an unsharded checkpoint's one file, by transformers' name
 GENERATION_CONFIG_NAME = "generation_config.json"
 TOKENIZER_NAME = "tokenizer.json"
+# A chat template: its own file (what transformers writes since 4.49), else a field of
+# the tokenizer's config, beside the special tokens' text the template names.
+CHAT_TEMPLATE_NAME = "chat_template.jinja"
+TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 # The largest tokenizer.json read: the largest vocabularies' files are tens of MiB.
 TOKENIZER_MAX = 256 << 20
 # Where the EOS ids come from, first found wins: what transformers' generate uses.
@@ -197,3 +203,40 @@ def load_tokenizer(folder: str | Path) -> Any:
         raise GenerationError(
             f"{path}: not a tokenizer the tokenizers library reads ({e})"
         ) from None
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token in tokenizer_config.json: its text, or its AddedToken's content."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def read_chat_template(folder: str | Path) -> tuple[str, dict[str, str]] | None:
+    """(the folder's chat template, the special tokens' text by name: bos_token,
+    eos_token...) or None when it has no template. A list of named templates gives the
+    one named "default", as transformers does."""
+    folder = Path(folder)
+    config: dict[str, Any] = {}
+    path = folder / TOKENIZER_CONFIG_NAME
+    if os.path.lexists(path):
+        data = _read_json(path, "tokenizer config", GenerationError)
+        config = data if isinstance(data, dict) else {}
+    template: Any = config.get("chat_template")
+    jinja = folder / CHAT_TEMPLATE_NAME
+    if os.path.lexists(jinja):
+        raw = read_small_file(jinja, "chat template", GenerationError)
+        try:
+            template = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GenerationError(f"{jinja}: not UTF-8 text") from None
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        raise GenerationError(f"{path}: chat_template must be text, got {type(template).__name__}")
+    names = ("bos_token", "eos_token", "unk_token", "pad_token")
+    specials = {n: t for n in names if (t := _token_text(config.get(n))) is not None}
+    return template, specials
