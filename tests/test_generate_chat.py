@@ -63,6 +63,7 @@ LINES = """{{ bos_token }}
 [INST] {{ m['content'] }} [/INST]{{ eos_token }}
     {% endif %}
 {% endfor %}
+{% if tools is not none %}tools{% endif %}
 {% if add_generation_prompt %}
   assistant:
 {% endif %}"""

@@ -47,7 +47,10 @@ def render_chat(template: str, messages: list[dict[str, str]], specials: dict[st
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         compiled = env.from_string(template)
-        return compiled.render(messages=messages, add_generation_prompt=True, **specials)
+        # tools and documents None, as transformers passes them when none are given:
+        # templates test them with "is not none" as well as "is defined".
+        return compiled.render(messages=messages, tools=None, documents=None,
+                               add_generation_prompt=True, **specials)  # fmt: skip
     except GenerationError:
         raise
     except Exception as e:  # the template is the folder's code: any error it makes is one line
