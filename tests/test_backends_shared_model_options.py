@@ -217,12 +217,27 @@ def test_split_kv_decode_is_the_default_for_long_contexts_at_any_batch(
 
 
 @pytest.mark.parametrize("max_seq_len", [256, 64])
-def test_split_kv_decode_is_not_the_default_where_decode_is_static_already(max_seq_len: int):
-    """One KV bucket (max_seq_len <= 256): the SDPA step is static, and was faster."""
+def test_split_kv_decode_is_the_default_where_decode_is_static_already(max_seq_len: int):
+    """One KV bucket (max_seq_len <= 256): SDPA's step is static too, but split-KV measured
+    faster at the seed context; SDPA stays one flag away."""
     cuda = BuildChoices(device="cuda")
     rec = _long(max_seq_len=max_seq_len, max_batch=32)
-    assert split_kv_decode("aoti", cuda, rec) is False
-    assert model_factors("inductor", rec, cuda)["decode_attention"] == "sdpa"
+    assert split_kv_decode("aoti", cuda, rec) is True
+    assert model_factors("inductor", rec, cuda)["decode_attention"] == "split_kv"
+    off = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
+    assert split_kv_decode("aoti", off, rec) is False
+    assert model_factors("inductor", rec, off)["decode_attention"] == "sdpa"
+
+
+@pytest.mark.parametrize(("max_seq_len", "expected"), [(256, False), (257, True), (2048, True)])
+def test_phi_2_takes_split_kv_by_default_only_past_one_kv_bucket(max_seq_len: int, expected: bool):
+    """At 256 slots phi-2's split-KV step decoded no faster and compiled longer."""
+    rec = _long("tiny-phi-2", max_seq_len=max_seq_len)
+    cuda = BuildChoices(device="cuda")
+    assert split_kv_decode("inductor", cuda, rec) is expected
+    assert model_factors("aoti", rec, cuda)["decode_attention"] == (
+        "split_kv" if expected else "sdpa"
+    )
     asked = BuildChoices(device="cuda", extra={"split_kv_decode": 1})
     assert split_kv_decode("aoti", asked, rec) is True
 

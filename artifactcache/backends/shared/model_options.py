@@ -13,9 +13,12 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
 - ``--extra split_kv_decode=0|1``: decode attends through acache's split-KV Triton
   kernel (models/decode_attention.py), which reads only the filled positions of a
   static cache, so the decode step is static (one CUDA graph) at any context length.
-  On by default for CUDA builds of inductor and aoti with max_seq_len over 256; CUDA
-  only. Off, decode reads the cache by length bucket through SDPA
-  (artifactcache/kv_buckets.py); at 256 or less that is one bucket, a static step.
+  On by default for CUDA builds of inductor and aoti at every context, but phi-2's at
+  256 slots or less: at the seed's 256 slots it decoded llama-7b 1.8-2.6% and phi-3-mini
+  3.5% faster than SDPA's static step, phi-2 only 0.8% for a decode step that compiled
+  10 s longer (docs/benchmarks.md, "Split-KV decode at the seed context"). CUDA only.
+  Off, decode reads the cache by length bucket through SDPA (artifactcache/kv_buckets.py);
+  at 256 or less that is one bucket, a static step.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
   SiLU-and-mul and skip connection around it folded in: four kernels a block. It runs
@@ -66,6 +69,9 @@ MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EX
 ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 # Where the row GEMV is the default for float weights: the families it measured faster on.
 ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
+# Where split-KV is the default only past one KV bucket (max_seq_len > 256): below, SDPA's
+# static step decoded as fast and compiled faster.
+SPLIT_KV_LONG_CONTEXT_ONLY = ("phi-2",)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
@@ -151,16 +157,21 @@ def fuse_projections(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
 def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
     """Whether decode attends through the split-KV kernel; an impossible request is one line.
 
-    The default (``recipe`` given): CUDA builds of inductor and aoti whose decode would
-    otherwise read by length bucket (max_seq_len > 256). At 256 or less the SDPA step is
-    static already, and llama-7b's seed benchmark decoded 13% faster on it than on
-    split-KV in one H200 run. Batch size does not matter: the kernel read the filled KV
-    faster than SDPA at batch 32 too (docs/perf-notes.md, attempt 15).
+    The default: CUDA builds of inductor and aoti, at every context and batch. At 256
+    slots SDPA's step is static too, but the kernel reads only the filled positions:
+    7.1 against 12.5 us a layer at position 200 (docs/benchmarks.md), and the seed
+    benchmark decoded llama-7b 1.8% (aoti) and 2.6% (inductor) faster, phi-3-mini 3.5%
+    (docs/perf-notes.md, attempt 54). phi-2 (``recipe`` given) keeps SDPA there: 0.8%
+    faster, for a build 23% longer (its decode step's compile).
     """
     raw = opts.extra.get(SPLIT_KV_EXTRA)
     asked = None if raw is None else parse_flag(SPLIT_KV_EXTRA, raw)
     if asked is None:
-        if recipe is not None and kv_len_range(recipe.shapes.max_seq_len) is None:
+        if (
+            recipe is not None
+            and recipe.family in SPLIT_KV_LONG_CONTEXT_ONLY
+            and kv_len_range(recipe.shapes.max_seq_len) is None
+        ):
             return False
         return backend in FUSE_BY_DEFAULT and is_cuda(opts.device)
     if asked and not is_cuda(opts.device):
