@@ -116,11 +116,14 @@ def test_every_field_of_reads_reaches_the_layer_through_the_region():
         assert got == reads  # mask, lo, own, cudnn and bias, each as given
 
 
-def test_quantized_builds_leave_regions_off_unless_asked():
+def test_int8wo_takes_regions_by_default_and_int4wo_only_when_asked():
     recipe = load_recipe("tiny-llama")
-    quant = BuildChoices(device="cpu", dtype="fp32", quant="int8wo")
-    assert layer_regions(recipe, quant) is False
-    assert layer_regions(recipe, quant.replace(extra={"layer_regions": "1"})) is True
+    int8 = BuildChoices(device="cpu", dtype="fp32", quant="int8wo")
+    assert layer_regions(recipe, int8) is True
+    assert layer_regions(recipe, int8.replace(extra={"layer_regions": "0"})) is False
+    int4 = BuildChoices(device="cuda", dtype="bf16", quant="int4wo")
+    assert layer_regions(recipe, int4) is False
+    assert layer_regions(recipe, int4.replace(extra={"layer_regions": "1"})) is True
 
 
 def test_regions_compile_decode_without_the_per_call_asserts():
