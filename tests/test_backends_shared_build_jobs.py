@@ -448,6 +448,20 @@ def _sources(entry: Path) -> dict[str, str]:
     return {k: ",".join(sorted(v)) for k, v in out.items()}
 
 
+def _first_difference(a: Path, b: Path) -> str:
+    """Where two entries' generated sources first differ, for a failure's message."""
+    for suffix in (".cpp", ".json"):
+        fa = sorted(f for f in a.rglob(f"*{suffix}") if f.parent != a)
+        fb = sorted(f for f in b.rglob(f"*{suffix}") if f.parent != b)
+        for x, y in zip(fa, fb, strict=False):
+            la, lb = x.read_text().splitlines(), y.read_text().splitlines()
+            for i, (p, q) in enumerate(zip(la, lb, strict=False)):
+                if p != q and not p.lstrip().startswith("//"):
+                    where = f"{x.relative_to(a)} line {i + 1}"
+                    return f"{where}: {p.strip()[:160]!r} vs {q.strip()[:160]!r}"
+    return "no differing line found"
+
+
 @pytest.mark.slow
 def test_the_concurrent_build_is_the_serial_build(tmp_path_factory, monkeypatch):
     recipe = load_recipe("tiny-llama")
@@ -458,15 +472,26 @@ def test_the_concurrent_build_is_the_serial_build(tmp_path_factory, monkeypatch)
         # Empty framework caches for each, so neither build reuses the other's work.
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(private_dir(tmp_path_factory, "ind")))
         root = private_dir(tmp_path_factory, f"jobs{jobs}")
+        if jobs == "1":
+            # The serial build runs in a fresh process, as `acache build` does: a pytest
+            # worker's process carries Inductor state from earlier tests (a CI run once
+            # generated other code in it), and the concurrent build's steps run in fresh
+            # workers too. The entry is then read back here as a hit.
+            cli = [sys.executable, "-m", "artifactcache.cli", "build", "tiny-llama", "-b", "aoti"]
+            done = subprocess.run([*cli, "--cache-dir", str(root)], capture_output=True,
+                                  text=True, timeout=900)  # fmt: skip
+            assert done.returncode == 0, done.stderr[-2000:]
         with monkeypatch.context() as m:
             if jobs == "2":  # the workers build the model; this process holds none
                 m.setattr(aoti, "build_model_for", None)
             built[jobs] = (api.build("tiny-llama", "aoti", cache_dir=root), root)
     (serial, serial_root), (conc, conc_root) = built["1"], built["2"]
+    assert (serial.built, conc.built) == (False, True)  # the CLI's entry, found by its key
     assert serial.key == conc.key  # scheduling is no key factor
     s_meta, c_meta = serial.entry.meta, conc.entry.meta
     assert (s_meta["build_jobs"], c_meta["build_jobs"]) == (1, 2)
-    assert s_meta["steps"] == c_meta["steps"]  # the .so names hash the generated code
+    # The .so names hash the generated code.
+    assert s_meta["steps"] == c_meta["steps"], _first_difference(serial.entry.path, conc.entry.path)
     assert set(s_meta) == set(c_meta)
     assert _sources(serial.entry.path) == _sources(conc.entry.path)
     times = c_meta["compile_seconds"]
