@@ -106,9 +106,7 @@ def test_the_factors_name_the_model_as_built(backend: str):
     plain = b.factors(rec, BuildChoices())
     assert (plain["fused_projections"], plain["quant"]) == (False, "none")
     opts = BuildChoices(quant="int8wo", extra={"fuse_projections": 1})
-    want = {**plain, "fused_projections": True, "quant": "int8wo"}
-    if backend == "inductor":  # a quantized build keeps decode's layer regions off
-        want["layer_regions"] = False
+    want = {**plain, "fused_projections": True, "quant": "int8wo"}  # int8wo keeps regions
     assert b.factors(rec, opts) == want
     assert model_factors(backend, rec, opts) == {
         "fused_projections": True,
@@ -224,9 +222,11 @@ def test_split_kv_decode_is_the_default_where_decode_is_static_already(max_seq_l
     rec = _long(max_seq_len=max_seq_len, max_batch=32)
     assert split_kv_decode("aoti", cuda, rec) is True
     assert model_factors("inductor", rec, cuda)["decode_attention"] == "split_kv"
+    assert model_build_args("aoti", rec, cuda)["split_kv_decode"] is True
     off = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
     assert split_kv_decode("aoti", off, rec) is False
     assert model_factors("inductor", rec, off)["decode_attention"] == "sdpa"
+    assert model_build_args("inductor", rec, off)["split_kv_decode"] is False
 
 
 @pytest.mark.parametrize(("max_seq_len", "expected"), [(256, False), (257, True), (2048, True)])
@@ -238,8 +238,11 @@ def test_phi_2_takes_split_kv_by_default_only_past_one_kv_bucket(max_seq_len: in
     assert model_factors("aoti", rec, cuda)["decode_attention"] == (
         "split_kv" if expected else "sdpa"
     )
+    assert model_build_args("inductor", rec, cuda)["split_kv_decode"] is expected
     asked = BuildChoices(device="cuda", extra={"split_kv_decode": 1})
     assert split_kv_decode("aoti", asked, rec) is True
+    # Only phi-2: another family at 256 slots takes split-KV.
+    assert split_kv_decode("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) is True
 
 
 @pytest.mark.parametrize(
