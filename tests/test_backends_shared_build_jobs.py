@@ -434,13 +434,18 @@ def test_the_timeout_names_the_phase_each_worker_is_in(tmp_path: Path, monkeypat
 # ------------------------------------------------------------- both ways --
 
 
+def _source_files(entry: Path) -> list[Path]:
+    """Each step's generated sources and metadata (.cpp, .json below the entry's top)."""
+    return [
+        f for f in sorted(entry.rglob("*")) if f.suffix in (".cpp", ".json") and f.parent != entry
+    ]
+
+
 def _sources(entry: Path) -> dict[str, str]:
     """Digest of each step's generated sources and metadata, paths aside: comment lines
     name the Inductor cache dir and the kernel file (whose name hashes its contents)."""
     out: dict[str, list[str]] = {}
-    for f in sorted(entry.rglob("*")):
-        if f.suffix not in (".cpp", ".json") or f.parent == entry:
-            continue
+    for f in _source_files(entry):
         kept = [ln for ln in f.read_text().splitlines() if not ln.lstrip().startswith("//")]
         digest = hashlib.sha256("\n".join(kept).encode()).hexdigest()
         kind = f.name.split(".", 1)[1]  # wrapper.cpp, kernel.cpp, kernel_metadata.json, ...
@@ -450,15 +455,12 @@ def _sources(entry: Path) -> dict[str, str]:
 
 def _first_difference(a: Path, b: Path) -> str:
     """Where two entries' generated sources first differ, for a failure's message."""
-    for suffix in (".cpp", ".json"):
-        fa = sorted(f for f in a.rglob(f"*{suffix}") if f.parent != a)
-        fb = sorted(f for f in b.rglob(f"*{suffix}") if f.parent != b)
-        for x, y in zip(fa, fb, strict=False):
-            la, lb = x.read_text().splitlines(), y.read_text().splitlines()
-            for i, (p, q) in enumerate(zip(la, lb, strict=False)):
-                if p != q and not p.lstrip().startswith("//"):
-                    where = f"{x.relative_to(a)} line {i + 1}"
-                    return f"{where}: {p.strip()[:160]!r} vs {q.strip()[:160]!r}"
+    for x, y in zip(_source_files(a), _source_files(b), strict=False):
+        la, lb = x.read_text().splitlines(), y.read_text().splitlines()
+        for i, (p, q) in enumerate(zip(la, lb, strict=False)):
+            if p != q and not p.lstrip().startswith("//"):
+                where = f"{x.relative_to(a)} line {i + 1}"
+                return f"{where}: {p.strip()[:160]!r} vs {q.strip()[:160]!r}"
     return "no differing line found"
 
 

@@ -72,6 +72,7 @@ def register(app: typer.Typer) -> None:
 
         if diff_with is not None:
             check_prefixes([diff_with])
+        store = None  # opened after the arguments are checked, and only where needed
         if is_spec(recipe):
             from .module import key_info
 
@@ -86,12 +87,12 @@ def register(app: typer.Typer) -> None:
                 recipe, backend, choices, check_memory=False, check_checkpoint=True
             )
             # Only a real checkpoint needs the store (its digest memo lives there).
-            memo = (
-                _store(cache_dir, allow_shared_root).base if ctx.weights.path is not None else None
-            )
-            info = key_for(b, ctx, memo_dir=memo)
+            if ctx.weights.path is not None:
+                store = _store(cache_dir, allow_shared_root)
+            info = key_for(b, ctx, memo_dir=store.base if store is not None else None)
         if diff_with is not None:
-            entry = _store(cache_dir, allow_shared_root).peek(diff_with)
+            store = store if store is not None else _store(cache_dir, allow_shared_root)
+            entry = store.peek(diff_with)
             diffs = diff_factors(entry.factors, info.factors)
             _print_diff(diffs, entry.key[:12], f"{info.key[:12]} (these arguments)", json,
                         key=info.key, entry=entry.key)  # fmt: skip

@@ -69,12 +69,15 @@ def generate_and_print(
     new = runner.generate(ids, max_new_tokens, **choices)
     text = continuation(tokenizer, ids, new)
     if show:
-        out.write(_for(out, text if text is not None else " ".join(map(str, new))) + "\n")
+        out.write(_shown(out, new, text) + "\n")
     return new, text
 
 
-def _for(out: Any, text: str) -> str:
-    """``text`` as ``out`` should get it: escaped for a terminal, exact for a pipe."""
+def _shown(out: Any, new: list[int], text: str | None) -> str:
+    """A row's output as ``out`` should get it: its text (escaped for a terminal, exact
+    for a pipe), or its ids without a tokenizer."""
+    if text is None:
+        return " ".join(map(str, new))
     return terminal_text(text) if out.isatty() else text
 
 
@@ -108,8 +111,7 @@ def generate_batch_and_print(
     rows = [(new, continuation(tokenizer, p, new)) for p, new in zip(prompts, news, strict=True)]
     if show:
         for i, (new, text) in enumerate(rows):
-            body = text if text is not None else " ".join(map(str, new))
-            out.write(f"{batch_header(i, len(rows))}\n{_for(out, body)}\n")
+            out.write(f"{batch_header(i, len(rows))}\n{_shown(out, new, text)}\n")
     return rows
 
 

@@ -20,7 +20,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from ..errors import GenerationError
+from ..errors import ArgumentError, GenerationError
 
 
 def messages_for(prompt: str, system: str | None = None) -> list[dict[str, str]]:
@@ -63,7 +63,6 @@ def chat_prompt_ids(checkpoint: Any, texts: list[str], system: str | None) -> li
     """Each text as the user's turn (after ``system``'s) through the checkpoint's chat
     template, then its tokenizer: the ids of each prompt. One-line errors for a folder
     that cannot (no tokenizer.json, no template)."""
-    from ..errors import ArgumentError
     from .checkpoint import encode
 
     folder = getattr(checkpoint, "folder", None)
