@@ -260,6 +260,7 @@ class InductorBackend:
         import torch
 
         install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
+        ctx.phases["files_installed"] = time.perf_counter()
         # One megacache from a serial build, one per step from workers (compiling.py).
         for name in (MEGACACHE, *(step_megacache(step) for step in STEPS)):
             if (entry_dir / name).is_file():
@@ -272,7 +273,9 @@ class InductorBackend:
                 ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model,
                 kv_len_hint=True, kv_buckets=kv_buckets_of(model),
             )  # fmt: skip
-        prefill, extend, decode = load_aot_steps(model, entry_dir, ctx.recipe, dev, scope)
+        prefill, extend, decode = load_aot_steps(
+            model, entry_dir, ctx.recipe, dev, scope, ctx.phases
+        )
         ctx.phases["steps_loaded"] = time.perf_counter()
         info: dict[str, Any] = {"cuda_graph": False}
         if compile_options(ctx.opts).get("triton.cudagraphs"):
@@ -295,17 +298,21 @@ def load_scope(memo_dir: Path | None) -> Iterator[None]:
 
 
 def load_aot_steps(
-    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any
+    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any, stamps: dict | None = None
 ) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
     functions. All are read here, while the store's reader lock holds the verified
     entry; decode is deserialized and run once, so its one-time costs land in the load.
     The pass steps are deserialized at their first call (steps.LAZY_STEPS), inside
-    ``scope()``, the scope the load runs in (load_scope)."""
+    ``scope()``, the scope the load runs in (load_scope). ``stamps`` gets
+    ``steps_read`` and ``steps_opened`` (the eager steps deserialized, before their run)."""
     import torch
+
+    stamps = {} if stamps is None else stamps
 
     register_model_ops(model)
     saved = {step: (entry_dir / STEP_FILES[step]).read_bytes() for step in STEPS}
+    stamps["steps_read"] = time.perf_counter()
 
     def open_step(step: str) -> Any:
         compiled = load_compiled_step(saved[step])
@@ -313,6 +320,7 @@ def load_aot_steps(
         return lambda *inputs: compiled(model, *inputs)
 
     steps = {step: opened_when_used(step, partial(open_step, step), scope) for step in STEPS}
+    stamps["steps_opened"] = time.perf_counter()
     with torch.no_grad():
         for step, call in steps.items():
             if not isinstance(call, LazyStep):
