@@ -35,5 +35,4 @@ fi
 timeout 90 python3 benchmarks/startup_diag.py profile llama-7b --backend inductor \
   --cache-dir "$C" --out "$R/profile.txt" > "$R/profile.json" 2> "$R/profile.log"
 echo "profile rc=$? at $((SECONDS - T0)) s"
-rm -f "$R"/decode/*/cache -r 2>/dev/null
-tar czf "$OUT/$NAME.tgz" -C /tmp "$NAME"
+tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
