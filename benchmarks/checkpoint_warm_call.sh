@@ -11,21 +11,24 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --tar
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
 unset PYTHONDONTWRITEBYTECODE
 NAME=$1; shift; R=/tmp/$NAME; T0=$SECONDS; DEADLINE_S=${DEADLINE_S:-560}
+# A step's limit: its own cap, or what is left before DEADLINE_S if less (the tar at the
+# end always runs).
+cap() { local left=$((DEADLINE_S - (SECONDS - T0))); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 CF=(--dir /tmp/ckpt --cache-dir /tmp/acache-ckpt --runs 2 --no-sweep)
 rm -rf "$R"; mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
 python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 echo "bytecode at $((SECONDS - T0)) s"
-timeout 220 python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-inductor" --backend inductor \
+timeout "$(cap 220)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-inductor" --backend inductor \
   "${CF[@]}" > "$R/ckpt-inductor.log" 2>&1
 echo "inductor rc=$? at $((SECONDS - T0)) s"
-ACACHE_LOAD_OVERLAP=0 timeout 90 python3 benchmarks/checkpoint_folder.py \
+ACACHE_LOAD_OVERLAP=0 timeout "$(cap 90)" python3 benchmarks/checkpoint_folder.py \
   --out "$R/ckpt-inductor-serial" --backend inductor "${CF[@]}" > "$R/ckpt-inductor-serial.log" 2>&1
 echo "inductor serial rc=$? at $((SECONDS - T0)) s"
-timeout 200 python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-aoti" --backend aoti \
+timeout "$(cap 200)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-aoti" --backend aoti \
   "${CF[@]}" > "$R/ckpt-aoti.log" 2>&1
 echo "aoti rc=$? at $((SECONDS - T0)) s"
-for d in ckpt-inductor ckpt-inductor-serial ckpt-aoti; do grep -A6 '^| path | run' "$R/$d/checkpoint_folder.md"; done
+for d in ckpt-inductor ckpt-inductor-serial ckpt-aoti; do grep -s -A6 '^| path | run' "$R/$d/checkpoint_folder.md"; done
 left=$((DEADLINE_S - (SECONDS - T0)))
 if [ $# -gt 0 ] && [ "$left" -gt 90 ]; then
   DECODE_JOBS=2 DECODE_PROFILE=${PROFILE:-0} timeout "$left" bash benchmarks/decode_call.sh \
