@@ -78,9 +78,6 @@ _ALL = (
     Setting("ACACHE_LAZY_STEPS", "bool", True,
             "inductor: open the prompt-pass steps at their first use, not at load (0: all at "
             "load, so no request pays an opening)"),
-    Setting("ACACHE_LOAD_OVERLAP", "bool", True,
-            "inductor: read the weights on a thread while Inductor is imported and the "
-            "entry's kernels installed (0: one after the other)"),
     Setting("ACACHE_ORT_VERBOSE", "bool", False,
             "show ONNX Runtime's own log (which optimizer passes ran)"),
     Setting("ACACHE_VERBOSE", "bool", False,
@@ -125,8 +122,8 @@ def get(name: str) -> Any:
 # building: make_context parses them with the arguments. The store's settings fail when
 # the store opens, before any build; ACACHE_VERBOSE's bad value fails nothing.
 READ_AT_LOAD = (
-    "ACACHE_CUDA_GRAPHS", "ACACHE_LAZY_STEPS", "ACACHE_LOAD_OVERLAP", "ACACHE_ORT_VERBOSE",
-    "ACACHE_LOAD_THREADS", "ACACHE_LOAD_CHUNK_MB",
+    "ACACHE_CUDA_GRAPHS", "ACACHE_LAZY_STEPS", "ACACHE_ORT_VERBOSE", "ACACHE_LOAD_THREADS",
+    "ACACHE_LOAD_CHUNK_MB",
 )  # fmt: skip
 
 

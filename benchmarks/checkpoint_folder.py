@@ -115,11 +115,8 @@ def phases(result: dict[str, Any], nbytes: int) -> dict[str, Any]:
     """A probe's phases as the segments a warm start spends its time in."""
     p, sub = result["phases"], result.get("subphases", {})
     device_ready = sub.get("device_ready", p["entry_ready"])
-    # aoti imports no compiler. inductor's load imports Inductor (compiler_ready) after
-    # the CUDA context, while the weights are read on a thread (ACACHE_LOAD_OVERLAP), or
-    # before the context in records older than that and with the setting off.
+    # inductor imports Inductor before it creates the context (compiler_ready); aoti none.
     compiler_ready = sub.get("compiler_ready", p["entry_ready"])
-    imports_first = compiler_ready <= device_ready
     weights_s = p["weights_ready"] - device_ready
     checked, allocated = sub.get("weights_checked"), sub.get("weights_allocated")
     split = {}
@@ -134,11 +131,8 @@ def phases(result: dict[str, Any], nbytes: int) -> dict[str, Any]:
         "built": bool(result.get("built")),
         "imports_s": p["imports_done"],
         "lookup_s": p["entry_ready"] - p["imports_done"],
-        "compiler_imports_s": compiler_ready
-        - (p["entry_ready"] if imports_first else device_ready),
-        "context_s": device_ready - (compiler_ready if imports_first else p["entry_ready"]),
-        # The imports ran beside the weights: the two spans overlap.
-        "compiler_beside_weights": not imports_first,
+        "compiler_imports_s": compiler_ready - p["entry_ready"],
+        "context_s": device_ready - compiler_ready,
         "weights_s": weights_s,
         "weights_gbps": nbytes / weights_s / 1e9 if weights_s > 0 else None,
         "artifact_s": p["artifact_ready"] - p["weights_ready"],

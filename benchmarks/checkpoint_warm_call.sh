@@ -1,10 +1,9 @@
 #!/bin/bash
 # One GPU call: warm starts from a 13.5 GB Llama-2-7B-shaped checkpoint folder in the page
-# cache (checkpoint_folder.py, 2 fresh processes per spelling): inductor as loaded by
-# default (the weights read beside Inductor's imports), the same entry with
-# ACACHE_LOAD_OVERLAP=0 (one after the other), then aoti; then, while DEADLINE_S
-# (default 560) allows, decode_call.sh on the RECIPE/VARIANT specs given, profiling those
-# in PROFILE. Bytecode primed first (benchmarks/README.md, "Bytecode on the GPU machine").
+# cache (checkpoint_folder.py, 2 fresh processes per spelling): inductor, then the same
+# entry under LOAD_ENV if set (a load-time setting to compare), then aoti; then, while
+# DEADLINE_S (default 560) allows, decode_call.sh on the RECIPE/VARIANT specs given,
+# profiling those in PROFILE. Bytecode primed first (benchmarks/README.md, "Bytecode on the GPU machine").
 #   bash benchmarks/checkpoint_warm_call.sh NAME [RECIPE/VARIANT...]
 # Results in /tmp/NAME (framework caches left out), tarred into $OUT/NAME.tgz.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
@@ -22,13 +21,15 @@ echo "bytecode at $((SECONDS - T0)) s"
 timeout "$(cap 220)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-inductor" --backend inductor \
   "${CF[@]}" > "$R/ckpt-inductor.log" 2>&1
 echo "inductor rc=$? at $((SECONDS - T0)) s"
-ACACHE_LOAD_OVERLAP=0 timeout "$(cap 90)" python3 benchmarks/checkpoint_folder.py \
-  --out "$R/ckpt-inductor-serial" --backend inductor "${CF[@]}" > "$R/ckpt-inductor-serial.log" 2>&1
-echo "inductor serial rc=$? at $((SECONDS - T0)) s"
+if [ -n "${LOAD_ENV:-}" ]; then
+  env $LOAD_ENV timeout "$(cap 90)" python3 benchmarks/checkpoint_folder.py \
+    --out "$R/ckpt-inductor-env" --backend inductor "${CF[@]}" > "$R/ckpt-inductor-env.log" 2>&1
+  echo "inductor under $LOAD_ENV rc=$? at $((SECONDS - T0)) s"
+fi
 timeout "$(cap 200)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-aoti" --backend aoti \
   "${CF[@]}" > "$R/ckpt-aoti.log" 2>&1
 echo "aoti rc=$? at $((SECONDS - T0)) s"
-for d in ckpt-inductor ckpt-inductor-serial ckpt-aoti; do grep -s -A6 '^| path | run' "$R/$d/checkpoint_folder.md"; done
+for d in ckpt-inductor ckpt-inductor-env ckpt-aoti; do grep -s -A6 '^| path | run' "$R/$d/checkpoint_folder.md"; done
 left=$((DEADLINE_S - (SECONDS - T0)))
 if [ $# -gt 0 ] && [ "$left" -gt 90 ]; then
   DECODE_JOBS=2 DECODE_PROFILE=${PROFILE:-0} timeout "$left" bash benchmarks/decode_call.sh \

@@ -231,10 +231,7 @@ def test_second_process_does_not_compile(root: Path, runners, tmp_path: Path):
     # Two passes of 8 (a first pass at slot 0, then a padded extend pass): both pass
     # steps open at their first call.
     two_passes = [(7 * i + 11) % recipe.model.vocab_size for i in range(12)]
-    # The second child reads its weights after the imports, not beside them.
-    both = load_in_child(
-        root, "tiny-llama", "inductor", two_passes, 4, {**env, "ACACHE_LOAD_OVERLAP": "0"}
-    )
+    both = load_in_child(root, "tiny-llama", "inductor", two_passes, 4, env)
     assert both["ids"] == runners("tiny-llama", "eager").generate(two_passes, 4)
     for r in (report, both):
         assert kernel_compiles(r) == []
@@ -374,25 +371,3 @@ def test_the_prompt_passes_compile_without_pad_mm(monkeypatch, tmp_path: Path):
     for step, options in zip(inductor.STEPS, seen, strict=True):
         assert options.get("shape_padding") is (None if step == "decode" else False), step
     assert compiling.pass_options({})["shape_padding"] is False  # the megacache path's passes
-
-
-@pytest.mark.parametrize("overlap", [True, False])
-def test_the_weights_run_beside_the_imports_or_inline(overlap):
-    import threading
-
-    from artifactcache.backends.inductor.backend import _beside
-
-    def where(x):
-        return threading.current_thread().name, x * 2
-
-    def fails():
-        raise ValueError("bad weights")
-
-    with _beside(overlap) as run_beside:
-        done = run_beside(where, 21)
-        failed = run_beside(fails)
-        name, value = done.result()
-    assert value == 42
-    assert (name != threading.current_thread().name) is overlap
-    with pytest.raises(ValueError, match="bad weights"):
-        failed.result()  # the caller sees the weights' own error, from either side

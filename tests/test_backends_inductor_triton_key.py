@@ -26,12 +26,11 @@ def test_without_triton_nothing_is_prefetched(monkeypatch):
     assert prefetch_triton_key() is None
 
 
-def test_a_cuda_inductor_load_starts_the_triton_key_before_the_kernels():
-    """The hash runs beside the weights and the kernels' installation, not after them."""
+def test_a_cuda_inductor_load_starts_the_triton_key_before_the_device():
+    """The hash runs beside the CUDA context and the weights, not after them."""
     import inspect
 
     from artifactcache.backends.inductor import backend
 
     src = inspect.getsource(backend.InductorBackend.load)
-    started = src.index("prefetch_triton_key()")
-    assert started < src.index("_install_entry_caches(") < src.index("weights.result()")
+    assert src.index("prefetch_triton_key()") < src.index("device_of(")

@@ -32,14 +32,6 @@ def test_the_phases_of_a_probe_are_its_warm_start_segments(cf):
     result["subphases"]["compiler_ready"] = 3.3
     ph = cf.phases(result, nbytes=int(12.5e9))
     assert ph["compiler_imports_s"] == pytest.approx(0.1) and ph["context_s"] == pytest.approx(0.05)
-    assert not ph["compiler_beside_weights"]
-    # Today's inductor load: the context first, then Inductor's imports beside the weights.
-    result["subphases"]["compiler_ready"] = 3.9
-    ph = cf.phases(result, nbytes=int(12.5e9))
-    assert ph["context_s"] == pytest.approx(0.15) and ph["compiler_imports_s"] == pytest.approx(
-        0.55
-    )
-    assert ph["compiler_beside_weights"] and ph["weights_s"] == pytest.approx(1.25)
 
 
 def test_the_report_renders_results_and_failures(cf):

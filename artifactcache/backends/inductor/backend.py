@@ -51,7 +51,6 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -239,20 +238,13 @@ class InductorBackend:
             for f in STEP_FILES.values():
                 if not (entry_dir / f).is_file():
                     raise BackendError(f"entry {entry_dir} has no {f}: rebuild it with --force")
+        pin_triton_ptxas()  # before any Triton key is made: the build's ptxas (torch_private)
+        if is_cuda(ctx.opts.device):
+            prefetch_triton_key()  # hashed beside the device and weights set-up
+        # Pinning imports most of Inductor: a probe tells it from the CUDA context.
+        ctx.phases["compiler_ready"] = time.perf_counter()
         dev = device_of(ctx.opts)
-        with _beside(settings.get("ACACHE_LOAD_OVERLAP")) as run_beside:
-            # The weights are read and copied on a thread while this one imports
-            # Inductor and installs the entry's kernels: the reads and copies let go of
-            # the GIL, the imports hold it (a 13.5 GB checkpoint takes ~0.7 s, the
-            # imports as long). Imports stay on this thread.
-            weights = run_beside(build_model_for, ctx, dev, self.name)
-            pin_triton_ptxas()  # before any Triton key is made: the build's ptxas (torch_private)
-            if is_cuda(ctx.opts.device):
-                prefetch_triton_key()  # hashed beside the weights
-            # Pinning imports most of Inductor: a probe tells it from the weights.
-            ctx.phases["compiler_ready"] = time.perf_counter()
-            _install_entry_caches(ctx, entry_dir)
-            model = weights.result()
+        model = build_model_for(ctx, dev, self.name)
         from ...models.rows import register_ops
 
         register_ops(model)  # the steps loaded (or compiled) call acache's op
@@ -263,8 +255,17 @@ class InductorBackend:
     def _load_steps(
         self, ctx: BuildContext, entry_dir: Path, path: str, model: Any, dev: Any, scope: Any
     ) -> StepRunner:
-        """Compile (megacache) or deserialize (aot_compile, the pass steps at their
-        first call) the steps and run them once."""
+        """Install the carried files, then compile (megacache) or deserialize
+        (aot_compile, the pass steps at their first call) the steps and run them once."""
+        import torch
+
+        install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
+        ctx.phases["files_installed"] = time.perf_counter()
+        # One megacache from a serial build, one per step from workers (compiling.py).
+        for name in (MEGACACHE, *(step_megacache(step) for step in STEPS)):
+            if (entry_dir / name).is_file():
+                torch.compiler.load_cache_artifacts((entry_dir / name).read_bytes())
+        ctx.phases["cache_loaded"] = time.perf_counter()
         if path == "megacache":
             prefill, extend, decode = compile_steps(model, ctx.opts, ctx.recipe, dev)
             ctx.phases["artifact_ready"] = time.perf_counter()
@@ -286,41 +287,6 @@ class InductorBackend:
             ctx.recipe, extend, decode, dev, fresh=prefill, keepalive=model, info=info,
             kv_len_hint=True, kv_buckets=kv_buckets_of(model),
         )  # fmt: skip
-
-
-@contextlib.contextmanager
-def _beside(overlap: bool) -> Iterator[Callable[..., Future]]:
-    """``run(fn, *args)`` -> a future of ``fn(*args)``: on a thread of its own when
-    ``overlap``, else called at once (ACACHE_LOAD_OVERLAP=0, to measure one against the
-    other). The thread is joined on the way out, also when the caller raised."""
-    if not overlap:
-
-        def now(fn: Callable[..., Any], *args: Any) -> Future:
-            done: Future = Future()
-            try:
-                done.set_result(fn(*args))
-            except BaseException as e:  # re-raised by result(), as the thread's would be
-                done.set_exception(e)
-            return done
-
-        yield now
-        return
-    with ThreadPoolExecutor(1, thread_name_prefix="acache-weights") as pool:
-        yield pool.submit
-
-
-def _install_entry_caches(ctx: BuildContext, entry_dir: Path) -> None:
-    """The entry's kernels into this process's Inductor and Triton caches, and its
-    megacache files (one from a serial build, one per step from workers: compiling.py)
-    into torch's caches."""
-    import torch
-
-    install_compiled_files(entry_dir / KERNELS, device_index(ctx.opts.device))
-    ctx.phases["files_installed"] = time.perf_counter()
-    for name in (MEGACACHE, *(step_megacache(step) for step in STEPS)):
-        if (entry_dir / name).is_file():
-            torch.compiler.load_cache_artifacts((entry_dir / name).read_bytes())
-    ctx.phases["cache_loaded"] = time.perf_counter()
 
 
 @contextlib.contextmanager
