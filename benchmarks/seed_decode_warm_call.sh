@@ -18,7 +18,6 @@ SPECS=("$@"); [ ${#SPECS[@]} -gt 0 ] || SPECS=(llama-7b/inductor phi-2/inductor 
   llama-3-8b/inductor phi-3-mini/inductor mistral-7b/inductor)
 rm -rf "$R" "$C"; mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
-git log -1 --format=%H > "$R/commit.txt" 2>/dev/null
 python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 echo "bytecode at $((SECONDS - T0)) s"
 DECODE_JOBS=${DECODE_JOBS:-2} DECODE_PROFILE=$PROFILE timeout "${DECODE_LIMIT_S:-400}" \
