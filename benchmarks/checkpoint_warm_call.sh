@@ -9,10 +9,11 @@
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
 unset PYTHONDONTWRITEBYTECODE
-NAME=$1; shift; R=/tmp/$NAME; T0=$SECONDS; DEADLINE_S=${DEADLINE_S:-560}
-# A step's limit: its own cap, or what is left before DEADLINE_S if less (the tar at the
+NAME=${1:?usage: checkpoint_warm_call.sh NAME [RECIPE/VARIANT...]}; shift; R=/tmp/$NAME
+T0=$SECONDS; DEADLINE_S=${DEADLINE_S:-560}
+# A step's limit: its own cap, or what is left before DEADLINE_S less 10 s (the tar at the
 # end always runs).
-cap() { local left=$((DEADLINE_S - (SECONDS - T0))); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
+cap() { local left=$((DEADLINE_S - 10 - (SECONDS - T0))); echo $(( left < $1 ? (left > 1 ? left : 1) : $1 )); }
 CF=(--dir /tmp/ckpt --cache-dir /tmp/acache-ckpt --runs 2 --no-sweep)
 rm -rf "$R"; mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
@@ -22,6 +23,7 @@ timeout "$(cap 220)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-indu
   "${CF[@]}" > "$R/ckpt-inductor.log" 2>&1
 echo "inductor rc=$? at $((SECONDS - T0)) s"
 if [ -n "${LOAD_ENV:-}" ]; then
+  # shellcheck disable=SC2086  # LOAD_ENV is NAME=VALUE words, split on purpose
   env $LOAD_ENV timeout "$(cap 90)" python3 benchmarks/checkpoint_folder.py \
     --out "$R/ckpt-inductor-env" --backend inductor "${CF[@]}" > "$R/ckpt-inductor-env.log" 2>&1
   echo "inductor under $LOAD_ENV rc=$? at $((SECONDS - T0)) s"
@@ -30,7 +32,7 @@ timeout "$(cap 200)" python3 benchmarks/checkpoint_folder.py --out "$R/ckpt-aoti
   "${CF[@]}" > "$R/ckpt-aoti.log" 2>&1
 echo "aoti rc=$? at $((SECONDS - T0)) s"
 for d in ckpt-inductor ckpt-inductor-env ckpt-aoti; do grep -s -A6 '^| path | run' "$R/$d/checkpoint_folder.md"; done
-left=$((DEADLINE_S - (SECONDS - T0)))
+left=$((DEADLINE_S - (SECONDS - T0) - 10))  # 10 s kept for the tar
 if [ $# -gt 0 ] && [ "$left" -gt 90 ]; then
   DECODE_JOBS=2 DECODE_PROFILE=${PROFILE:-0} timeout "$left" bash benchmarks/decode_call.sh \
     "$R/decode" /tmp/acache-decode "$@" > "$R/decode.log" 2>&1

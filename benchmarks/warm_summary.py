@@ -31,7 +31,8 @@ STAMPS = (
 
 
 def processes(path: Path) -> list[dict[str, Any]]:
-    """The per-process objects of one output file (the summary object last is skipped)."""
+    """The per-process objects of one output file, failed probes (``"phases": null``)
+    included; the summary object last is skipped."""
     text, decoder, pos, out = path.read_text(), json.JSONDecoder(), 0, []
     while True:
         while pos < len(text) and text[pos].isspace():
@@ -39,12 +40,16 @@ def processes(path: Path) -> list[dict[str, Any]]:
         if pos >= len(text):
             return out
         obj, pos = decoder.raw_decode(text, pos)
-        if "phases" in obj:
+        if "phases" in obj and "what" not in obj:
             out.append(obj)
 
 
 def row(label: str, proc: dict[str, Any]) -> str:
-    stamps = {**proc.get("subphases", {}), **proc["phases"]}
+    phases = proc.get("phases")
+    if not isinstance(phases, dict) or "imports_done" not in phases:
+        why = str(proc.get("error") or "no phases")[:80].replace("|", "/")
+        return f"| {label} | {proc.get('run', '?')} | failed: {why} |"
+    stamps = {**(proc.get("subphases") or {}), **phases}
     base = stamps["imports_done"]
     cells = [f"{stamps[s] - base:.2f}" if s in stamps else "–" for _, s in STAMPS]
     compiled = proc.get("compile", {}).get("triton_compiles")

@@ -19,8 +19,14 @@ def test_each_process_is_a_row_of_seconds_after_its_imports(tmp_path, capsys):
     eager = {"run": "eager", "phases": {"imports_done": 1.0, "first_result": 1.5}}
     out = tmp_path / "warm.json"
     # As startup_diag writes it: one object per process, then the summary object.
-    out.write_text("\n".join(json.dumps(o) for o in (inductor, eager, {"what": "warm"})))
-    assert [p["run"] for p in ws.processes(out)] == ["inductor", "eager"]
+    failed = {"run": "inductor", "phases": None, "error": "probe exited 1"}
+    summary = {"what": "warm", "inductor": [inductor, failed]}  # written with indent=1
+    out.write_text(
+        "\n".join(
+            [*(json.dumps(o) for o in (inductor, eager, failed)), json.dumps(summary, indent=1)]
+        )
+    )
+    assert [p["run"] for p in ws.processes(out)] == ["inductor", "eager", "inductor"]
     assert ws.main([str(out)]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| warm")]
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -31,3 +37,4 @@ def test_each_process_is_a_row_of_seconds_after_its_imports(tmp_path, capsys):
     assert got["first result"] == "2.50" and got["Triton compiles"] == "0"
     assert got["kernels installed"] == "–"  # a stamp this process did not make
     assert rows[1].split("|")[-2].strip() == "–"  # eager counts no Triton compiles
+    assert "failed: probe exited 1" in rows[2]
