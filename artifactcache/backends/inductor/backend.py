@@ -298,7 +298,7 @@ def load_scope(memo_dir: Path | None) -> Iterator[None]:
 
 
 def load_aot_steps(
-    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any, stamps: dict | None = None
+    model: Any, entry_dir: Path, recipe: Any, dev: Any, scope: Any, stamps: dict[str, float]
 ) -> tuple[Any, Any, Any]:
     """(prefill, extend, decode) step callables over ``model`` from the entry's saved
     functions. All are read here, while the store's reader lock holds the verified
@@ -307,8 +307,6 @@ def load_aot_steps(
     ``scope()``, the scope the load runs in (load_scope). ``stamps`` gets
     ``steps_read`` and ``steps_opened`` (the eager steps deserialized, before their run)."""
     import torch
-
-    stamps = {} if stamps is None else stamps
 
     register_model_ops(model)
     saved = {step: (entry_dir / STEP_FILES[step]).read_bytes() for step in STEPS}
