@@ -42,14 +42,15 @@ SEED_BACKENDS = ("eager", "inductor", "aoti")
 # Rough seconds per unit at runs=1: a build that does not depend on the model's size
 # (Inductor compiles one block's kernels whatever the width: phi-2's cold inductor
 # start was 72 s against llama-7b's 75 s on 2026-12-01) plus processes and requests
-# that scale with the parameter count. From the H200 calls of 2026-12-04 (inductor
-# build 125 s, aoti 120-145 s, a bytecode warm start ~6 s). Only used to decide
+# that scale with the parameter count. Builds from the H200 and H100 calls of
+# 2026-12-05/06 (inductor 29-53 s, aoti ~90 s, plus the cold process's start and
+# requests); runs from 2026-12-04's (a bytecode warm start ~6 s). Only used to decide
 # whether a unit still fits in this call.
-UNIT_BUILD_S = {"eager": 0.0, "inductor": 130.0, "aoti": 150.0, "ort": 250.0, "trt": 250.0}
+UNIT_BUILD_S = {"eager": 0.0, "inductor": 70.0, "aoti": 110.0, "ort": 250.0, "trt": 250.0}
 UNIT_RUNS_7B_S = {"eager": 35.0, "inductor": 25.0, "aoti": 25.0, "ort": 50.0, "trt": 50.0}
 
 
-def _estimate(recipe: str, backend: str, runs: int) -> float:
+def _estimate(recipe: str, backend: str, runs: int, builds: int) -> float:
     import torch
 
     from artifactcache.models import architecture
@@ -57,8 +58,8 @@ def _estimate(recipe: str, backend: str, runs: int) -> float:
 
     with torch.device("meta"):
         n = sum(p.numel() for p in architecture(load_recipe(recipe)).parameters())
-    per_run = UNIT_BUILD_S.get(backend, 250.0) + UNIT_RUNS_7B_S.get(backend, 50.0) * n / 6.74e9
-    return per_run * runs
+    per_run = UNIT_RUNS_7B_S.get(backend, 50.0) * n / 6.74e9
+    return UNIT_BUILD_S.get(backend, 250.0) * builds + per_run * runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--dtype", default="bf16")
     p.add_argument("--runs", type=int, default=1, help="fresh processes per scenario")
+    p.add_argument(
+        "--builds", type=int, default=None, help="cold (building) processes (default --runs)"
+    )
     p.add_argument("--new-tokens", type=int, default=200)
     p.add_argument("--iters", type=int, default=2, help="timed requests per process")
     p.add_argument("--modes", default="", help="backend=mode,...; default: each backend's own")
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             backends=compare.parse_list(args.backends, "backends"),
             choices=BuildChoices(device=args.device, dtype=args.dtype),
             runs=args.runs,
+            builds=args.builds,
             new_tokens=args.new_tokens,
             iters=args.iters,
             modes=compare.parse_modes([args.modes] if args.modes else []),
@@ -107,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def keep_going(recipe: str, backend: str) -> bool:
             left = args.budget_s - (time.monotonic() - t_start)
-            need = _estimate(recipe, backend, args.runs)
+            need = _estimate(recipe, backend, args.runs, args.builds or args.runs)
             fits = need <= left
             print(
                 f"[seed_table] {recipe}/{backend}: ~{need:.0f} s needed, {left:.0f} s left"

@@ -37,6 +37,21 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "no-such-recipe", "--backend", "eager"], "unknown recipe"),
         (["coldstart", "tiny-llama", "--backend", "nope"], "unknown backend"),
         (["coldstart", "tiny-llama", "--backend", "eager", "--runs", "0"], "--runs"),
+        (["coldstart", "tiny-llama", "--runs", "2", "--builds", "3"], "--builds must be"),
+        (
+            [
+                "compare",
+                "--recipes",
+                "tiny-llama",
+                "--backends",
+                "eager",
+                "--out",
+                "X",
+                "--builds",
+                "0",
+            ],
+            "--builds must be",
+        ),  # fmt: skip
         (["coldstart", "tiny-llama", "--cache-dir", "/tmp/c"], "fresh temporary caches"),
         (
             [

@@ -114,6 +114,57 @@ def test_cold_after_warm_still_compiles_and_warm_does_not(tmp_path, monkeypatch)
     assert cold[1]["steady"]["tokens"] == warm[0]["steady"]["tokens"]
 
 
+def _fake_builds(monkeypatch):
+    """spawn_probe standing in for a probe: a cold run (an empty acache dir) writes an
+    entry named by its build number; a warm run reports the entry it found as its tokens."""
+    spawned: list[str] = []
+
+    def fake_spawn(spec, acache_dir, *, env_dirs, log_path, timeout):
+        entries = sorted(p.name for p in acache_dir.iterdir())
+        if not entries:
+            name = f"build-{sum(s == 'cold' for s in spawned)}"
+            (acache_dir / name).write_text("")
+            spawned.append("cold")
+            return {"built": True, "first_token": 1, "steady": {"tokens": [name]}}
+        spawned.append("warm")
+        return {"built": False, "first_token": 1, "steady": {"tokens": entries}}
+
+    monkeypatch.setattr(coldstart, "spawn_probe", fake_spawn)
+    return spawned
+
+
+def test_one_build_serves_every_warm_run(tmp_path, monkeypatch):
+    spawned = _fake_builds(monkeypatch)
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=2, iters=1)
+    runs = run_scenarios(spec, 3, ("cold", "warm"), work_dir=tmp_path / "w", builds=1)
+    assert spawned == ["cold", "warm", "warm", "warm"]
+    assert [r["steady"]["tokens"] for r in runs["warm"]] == [["build-0"]] * 3
+    assert coldstart.matches_build(runs["cold"], runs["warm"]) == [True, True, True]
+    assert not any((tmp_path / "w").glob("cold-*")), "the entry outlived its last warm run"
+
+
+def test_two_builds_pair_the_later_warm_runs_with_the_last(tmp_path, monkeypatch):
+    spawned = _fake_builds(monkeypatch)
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=2, iters=1)
+    runs = run_scenarios(spec, 3, ("cold", "warm"), work_dir=tmp_path / "w", builds=2)
+    assert spawned == ["cold", "warm", "cold", "warm", "warm"]
+    tokens = [r["steady"]["tokens"] for r in runs["warm"]]
+    assert tokens == [["build-0"], ["build-1"], ["build-1"]]
+    assert coldstart.matches_build(runs["cold"], runs["warm"]) == [True, True, True]
+    # A warm run that loaded another build's entry is caught as a mismatch.
+    swapped = [runs["warm"][1], runs["warm"][0], runs["warm"][2]]
+    assert coldstart.matches_build(runs["cold"], swapped) == [False, False, True]
+
+
+@pytest.mark.parametrize("builds", [0, 4])
+def test_builds_outside_one_to_runs_is_refused_before_any_run(builds, monkeypatch):
+    spawned = _fake_builds(monkeypatch)
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=2, iters=1)
+    with pytest.raises(coldstart.MeasureError, match="--builds must be between 1 and"):
+        run_scenarios(spec, 3, ("cold", "warm"), builds=builds)
+    assert spawned == []
+
+
 def test_relative_work_dir_reaches_children_as_absolute_paths(tmp_path, monkeypatch):
     """A relative TORCHINDUCTOR_CACHE_DIR broke AOTI's g++ step on the GPU (cwd differs)."""
     seen: list[tuple[Path, dict]] = []

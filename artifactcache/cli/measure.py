@@ -46,6 +46,16 @@ NewTokens = Annotated[
 Iters = Annotated[int, typer.Option("--iters", help="Timed requests per process.")]
 Warmup = Annotated[int, typer.Option("--warmup", help="Excluded requests before timing.")]
 Runs = Annotated[int, typer.Option("--runs", help="Fresh processes per scenario.")]
+Builds = Annotated[
+    int | None,
+    typer.Option(
+        "--builds",
+        help="Cold (building) processes, 1 to --runs; the warm runs past the last one load "
+        "its entry, so --builds 1 --runs 3 is one build and 3 warm starts of it "
+        "[default: --runs].",
+        show_default=False,
+    ),
+]
 PromptLen = Annotated[
     str | None,
     typer.Option(
@@ -121,6 +131,12 @@ def _runs(n: Any) -> str:
     return "1 run" if n == 1 else f"{n} runs"
 
 
+def _builds(report: dict[str, Any]) -> str:
+    st = report["settings"]
+    builds = st.get("builds")
+    return "" if builds in (None, st.get("runs")) else f", cold: {_runs(builds)}"
+
+
 def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None:
     from ..measure.report import break_even_with_interval, warm_start_problems
 
@@ -136,8 +152,8 @@ def _render_coldstart(report: dict[str, Any], recipe: str, backend: str) -> None
     t = Table(
         title=f"coldstart {shown(recipe)} / {backend} ({report['settings']['device']})",
         caption="imports … first token: seconds from the process's start to each point "
-        f"(median of {_runs(report['settings'].get('runs'))}; first token: min–max); "
-        "request: one request's latency once warm",
+        f"(median of {_runs(report['settings'].get('runs'))}{_builds(report)}; first token: "
+        "min–max); request: one request's latency once warm",
     )
     for col in ("scenario", "imports", "entry", "weights", "artifact", "first token", "request"):
         t.add_column(col, justify="left" if col == "scenario" else "right")
@@ -172,6 +188,7 @@ def coldstart_cmd(
     choices: BuildChoices,
     backend: DefaultBackendOpt = None,
     runs: Runs = 3,
+    builds: Builds = None,
     new_tokens: NewTokens = None,
     iters: Iters = 10,
     warmup: Warmup = 2,
@@ -192,8 +209,8 @@ def coldstart_cmd(
     choices.check_scope("module" if is_spec(recipe) else "recipe")
     lens = _prompt_lens(prompt_len, [recipe])
     spec = compare.spec_for(
-        [recipe], [backend], choices, runs=runs, new_tokens=new_tokens, iters=iters,
-        warmup=warmup, prompt_lens=tuple(lens),
+        [recipe], [backend], choices, runs=runs, builds=builds, new_tokens=new_tokens,
+        iters=iters, warmup=warmup, prompt_lens=tuple(lens),
     )  # fmt: skip
     compare.validate(spec)
     if out is not None:
@@ -377,6 +394,7 @@ def compare_cmd(
     out: Annotated[Path, typer.Option("--out", help="Report directory.")],
     choices: BuildChoices,
     runs: Runs = 3,
+    builds: Builds = None,
     new_tokens: NewTokens = None,
     iters: Iters = 10,
     warmup: Warmup = 2,
@@ -403,8 +421,9 @@ def compare_cmd(
     names = compare.parse_list(recipes, "recipes")
     spec = compare.spec_for(
         names, compare.parse_list(backends, "backends"),
-        choices, runs=runs, new_tokens=new_tokens, iters=iters, warmup=warmup,
-        modes=compare.parse_modes(modes or []), extras=parse_backend_extras(extra),
+        choices, runs=runs, builds=builds, new_tokens=new_tokens, iters=iters,
+        warmup=warmup, modes=compare.parse_modes(modes or []),
+        extras=parse_backend_extras(extra),
         prompt_lens=tuple(_prompt_lens(prompt_len, names)),
     )  # fmt: skip
     compare.validate(spec)

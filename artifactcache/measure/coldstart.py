@@ -12,6 +12,8 @@ Scenarios (docs/measurement.md has the full protocol):
 
 Runs interleave (cold 1, warm 1, cold 2, warm 2, ...) so a cold run after a
 warm run proves the caches were really emptied, and slow drift hits both alike.
+With fewer builds than runs (``--builds``), the warm runs past the last build load
+that build's entry: one build, then N warm processes of it.
 The user's cache is never touched: every dir lives under a temporary work dir.
 """
 
@@ -240,14 +242,19 @@ def run_scenarios(
     journal: Path | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
+    builds: int | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Fresh-process runs per scenario, interleaved; results keyed by scenario.
+
+    ``builds`` (default ``runs``): how many cold runs there are. Warm run i loads the
+    entry of cold run min(i, builds - 1), so ``builds=1`` is one build and ``runs``
+    warm processes of that one entry (the cheaper proof that warm starts agree with
+    their build and with each other).
 
     With ``journal``, each finished run is appended there and skipped on a later
     call (the work dir must then persist too, so a warm run finds its entry).
     """
-    if runs < 1:
-        raise MeasureError(f"--runs must be at least 1, got {runs}")
+    builds = check_builds(runs, builds)
     wanted = [s for s in SCENARIOS if s in set(scenarios)]
     if not wanted:
         raise MeasureError(f"no scenario to run: choose from {', '.join(SCENARIOS)}")
@@ -268,8 +275,8 @@ def run_scenarios(
             prime = dataclasses.replace(eager_spec, extra_flags=["--build-only"])
             _one_run(prime, root / "eager" / "prime", eager_dir, timeout, must_be_empty=False)
         for i in range(runs):
-            cold_dir = root / f"cold-{i}" / "acache"
-            if "cold" in wanted:
+            cold_dir = root / f"cold-{builder(i, builds)}" / "acache"
+            if "cold" in wanted and i < builds:
                 if ("cold", i) in done:
                     out["cold"].append(done[("cold", i)])
                 else:
@@ -291,12 +298,14 @@ def run_scenarios(
                         _one_run(prime, cold_dir.parent, cold_dir, timeout, must_be_empty=False)
                     say(f"warm {i + 1}/{runs}: entry present, framework caches empty")
                     res = _one_run(spec, root / f"warm-{i}", cold_dir, timeout, must_be_empty=False)
-                    # Not cold run i's entry: matches_build has no build to compare with.
+                    # Not a cold run's entry: matches_build has no build to compare with.
                     res["entry_primed"] = primed
                     _journal_add(journal, "warm", i, res)
                     out["warm"].append(res)
-            # Cold entries can be huge (an AOTI package with weights is 13.6 GB for 7B).
-            shutil.rmtree(cold_dir.parent, ignore_errors=True)
+            # Cold entries can be huge (an AOTI package with weights is 13.6 GB for 7B):
+            # each goes once its last warm run is done.
+            if not (builder(i, builds) == builds - 1 and i < runs - 1):
+                shutil.rmtree(cold_dir.parent, ignore_errors=True)
             if "eager" in wanted:
                 if ("eager", i) in done:
                     out["eager"].append(done[("eager", i)])
@@ -370,12 +379,32 @@ def outputs_agree(results: list[dict[str, Any]]) -> bool | None:
     return all(o == outs[0] for o in outs)
 
 
+def check_builds(runs: int, builds: int | None) -> int:
+    """The number of cold runs (``builds``, default ``runs``); a bad one is one line."""
+    if runs < 1:
+        raise MeasureError(f"--runs must be at least 1, got {runs}")
+    if builds is None:
+        return runs
+    if not 1 <= builds <= runs:
+        raise MeasureError(f"--builds must be between 1 and --runs ({runs}), got {builds}")
+    return builds
+
+
+def builder(warm_index: int, builds: int) -> int:
+    """The cold run whose entry warm run ``warm_index`` loads."""
+    return min(warm_index, builds - 1)
+
+
 def matches_build(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> list[bool | None]:
     """Per warm run, whether its greedy tokens are those of the cold run that built the
-    entry it loaded (runs pair up by index); None where either has no tokens, or where
-    the warm run's entry was built for it (``entry_primed``: a resumed run)."""
+    entry it loaded (warm run i loaded cold run min(i, builds - 1)'s); None where either
+    has no tokens, or where the warm run's entry was built for it (``entry_primed``: a
+    resumed run)."""
     out: list[bool | None] = []
-    for c, w in zip(cold, warm, strict=False):
+    if not cold:
+        return out
+    for i, w in enumerate(warm):
+        c = cold[builder(i, len(cold))]
         pair = [greedy_output(c), greedy_output(w)]
         same = None if (None, None) in pair or w.get("entry_primed") else pair[0] == pair[1]
         out.append(same)

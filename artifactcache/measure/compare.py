@@ -40,6 +40,7 @@ class CompareSpec:
     # A recipe's requests are batch 1 whatever choices.max_batch builds for.
     choices: BuildChoices = field(default_factory=BuildChoices)
     runs: int = 3
+    builds: int | None = None  # cold runs; None: one per run (coldstart.run_scenarios)
     new_tokens: int | None = None
     iters: int = 10
     warmup: int = 2
@@ -100,8 +101,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
     from ..backends.shared.model_options import check_recipe_options
     from ..recipes import load_recipe
 
-    if spec.runs < 1:
-        raise MeasureError(f"--runs must be at least 1, got {spec.runs}")
+    coldstart.check_builds(spec.runs, spec.builds)
     if spec.iters < 1:
         raise MeasureError(f"--iters must be at least 1, got {spec.iters}")
     if spec.warmup < 1:
@@ -240,6 +240,7 @@ def run_unit(
             journal=(units_dir / f"{name}.jsonl") if resume else None,
             timeout=spec.timeout,
             progress=lambda m: say(f"{recipe}/{backend}: {m}"),
+            builds=spec.builds,
         )
         unit = {"status": "ok", "runs": runs}
     except MeasureError as e:
@@ -387,6 +388,7 @@ def run_compare(
             "weights": spec.choices.weights,
             "seed": spec.choices.seed,
             "runs": spec.runs,
+            "builds": spec.builds or spec.runs,
             "iters": spec.iters,
             "warmup": spec.warmup,
             "new_tokens": spec.new_tokens,
