@@ -14,10 +14,11 @@
 #   bash benchmarks/warm_targets_call.sh NAME
 # Results in /tmp/NAME (entries, checkpoint and framework caches left out), tarred into
 # $OUT/NAME.tgz.
+T0=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
 unset PYTHONDONTWRITEBYTECODE
-NAME=${1:?usage: warm_targets_call.sh NAME}; R=/tmp/$NAME; T0=$SECONDS
+NAME=${1:?usage: warm_targets_call.sh NAME}; R=/tmp/$NAME
 DEADLINE_S=${DEADLINE_S:-570}
 # A step's limit: its own cap, or what is left before DEADLINE_S less 15 s (the tar).
 left() { echo $((DEADLINE_S - 15 - (SECONDS - T0))); }
@@ -25,14 +26,17 @@ cap() { local l; l=$(left); echo $(( l < $1 ? (l > 1 ? l : 1) : $1 )); }
 mkdir -p "$R/seed/units"
 if [ -n "${SEED_UNITS:-}" ] && [ -d "$SEED_UNITS" ]; then cp -rn "$SEED_UNITS"/. "$R/seed/units/"; fi
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu-$SECONDS.txt"
-python3 benchmarks/_bytecode.py > "$R/bytecode-$SECONDS.json" 2>&1
+timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode-$SECONDS.json" 2>&1
 echo "bytecode at $((SECONDS - T0)) s"
-if [ ! -s "$R/doctor/doctor.time" ]; then
+# The doctor's cache has no build in it: the quick checks, --full and the memo, on their own.
+if ! grep -q '^memo ' "$R/doctor/doctor.time" 2>/dev/null; then
+  rm -rf "$R/doctor" "$R/doctor-cache"
   timeout "$(cap 60)" bash benchmarks/doctor_timing.sh "$R/doctor" "$R/doctor-cache" > "$R/doctor.log" 2>&1
   echo "doctor rc=$? at $((SECONDS - T0)) s"; cat "$R/doctor/doctor.time"
 fi
 seed() {  # LOG ARGS...: seed_table.py within what is left of the call
   local log=$1; shift
+  [ "$(left)" -gt 60 ] || { echo "$log: not started, $(left) s left"; return; }
   timeout "$(cap 560)" python3 benchmarks/seed_table.py --out "$R/seed" --budget-s "$(left)" \
     --probe-timeout-s 400 "$@" >> "$R/$log.log" 2>&1
   echo "$log rc=$? at $((SECONDS - T0)) s"

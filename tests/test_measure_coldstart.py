@@ -151,9 +151,20 @@ def test_two_builds_pair_the_later_warm_runs_with_the_last(tmp_path, monkeypatch
     tokens = [r["steady"]["tokens"] for r in runs["warm"]]
     assert tokens == [["build-0"], ["build-1"], ["build-1"]]
     assert coldstart.matches_build(runs["cold"], runs["warm"]) == [True, True, True]
-    # A warm run that loaded another build's entry is caught as a mismatch.
-    swapped = [runs["warm"][1], runs["warm"][0], runs["warm"][2]]
-    assert coldstart.matches_build(runs["cold"], swapped) == [False, False, True]
+    assert [r["build_index"] for r in runs["warm"]] == [0, 1, 1]
+    # A warm run whose tokens are not its build's is caught as a mismatch.
+    runs["warm"][2]["steady"]["tokens"] = ["build-0"]
+    assert coldstart.matches_build(runs["cold"], runs["warm"]) == [True, True, False]
+
+
+def test_warm_runs_of_an_entry_built_for_them_are_not_compared_with_a_build(tmp_path, monkeypatch):
+    spawned = _fake_builds(monkeypatch)
+    spec = ProbeSpec(recipe="tiny-llama", backend="inductor", new_tokens=2, iters=1)
+    # Warm alone: the first warm run builds the entry (untimed) and all three load it.
+    runs = run_scenarios(spec, 3, ("warm",), work_dir=tmp_path / "w", builds=1)
+    assert spawned == ["cold", "warm", "warm", "warm"]  # the fake counts the prime as cold
+    assert [r["entry_primed"] for r in runs["warm"]] == [True, True, True]
+    assert coldstart.matches_build([{"steady": {"tokens": ["x"]}}], runs["warm"]) == [None] * 3
 
 
 @pytest.mark.parametrize("builds", [0, 4])

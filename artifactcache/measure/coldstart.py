@@ -291,15 +291,19 @@ def run_scenarios(
                 if ("warm", i) in done:
                     out["warm"].append(done[("warm", i)])
                 else:
-                    primed = not cold_dir.is_dir()
-                    if primed:  # warm alone: populate an entry, untimed
+                    # An entry built here, not by a cold run, is marked: a later warm run
+                    # of the same entry (--builds) must not take it for the cold run's.
+                    marker = cold_dir.parent / PRIMED_MARKER
+                    if not cold_dir.is_dir():  # warm alone: populate an entry, untimed
                         say(f"warm {i + 1}/{runs}: building the entry first (untimed)")
                         prime = dataclasses.replace(spec, extra_flags=["--build-only"])
                         _one_run(prime, cold_dir.parent, cold_dir, timeout, must_be_empty=False)
+                        marker.touch()
                     say(f"warm {i + 1}/{runs}: entry present, framework caches empty")
                     res = _one_run(spec, root / f"warm-{i}", cold_dir, timeout, must_be_empty=False)
                     # Not a cold run's entry: matches_build has no build to compare with.
-                    res["entry_primed"] = primed
+                    res["entry_primed"] = marker.exists()
+                    res["build_index"] = builder(i, builds)
                     _journal_add(journal, "warm", i, res)
                     out["warm"].append(res)
             # Cold entries can be huge (an AOTI package with weights is 13.6 GB for 7B):
@@ -390,6 +394,9 @@ def check_builds(runs: int, builds: int | None) -> int:
     return builds
 
 
+PRIMED_MARKER = "entry-built-by-a-warm-run"
+
+
 def builder(warm_index: int, builds: int) -> int:
     """The cold run whose entry warm run ``warm_index`` loads."""
     return min(warm_index, builds - 1)
@@ -397,15 +404,16 @@ def builder(warm_index: int, builds: int) -> int:
 
 def matches_build(cold: list[dict[str, Any]], warm: list[dict[str, Any]]) -> list[bool | None]:
     """Per warm run, whether its greedy tokens are those of the cold run that built the
-    entry it loaded (warm run i loaded cold run min(i, builds - 1)'s); None where either
-    has no tokens, or where the warm run's entry was built for it (``entry_primed``: a
-    resumed run)."""
+    entry it loaded (its ``build_index``, else its own index); None where either has no
+    tokens or that cold run is missing, or where the warm run's entry was built for it
+    (``entry_primed``: a resumed run)."""
     out: list[bool | None] = []
-    if not cold:
-        return out
     for i, w in enumerate(warm):
-        c = cold[builder(i, len(cold))]
-        pair = [greedy_output(c), greedy_output(w)]
+        b = w.get("build_index", i)
+        if b >= len(cold):
+            out.append(None)
+            continue
+        pair = [greedy_output(cold[b]), greedy_output(w)]
         same = None if (None, None) in pair or w.get("entry_primed") else pair[0] == pair[1]
         out.append(same)
     return out
