@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="", help="backend=mode,... as the units were built")
     p.add_argument("--calls", nargs="*", default=[], help="device commands behind the units")
     p.add_argument("--not-run", nargs="*", default=[], help="backend=reason (no units)")
+    p.add_argument("--runs", type=int, default=1, help="processes per scenario, as run")
+    p.add_argument("--builds", type=int, default=None, help="cold processes, as run")
     args = p.parse_args(argv)
 
     reasons = dict(item.split("=", 1) for item in args.not_run)
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         recipes=compare.parse_list(args.recipes, "recipes"),
         backends=compare.parse_list(args.backends, "backends"),
         choices=BuildChoices(device="cuda", dtype="bf16"),
-        runs=1,
+        runs=args.runs,
+        builds=args.builds,
         new_tokens=200,
         iters=2,
         modes=compare.parse_modes([args.modes]),

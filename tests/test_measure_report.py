@@ -239,8 +239,8 @@ def test_break_even_is_shown_with_its_interval_and_an_uncertain_one_is_named(con
     # With one process a scenario the resamples cannot vary the start: said so.
     be["interval"].update(low=2.0, high=3.0, processes=[1, 3])
     assert report.break_even_with_interval(be).endswith(
-        "95% interval 2.0–3.0 req (requests' spread only: one process per scenario; "
-        "--runs 3 or more)"
+        "95% interval 2.0–3.0 req (requests' spread only: one process in a scenario; "
+        "--runs 3 or more, and as many --builds for a cold start)"
     )
     be["interval"]["processes"] = [3, 3]
     assert report.break_even_with_interval(be).endswith("95% interval 2.0–3.0 req")

@@ -48,6 +48,11 @@ def break_even_verdict(be: dict[str, Any] | None) -> str:
     return f"{be['requests']:.1f} req ({be['seconds']:.1f} s serving)"
 
 
+def _cold_runs(settings: dict[str, Any]) -> str:
+    builds = settings.get("builds")
+    return "" if builds in (None, settings.get("runs")) else f" (cold: {builds}, --builds)"
+
+
 def break_even_with_interval(be: dict[str, Any] | None) -> str:
     """break_even_verdict and, where measured, its 95% interval in requests."""
     text = break_even_verdict(be)
@@ -55,9 +60,12 @@ def break_even_with_interval(be: dict[str, Any] | None) -> str:
     if not iv:
         return text
     # One process a scenario: the resamples vary the requests alone, not the start.
-    alone = " (requests' spread only: one process per scenario; --runs 3 or more)" if min(
-        iv.get("processes") or [2]
-    ) < 2 else ""  # fmt: skip
+    alone = ""
+    if min(iv.get("processes") or [2]) < 2:
+        alone = (
+            " (requests' spread only: one process in a scenario; --runs 3 or more, "
+            "and as many --builds for a cold start)"
+        )
     if iv["low"] is None:
         return f"{text}; 95% interval: never level{alone}"
     high = "never" if iv["high"] is None else f"{iv['high']:.1f}"
@@ -317,7 +325,7 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
         f"- bytecode: {_bytecode_line(env.get('bytecode'))}",
         f"- setup: batch 1{rows}, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
-        f"greedy, no early stop; {st['runs']} fresh process(es) per scenario; "
+        f"greedy, no early stop; {st['runs']} fresh process(es) per scenario{_cold_runs(st)}; "
         f"{st['iters']} timed requests per process after {st['warmup']} excluded",
         f"- modes: {st.get('modes') or {}}",
         "",
