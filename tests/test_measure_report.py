@@ -270,3 +270,24 @@ def test_a_run_without_cached_bytecode_says_so_in_the_header(constructed):
     assert "every process compiled each module" in report.render_markdown(constructed, [])
     constructed["environment"]["bytecode"] = {"torch_bytecode": True, "writes_bytecode": False}
     assert "- bytecode: cached" in report.render_markdown(constructed, [])
+
+
+def test_setup_line_gives_process_counts_as_run(constructed):
+    text = report.render_markdown(constructed, [])
+    assert "; 1 fresh process(es) per scenario;" in text
+    # A report assembled from units of calls with other counts says what ran.
+    rec = load_recipe("tiny-llama")
+    three = {
+        "cold": [_probe(60.0, 0.1, 0.01, True)],
+        "warm": [_probe(8.0, 0.1, 0.01, False) for _ in range(3)],
+    }
+    constructed["pairs"]["tiny-llama/inductor"] = _pair(rec, three)
+    constructed["pairs"]["tiny-llama/inductor"]["runs"] = three
+    text = report.render_markdown(constructed, [])
+    assert "fresh processes per scenario, as run: tiny-llama 1/3 (cold 1)" in text
+    # As asked (--runs 3 --builds 1): the settings line, with the cold count.
+    constructed["settings"].update(runs=3, builds=1)
+    for unit in (constructed["pairs"]["tiny-llama/eager"], constructed["baselines"]["tiny-llama"]):
+        unit["coldstart"]["scenarios"]["eager"]["runs"] = 3
+    text = report.render_markdown(constructed, [])
+    assert "; 3 fresh process(es) per scenario (cold: 1, --builds);" in text

@@ -48,9 +48,33 @@ def break_even_verdict(be: dict[str, Any] | None) -> str:
     return f"{be['requests']:.1f} req ({be['seconds']:.1f} s serving)"
 
 
-def _cold_runs(settings: dict[str, Any]) -> str:
-    builds = settings.get("builds")
-    return "" if builds in (None, settings.get("runs")) else f" (cold: {builds}, --builds)"
+def _processes(report: dict[str, Any]) -> str:
+    """Fresh processes per scenario, from the runs themselves: a report assembled from
+    several calls' units (benchmarks/seed_report.py) may mix counts."""
+    st = report["settings"]
+    builds = st.get("builds")
+    said = f"{st['runs']} fresh process(es) per scenario"
+    if builds not in (None, st["runs"]):
+        said += f" (cold: {builds}, --builds)"
+    per_recipe: dict[str, dict[str, set[int]]] = {}
+    units = [(k.split("/", 1)[0], p) for k, p in report.get("pairs", {}).items()]
+    units += list(report.get("baselines", {}).items())
+    for recipe, unit in units:
+        for scen, sc in ((unit.get("coldstart") or {}).get("scenarios") or {}).items():
+            kind = "cold" if scen == "cold" else "other"
+            per_recipe.setdefault(recipe, {}).setdefault(kind, set()).add(sc["runs"])
+    expected = {"cold": {builds or st["runs"]}, "other": {st["runs"]}}
+    if all(c <= expected[k] for r in per_recipe.values() for k, c in r.items()):
+        return said
+
+    def one(r: dict[str, set[int]]) -> str:
+        other, cold = sorted(r.get("other", set())), sorted(r.get("cold", set()))
+        text = "/".join(map(str, other or cold))
+        return text + (f" (cold {'/'.join(map(str, cold))})" if other and cold != other else "")
+
+    return "fresh processes per scenario, as run: " + ", ".join(
+        f"{name} {one(r)}" for name, r in per_recipe.items()
+    )
 
 
 def break_even_with_interval(be: dict[str, Any] | None) -> str:
@@ -325,7 +349,7 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
         f"- bytecode: {_bytecode_line(env.get('bytecode'))}",
         f"- setup: batch 1{rows}, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
-        f"greedy, no early stop; {st['runs']} fresh process(es) per scenario{_cold_runs(st)}; "
+        f"greedy, no early stop; {_processes(report)}; "
         f"{st['iters']} timed requests per process after {st['warmup']} excluded",
         f"- modes: {st.get('modes') or {}}",
         "",
