@@ -23,6 +23,9 @@ def no_spawn(monkeypatch):
     monkeypatch.setattr(coldstart, "spawn_probe", boom)
 
 
+COMPARE_EAGER = ["compare", "--recipes", "tiny-llama", "--backends", "eager", "--out", "X"]
+
+
 def one_line_error(*args: str) -> str:
     r = runner.invoke(app, list(args))
     assert r.exit_code == 1, (r.stdout, r.stderr)
@@ -38,35 +41,9 @@ def one_line_error(*args: str) -> str:
         (["coldstart", "tiny-llama", "--backend", "nope"], "unknown backend"),
         (["coldstart", "tiny-llama", "--backend", "eager", "--runs", "0"], "--runs"),
         (["coldstart", "tiny-llama", "--runs", "2", "--builds", "3"], "--builds must be"),
-        (
-            [
-                "compare",
-                "--recipes",
-                "tiny-llama",
-                "--backends",
-                "eager",
-                "--out",
-                "X",
-                "--builds",
-                "0",
-            ],
-            "--builds must be",
-        ),  # fmt: skip
+        ([*COMPARE_EAGER, "--builds", "0"], "--builds must be"),
         (["coldstart", "tiny-llama", "--cache-dir", "/tmp/c"], "fresh temporary caches"),
-        (
-            [
-                "compare",
-                "--recipes",
-                "tiny-llama",
-                "--backends",
-                "eager",
-                "--out",
-                "X",
-                "--cache-dir",
-                "/tmp/c",
-            ],
-            "use `acache bench --cache-dir DIR`",
-        ),  # fmt: skip
+        ([*COMPARE_EAGER, "--cache-dir", "/tmp/c"], "use `acache bench --cache-dir DIR`"),
         (["bench", "tiny-llama", "-b", "eager", "--batch", "2", "--max-batch", "1"], "max_batch"),
         (["bench", "tiny-llama", "--new-tokens", "500"], "max_seq_len"),
         (
