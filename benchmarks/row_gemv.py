@@ -12,8 +12,10 @@ before qkv and gate/up, the skip after o, SiLU-and-mul before down and the skip 
   decode step ran before ``row_gemv``);
 - ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
 - ``acache@BNxBKwW``: a sweep of tiles (``--sweep``), to check gemv_launch's choice;
-- ``int8_acache``: the same with int8 weights (per-row scales), and ``int4_tinygemm``
-  (``aten._weight_int4pack_mm``, group 128, the projection alone), with ``--quant``.
+- ``int8_acache``: the same with int8 weights (per-row scales), ``int4_tinygemm``
+  (``aten._weight_int4pack_mm``, group 128, the projection alone) and ``int4_acache``
+  (acache's GEMV on the same weights' plain nibbles, prologue and skip included; with
+  ``--sweep`` also ``int4_acache@BNxBKwW`` over int4_tiles), with ``--quant``.
 
 Timing: ``triton.testing.do_bench_cudagraph`` median (replays of a CUDA graph, as
 acache's decode runs), each call on the next of enough weight copies to overflow the L2
@@ -86,6 +88,15 @@ def sweep_tiles() -> list[gemv.GemvLaunch]:
             if 2048 <= bn * bk <= 16384:
                 out += [gemv.GemvLaunch(bn, bk, w) for w in (4, 8)]
     return out
+
+
+def int4_tiles() -> list[gemv.GemvLaunch]:
+    """int4 tiles: a group (GROUP channels) or half of one a loop step, 8-64 channels a
+    program, 4 and 8 warps."""
+    return [
+        gemv.GemvLaunch(bn, bk, w) for bk in (GROUP // 2, GROUP) for bn in (8, 16, 32, 64)
+        for w in (4, 8)
+    ]  # fmt: skip
 
 
 def main() -> int:
@@ -185,6 +196,19 @@ def main() -> int:
             b4 = n * k // 2 + sz.numel() * 2 + io
             ref4 = tinygemm(packed, sz).double().reshape(-1)  # its own output: time only
             record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
+            # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
+            # the float64 product of the dequantized weight.
+            q = torch.stack([nib >> 4, nib & 15], -1).reshape(n, -1, GROUP).double()
+            per_row = sz.transpose(0, 1).double()
+            dense = ((q - 8) * per_row[..., :1] + per_row[..., 1:]).reshape(n, k)
+            want4 = dense @ a + (0 if r is None else r.double().reshape(-1))
+            del q, dense
+            record(shape, "int4_acache", ours, (nib, sz), want4, b4)
+            if args.sweep:
+                for cut in int4_tiles():
+                    label = f"int4_acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
+                    fn = lambda w, s: ours(w, s, cut=cut)  # noqa: E731
+                    record(shape, label, fn, (nib, sz), want4, b4)
             del packed, nib, sz
         del w
         torch.cuda.empty_cache()

@@ -15,36 +15,63 @@ import torch  # noqa: E402
 from _gemv_reference import reference  # noqa: E402
 
 from artifactcache.models import gemv  # noqa: E402
-from artifactcache.models.quant import quantize_int8  # noqa: E402
+from artifactcache.models.quant import (  # noqa: E402
+    INT4_GROUPS,
+    quantize_int4,
+    quantize_int8,
+    unpack_nibbles,
+)
 
-# name: (N, K, int8, bias, norm, silu_mul, residual, tile (block_n, block_k) or None)
+# name: (N, K, quant, bias, norm, silu_mul, residual, tile (block_n, block_k) or None)
 CASES = {
-    "plain, the op's tile": (96, 256, False, False, False, False, False, None),
-    "a bias": (40, 128, False, True, False, False, False, None),
-    "RMSNorm prologue": (64, 192, False, False, True, False, False, None),
-    "SiLU-and-mul prologue and a skip": (48, 128, False, False, False, True, True, None),
-    "RMSNorm, a bias and a skip": (33, 96, False, True, True, False, True, None),
+    "plain, the op's tile": (96, 256, None, False, False, False, False, None),
+    "a bias": (40, 128, None, True, False, False, False, None),
+    "RMSNorm prologue": (64, 192, None, False, True, False, False, None),
+    "SiLU-and-mul prologue and a skip": (48, 128, None, False, False, True, True, None),
+    "RMSNorm, a bias and a skip": (33, 96, None, True, True, False, True, None),
     "K not a multiple of the tile, N of the block":
-        (37, 200, False, False, True, False, False, (16, 128)),
-    "one output channel a program": (5, 64, False, True, False, False, True, (1, 32)),
-    "int8": (96, 256, True, False, False, False, False, None),
-    "int8, RMSNorm and a bias": (40, 200, True, True, True, False, False, (8, 64)),
-    "int8, SiLU-and-mul and a skip": (24, 64, True, False, False, True, True, None),
-    "int8, the magic cast's extremes -127 and 127": (8, 64, True, False, False, False, False, None),
+        (37, 200, None, False, True, False, False, (16, 128)),
+    "one output channel a program": (5, 64, None, True, False, False, True, (1, 32)),
+    "int8": (96, 256, "int8", False, False, False, False, None),
+    "int8, RMSNorm and a bias": (40, 200, "int8", True, True, False, False, (8, 64)),
+    "int8, SiLU-and-mul and a skip": (24, 64, "int8", False, False, True, True, None),
+    "int8, the magic cast's extremes -127 and 127":
+        (8, 64, "int8", False, False, False, False, None),
+    "int4, groups of 128, the op's tile": (96, 256, "int4", False, False, False, False, None),
+    "int4, groups of 32, RMSNorm and a bias": (40, 96, "int4", True, True, False, False, (8, 32)),
+    "int4, groups of 64, SiLU-and-mul and a skip":
+        (24, 64, "int4", False, False, True, True, None),
+    "int4, half a group a tile, N not a multiple of the block":
+        (37, 256, "int4", False, True, False, False, (16, 64)),
 }  # fmt: skip
 
 
-def case_matches(name, n, k, int8, with_bias, norm, silu_mul, with_residual, tile, dtype):
+def int4_weight(w):
+    """(nibbles, scales and zeros) of w as int4wo stores it, and its dequantized value in
+    float64: what the kernel must multiply by."""
+    group = next(g for g in INT4_GROUPS if w.shape[1] % g == 0)  # as int4_layout picks
+    nibbles, sz = quantize_int4(w, group)
+    q = unpack_nibbles(nibbles).double().reshape(w.shape[0], -1, group)
+    per_row = sz.double().transpose(0, 1)  # [N, groups, 2]
+    exact = (q - 8) * per_row[..., :1] + per_row[..., 1:]
+    assert q.min() == 0 and q.max() == 15  # the magic cast's extremes
+    return nibbles, sz, exact.reshape(w.shape)
+
+
+def case_matches(name, n, k, quant, with_bias, norm, silu_mul, with_residual, tile, dtype):
     torch.manual_seed(0)
     w = torch.randn(n, k, dtype=dtype) / k**0.5
     scales = None
-    if int8:
+    dense = None  # the weight the product is checked against, where not w itself
+    if quant == "int8":
         if "extremes" in name:
             w[:, ::2] = w.abs().amax(1, keepdim=True)
             w[:, 1::2] = -w[:, ::2]
         w, scales = quantize_int8(w)
         if "extremes" in name:
             assert w.max() == 127 and w.min() == -127
+    elif quant == "int4":
+        w, scales, dense = int4_weight(w)
     x = torch.randn(1, 2 * k if silu_mul else k, dtype=dtype)
     bias = torch.randn(n, dtype=dtype) if with_bias else None
     g = (1 + torch.rand(k)).to(dtype) if norm else None
@@ -54,7 +81,10 @@ def case_matches(name, n, k, int8, with_bias, norm, silu_mul, with_residual, til
         got = gemv.row_gemv(*args)
     else:
         got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile))
-    want = reference(*args)
+    if dense is not None:
+        want = reference(x, dense, None, bias, g, 1e-5, silu_mul, residual)
+    else:
+        want = reference(*args)
     # bf16: the output's rounding (and a skip's second rounding), a few ulps of 2**-8
     tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
@@ -140,6 +170,8 @@ def main() -> None:
         print(f"ok: {name} decodes as without the row GEMV")
     a_tiny_model_decodes_as_without_the_row_gemv("tiny-qwen2", quant="int8wo")
     print("ok: tiny-qwen2 int8wo decodes as without the row GEMV")
+    a_tiny_model_decodes_as_without_the_row_gemv("tiny-llama", quant="int4wo")
+    print("ok: tiny-llama int4wo decodes as without the row GEMV")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
     if done.returncode:
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    # 12 cases in fp32 and bf16, the refusal of a prompt's rows, 5 tiny models.
-    assert done.stdout.count("ok:") == 30, done.stdout
+    # 16 cases in fp32 and bf16, the refusal of a prompt's rows, 6 tiny models.
+    assert done.stdout.count("ok:") == 39, done.stdout
 
 
 def test_the_tile_follows_the_weights_width_and_the_prologue():
@@ -86,9 +86,11 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
     import torch
 
     from artifactcache.models import gemv
-    from artifactcache.models.quant import quantize_int8
+    from artifactcache.models.quant import quantize_int4, quantize_int8
 
     weight, scales = quantize_int8(torch.randn(8, 64))
+    nibbles, sz = quantize_int4(torch.randn(8, 64), 32)  # [8, 32] bytes, [2, 8, 2]
+    nibbles96, sz96 = quantize_int4(torch.randn(8, 96), 32)  # 2 groups of 96 are 48 wide
     x = torch.randn(1, 64)
     refused = {
         "no rows": ((torch.randn(0, 64), weight, scales), {}),
@@ -107,13 +109,18 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "bias of another N": ((x, weight, scales), {"bias": torch.zeros(9)}),
         "residual of another N": ((x, weight, scales), {"residual": torch.zeros(7)}),
         "norm weight of another K": ((x, weight, scales), {"norm_weight": torch.ones(63)}),
+        "int4 without its scales and zeros": ((x, nibbles, None), {}),
+        "int4 scales and zeros of another N": ((x, nibbles, sz[:, :4]), {}),
+        "int4 groups not a power of two": ((torch.randn(1, 96), nibbles96, sz96[:2]), {}),
     }  # fmt: skip
     messages = {
         "no rows": "one row", "two rows": "one row", "one-dimensional x": "one row",
         "a strided weight": "contiguous weight", "a transposed weight": "contiguous weight",
-        "an integer weight": "float or int8", "int8 without scales": "scales",
+        "an integer weight": "float, int8 or int4", "int8 without scales": "scales",
         "scales with a float weight": "scales", "x not [gate | up]": "gate and up",
-        "two prologues": "one prologue",
+        "two prologues": "one prologue", "int4 without its scales and zeros": "scales",
+        "int4 scales and zeros of another N": r"\[K/group, 8, 2\]",
+        "int4 groups not a power of two": "power of two",
     }  # fmt: skip
     for case, (args, kwargs) in refused.items():
         full = {"bias": None, "norm_weight": None, "eps": 0.0, "silu_mul": False,
@@ -161,18 +168,28 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     from _gemv_reference import reference
 
     from artifactcache.models import gemv
-    from artifactcache.models.quant import quantize_int8
+    from artifactcache.models.quant import INT4_GROUPS, quantize_int4, quantize_int8
 
     torch.manual_seed(0)
-    for n, k, with_bias in ((3072, 3072, False), (4100, 11000, True)):
+    for n, k, with_bias in ((3072, 3072, False), (4100, 11000, True), (4104, 11008, True)):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        w8, s8 = quantize_int8(w)
+        forms = [(w, None, w), (*quantize_int8(w), w)]  # (weight, scales, dense)
+        group = next((g for g in INT4_GROUPS if k % g == 0), None)
+        if group:  # int4: checked against its dequantized weight
+            nibbles, sz = quantize_int4(w, group)
+            q = torch.stack([nibbles >> 4, nibbles & 15], -1).reshape(n, -1, group)
+            per_row = sz.transpose(0, 1).float()
+            dense = ((q.float() - 8) * per_row[..., :1] + per_row[..., 1:]).reshape(n, k)
+            forms.append((nibbles, sz, dense))
         g = (1 + torch.rand(k, device="cuda")).to(torch.bfloat16)
         r = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
-        for weight, scales in ((w, None), (w8, s8)):
+        for weight, scales, dense in forms:
+            int4 = weight.dtype == torch.uint8
             for norm, silu, residual in ((g, False, None), (None, True, r), (None, False, r)):
                 x = torch.randn(1, 2 * k if silu else k, device="cuda", dtype=torch.bfloat16)
                 args = (x, weight, scales, bias, norm, 1e-5, silu, residual)
                 got = gemv.row_gemv(*args).double()
-                torch.testing.assert_close(got, reference(*args), rtol=2e-2, atol=5e-2)
+                dense_args = (x, dense, None, bias, norm, 1e-5, silu, residual)
+                want = reference(*dense_args) if int4 else reference(*args)
+                torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)

@@ -13,7 +13,7 @@ from artifactcache.models.common import RMSNorm
 from artifactcache.models.quant import int4_linear, int8_linear
 
 
-def test_the_gemv_reads_float_and_int8_layers_only():
+def test_the_gemv_reads_float_int8_and_int4_layers_only():
     torch.manual_seed(0)
     plain = nn.Linear(64, 16)
     assert rows.row_weights(plain) == (plain.weight, None)
@@ -21,7 +21,8 @@ def test_the_gemv_reads_float_and_int8_layers_only():
     weight, scales = rows.row_weights(int8)
     assert weight is int8.weight and scales is int8.scales
     int4 = int4_linear(nn.Linear(64, 16, dtype=torch.bfloat16))
-    assert int4 is None or rows.row_weights(int4) is None  # tinygemm's layout
+    nibbles, scales_zeros = rows.row_weights(int4)  # the plain nibbles, not tinygemm's
+    assert nibbles is int4.nibbles and scales_zeros is int4.scales_zeros
 
     class Lora(nn.Linear):  # a subclass may compute more than x @ W.T
         pass

@@ -1,5 +1,6 @@
 """One decode row times one weight matrix, with what surrounds the matmul in a block
-folded in: acache's own GEMV, for bf16/fp16/fp32 or int8 (per-row scale) weights.
+folded in: acache's own GEMV, for bf16/fp16/fp32, int8 (per-row scale) or int4
+(group-wise) weights.
 
 A decode step at batch 1 multiplies one token by every weight matrix, so its time is the
 bytes of the weights over the memory bandwidth. Inductor's GEMVs reach ~4 TB/s alone on
@@ -19,6 +20,12 @@ pass over the weights:
 - ``residual``: ``residual + W @ x``, the block's skip connection, rounded as eager
   rounds it (the product to the output dtype first).
 - ``scales`` (int8 weights): ``(W @ x) * scales``.
+- int4 weights (models/quant.py's int4wo: uint8 nibbles [N, K/2], channel 2j in the
+  high half, and ``scales`` [K/group, N, 2] holding each group's scale and zero):
+  ``W = (q - 8) * scale + zero`` per element, a nibble widened by the same magic-number
+  cast. The decode step then reads half a byte a weight, where tinygemm's own kernel
+  (the int4wo default) reads the same bytes at 0.9-1.5 TB/s (docs/perf-notes.md,
+  attempt 23).
 
 One program owns ``block_n`` output channels and walks K in tiles of ``block_k``,
 accumulating ``x * w`` element-wise in fp32 registers and reducing once at the end (no
@@ -63,7 +70,9 @@ class GemvLaunch:
     num_warps: int = 4
 
 
-def gemv_launch(n: int, k: int, int8: bool, prologue: str | None = None) -> GemvLaunch:
+def gemv_launch(
+    n: int, k: int, int8: bool, prologue: str | None = None, int4_group: int = 0
+) -> GemvLaunch:
     """The tile for one row times [n, k], by the weights' width and the prologue
     (``"norm"``, ``"silu_mul"`` or None). Every program reads the x tile (and the norm's
     weights) beside its weight tile, so a prologue wants more output channels a program
@@ -77,7 +86,11 @@ def gemv_launch(n: int, k: int, int8: bool, prologue: str | None = None) -> Gemv
     int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
     32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
     ratio of weight bytes to x reads carried over, not swept.
+    int4 (``int4_group`` > 0): a tile is one group of input channels (a scale and a zero
+    a row), 32 output channels a program; a first guess, not yet swept on a GPU.
     """
+    if int4_group:
+        return GemvLaunch(block_n=32, block_k=int4_group)
     if int8:
         if prologue == "norm":
             return GemvLaunch(block_n=16, block_k=512)
@@ -93,52 +106,89 @@ def gemv_launch(n: int, k: int, int8: bool, prologue: str | None = None) -> Gemv
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv
+    global tl, _row_gemv, _x_tile
     import triton
     import triton.language
 
     tl = triton.language
 
     @triton.jit
+    def _x_tile(X, G, K, offs, kmask, NORM: tl.constexpr, SILU_MUL: tl.constexpr):
+        """x at ``offs`` after the prologue (in fp32), and its squares before the norm's
+        weight (the RMSNorm's sum)."""
+        # x is read by every program: keep it cached.
+        x = tl.load(X + offs, mask=kmask, other=0.0, eviction_policy="evict_last")
+        x = x.to(tl.float32)
+        if SILU_MUL:
+            up = tl.load(X + K + offs, mask=kmask, other=0.0).to(tl.float32)
+            x = x / (1.0 + tl.exp(-x)) * up
+        squares = x * x
+        if NORM:
+            x *= tl.load(G + offs, mask=kmask, other=0.0).to(tl.float32)
+        return x, squares
+
+    @triton.jit
     def _row_gemv(
         X, W, S, BIAS, G, R, Y, N, K, eps,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-        INT8: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr,
-        SILU_MUL: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        INT8: tl.constexpr, INT4_GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
+        NORM: tl.constexpr, SILU_MUL: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        rk = tl.arange(0, BLOCK_K)
         nmask = rn < N
-        w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
-        acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-        squares = tl.zeros([BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            if EVEN_K:
-                kmask = rk < BLOCK_K
-            else:
-                kmask = (k0 + rk) < K
-            # Weights are read once: evict them first, keep x (read by every program).
-            w = tl.load(
-                w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0, eviction_policy="evict_first"
-            )
-            if INT8:
-                # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
-                # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
-                # Literals: Triton reads a module global only if it is a constexpr.
-                bits = w.to(tl.int32) ^ 0x4B000080
-                wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
-            else:
-                wf = w.to(tl.float32)
-            x = tl.load(X + k0 + rk, mask=kmask, other=0.0, eviction_policy="evict_last")
-            x = x.to(tl.float32)
-            if SILU_MUL:
-                up = tl.load(X + K + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
-                x = x / (1.0 + tl.exp(-x)) * up
-            if NORM:
-                squares += x * x
-                x *= tl.load(G + k0 + rk, mask=kmask, other=0.0).to(tl.float32)
-            acc += x[None, :] * wf
-            w_ptrs += BLOCK_K
+        if INT4_GROUP > 0:
+            # Nibbles [N, K/2], channel 2j in byte j's high half and 2j+1 in its low
+            # half; S holds [K/group, N, 2] scales and zeros. A tile of BLOCK_K channels
+            # lies in one group (BLOCK_K divides the group): one scale and one zero a row.
+            rj = tl.arange(0, BLOCK_K // 2)
+            jmask = rj < BLOCK_K // 2
+            acc = tl.zeros([BLOCK_N, BLOCK_K // 2], tl.float32)
+            squares = tl.zeros([BLOCK_K // 2], tl.float32)
+            w_ptrs = W + rn.to(tl.int64)[:, None] * (K // 2) + rj[None, :]
+            for k0 in range(0, K, BLOCK_K):
+                b = tl.load(w_ptrs, mask=nmask[:, None], other=0, eviction_policy="evict_first")
+                b = b.to(tl.int32)
+                # A nibble u OR-ed into 2**23's mantissa is the float 2**23 + u exactly:
+                # minus 2**23 + 8 it is q - 8, without the int-to-float instruction.
+                hi = ((b >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+                lo = ((b & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+                sz = S + (k0 // INT4_GROUP) * N * 2 + rn * 2
+                scale = tl.load(sz, mask=nmask, other=0.0).to(tl.float32)[:, None]
+                zero = tl.load(sz + 1, mask=nmask, other=0.0).to(tl.float32)[:, None]
+                xe, sqe = _x_tile(X, G, K, k0 + 2 * rj, jmask, NORM, SILU_MUL)
+                xo, sqo = _x_tile(X, G, K, k0 + 2 * rj + 1, jmask, NORM, SILU_MUL)
+                if NORM:
+                    squares += sqe + sqo
+                acc += xe[None, :] * (hi * scale + zero) + xo[None, :] * (lo * scale + zero)
+                w_ptrs += BLOCK_K // 2
+        else:
+            rk = tl.arange(0, BLOCK_K)
+            w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
+            acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+            squares = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                if EVEN_K:
+                    kmask = rk < BLOCK_K
+                else:
+                    kmask = (k0 + rk) < K
+                # Weights are read once: evict them first.
+                w = tl.load(
+                    w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0,
+                    eviction_policy="evict_first",
+                )  # fmt: skip
+                if INT8:
+                    # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
+                    # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
+                    # Literals: Triton reads a module global only if it is a constexpr.
+                    bits = w.to(tl.int32) ^ 0x4B000080
+                    wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
+                else:
+                    wf = w.to(tl.float32)
+                x, sq = _x_tile(X, G, K, k0 + rk, kmask, NORM, SILU_MUL)
+                if NORM:
+                    squares += sq
+                acc += x[None, :] * wf
+                w_ptrs += BLOCK_K
         y = tl.sum(acc, axis=1)
         if NORM:
             y *= tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
@@ -174,21 +224,39 @@ def _checked(
     if weight.dim() != 2:
         raise ValueError(f"the row GEMV takes a weight [N, K], got {list(weight.shape)}")
     n, k = weight.shape
+    int4 = weight.dtype == torch.uint8
+    if int4:
+        k *= 2  # two weights a byte
+        if scales is None or scales.dim() != 3 or scales.shape[1:] != (n, 2):
+            raise ValueError(
+                f"the row GEMV takes int4 nibbles [{n}, {k // 2}] with scales and zeros of "
+                f"[K/group, {n}, 2], got {None if scales is None else list(scales.shape)}"
+            )
+        group = k // scales.shape[0]
+        if group * scales.shape[0] != k or group < 2 or group & (group - 1):
+            raise ValueError(
+                f"the row GEMV's int4 groups must split K={k} into a power of two "
+                f"channels each, got {scales.shape[0]} groups"
+            )
     width = 2 * k if silu_mul else k
     if x.shape[1] != width:
         raise ValueError(
             f"the row GEMV's weight [{n}, {k}] takes x of [1, {width}]"
             f"{' (gate and up)' if silu_mul else ''}, got {list(x.shape)}"
         )
-    if weight.dtype != torch.int8 and not weight.dtype.is_floating_point:
-        raise ValueError(f"the row GEMV reads float or int8 weights, got {weight.dtype}")
-    if (weight.dtype == torch.int8) != (scales is not None):
-        raise ValueError("the row GEMV takes scales with an int8 weight, and only then")
+    if weight.dtype not in (torch.int8, torch.uint8) and not weight.dtype.is_floating_point:
+        raise ValueError(
+            f"the row GEMV reads float, int8 or int4 (uint8 nibbles) weights, got {weight.dtype}"
+        )
+    if (weight.dtype in (torch.int8, torch.uint8)) != (scales is not None):
+        raise ValueError("the row GEMV takes scales with an int8 or int4 weight, and only then")
     if silu_mul and norm_weight is not None:
         raise ValueError("the row GEMV applies one prologue: RMSNorm or SiLU-and-mul")
     if not weight.is_contiguous():
         raise ValueError("the row GEMV reads a contiguous weight (call .contiguous() once)")
-    sizes = {"scales": (scales, n), "bias": (bias, n), "residual": (residual, n)}
+    sizes = {"bias": (bias, n), "residual": (residual, n)}
+    if not int4:
+        sizes["scales"] = (scales, n)
     sizes["norm_weight"] = (norm_weight, k)
     for name, (t, size) in sizes.items():
         if t is not None and t.numel() != size:
@@ -233,8 +301,16 @@ def _launch(
     """The kernel's launch on inputs _checked has passed."""
     n, k = weight.shape
     int8 = weight.dtype == torch.int8
+    group = 0
+    if weight.dtype == torch.uint8:  # int4 nibbles; scales holds [K/group, N, 2]
+        k *= 2
+        group = k // (scales.numel() // (2 * n))  # type: ignore[union-attr]
     prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
-    cut = cut or gemv_launch(n, k, int8, prologue)
+    cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
+    if group and group % cut.block_k:
+        raise ValueError(
+            f"an int4 row GEMV's block_k must divide its group ({group}), got {cut.block_k}"
+        )
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _define_kernels()
     # int8 is read as bytes: the magic cast flips the sign bit itself.
@@ -246,8 +322,8 @@ def _launch(
     wrap_triton(_row_gemv)[(-(-n // cut.block_n),)](
         x, w, given(scales), given(bias), given(norm_weight), given(residual), y, n, k, eps,
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
-        HAS_BIAS=bias is not None, NORM=norm_weight is not None, SILU_MUL=silu_mul,
-        HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
+        INT4_GROUP=group, HAS_BIAS=bias is not None, NORM=norm_weight is not None,
+        SILU_MUL=silu_mul, HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
     )  # fmt: skip
     return y
 
@@ -265,8 +341,10 @@ def row_gemv(
     silu_mul: bool,
     residual: torch.Tensor | None,
 ) -> torch.Tensor:
-    """x [1, K] ([1, 2K] with silu_mul); weight [N, K] (float, or int8 with scales [N]);
-    bias, residual [N]; norm_weight [K] -> [1, N] in x's dtype (the module docstring)."""
+    """x [1, K] ([1, 2K] with silu_mul); weight [N, K] (float, or int8 with scales [N]),
+    or int4 nibbles uint8 [N, K/2] with scales and zeros [K/group, N, 2] in ``scales``
+    (models/quant.py's int4wo layout); bias, residual [N]; norm_weight [K] -> [1, N] in
+    x's dtype (the module docstring)."""
     x, scales, bias, norm_weight, residual = _checked(
         x, weight, scales, bias, norm_weight, silu_mul, residual
     )

@@ -1,9 +1,10 @@
 """A decode row's projections through acache's own GEMV (models/gemv.py, ``acache::row_gemv``).
 
 ``row_linear(linear, x, norm=..., silu_mul=..., residual=...)`` is
-``residual + linear(prologue(x))`` for one row: an nn.Linear with float weights or an
-Int8WeightOnlyLinear run as one kernel, the RMSNorm or SiLU-and-mul before it and the
-skip connection after it included; any other layer (int4's) runs as the plain modules.
+``residual + linear(prologue(x))`` for one row: an nn.Linear with float weights, an
+Int8WeightOnlyLinear or an Int4WeightOnlyLinear run as one kernel, the RMSNorm or
+SiLU-and-mul before it and the skip connection after it included; any other layer runs
+as the plain modules.
 A llama-family block built with ``row_gemv`` (``models.build_model``) runs its one-row
 steps as four such calls (models/llama.py, ``Block.one_row``).
 
@@ -53,7 +54,9 @@ def register_ops(model: nn.Module) -> None:
     imports Triton for it."""
     for m in model.modules():
         read = row_weights(m)
-        int8 = read is not None and read[1] is not None
+        # An int8 layer runs the op in its own forward; an int4 one only in a row_gemv
+        # model's steps (tinygemm otherwise), so it alone registers nothing.
+        int8 = read is not None and read[0].dtype == torch.int8
         if (int8 or getattr(m, "row_gemv", False)) and _on_cuda(m):
             register_gemv()
             return
@@ -65,9 +68,14 @@ def _on_cuda(module: nn.Module) -> bool:
 
 
 def row_weights(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """(weight, int8 scales or None) of a layer the GEMV reads, or None for any other:
-    an nn.Linear with float weights, or models/quant.py's Int8WeightOnlyLinear (known by
-    its int8 weight and scales, as quant.py imports this module)."""
+    """(weight, scales or None) of a layer the GEMV reads, or None for any other: an
+    nn.Linear with float weights, models/quant.py's Int8WeightOnlyLinear (int8 weight
+    and per-row scales) or Int4WeightOnlyLinear (its nibbles and [K/group, N, 2] scales
+    and zeros), each known by its tensors, as quant.py imports this module."""
+    nibbles = getattr(linear, "nibbles", None)
+    scales_zeros = getattr(linear, "scales_zeros", None)
+    if isinstance(nibbles, torch.Tensor) and isinstance(scales_zeros, torch.Tensor):
+        return (nibbles, scales_zeros) if nibbles.dtype == torch.uint8 else None
     weight = getattr(linear, "weight", None)
     if not isinstance(weight, torch.Tensor):
         return None
@@ -106,4 +114,4 @@ def row_linear(
         None if norm is None else norm.weight, 0.0 if norm is None else float(norm.eps),
         silu_mul, None if residual is None else residual.reshape(-1),
     )  # fmt: skip
-    return y.reshape(1, 1, weight.shape[0])
+    return y.reshape(1, 1, y.shape[-1])

@@ -23,12 +23,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
   SiLU-and-mul and skip connection around it folded in: four kernels a block. It runs
   for the llama families (llama, mistral, qwen2, qwen3, phi-3) at one row (max_batch 1)
-  with fused projections, unquantized or int8wo; it refuses int4wo (tinygemm's layout),
-  phi-2 (a LayerNorm block), unfused projections and batched builds (whose steps are
-  never one row). On by default for CUDA builds of inductor and aoti where it measured
-  faster than Inductor's own kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and
-  every int8wo build. Off by default for bf16 llama, mistral and qwen: there a build
-  whose Inductor kernels were tuned alone decoded 7-9% faster than the row GEMV.
+  with fused projections, unquantized, int8wo or int4wo (reading int4wo's plain nibbles
+  and group scales where tinygemm would run); it refuses phi-2 (a LayerNorm block),
+  unfused projections and batched builds (whose steps are never one row). On by default
+  for CUDA builds of inductor and aoti where it measured faster than Inductor's own
+  kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and every int8wo build. Off by
+  default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
+  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo, whose
+  kernel is not yet measured against tinygemm (``--extra row_gemv=1`` asks for it).
 - ``--extra cudnn_prefill=0|1``: whether a prompt pass's attention (prefill and
   extend, T > 1) may run cuDNN's SDPA kernel, torch's first choice on Hopper. cuDNN
   builds an execution graph on the host for each call shape it has not seen in that
@@ -209,8 +211,6 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
             why_not = f"runs fused projections: leave out --extra {FUSE_EXTRA}=0"
         else:  # eager keeps the checkpoint's layout unless asked
             why_not = f"runs fused projections: add --extra {FUSE_EXTRA}=1"
-    elif opts.quant == "int4wo":
-        why_not = "reads float or int8 weights, not int4wo's tinygemm layout"
     elif recipe.shapes.max_batch > 1:
         why_not = (
             f"runs one-row steps, and a build for --max-batch {recipe.shapes.max_batch} "
@@ -220,6 +220,8 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
         measured_faster = recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
+        if opts.quant == "int4wo":  # its int4 kernel is not yet measured against tinygemm
+            measured_faster = False
         return why_not is None and backend in FUSE_BY_DEFAULT and measured_faster
     return asked
 
