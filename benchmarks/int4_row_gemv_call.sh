@@ -1,12 +1,12 @@
 #!/bin/bash
 # One GPU call for acache's int4 row GEMV (issue 32, item 3; docs/perf-notes.md attempt
 # 57): the compiled kernel's GPU test; the kernel against tinygemm and bf16 on llama-7b's
-# four block shapes, with int4's tile sweep (row_gemv.py --quant --sweep); llama-7b's
+# four block shapes, with int4's tile sweep (row_gemv.py --quant --sweep int4); llama-7b's
 # decode, inductor, bf16 against --quant int4wo with tinygemm (today's default) and with
 # --extra row_gemv=1 (decode_call.sh, the last one's step profiled); then the agreement
-# of the row-GEMV int4wo build with bf16 (quant_agreement.py; random weights: how the
-# kernels round, not how a real checkpoint fares). Bytecode primed first.
-#   bash benchmarks/int4_row_gemv_call.sh NAME
+# of int4wo through the row GEMV with bf16 (quant_agreement.py, eager; random weights:
+# how the kernels round, not how a real checkpoint fares). Bytecode primed first.
+#   bash benchmarks/int4_row_gemv_call.sh NAME   (run with carry [".whl"])
 # Results in /tmp/NAME (framework caches left out), tarred into $OUT/NAME.tgz; every
 # step ends within DEADLINE_S (default 570), so the tar always runs.
 T0=$SECONDS
@@ -22,7 +22,7 @@ timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
   -k on_cuda > "$R/gpu-test.log" 2>&1
 echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
-timeout "$(cap 150)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant --sweep \
+timeout "$(cap 150)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant --sweep int4 \
   --no-inductor --shapes llama_qkv,llama_o,llama_gate_up,llama_down > "$R/kernels.log" 2>&1
 echo "kernels rc=$? at $((SECONDS - T0)) s"
 grep -E "cublas|int4_tinygemm|int4_acache |int8_acache" "$R/kernels.log"
@@ -30,9 +30,11 @@ DECODE_JOBS=2 DECODE_PROFILE="llama-7b/inductor+quant=int4wo,row_gemv=1" \
   timeout "$(cap 330)" bash benchmarks/decode_call.sh "$R/decode" "$C" llama-7b/inductor \
   llama-7b/inductor+quant=int4wo llama-7b/inductor+quant=int4wo,row_gemv=1 > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A6 '^| variant' "$R"/decode/*.log
-timeout "$(cap 120)" python3 benchmarks/quant_agreement.py llama-7b --backend inductor \
-  --device cuda --dtype bf16 --quant int4wo --extra row_gemv=1 --cache-dir "$C" \
-  --out "$R/quant_agreement.json" > "$R/agree.log" 2>&1
+# eager runs the same kernel and compiles nothing (an inductor bf16 build with row_gemv
+# would be one more build in this call).
+timeout "$(cap 120)" python3 benchmarks/quant_agreement.py llama-7b --backend eager \
+  --device cuda --dtype bf16 --quant int4wo --extra fuse_projections=1 --extra row_gemv=1 \
+  --cache-dir "$C" --out "$R/quant_agreement.json" > "$R/agree.log" 2>&1
 echo "agreement rc=$? at $((SECONDS - T0)) s"; tail -n 5 "$R/agree.log"
 tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
 ls -la "$OUT"

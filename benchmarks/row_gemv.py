@@ -15,7 +15,8 @@ before qkv and gate/up, the skip after o, SiLU-and-mul before down and the skip 
 - ``int8_acache``: the same with int8 weights (per-row scales), ``int4_tinygemm``
   (``aten._weight_int4pack_mm``, group 128, the projection alone) and ``int4_acache``
   (acache's GEMV on the same weights' plain nibbles, prologue and skip included; with
-  ``--sweep`` also ``int4_acache@BNxBKwW`` over int4_tiles), with ``--quant``.
+  ``--sweep`` or ``--sweep int4`` also ``int4_acache@BNxBKwW`` over int4_tiles), with
+  ``--quant``.
 
 Timing: ``triton.testing.do_bench_cudagraph`` median (replays of a CUDA graph, as
 acache's decode runs), each call on the next of enough weight copies to overflow the L2
@@ -24,7 +25,8 @@ activations); the copy bandwidth measured in the same run (``timing.copy_bandwid
 is the ceiling, and each row gives its % of it. Each output is checked against the
 float64 product (max abs error in the JSON). Writes OUT/row_gemv.json.
 
-    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep] [--quant] [--no-inductor]
+    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4]] [--quant]
+        [--no-inductor]
 """
 
 from __future__ import annotations
@@ -103,7 +105,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--sweep", action="store_true", help="time every tile of sweep_tiles too")
+    ap.add_argument(
+        "--sweep", nargs="?", const="all", choices=("all", "int4"), default=None,
+        help="time every tile too: sweep_tiles and (with --quant) int4_tiles; int4: only those",
+    )  # fmt: skip
     ap.add_argument("--quant", action="store_true", help="int8 and int4 kernels too")
     ap.add_argument("--no-inductor", action="store_true", help="skip Inductor's (compiles)")
     args = ap.parse_args()
@@ -177,7 +182,7 @@ def main() -> int:
             return gemv.launch_gemv(x, w, s, None, g, EPS, silu, r, cut=cut)
 
         record(shape, "acache", ours, (w,), want, n * k * 2 + io)
-        if args.sweep:
+        if args.sweep == "all":
             for cut in sweep_tiles():
                 label = f"acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
                 record(shape, label, lambda w: ours(w, cut=cut), (w,), want, n * k * 2 + io)

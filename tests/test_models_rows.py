@@ -49,3 +49,19 @@ def test_without_the_op_a_row_runs_the_plain_modules(monkeypatch, prologue: str)
     else:
         got, want = rows.row_linear(linear, x, residual=residual), residual + linear(x)
     torch.testing.assert_close(got, want)
+
+
+def test_only_int8_layers_or_a_row_gemv_model_register_the_op(monkeypatch):
+    """An int4wo layer runs tinygemm in its own forward: without ``row_gemv`` a CUDA
+    int4wo model must not import Triton and Dynamo for the op (a warm aoti start)."""
+    calls = []
+    monkeypatch.setattr(rows, "_on_cuda", lambda module: True)
+    monkeypatch.setattr(rows, "register_gemv", lambda: calls.append(1))
+    int4 = nn.Sequential(int4_linear(nn.Linear(64, 16)))
+    rows.register_ops(int4)
+    assert calls == []
+    int4.row_gemv = True  # a row_gemv model: its steps call the op
+    rows.register_ops(int4)
+    assert calls == [1]
+    rows.register_ops(nn.Sequential(int8_linear(nn.Linear(64, 16))))
+    assert calls == [1, 1]

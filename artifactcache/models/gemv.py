@@ -141,10 +141,12 @@ def _define_kernels() -> None:
             # half; S holds [K/group, N, 2] scales and zeros. A tile of BLOCK_K channels
             # lies in one group (BLOCK_K divides the group): one scale and one zero a row.
             rj = tl.arange(0, BLOCK_K // 2)
-            jmask = rj < BLOCK_K // 2
             acc = tl.zeros([BLOCK_N, BLOCK_K // 2], tl.float32)
             squares = tl.zeros([BLOCK_K // 2], tl.float32)
-            w_ptrs = W + rn.to(tl.int64)[:, None] * (K // 2) + rj[None, :]
+            KB = K // 2
+            if INT4_GROUP >= 32:  # K is a multiple of 32: the byte rows are 16-aligned
+                KB = tl.multiple_of(KB, 16)
+            w_ptrs = W + rn.to(tl.int64)[:, None] * KB + rj[None, :]
             for k0 in range(0, K, BLOCK_K):
                 b = tl.load(w_ptrs, mask=nmask[:, None], other=0, eviction_policy="evict_first")
                 b = b.to(tl.int32)
@@ -152,13 +154,17 @@ def _define_kernels() -> None:
                 # minus 2**23 + 8 it is q - 8, without the int-to-float instruction.
                 hi = ((b >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
                 lo = ((b & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-                sz = S + (k0 // INT4_GROUP) * N * 2 + rn * 2
+                sz = S + (k0 // INT4_GROUP) * N * 2 + rn.to(tl.int64) * 2
                 scale = tl.load(sz, mask=nmask, other=0.0).to(tl.float32)[:, None]
                 zero = tl.load(sz + 1, mask=nmask, other=0.0).to(tl.float32)[:, None]
-                xe, sqe = _x_tile(X, G, K, k0 + 2 * rj, jmask, NORM, SILU_MUL)
-                xo, sqo = _x_tile(X, G, K, k0 + 2 * rj + 1, jmask, NORM, SILU_MUL)
+                # x read once as a contiguous tile, then split into its even and odd
+                # channels (two strided reads would issue a load per row of the tile).
+                rk = tl.arange(0, BLOCK_K)
+                xk, sq = _x_tile(X, G, K, k0 + rk, rk < BLOCK_K, NORM, SILU_MUL)
+                xe, xo = tl.split(tl.reshape(xk, [BLOCK_K // 2, 2]))
                 if NORM:
-                    squares += sqe + sqo
+                    se, so = tl.split(tl.reshape(sq, [BLOCK_K // 2, 2]))
+                    squares += se + so
                 acc += xe[None, :] * (hi * scale + zero) + xo[None, :] * (lo * scale + zero)
                 w_ptrs += BLOCK_K // 2
         else:
@@ -203,7 +209,7 @@ def _define_kernels() -> None:
         tl.store(Y + rn, y.to(Y.dtype.element_ty), mask=nmask)
 
 
-__getattr__ = kernel_getattr(__name__, ("_row_gemv",), _define_kernels)
+__getattr__ = kernel_getattr(__name__, ("_row_gemv", "_x_tile"), _define_kernels)
 
 
 def _checked(
@@ -307,7 +313,7 @@ def _launch(
         group = k // (scales.numel() // (2 * n))  # type: ignore[union-attr]
     prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
-    if group and group % cut.block_k:
+    if group and (cut.block_k < 2 or group % cut.block_k):
         raise ValueError(
             f"an int4 row GEMV's block_k must divide its group ({group}), got {cut.block_k}"
         )
