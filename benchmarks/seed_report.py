@@ -14,6 +14,7 @@ given by --not-run (e.g. why a backend could not be measured on the GPU).
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 from pathlib import Path
 
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     report = compare.run_compare(
         spec, args.out, command=command, resume=True, keep_going=lambda r, b: False
     )
+    # The units hold what each probe recorded (GPU, torch, CUDA); the host, its CPU, the
+    # driver and the bytecode state are this assembling process's, not the GPU host's.
+    env = report["environment"]
+    for key in ("host", "machine", "cpu", "cpu_count", "driver", "bytecode"):
+        env.pop(key, None)
+    env["assembled_on"] = platform.node()
     for key, pair in report["pairs"].items():
         if pair.get("reason", "").startswith("left for a later call"):
             pair["reason"] = "GPU time ran out before this pair"

@@ -275,6 +275,7 @@ def test_a_run_without_cached_bytecode_says_so_in_the_header(constructed):
 def test_setup_line_gives_process_counts_as_run(constructed):
     text = report.render_markdown(constructed, [])
     assert "; 1 fresh process(es) per scenario;" in text
+    assert "driver not recorded" in text  # the constructed environment has none
     # A report assembled from units of calls with other counts says what ran.
     rec = load_recipe("tiny-llama")
     three = {

@@ -346,7 +346,8 @@ def render_markdown(report: dict[str, Any], charts: list[str]) -> str:
         f"- device: {st['device']} ({env.get('gpu') or env.get('cpu') or 'cpu'}), "
         f"dtype {st['dtype']}{', ' + st['quant'] if st.get('quant') else ''}, weights {weights}",
         f"- versions: python {env.get('python')}, torch {env.get('torch')}, "
-        f"triton {env.get('triton')}, cuda {env.get('cuda')}, driver {env.get('driver')}",
+        f"triton {env.get('triton')}, cuda {env.get('cuda')}, "
+        f"driver {env.get('driver') or 'not recorded'}",
         f"- bytecode: {_bytecode_line(env.get('bytecode'))}",
         f"- setup: batch 1{rows}, the recipe's bench prompt, {st['new_tokens_label']} new tokens, "
         f"greedy, no early stop; {_processes(report)}; "
