@@ -44,7 +44,7 @@ from torch.nn import functional as F
 
 from artifactcache.measure.child.timing import copy_bandwidth
 from artifactcache.models import gemv
-from artifactcache.models.quant import quantize_int4, quantize_int8
+from artifactcache.models.quant import dequantize_int4, quantize_int4, quantize_int8
 
 # name: (N, K, role); role: "norm" (RMSNorm before), "skip" (residual after),
 # "down" (SiLU-and-mul before, residual after)
@@ -203,11 +203,9 @@ def main() -> int:
             record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
             # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
             # the float64 product of the dequantized weight.
-            q = torch.stack([nib >> 4, nib & 15], -1).reshape(n, -1, GROUP).double()
-            per_row = sz.transpose(0, 1).double()
-            dense = ((q - 8) * per_row[..., :1] + per_row[..., 1:]).reshape(n, k)
+            dense = dequantize_int4(nib, sz, torch.float64)
             want4 = dense @ a + (0 if r is None else r.double().reshape(-1))
-            del q, dense
+            del dense
             record(shape, "int4_acache", ours, (nib, sz), want4, b4)
             if args.sweep:
                 for cut in int4_tiles():

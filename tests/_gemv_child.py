@@ -17,6 +17,7 @@ from _gemv_reference import reference  # noqa: E402
 from artifactcache.models import gemv  # noqa: E402
 from artifactcache.models.quant import (  # noqa: E402
     INT4_GROUPS,
+    dequantize_int4,
     quantize_int4,
     quantize_int8,
     unpack_nibbles,
@@ -51,11 +52,9 @@ def int4_weight(w):
     float64: what the kernel must multiply by."""
     group = next(g for g in INT4_GROUPS if w.shape[1] % g == 0)  # as int4_layout picks
     nibbles, sz = quantize_int4(w, group)
-    q = unpack_nibbles(nibbles).double().reshape(w.shape[0], -1, group)
-    per_row = sz.double().transpose(0, 1)  # [N, groups, 2]
-    exact = (q - 8) * per_row[..., :1] + per_row[..., 1:]
+    q = unpack_nibbles(nibbles)
     assert q.min() == 0 and q.max() == 15  # the magic cast's extremes
-    return nibbles, sz, exact.reshape(w.shape)
+    return nibbles, sz, dequantize_int4(nibbles, sz, torch.float64)
 
 
 def case_matches(name, n, k, quant, with_bias, norm, silu_mul, with_residual, tile, dtype):

@@ -168,7 +168,12 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     from _gemv_reference import reference
 
     from artifactcache.models import gemv
-    from artifactcache.models.quant import INT4_GROUPS, quantize_int4, quantize_int8
+    from artifactcache.models.quant import (
+        INT4_GROUPS,
+        dequantize_int4,
+        quantize_int4,
+        quantize_int8,
+    )
 
     torch.manual_seed(0)
     for n, k, with_bias in ((3072, 3072, False), (4100, 11000, True), (4104, 11008, True)):
@@ -177,10 +182,7 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
         group = next((g for g in INT4_GROUPS if k % g == 0), None)
         if group:  # int4: checked against its dequantized weight
             nibbles, sz = quantize_int4(w, group)
-            q = torch.stack([nibbles >> 4, nibbles & 15], -1).reshape(n, -1, group)
-            per_row = sz.transpose(0, 1).float()
-            dense = ((q.float() - 8) * per_row[..., :1] + per_row[..., 1:]).reshape(n, k)
-            forms.append((nibbles, sz, dense))
+            forms.append((nibbles, sz, dequantize_int4(nibbles, sz, torch.float32)))
         g = (1 + torch.rand(k, device="cuda")).to(torch.bfloat16)
         r = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None

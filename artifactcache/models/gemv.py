@@ -212,6 +212,13 @@ def _define_kernels() -> None:
 __getattr__ = kernel_getattr(__name__, ("_row_gemv", "_x_tile"), _define_kernels)
 
 
+def _int4_group(nibbles: torch.Tensor, scales_zeros: torch.Tensor) -> int:
+    """Input channels a scale and zero cover: [N, K/2] nibbles, [K/group, N, 2] values
+    (or those values flattened)."""
+    n, half_k = nibbles.shape
+    return 2 * half_k * n * 2 // scales_zeros.numel()
+
+
 def _checked(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -238,7 +245,7 @@ def _checked(
                 f"the row GEMV takes int4 nibbles [{n}, {k // 2}] with scales and zeros of "
                 f"[K/group, {n}, 2], got {None if scales is None else list(scales.shape)}"
             )
-        group = k // scales.shape[0]
+        group = _int4_group(weight, scales)
         if group * scales.shape[0] != k or group < 2 or group & (group - 1):
             raise ValueError(
                 f"the row GEMV's int4 groups must split K={k} into a power of two "
@@ -308,9 +315,9 @@ def _launch(
     n, k = weight.shape
     int8 = weight.dtype == torch.int8
     group = 0
-    if weight.dtype == torch.uint8:  # int4 nibbles; scales holds [K/group, N, 2]
+    if weight.dtype == torch.uint8:  # int4 nibbles
         k *= 2
-        group = k // (scales.numel() // (2 * n))  # type: ignore[union-attr]
+        group = _int4_group(weight, scales)  # type: ignore[arg-type]
     prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
     if group and (cut.block_k < 2 or group % cut.block_k):

@@ -167,6 +167,17 @@ def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([packed >> 4, packed & 15], dim=-1).reshape(packed.shape[0], -1)
 
 
+def dequantize_int4(
+    nibbles: torch.Tensor, scales_zeros: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """The [out, in] weight ``(q - 8) * scale + zero`` in ``dtype`` from int4wo's nibbles
+    [out, in/2] and scales and zeros [in/group, out, 2]."""
+    out = nibbles.shape[0]
+    q = unpack_nibbles(nibbles).reshape(out, scales_zeros.shape[0], -1)
+    sz = scales_zeros.transpose(0, 1)  # [out, groups, 2]
+    return ((q.to(dtype) - 8) * sz[..., :1] + sz[..., 1:]).reshape(out, -1)
+
+
 class Int4WeightOnlyLinear(nn.Module):
     """4-bit group-wise weights; tinygemm for decode rows, a dequantized GEMM otherwise.
 
@@ -194,10 +205,7 @@ class Int4WeightOnlyLinear(nn.Module):
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         """The [out, in] weight in ``dtype``, as a prompt pass computes with it."""
-        q = unpack_nibbles(self.nibbles).reshape(self.out_features, -1, self.group)
-        sz = self.scales_zeros.transpose(0, 1)  # [out, groups, 2]
-        w = (q.to(dtype) - 8) * sz[..., :1] + sz[..., 1:]
-        return w.reshape(self.out_features, self.in_features)
+        return dequantize_int4(self.nibbles, self.scales_zeros, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         decode_rows = x.dim() == 3 and x.shape[1] == 1 and x.shape[0] <= TINYGEMM_MAX_ROWS

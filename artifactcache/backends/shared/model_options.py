@@ -219,9 +219,10 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     if asked and why_not:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
-        measured_faster = recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
-        if opts.quant == "int4wo":  # its int4 kernel is not yet measured against tinygemm
-            measured_faster = False
+        # int4wo: its int4 kernel is not yet measured against tinygemm.
+        measured_faster = opts.quant != "int4wo" and (
+            recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
+        )
         return why_not is None and backend in FUSE_BY_DEFAULT and measured_faster
     return asked
 
