@@ -6,7 +6,9 @@
 # --extra row_gemv=1 (decode_call.sh, the last one's step profiled); then the agreement
 # of int4wo through the row GEMV with bf16 (quant_agreement.py, eager; random weights:
 # how the kernels round, not how a real checkpoint fares). Bytecode primed first.
-#   bash benchmarks/int4_row_gemv_call.sh NAME   (run with carry [".whl"])
+#   bash benchmarks/int4_row_gemv_call.sh NAME [kernels]   (run with carry [".whl"])
+# "kernels" stops after the kernel timings. GemLite's A16W4 GEMV is timed beside them
+# where .whl holds its wheel (and tqdm's, which it imports).
 # Results in /tmp/NAME (framework caches left out), tarred into $OUT/NAME.tgz; every
 # step ends within DEADLINE_S (default 570), so the tar always runs.
 T0=$SECONDS
@@ -22,10 +24,13 @@ timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
   -k on_cuda > "$R/gpu-test.log" 2>&1
 echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
-timeout "$(cap 150)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant --sweep int4 \
+timeout "$(cap 300)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant --sweep int4 \
   --no-inductor --shapes llama_qkv,llama_o,llama_gate_up,llama_down > "$R/kernels.log" 2>&1
 echo "kernels rc=$? at $((SECONDS - T0)) s"
-grep -E "cublas|int4_tinygemm|int4_acache |int8_acache" "$R/kernels.log"
+grep -E "cublas|int4_tinygemm|int4_acache |int4_gemlite|int8_acache" "$R/kernels.log"
+if [ "${2:-}" = kernels ]; then
+  tar czf "$OUT/$NAME.tgz" -C /tmp "$NAME"; ls -la "$OUT"; exit 0
+fi
 DECODE_JOBS=2 DECODE_PROFILE="llama-7b/inductor+quant=int4wo,row_gemv=1" \
   timeout "$(cap 330)" bash benchmarks/decode_call.sh "$R/decode" "$C" llama-7b/inductor \
   llama-7b/inductor+quant=int4wo llama-7b/inductor+quant=int4wo,row_gemv=1 > "$R/decode.log" 2>&1

@@ -15,8 +15,9 @@ before qkv and gate/up, the skip after o, SiLU-and-mul before down and the skip 
 - ``int8_acache``: the same with int8 weights (per-row scales), ``int4_tinygemm``
   (``aten._weight_int4pack_mm``, group 128, the projection alone) and ``int4_acache``
   (acache's GEMV on the same weights' plain nibbles, prologue and skip included; with
-  ``--sweep`` or ``--sweep int4`` also ``int4_acache@BNxBKwW`` over int4_tiles), with
-  ``--quant``.
+  ``--sweep`` or ``--sweep int4`` also ``int4_acache@BNxBKwW`` over int4_tiles),
+  and ``int4_gemlite`` (GemLite's A16W4 GEMV on the
+  same values, the projection alone, where ``gemlite`` is installed), with ``--quant``.
 
 Timing: ``triton.testing.do_bench_cudagraph`` median (replays of a CUDA graph, as
 acache's decode runs), each call on the next of enough weight copies to overflow the L2
@@ -93,12 +94,39 @@ def sweep_tiles() -> list[gemv.GemvLaunch]:
 
 
 def int4_tiles() -> list[gemv.GemvLaunch]:
-    """int4 tiles: a group (GROUP channels) or half of one a loop step, 8-64 channels a
-    program, 4 and 8 warps."""
+    """int4 tiles: 1-16 groups (GROUP channels each) a loop step, 4-32 channels a
+    program, 1-16 KB of nibbles a step, 4 and 8 warps."""
     return [
-        gemv.GemvLaunch(bn, bk, w) for bk in (GROUP // 2, GROUP) for bn in (8, 16, 32, 64)
-        for w in (4, 8)
+        gemv.GemvLaunch(bn, GROUP * g, w)
+        for g in (1, 2, 4, 8, 16) for bn in (4, 8, 16, 32) for w in (4, 8)
+        if 1024 <= bn * GROUP * g // 2 <= 16384
     ]  # fmt: skip
+
+
+def gemlite_int4(nibbles: torch.Tensor, sz: torch.Tensor) -> Any:
+    """GemLite's A16W4 layer (its own packing and Triton GEMVs, autotuned at the first
+    call) holding int4wo's values: W = (q - 8) * scale + zero is GemLite's (q - zero') *
+    scale with zero' = 8 - zero / scale. None where gemlite is not installed."""
+    try:
+        from gemlite.core import DType, GemLiteLinearTriton
+    except ImportError:
+        return None
+    from artifactcache.models.quant import unpack_nibbles
+
+    n, k = nibbles.shape[0], nibbles.shape[1] * 2
+    scale = sz[..., 0].t().contiguous()  # [N, K/group]
+    zero = (8 - sz[..., 1].t().float() / scale.float()).to(scale.dtype)
+    layer = GemLiteLinearTriton(
+        W_nbits=4, group_size=GROUP, in_features=k, out_features=n,
+        input_dtype=DType.BF16, output_dtype=DType.BF16,
+    )  # fmt: skip
+    layer.pack(unpack_nibbles(nibbles), scale, zero, bias=None, fma_mode=False)
+    return layer
+
+
+def dense_product(nibbles: torch.Tensor, sz: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """The float64 product of int4wo's dequantized weight with the row a."""
+    return dequantize_int4(nibbles, sz, torch.float64) @ a
 
 
 def main() -> int:
@@ -207,6 +235,19 @@ def main() -> int:
             want4 = dense @ a + (0 if r is None else r.double().reshape(-1))
             del dense
             record(shape, "int4_acache", ours, (nib, sz), want4, b4)
+            gemlite_layer = gemlite_int4(nib, sz)
+            if gemlite_layer is not None:
+                from gemlite.core import forward_functional
+
+                tensors = gemlite_layer.get_tensor_args()
+                meta = gemlite_layer.get_meta_args()
+
+                def gemlite_fn(w, s, z):
+                    return forward_functional(plain_x, None, [w, s, z, *tensors[3:]], meta)
+
+                product4 = dense_product(nib, sz, a)
+                record(shape, "int4_gemlite", gemlite_fn, tuple(tensors[:3]), product4, b4)
+                del gemlite_layer, tensors
             if args.sweep:
                 for cut in int4_tiles():
                     label = f"int4_acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"

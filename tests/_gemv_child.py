@@ -44,6 +44,9 @@ CASES = {
         (24, 64, "int4", False, False, True, True, None),
     "int4, half a group a tile, N not a multiple of the block":
         (37, 256, "int4", False, True, False, False, (16, 64)),
+    "int4, four groups a tile, K not a multiple of it, a bias and a skip":
+        (37, 320, "int4", True, False, False, True, (8, 128)),
+    "int4, two groups a tile, RMSNorm": (16, 192, "int4", False, True, False, False, (4, 64)),
 }  # fmt: skip
 
 

@@ -86,11 +86,11 @@ def gemv_launch(
     int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
     32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
     ratio of weight bytes to x reads carried over, not swept.
-    int4 (``int4_group`` > 0): a tile is one group of input channels (a scale and a zero
-    a row), 32 output channels a program; a first guess, not yet swept on a GPU.
+    int4 (``int4_group`` > 0): 8 x 1024, int8's 4 KB of weights a loop step, a guess
+    until benchmarks/row_gemv.py's int4 sweep has run on a GPU.
     """
     if int4_group:
-        return GemvLaunch(block_n=32, block_k=int4_group)
+        return GemvLaunch(block_n=8, block_k=max(1024, int4_group))
     if int8:
         if prologue == "norm":
             return GemvLaunch(block_n=16, block_k=512)
@@ -131,42 +131,53 @@ def _define_kernels() -> None:
     def _row_gemv(
         X, W, S, BIAS, G, R, Y, N, K, eps,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-        INT8: tl.constexpr, INT4_GROUP: tl.constexpr, HAS_BIAS: tl.constexpr,
+        INT8: tl.constexpr, INT4_GROUP: tl.constexpr, TILE_GROUPS: tl.constexpr,
+        HAS_BIAS: tl.constexpr,
         NORM: tl.constexpr, SILU_MUL: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
         if INT4_GROUP > 0:
             # Nibbles [N, K/2], channel 2j in byte j's high half and 2j+1 in its low
-            # half; S holds [K/group, N, 2] scales and zeros. A tile of BLOCK_K channels
-            # lies in one group (BLOCK_K divides the group): one scale and one zero a row.
-            rj = tl.arange(0, BLOCK_K // 2)
-            acc = tl.zeros([BLOCK_N, BLOCK_K // 2], tl.float32)
-            squares = tl.zeros([BLOCK_K // 2], tl.float32)
+            # half; S holds [K/group, N, 2] scales and zeros. A tile covers TILE_GROUPS
+            # groups (or part of one), SUB channels of each a row. W = (u - 8) * scale +
+            # zero, so a group's share of the product is scale * dot(u, x) + (zero - 8 *
+            # scale) * sum(x): the loop multiplies nibbles by x alone, and each group's
+            # scale and zero come after.
+            SUB: tl.constexpr = BLOCK_K // TILE_GROUPS
+            gi = tl.arange(0, TILE_GROUPS)
+            rj = tl.arange(0, SUB // 2)
             KB = K // 2
             if INT4_GROUP >= 32:  # K is a multiple of 32: the byte rows are 16-aligned
                 KB = tl.multiple_of(KB, 16)
-            w_ptrs = W + rn.to(tl.int64)[:, None] * KB + rj[None, :]
+            rows = rn.to(tl.int64)
+            w_ptrs = W + rows[:, None, None] * KB + (gi[:, None] * (SUB // 2) + rj[None, :])[None]
+            rk = gi[:, None] * SUB + tl.arange(0, SUB)[None, :]
+            acc = tl.zeros([BLOCK_N, TILE_GROUPS], tl.float32)
+            squares = tl.zeros([TILE_GROUPS, SUB], tl.float32)
             for k0 in range(0, K, BLOCK_K):
-                b = tl.load(w_ptrs, mask=nmask[:, None], other=0, eviction_policy="evict_first")
-                b = b.to(tl.int32)
-                # A nibble u OR-ed into 2**23's mantissa is the float 2**23 + u exactly:
-                # minus 2**23 + 8 it is q - 8, without the int-to-float instruction.
-                hi = ((b >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-                lo = ((b & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
-                sz = S + (k0 // INT4_GROUP) * N * 2 + rn.to(tl.int64) * 2
-                scale = tl.load(sz, mask=nmask, other=0.0).to(tl.float32)[:, None]
-                zero = tl.load(sz + 1, mask=nmask, other=0.0).to(tl.float32)[:, None]
-                # x read once as a contiguous tile, then split into its even and odd
-                # channels (two strided reads would issue a load per row of the tile).
-                rk = tl.arange(0, BLOCK_K)
-                xk, sq = _x_tile(X, G, K, k0 + rk, rk < BLOCK_K, NORM, SILU_MUL)
-                xe, xo = tl.split(tl.reshape(xk, [BLOCK_K // 2, 2]))
+                g = k0 // INT4_GROUP + gi
+                gmask = nmask[:, None]
+                if not EVEN_K:
+                    gmask = gmask & (g < K // INT4_GROUP)[None, :]
+                b = tl.load(
+                    w_ptrs, mask=gmask[:, :, None], other=0, eviction_policy="evict_first"
+                ).to(tl.int32)
+                # A nibble masked in place and OR-ed into 2**23's mantissa is the float
+                # 2**23 + u * 2**p exactly (no int-to-float instruction); one FMA makes it u.
+                hi = ((b & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True) * 0.0625 - 524288.0
+                lo = ((b & 0x0F) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
+                u = tl.interleave(hi, lo)  # channels in order: 2j high, 2j + 1 low
+                x, sq = _x_tile(X, G, K, k0 + rk, (k0 + rk) < K, NORM, SILU_MUL)
                 if NORM:
-                    se, so = tl.split(tl.reshape(sq, [BLOCK_K // 2, 2]))
-                    squares += se + so
-                acc += xe[None, :] * (hi * scale + zero) + xo[None, :] * (lo * scale + zero)
+                    squares += sq
+                sz = S + g[None, :].to(tl.int64) * N * 2 + rows[:, None] * 2
+                scale = tl.load(sz, mask=gmask, other=0.0).to(tl.float32)
+                zero = tl.load(sz + 1, mask=gmask, other=0.0).to(tl.float32)
+                dots = tl.sum(u * x[None], axis=2)
+                acc += dots * scale + (zero - 8.0 * scale) * tl.sum(x, axis=1)[None, :]
                 w_ptrs += BLOCK_K // 2
+            squares = tl.sum(squares, axis=1)
         else:
             rk = tl.arange(0, BLOCK_K)
             w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
@@ -246,10 +257,10 @@ def _checked(
                 f"[K/group, {n}, 2], got {None if scales is None else list(scales.shape)}"
             )
         group = _int4_group(weight, scales)
-        if group * scales.shape[0] != k or group < 2 or group & (group - 1):
+        if group * scales.shape[0] != k or group < 8 or group & (group - 1):
             raise ValueError(
                 f"the row GEMV's int4 groups must split K={k} into a power of two "
-                f"channels each, got {scales.shape[0]} groups"
+                f"channels (8 or more) each, got {scales.shape[0]} groups"
             )
     width = 2 * k if silu_mul else k
     if x.shape[1] != width:
@@ -320,9 +331,9 @@ def _launch(
         group = _int4_group(weight, scales)  # type: ignore[arg-type]
     prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
-    if group and (cut.block_k < 2 or group % cut.block_k):
+    if group and (cut.block_k < 8 or cut.block_k & (cut.block_k - 1)):
         raise ValueError(
-            f"an int4 row GEMV's block_k must divide its group ({group}), got {cut.block_k}"
+            f"an int4 row GEMV's block_k must be a power of two of 8 or more, got {cut.block_k}"
         )
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
     _define_kernels()
@@ -335,7 +346,8 @@ def _launch(
     wrap_triton(_row_gemv)[(-(-n // cut.block_n),)](
         x, w, given(scales), given(bias), given(norm_weight), given(residual), y, n, k, eps,
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
-        INT4_GROUP=group, HAS_BIAS=bias is not None, NORM=norm_weight is not None,
+        INT4_GROUP=group, TILE_GROUPS=max(1, cut.block_k // max(group, 1)),
+        HAS_BIAS=bias is not None, NORM=norm_weight is not None,
         SILU_MUL=silu_mul, HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
     )  # fmt: skip
     return y
