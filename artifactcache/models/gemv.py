@@ -86,11 +86,11 @@ def gemv_launch(
     int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
     32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
     ratio of weight bytes to x reads carried over, not swept.
-    int4 (``int4_group`` > 0): 8 x 1024, int8's 4 KB of weights a loop step, a guess
-    until benchmarks/row_gemv.py's int4 sweep has run on a GPU.
+    int4 (``int4_group`` > 0): 8 x 1024, 8 warps, the best sum over llama-7b's four
+    shapes of 32 tiles (H100, docs/perf-notes.md attempt 58), 2% under 4 warps.
     """
     if int4_group:
-        return GemvLaunch(block_n=8, block_k=max(1024, int4_group))
+        return GemvLaunch(block_n=8, block_k=max(1024, int4_group), num_warps=8)
     if int8:
         if prologue == "norm":
             return GemvLaunch(block_n=16, block_k=512)
