@@ -93,6 +93,49 @@ def case_matches(name, n, k, quant, with_bias, norm, silu_mul, with_residual, ti
     assert got.dtype == dtype and got.shape == (1, n)
 
 
+# name: (N, K, quant, LayerNorm (with its bias?) or None, gelu_from, residual, tile)
+PHI_CASES = {
+    "LayerNorm with its bias, a bias": (40, 192, None, "bias", -1, False, None),
+    "LayerNorm without a bias, K not a multiple of the tile":
+        (24, 200, None, "", -1, False, (8, 64)),
+    "LayerNorm, int8": (32, 128, "int8", "bias", -1, False, None),
+    "LayerNorm, int4, two groups a tile": (16, 256, "int4", "bias", -1, False, (4, 64)),
+    "GELU on every channel and a skip": (32, 160, None, None, 0, True, None),
+    "GELU from channel 96 (a fused [dense | fc2]), a skip":
+        (24, 224, None, None, 96, True, (4, 64)),
+    "GELU from channel 64, int4": (16, 256, "int4", None, 64, False, None),
+}  # fmt: skip
+
+
+def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, tile, dtype):
+    """phi-2's prologues (LayerNorm, GELU) against the float64 product."""
+    torch.manual_seed(2)
+    w = torch.randn(n, k, dtype=dtype) / k**0.5
+    scales = dense = None
+    if quant == "int8":
+        w, scales = quantize_int8(w)
+    elif quant == "int4":
+        w, scales, dense = int4_weight(w)
+    # an offset far from 0: the LayerNorm must centre it
+    x = (3.0 + torch.randn(1, k) * 2).to(dtype)
+    bias = torch.randn(n, dtype=dtype)
+    g = (1 + torch.rand(k)).to(dtype) if layer_norm is not None else None
+    nb = torch.randn(k, dtype=dtype) if layer_norm == "bias" else None
+    residual = torch.randn(n, dtype=dtype) if with_residual else None
+    kw = dict(norm_bias=nb, layer_norm=layer_norm is not None, gelu_from=gelu_from)
+    args = (x, w, scales, bias, g, 1e-5, False, residual)
+    if tile is None:
+        got = gemv.row_gemv(*args, **kw)
+    else:
+        got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile), **kw)
+    if dense is not None:
+        want = reference(x, dense, None, bias, g, 1e-5, False, residual, **kw)
+    else:
+        want = reference(*args, **kw)
+    tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
+
+
 def strided_inputs_match(dtype):
     """x's columns apart in memory (copied), scales, bias and norm weight every other
     element (made contiguous): the op reads them as the plain product does."""
@@ -152,8 +195,10 @@ def a_tiny_model_decodes_as_without_the_row_gemv(name: str, quant: str | None = 
                 pos = torch.tensor([ids.shape[1] + i])
                 out.append(model(torch.tensor([[tok]]), pos, torch.zeros(1, dtype=torch.long)))
     gemv._launch = launch
-    # the first pass's LM head, then 4 GEMVs a block and the LM head a decode step
-    assert launches[0] == 1 + len(steps) * (4 * rec.model.n_layers + 1), launches[0]
+    # the first pass's LM head, then the block's GEMVs (llama's 4; phi-2's 2 fused, 3
+    # with its outputs apart) and the LM head a decode step
+    per_block = 4 if rec.family != "phi-2" else 3 if quant else 2
+    assert launches[0] == 1 + len(steps) * (per_block * rec.model.n_layers + 1), launches[0]
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
 
@@ -162,6 +207,9 @@ def main() -> None:
     for dtype in (torch.float32, torch.bfloat16):
         for name, case in CASES.items():
             case_matches(name, *case, dtype)
+            print(f"ok: {name} ({dtype})")
+        for name, case in PHI_CASES.items():
+            phi_case_matches(name, *case, dtype)
             print(f"ok: {name} ({dtype})")
         strided_inputs_match(dtype)
         print(f"ok: strided inputs ({dtype})")
@@ -174,6 +222,10 @@ def main() -> None:
     print("ok: tiny-qwen2 int8wo decodes as without the row GEMV")
     a_tiny_model_decodes_as_without_the_row_gemv("tiny-llama", quant="int4wo")
     print("ok: tiny-llama int4wo decodes as without the row GEMV")
+    a_tiny_model_decodes_as_without_the_row_gemv("tiny-phi-2")
+    print("ok: tiny-phi-2 decodes as without the row GEMV")
+    a_tiny_model_decodes_as_without_the_row_gemv("tiny-phi-2", quant="int8wo")
+    print("ok: tiny-phi-2 int8wo decodes as without the row GEMV")
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
     if done.returncode:
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    # 18 cases in fp32 and bf16, the refusal of a prompt's rows, 6 tiny models.
-    assert done.stdout.count("ok:") == 43, done.stdout
+    # 25 cases in fp32 and bf16, the refusal of a prompt's rows, 8 tiny models.
+    assert done.stdout.count("ok:") == 59, done.stdout
 
 
 def test_the_tile_follows_the_weights_width_and_the_prologue():
@@ -92,6 +92,7 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
     nibbles, sz = quantize_int4(torch.randn(8, 64), 32)  # [8, 32] bytes, [2, 8, 2]
     nibbles96, sz96 = quantize_int4(torch.randn(8, 96), 32)  # 2 groups of 96 are 48 wide
     x = torch.randn(1, 64)
+    ones = torch.ones(64)
     refused = {
         "no rows": ((torch.randn(0, 64), weight, scales), {}),
         "two rows": ((torch.randn(2, 64), weight, scales), {}),
@@ -112,6 +113,13 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "int4 without its scales and zeros": ((x, nibbles, None), {}),
         "int4 scales and zeros of another N": ((x, nibbles, sz[:, :4]), {}),
         "int4 groups not a power of two": ((torch.randn(1, 96), nibbles96, sz96[:2]), {}),
+        "GELU beside a norm": ((x, weight, scales), {"gelu_from": 0, "norm_weight": ones}),
+        "GELU past K": ((x, weight, scales), {"gelu_from": 64}),
+        "a LayerNorm without its weight": ((x, weight, scales), {"layer_norm": True}),
+        "a norm bias without a LayerNorm": ((x, weight, scales),
+                                            {"norm_weight": ones, "norm_bias": ones}),
+        "a LayerNorm bias of another K": ((x, weight, scales), {
+            "norm_weight": ones, "norm_bias": ones[:63], "layer_norm": True}),
     }  # fmt: skip
     messages = {
         "no rows": "one row", "two rows": "one row", "one-dimensional x": "one row",
@@ -120,7 +128,10 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "scales with a float weight": "scales", "x not [gate | up]": "gate and up",
         "two prologues": "one prologue", "int4 without its scales and zeros": "scales",
         "int4 scales and zeros of another N": r"\[K/group, 8, 2\]",
-        "int4 groups not a power of two": "power of two",
+        "int4 groups not a power of two": "power of two", "GELU beside a norm": "one prologue",
+        "GELU past K": "GELU starts within K=64", "a LayerNorm without its weight": "its weight",
+        "a norm bias without a LayerNorm": "LayerNorm only", "a LayerNorm bias of another K":
+        "norm_bias of 64",
     }  # fmt: skip
     for case, (args, kwargs) in refused.items():
         full = {"bias": None, "norm_weight": None, "eps": 0.0, "silu_mul": False,

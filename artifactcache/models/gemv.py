@@ -15,6 +15,11 @@ pass over the weights:
   x and no kernel for the norm. (Rounding: transformers rounds ``x * rstd`` to the
   activation dtype before the norm's weight; here it stays fp32, as Inductor's fused
   norms do.)
+- ``layer_norm`` (LayerNorm prologue, phi-2's): ``W @ layernorm(x)``. A LayerNorm
+  centres x, so each program first reads x twice more (its mean, then the variance of
+  the centred values; K values, cached) and then normalizes each tile of x as it goes.
+- ``gelu_from``: tanh's GELU on x's channels from that one on (phi-2's fc2, alone or
+  beside the attention's output in a fused ``[dense | fc2]``).
 - ``silu_mul``: x is ``[gate | up]`` (a fused gate/up projection's output, 2K wide) and
   the product is ``W @ (silu(gate) * up)``.
 - ``residual``: ``residual + W @ x``, the block's skip connection, rounded as eager
@@ -23,9 +28,10 @@ pass over the weights:
 - int4 weights (models/quant.py's int4wo: uint8 nibbles [N, K/2], channel 2j in the
   high half, and ``scales`` [K/group, N, 2] holding each group's scale and zero):
   ``W = (q - 8) * scale + zero`` per element, a nibble widened by the same magic-number
-  cast. The decode step then reads half a byte a weight, where tinygemm's own kernel
-  (the int4wo default) reads the same bytes at 0.9-1.5 TB/s (docs/perf-notes.md,
-  attempt 23).
+  cast. Each group's scale and zero are applied once a loop step, to the sum of its
+  products (docs/perf-notes.md, attempt 58): 1.06-1.39 TB/s of nibbles on an H100,
+  where tinygemm's kernel (the int4wo default) reads 1.35-1.92 TB/s; the row GEMV's int4
+  path is opt-in.
 
 One program owns ``block_n`` output channels and walks K in tiles of ``block_k``,
 accumulating ``x * w`` element-wise in fp32 registers and reducing once at the end (no
@@ -113,7 +119,11 @@ def _define_kernels() -> None:
     tl = triton.language
 
     @triton.jit
-    def _x_tile(X, G, K, offs, kmask, NORM: tl.constexpr, SILU_MUL: tl.constexpr):
+    def _x_tile(
+        X, G, NB, K, offs, kmask, mean, rstd, gelu_from,
+        NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
+        SILU_MUL: tl.constexpr, GELU: tl.constexpr,
+    ):  # fmt: skip
         """x at ``offs`` after the prologue (in fp32), and its squares before the norm's
         weight (the RMSNorm's sum)."""
         # x is read by every program: keep it cached.
@@ -122,21 +132,45 @@ def _define_kernels() -> None:
         if SILU_MUL:
             up = tl.load(X + K + offs, mask=kmask, other=0.0).to(tl.float32)
             x = x / (1.0 + tl.exp(-x)) * up
+        if GELU:
+            # tanh's GELU (transformers' gelu_new): 0.5 x (1 + tanh(z)) = x / (1 + e^-2z)
+            z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+            x = tl.where(offs >= gelu_from, x / (1.0 + tl.exp(-2.0 * z)), x)
         squares = x * x
-        if NORM:
+        if LAYER_NORM:
+            x = (x - mean) * rstd * tl.load(G + offs, mask=kmask, other=0.0).to(tl.float32)
+            if HAS_NORM_BIAS:
+                x += tl.load(NB + offs, mask=kmask, other=0.0).to(tl.float32)
+        elif NORM:
             x *= tl.load(G + offs, mask=kmask, other=0.0).to(tl.float32)
         return x, squares
 
     @triton.jit
     def _row_gemv(
-        X, W, S, BIAS, G, R, Y, N, K, eps,
+        X, W, S, BIAS, G, NB, R, Y, N, K, eps, gelu_from,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
         INT8: tl.constexpr, INT4_GROUP: tl.constexpr, TILE_GROUPS: tl.constexpr,
         HAS_BIAS: tl.constexpr,
-        NORM: tl.constexpr, SILU_MUL: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
+        SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
+        mean = 0.0
+        rstd = 1.0
+        if LAYER_NORM:
+            # A LayerNorm centres x first: its mean and variance in two short passes over
+            # x (K values, cached), the variance of the centred values (no cancellation).
+            rx = tl.arange(0, BLOCK_K)
+            total = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                total += tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
+            mean = tl.sum(total, axis=0) / K
+            total = tl.zeros([BLOCK_K], tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                xv = tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
+                total += tl.where(k0 + rx < K, (xv - mean) * (xv - mean), 0.0)
+            rstd = tl.rsqrt(tl.sum(total, axis=0) / K + eps)
         if INT4_GROUP > 0:
             # Nibbles [N, K/2], channel 2j in byte j's high half and 2j+1 in its low
             # half; S holds [K/group, N, 2] scales and zeros. A tile covers TILE_GROUPS
@@ -168,7 +202,10 @@ def _define_kernels() -> None:
                 hi = ((b & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True) * 0.0625 - 524288.0
                 lo = ((b & 0x0F) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
                 u = tl.interleave(hi, lo)  # channels in order: 2j high, 2j + 1 low
-                x, sq = _x_tile(X, G, K, k0 + rk, (k0 + rk) < K, NORM, SILU_MUL)
+                x, sq = _x_tile(
+                    X, G, NB, K, k0 + rk, (k0 + rk) < K, mean, rstd, gelu_from,
+                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU,
+                )  # fmt: skip
                 if NORM:
                     squares += sq
                 sz = S + g[None, :].to(tl.int64) * N * 2 + rows[:, None] * 2
@@ -201,7 +238,10 @@ def _define_kernels() -> None:
                     wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
                 else:
                     wf = w.to(tl.float32)
-                x, sq = _x_tile(X, G, K, k0 + rk, kmask, NORM, SILU_MUL)
+                x, sq = _x_tile(
+                    X, G, NB, K, k0 + rk, kmask, mean, rstd, gelu_from,
+                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU,
+                )  # fmt: skip
                 if NORM:
                     squares += sq
                 acc += x[None, :] * wf
@@ -238,7 +278,10 @@ def _checked(
     norm_weight: Vector,
     silu_mul: bool,
     residual: Vector,
-) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector]:
+    norm_bias: Vector = None,
+    layer_norm: bool = False,
+    gelu_from: int = -1,
+) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector, Vector]:
     """The inputs as the kernel reads them, checked on the host before any launch: a
     ValueError for what it cannot read. x and the [N] and [K] vectors are made
     contiguous (cheap); a strided weight is refused, as a silent copy of it would cost
@@ -274,14 +317,23 @@ def _checked(
         )
     if (weight.dtype in (torch.int8, torch.uint8)) != (scales is not None):
         raise ValueError("the row GEMV takes scales with an int8 or int4 weight, and only then")
-    if silu_mul and norm_weight is not None:
-        raise ValueError("the row GEMV applies one prologue: RMSNorm or SiLU-and-mul")
+    if (norm_weight is not None) + silu_mul + (gelu_from >= 0) > 1:
+        raise ValueError(
+            "the row GEMV applies one prologue: a norm (RMSNorm or LayerNorm), SiLU-and-mul or GELU"
+        )
+    if layer_norm and norm_weight is None:
+        raise ValueError("the row GEMV's LayerNorm takes its weight (norm_weight)")
+    if norm_bias is not None and not layer_norm:
+        raise ValueError("the row GEMV takes a norm's bias with its LayerNorm only")
+    if gelu_from >= k:
+        raise ValueError(f"the row GEMV's GELU starts within K={k}, got channel {gelu_from}")
     if not weight.is_contiguous():
         raise ValueError("the row GEMV reads a contiguous weight (call .contiguous() once)")
     sizes = {"bias": (bias, n), "residual": (residual, n)}
     if not int4:
         sizes["scales"] = (scales, n)
     sizes["norm_weight"] = (norm_weight, k)
+    sizes["norm_bias"] = (norm_bias, k)
     for name, (t, size) in sizes.items():
         if t is not None and t.numel() != size:
             raise ValueError(f"the row GEMV takes {name} of {size} values, got {list(t.shape)}")
@@ -289,7 +341,8 @@ def _checked(
     def flat(t: Vector) -> Vector:
         return None if t is None else t.reshape(-1).contiguous()
 
-    return x.contiguous(), flat(scales), flat(bias), flat(norm_weight), flat(residual)
+    vectors = (flat(scales), flat(bias), flat(norm_weight), flat(residual), flat(norm_bias))
+    return (x.contiguous(), *vectors)
 
 
 def launch_gemv(
@@ -302,13 +355,19 @@ def launch_gemv(
     silu_mul: bool = False,
     residual: Vector = None,
     cut: GemvLaunch | None = None,
+    norm_bias: Vector = None,
+    layer_norm: bool = False,
+    gelu_from: int = -1,
 ) -> torch.Tensor:
     """The kernel with an explicit tile (``cut``; None: gemv_launch's), inputs checked:
     the benchmark's and the tests' entry. Returns [1, N] in x's dtype."""
-    x, scales, bias, norm_weight, residual = _checked(
-        x, weight, scales, bias, norm_weight, silu_mul, residual
+    x, scales, bias, norm_weight, residual, norm_bias = _checked(
+        x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm, gelu_from
     )
-    return _launch(x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut)
+    return _launch(
+        x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut,
+        norm_bias, layer_norm, gelu_from,
+    )  # fmt: skip
 
 
 def _launch(
@@ -321,6 +380,9 @@ def _launch(
     silu_mul: bool,
     residual: Vector,
     cut: GemvLaunch | None,
+    norm_bias: Vector,
+    layer_norm: bool,
+    gelu_from: int,
 ) -> torch.Tensor:
     """The kernel's launch on inputs _checked has passed."""
     n, k = weight.shape
@@ -329,6 +391,7 @@ def _launch(
     if weight.dtype == torch.uint8:  # int4 nibbles
         k *= 2
         group = _int4_group(weight, scales)  # type: ignore[arg-type]
+    # GELU is x-side work like SiLU-and-mul's, over K rather than 2K: the plain tile.
     prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
     if group and (cut.block_k < 8 or cut.block_k & (cut.block_k - 1)):
@@ -344,11 +407,14 @@ def _launch(
         return x if t is None else t  # a pointer the kernel never reads for a variant
 
     wrap_triton(_row_gemv)[(-(-n // cut.block_n),)](
-        x, w, given(scales), given(bias), given(norm_weight), given(residual), y, n, k, eps,
+        x, w, given(scales), given(bias), given(norm_weight), given(norm_bias), given(residual),
+        y, n, k, eps, gelu_from,
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
         INT4_GROUP=group, TILE_GROUPS=max(1, cut.block_k // max(group, 1)),
-        HAS_BIAS=bias is not None, NORM=norm_weight is not None,
-        SILU_MUL=silu_mul, HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
+        HAS_BIAS=bias is not None, NORM=norm_weight is not None and not layer_norm,
+        LAYER_NORM=layer_norm,
+        HAS_NORM_BIAS=norm_bias is not None, SILU_MUL=silu_mul, GELU=gelu_from >= 0,
+        HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
     )  # fmt: skip
     return y
 
@@ -365,12 +431,20 @@ def row_gemv(
     eps: float,
     silu_mul: bool,
     residual: torch.Tensor | None,
+    norm_bias: torch.Tensor | None = None,
+    layer_norm: bool = False,
+    gelu_from: int = -1,
 ) -> torch.Tensor:
     """x [1, K] ([1, 2K] with silu_mul); weight [N, K] (float, or int8 with scales [N]),
     or int4 nibbles uint8 [N, K/2] with scales and zeros [K/group, N, 2] in ``scales``
-    (models/quant.py's int4wo layout); bias, residual [N]; norm_weight [K] -> [1, N] in
-    x's dtype (the module docstring)."""
-    x, scales, bias, norm_weight, residual = _checked(
-        x, weight, scales, bias, norm_weight, silu_mul, residual
+    (models/quant.py's int4wo layout); bias, residual [N]; norm_weight [K] (an RMSNorm's,
+    or with ``layer_norm`` a LayerNorm's, whose bias is norm_bias [K]); ``gelu_from`` >= 0:
+    GELU (tanh) on x's channels from there on -> [1, N] in x's dtype (the module
+    docstring)."""
+    x, scales, bias, norm_weight, residual, norm_bias = _checked(
+        x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm, gelu_from
     )
-    return _launch(x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None)
+    return _launch(
+        x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None,
+        norm_bias, layer_norm, gelu_from,
+    )  # fmt: skip

@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, apply_rope, cached_attention, embedding
+from .rows import row_linear
 
 
 class PhiAttention(nn.Module):
@@ -79,8 +80,13 @@ class PhiBlock(nn.Module):
         self.mlp = PhiMLP(cfg)
         kv = cfg.n_kv_heads * cfg.head_dim
         self.in_sizes = [cfg.n_heads * cfg.head_dim, kv, kv, cfg.intermediate_size]
+        # One decode row through acache's GEMV (models/rows.py): set by
+        # Phi2Model.use_row_gemv on a fused model.
+        self.row_gemv = False
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
+        if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
+            return self.one_row(x, cos, sin, reads, input_pos)
         h = self.input_layernorm(x)
         if not self.fused:
             return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
@@ -89,6 +95,20 @@ class PhiBlock(nn.Module):
         if self.outputs_fused:
             return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
         return x + self.self_attn.dense(y) + self.mlp.fc2(gelu(up))
+
+    def one_row(self, x, cos, sin, reads: Reads, input_pos):
+        """The fused block for x [1, 1, dim] as GEMVs with the LayerNorm, GELU and skips
+        folded in: LayerNorm + [q; k; v; fc1], then [dense | fc2] on [y | GELU(up)] + x
+        (one GEMV; its input a concatenation), or dense + x and GELU + fc2 + that where
+        the outputs stay apart (quantized)."""
+        qkvu = row_linear(self.in_proj, x, norm=self.input_layernorm)
+        q, k, v, up = qkvu.split(self.in_sizes, dim=-1)
+        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos)
+        if self.outputs_fused:
+            yu = torch.cat([y, up], dim=-1)
+            return row_linear(self.out_proj, yu, gelu_from=y.shape[-1], residual=x)
+        h = row_linear(self.self_attn.dense, y, residual=x)
+        return row_linear(self.mlp.fc2, up, gelu_from=0, residual=h)
 
 
 class PhiBackbone(nn.Module):
@@ -112,3 +132,12 @@ class Phi2Model(CausalLM):
         self.model = PhiBackbone(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=True)
         self.max_seq_len = 0
+
+    def use_row_gemv(self) -> None:
+        """Run one-row steps through acache's GEMV with the LayerNorms, GELU and skips
+        folded in (models/rows.py). The blocks must be fused (models/fuse.py)."""
+        if not all(layer.fused for layer in self.model.layers):
+            raise ValueError("the row GEMV runs fused projections: fuse_projections first")
+        self.row_gemv = True
+        for layer in self.model.layers:
+            layer.row_gemv = True

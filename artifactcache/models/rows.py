@@ -2,11 +2,12 @@
 
 ``row_linear(linear, x, norm=..., silu_mul=..., residual=...)`` is
 ``residual + linear(prologue(x))`` for one row: an nn.Linear with float weights, an
-Int8WeightOnlyLinear or an Int4WeightOnlyLinear run as one kernel, the RMSNorm or
-SiLU-and-mul before it and the skip connection after it included; any other layer runs
-as the plain modules.
+Int8WeightOnlyLinear or an Int4WeightOnlyLinear run as one kernel, the norm (RMSNorm or
+LayerNorm), SiLU-and-mul or GELU before it and the skip connection after it included;
+any other layer runs as the plain modules.
 A llama-family block built with ``row_gemv`` (``models.build_model``) runs its one-row
-steps as four such calls (models/llama.py, ``Block.one_row``).
+steps as four such calls (models/llama.py, ``Block.one_row``), a fused phi-2 block as
+three (models/phi2.py, ``PhiBlock.one_row``).
 
 The op is registered by importing models/gemv.py, which imports Triton and Dynamo
 (~1.5 s). Dynamo and torch.export refuse to register an op inside what they trace, so
@@ -93,10 +94,12 @@ def row_linear(
     *,
     norm: nn.Module | None = None,
     silu_mul: bool = False,
+    gelu_from: int = -1,
     residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``residual + linear(prologue(x))`` for x [1, 1, K]: prologue ``norm`` (an RMSNorm)
-    or ``silu(gate) * up`` of x = [gate | up] (``silu_mul``). [1, 1, N]."""
+    """``residual + linear(prologue(x))`` for x [1, 1, K]: prologue ``norm`` (an RMSNorm
+    or an nn.LayerNorm), ``silu(gate) * up`` of x = [gate | up] (``silu_mul``) or tanh's
+    GELU on x's channels from ``gelu_from`` on. [1, 1, N]."""
     if not _gemv_registered and runs_here(x) and not torch.compiler.is_compiling():
         register_gemv()  # an eager call (a trace must find it registered: register_ops)
     read = row_weights(linear) if _gemv_registered and runs_here(x) else None
@@ -106,12 +109,17 @@ def row_linear(
         if silu_mul:
             gate, up = x.chunk(2, dim=-1)
             x = F.silu(gate) * up
+        if gelu_from >= 0:
+            kept, rest = x.split([gelu_from, x.shape[-1] - gelu_from], dim=-1)
+            x = torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
         y = linear(x)
         return y if residual is None else residual + y
     weight, scales = read
+    layer_norm = isinstance(norm, nn.LayerNorm)
     y = torch.ops.acache.row_gemv(
         x.reshape(1, x.shape[-1]), weight, scales, getattr(linear, "bias", None),
         None if norm is None else norm.weight, 0.0 if norm is None else float(norm.eps),
         silu_mul, None if residual is None else residual.reshape(-1),
+        norm.bias if layer_norm else None, layer_norm, gelu_from,
     )  # fmt: skip
     return y.reshape(1, 1, y.shape[-1])

@@ -20,17 +20,21 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   Off, decode reads the cache by length bucket through SDPA (artifactcache/kv_buckets.py);
   at 256 or less that is one bucket, a static step.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
-  row) runs each projection as acache's GEMV (models/gemv.py) with the RMSNorm,
-  SiLU-and-mul and skip connection around it folded in: four kernels a block. It runs
-  for the llama families (llama, mistral, qwen2, qwen3, phi-3) at one row (max_batch 1)
-  with fused projections, unquantized, int8wo or int4wo (reading int4wo's plain nibbles
-  and group scales where tinygemm would run); it refuses phi-2 (a LayerNorm block),
-  unfused projections and batched builds (whose steps are never one row). On by default
+  row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
+  SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
+  block, three a phi-2 block. It runs for the llama families (llama, mistral, qwen2,
+  qwen3, phi-3) and phi-2 at one row (max_batch 1) with fused projections, unquantized,
+  int8wo or int4wo (reading int4wo's plain nibbles and group scales where tinygemm would
+  run); it refuses unfused projections and batched builds (whose steps are never one
+  row). Off by default for phi-2 (LayerNorm and GELU in the kernel, not yet measured on
+  a GPU). On by default
   for CUDA builds of inductor and aoti where it measured faster than Inductor's own
   kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and every int8wo build. Off by
   default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
-  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo, whose
-  kernel is not yet measured against tinygemm (``--extra row_gemv=1`` asks for it).
+  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
+  tinygemm decoded llama-7b 16% faster than the row GEMV's int4 path on an H100
+  (docs/benchmarks.md, "Quantized decode and the int4 kernels"; ``--extra row_gemv=1``
+  asks for it).
 - ``--extra cudnn_prefill=0|1``: whether a prompt pass's attention (prefill and
   extend, T > 1) may run cuDNN's SDPA kernel, torch's first choice on Hopper. cuDNN
   builds an execution graph on the host for each call shape it has not seen in that
@@ -68,7 +72,7 @@ SPLIT_KV_EXTRA = "split_kv_decode"
 ROW_GEMV_EXTRA = "row_gemv"
 CUDNN_PREFILL_EXTRA = "cudnn_prefill"
 MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA)
-ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
+ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3", "phi-2")
 # Where the row GEMV is the default for float weights: the families it measured faster on.
 ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
 # Where split-KV is the default only past one KV bucket (max_seq_len > 256): below, SDPA's
@@ -205,7 +209,7 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     if not is_cuda(opts.device):
         why_not = "needs --device cuda: the kernel is Triton's, for NVIDIA GPUs"
     elif recipe.family not in ROW_GEMV_FAMILIES:
-        why_not = f"runs RMSNorm blocks ({', '.join(ROW_GEMV_FAMILIES)}), not {recipe.family}'s"
+        why_not = f"runs {', '.join(ROW_GEMV_FAMILIES)} blocks, not {recipe.family}'s"
     elif not fused:
         if FUSE_EXTRA in opts.extra:  # asked for unfused
             why_not = f"runs fused projections: leave out --extra {FUSE_EXTRA}=0"
@@ -219,9 +223,11 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     if asked and why_not:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
-        # int4wo: its int4 kernel is not yet measured against tinygemm.
+        # int4wo: tinygemm decoded faster than the int4 row GEMV (the docstring above).
+        # phi-2: its LayerNorm and GELU prologues are not yet measured on a GPU.
         measured_faster = opts.quant != "int4wo" and (
-            recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
+            recipe.family in ROW_GEMV_DEFAULT_FAMILIES
+            or (opts.quant == "int8wo" and recipe.family != "phi-2")
         )
         return why_not is None and backend in FUSE_BY_DEFAULT and measured_faster
     return asked
