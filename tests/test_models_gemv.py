@@ -187,7 +187,8 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     )
 
     torch.manual_seed(0)
-    for n, k, with_bias in ((3072, 3072, False), (4100, 11000, True), (4104, 11008, True)):
+    shapes = ((3072, 3072, False), (4100, 11000, True), (4104, 11008, True), (17920, 2560, True))
+    for n, k, with_bias in shapes:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
         forms = [(w, None, w), (*quantize_int8(w), w)]  # (weight, scales, dense)
         group = next((g for g in INT4_GROUPS if k % g == 0), None)
@@ -205,4 +206,15 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
                 got = gemv.row_gemv(*args).double()
                 dense_args = (x, dense, None, bias, norm, 1e-5, silu, residual)
                 want = reference(*dense_args) if int4 else reference(*args)
+                torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+            # phi-2's prologues: a LayerNorm with its bias, GELU on all or part of x
+            x = (3 + torch.randn(1, k, device="cuda")).to(torch.bfloat16)
+            nb = torch.randn(k, device="cuda", dtype=torch.bfloat16)
+            for kw in ({"norm_bias": nb, "layer_norm": True}, {"gelu_from": 0},
+                       {"gelu_from": k // 5}):  # fmt: skip
+                norm = g if kw.get("layer_norm") else None
+                args = (x, weight, scales, bias, norm, 1e-5, False, r)
+                got = gemv.row_gemv(*args, **kw).double()
+                dense_args = (x, dense, None, bias, norm, 1e-5, False, r)
+                want = reference(*dense_args, **kw) if int4 else reference(*args, **kw)
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
