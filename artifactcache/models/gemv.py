@@ -170,7 +170,8 @@ def _define_kernels() -> None:
             for k0 in range(0, K, BLOCK_K):
                 xv = tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
                 total += tl.where(k0 + rx < K, (xv - mean) * (xv - mean), 0.0)
-            rstd = tl.rsqrt(tl.sum(total, axis=0) / K + eps)
+            # fp32: Inductor passes a float argument such as eps as fp64.
+            rstd = tl.rsqrt(tl.sum(total, axis=0) / K + eps).to(tl.float32)
         if INT4_GROUP > 0:
             # Nibbles [N, K/2], channel 2j in byte j's high half and 2j+1 in its low
             # half; S holds [K/group, N, 2] scales and zeros. A tile covers TILE_GROUPS
