@@ -26,8 +26,9 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   qwen3, phi-3) and phi-2 at one row (max_batch 1) with fused projections, unquantized,
   int8wo or int4wo (reading int4wo's plain nibbles and group scales where tinygemm would
   run); it refuses unfused projections and batched builds (whose steps are never one
-  row). Off by default for phi-2 (LayerNorm and GELU in the kernel, not yet measured on
-  a GPU). On by default
+  row). Off by default for phi-2: measured once (inductor, H100: 375.8 against 360.6
+  tok/s, docs/benchmarks.md "phi-2 through the row GEMV"), aoti not yet built with it.
+  On by default
   for CUDA builds of inductor and aoti where it measured faster than Inductor's own
   kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and every int8wo build. Off by
   default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
@@ -224,7 +225,7 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
         # int4wo: tinygemm decoded faster than the int4 row GEMV (the docstring above).
-        # phi-2: its LayerNorm and GELU prologues are not yet measured on a GPU.
+        # phi-2: measured once, on inductor only (the docstring above).
         measured_faster = opts.quant != "int4wo" and (
             recipe.family in ROW_GEMV_DEFAULT_FAMILIES
             or (opts.quant == "int8wo" and recipe.family != "phi-2")
