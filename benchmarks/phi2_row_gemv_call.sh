@@ -1,8 +1,10 @@
 #!/bin/bash
-# One short GPU call for phi-2's row GEMV (issue 32; docs/perf-notes.md attempt 59): the
+# One GPU call for phi-2's row GEMV (issue 32; docs/perf-notes.md attempt 59): the
 # compiled kernel's GPU test (every prologue, LayerNorm and GELU included, on seed and
-# phi-2 shapes), then phi-2's decode, inductor, with --extra row_gemv=1 (its step
-# profiled) beside today's default, both built at once (decode_call.sh).
+# phi-2 shapes, the LayerNorm through Inductor too), then phi-2's decode with --extra
+# row_gemv=1 beside today's default, inductor and then aoti (PHI2_BACKENDS, default
+# "inductor aoti"), two builds at once (decode_call.sh), the inductor pair's steps
+# profiled.
 #   bash benchmarks/phi2_row_gemv_call.sh NAME   (run with carry [".whl"])
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
@@ -18,10 +20,12 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
 timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
   -k on_cuda > "$R/gpu-test.log" 2>&1
 echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
-DECODE_JOBS=2 DECODE_PROFILE="phi-2/inductor+row_gemv=1" \
-  timeout "$(cap 400)" bash benchmarks/decode_call.sh "$R/decode" "$C" \
-  phi-2/inductor+row_gemv=1 phi-2/inductor > "$R/decode.log" 2>&1
-echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A5 '^| variant' "$R"/decode/*.log
+specs=()
+for b in ${PHI2_BACKENDS:-inductor aoti}; do specs+=("phi-2/$b+row_gemv=1" "phi-2/$b"); done
+DECODE_JOBS=2 DECODE_PROFILE="phi-2/inductor+row_gemv=1 phi-2/inductor" \
+  timeout "$(cap 420)" bash benchmarks/decode_call.sh "$R/decode" "$C" "${specs[@]}" \
+  > "$R/decode.log" 2>&1
+echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A7 '^| variant' "$R"/decode/*.log
 grep -h -A5 '^profile' "$R"/decode/*.log
 tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
 ls -la "$OUT"
