@@ -8,13 +8,8 @@
 #   bash benchmarks/phi2_row_gemv_call.sh NAME   (run with carry [".whl"])
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
-T0=$SECONDS
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
-unset PYTHONDONTWRITEBYTECODE
+. benchmarks/_device_call.sh
 NAME=${1:?usage: phi2_row_gemv_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
-DEADLINE_S=${DEADLINE_S:-570}
-cap() { local l=$((DEADLINE_S - 15 - (SECONDS - T0))); echo $(( l < $1 ? (l > 1 ? l : 1) : $1 )); }
 rm -rf "$R"; mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
 timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \

@@ -442,10 +442,7 @@ def row_gemv(
     or with ``layer_norm`` a LayerNorm's, whose bias is norm_bias [K]); ``gelu_from`` >= 0:
     GELU (tanh) on x's channels from there on -> [1, N] in x's dtype (the module
     docstring)."""
-    x, scales, bias, norm_weight, residual, norm_bias = _checked(
-        x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm, gelu_from
-    )
-    return _launch(
+    return launch_gemv(
         x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None,
         norm_bias, layer_norm, gelu_from,
     )  # fmt: skip
