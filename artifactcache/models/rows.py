@@ -7,7 +7,7 @@ LayerNorm), SiLU-and-mul or GELU before it and the skip connection after it incl
 any other layer runs as the plain modules.
 A llama-family block built with ``row_gemv`` (``models.build_model``) runs its one-row
 steps as four such calls (models/llama.py, ``Block.one_row``), a fused phi-2 block as
-three (models/phi2.py, ``PhiBlock.one_row``).
+two, or three where its outputs stay apart (models/phi2.py, ``PhiBlock.one_row``).
 
 The op is registered by importing models/gemv.py, which imports Triton and Dynamo
 (~1.5 s). Dynamo and torch.export refuse to register an op inside what they trace, so

@@ -22,14 +22,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
-  block, three a phi-2 block. It runs for the llama families (llama, mistral, qwen2,
-  qwen3, phi-3) and phi-2 at one row (max_batch 1) with fused projections, unquantized,
-  int8wo or int4wo (reading int4wo's plain nibbles and group scales where tinygemm would
-  run); it refuses unfused projections and batched builds (whose steps are never one
-  row). Off by default for phi-2: measured once (inductor, H100: 375.8 against 360.6
-  tok/s, docs/benchmarks.md "phi-2 through the row GEMV"), aoti not yet built with it.
-  On by default
-  for CUDA builds of inductor and aoti where it measured faster than Inductor's own
+  block, two a fused phi-2 block (three where quantization keeps dense and fc2 apart).
+  It runs for the llama families (llama, mistral, qwen2, qwen3, phi-3) and phi-2 at one
+  row (max_batch 1) with fused projections, unquantized, int8wo or int4wo (reading
+  int4wo's plain nibbles and group scales where tinygemm would run); it refuses unfused
+  projections and batched builds (whose steps are never one row). Off by default for
+  phi-2: measured once (inductor, H100: 375.8 against 360.6 tok/s, docs/benchmarks.md
+  "phi-2 through the row GEMV"), aoti not yet built with it. On by default for CUDA
+  builds of inductor and aoti where it measured faster than Inductor's own
   kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and every int8wo build. Off by
   default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
   tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
