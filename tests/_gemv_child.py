@@ -44,9 +44,10 @@ CASES = {
         (24, 64, "int4", False, False, True, True, None),
     "int4, half a group a tile, N not a multiple of the block":
         (37, 256, "int4", False, True, False, False, (16, 64)),
-    "int4, four groups a tile, K not a multiple of it, a bias and a skip":
+    "int4, two groups a tile, K not a multiple of it, a bias and a skip":
         (37, 320, "int4", True, False, False, True, (8, 128)),
-    "int4, two groups a tile, RMSNorm": (16, 192, "int4", False, True, False, False, (4, 64)),
+    "int4, two groups a tile, RMSNorm, K not a multiple of it":
+        (16, 192, "int4", False, True, False, False, (4, 128)),
 }  # fmt: skip
 
 
@@ -99,7 +100,8 @@ PHI_CASES = {
     "LayerNorm without a bias, K not a multiple of the tile":
         (24, 200, None, "", -1, False, (8, 64)),
     "LayerNorm, int8": (32, 128, "int8", "bias", -1, False, None),
-    "LayerNorm, int4, two groups a tile": (16, 256, "int4", "bias", -1, False, (4, 64)),
+    "LayerNorm, int4, two groups a tile, K a multiple of it":
+        (16, 256, "int4", "bias", -1, False, (4, 256)),
     "GELU on every channel and a skip": (32, 160, None, None, 0, True, None),
     "GELU from channel 96 (a fused [dense | fc2]), a skip":
         (24, 224, None, None, 96, True, (4, 64)),
@@ -116,8 +118,9 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
         w, scales = quantize_int8(w)
     elif quant == "int4":
         w, scales, dense = int4_weight(w)
-    # an offset far from 0: the LayerNorm must centre it
-    x = (3.0 + torch.randn(1, k) * 2).to(dtype)
+    # The LayerNorm's x is far from 0 (it must centre it); GELU's is centred at 0, where
+    # GELU is far from the identity.
+    x = ((3.0 if layer_norm is not None else 0.0) + torch.randn(1, k) * 2).to(dtype)
     bias = torch.randn(n, dtype=dtype)
     g = (1 + torch.rand(k)).to(dtype) if layer_norm is not None else None
     nb = torch.randn(k, dtype=dtype) if layer_norm == "bias" else None
@@ -150,6 +153,31 @@ def strided_inputs_match(dtype):
     want = reference(x, weight, scales, bias, g, 1e-6, False, None)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
+
+
+def a_layernorm_without_its_weight_runs_the_plain_modules():
+    """An nn.LayerNorm(elementwise_affine=False) has no weight for the kernel to read:
+    row_linear runs the plain modules (no launch), with their result."""
+    from artifactcache.models import rows
+
+    rows.register_gemv()
+    torch.manual_seed(3)
+    lin, norm = torch.nn.Linear(64, 16), torch.nn.LayerNorm(64, elementwise_affine=False)
+    x = torch.randn(1, 1, 64)
+    launches = [0]
+    launch = gemv._launch
+
+    def counted(*args):
+        launches[0] += 1
+        return launch(*args)
+
+    gemv._launch = counted
+    try:
+        got = rows.row_linear(lin, x, norm=norm)
+    finally:
+        gemv._launch = launch
+    assert launches[0] == 0
+    torch.testing.assert_close(got, lin(norm(x)))
 
 
 def several_rows_are_refused():
@@ -215,6 +243,8 @@ def main() -> None:
         print(f"ok: strided inputs ({dtype})")
     several_rows_are_refused()
     print("ok: several rows")
+    a_layernorm_without_its_weight_runs_the_plain_modules()
+    print("ok: a LayerNorm without its weight runs the plain modules")
     for name in ("tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-phi-3"):
         a_tiny_model_decodes_as_without_the_row_gemv(name)
         print(f"ok: {name} decodes as without the row GEMV")
@@ -226,6 +256,8 @@ def main() -> None:
     print("ok: tiny-phi-2 decodes as without the row GEMV")
     a_tiny_model_decodes_as_without_the_row_gemv("tiny-phi-2", quant="int8wo")
     print("ok: tiny-phi-2 int8wo decodes as without the row GEMV")
+    a_tiny_model_decodes_as_without_the_row_gemv("tiny-phi-2", quant="int4wo")
+    print("ok: tiny-phi-2 int4wo decodes as without the row GEMV")
 
 
 if __name__ == "__main__":

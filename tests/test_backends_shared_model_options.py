@@ -255,7 +255,7 @@ def test_phi_2_takes_split_kv_by_default_only_past_one_kv_bucket(max_seq_len: in
         ("inductor", "cuda", "tiny-qwen3", None, False),
         ("eager", "cuda", "tiny-llama", None, False),  # eager is the reference
         ("aoti", "cpu", "tiny-llama", None, False),
-        ("aoti", "cuda", "tiny-phi-2", None, False),  # LayerNorm and GELU: not yet measured
+        ("aoti", "cuda", "tiny-phi-2", None, False),  # one confounded A/B, aoti unbuilt
         ("inductor", "cuda", "tiny-phi-2", "int8wo", False),  # not even for int8wo
         ("aoti", "cuda", "tiny-llama", "int4wo", False),  # tinygemm measured faster
         ("inductor", "cuda", "tiny-phi-3", "int4wo", False),  # not even where bf16's is on

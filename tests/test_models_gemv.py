@@ -32,8 +32,8 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
     if done.returncode:
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    # 25 cases in fp32 and bf16, the refusal of a prompt's rows, 8 tiny models.
-    assert done.stdout.count("ok:") == 59, done.stdout
+    # 25 cases in fp32 and bf16, two refusals, 9 tiny models.
+    assert done.stdout.count("ok:") == 61, done.stdout
 
 
 def test_the_tile_follows_the_weights_width_and_the_prologue():
@@ -115,6 +115,10 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "int4 groups not a power of two": ((torch.randn(1, 96), nibbles96, sz96[:2]), {}),
         "GELU beside a norm": ((x, weight, scales), {"gelu_from": 0, "norm_weight": ones}),
         "GELU past K": ((x, weight, scales), {"gelu_from": 64}),
+        "GELU before channel 0": ((x, weight, scales), {"gelu_from": -2}),
+        "a weight of no rows": ((x, weight[:0], scales[:0]), {}),
+        "a weight of no columns": ((torch.randn(1, 0), weight.float()[:, :0], None), {}),
+        "int4 with no groups": ((x, nibbles, sz[:0]), {}),
         "a LayerNorm without its weight": ((x, weight, scales), {"layer_norm": True}),
         "a norm bias without a LayerNorm": ((x, weight, scales),
                                             {"norm_weight": ones, "norm_bias": ones}),
@@ -130,6 +134,8 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "int4 scales and zeros of another N": r"\[K/group, 8, 2\]",
         "int4 groups not a power of two": "power of two", "GELU beside a norm": "one prologue",
         "GELU past K": "GELU starts within K=64", "a LayerNorm without its weight": "its weight",
+        "GELU before channel 0": "or -1: none", "a weight of no rows": "at least one row",
+        "a weight of no columns": "at least one row", "int4 with no groups": "K/group",
         "a norm bias without a LayerNorm": "LayerNorm only", "a LayerNorm bias of another K":
         "norm_bias of 64",
     }  # fmt: skip
@@ -207,20 +213,32 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
                 dense_args = (x, dense, None, bias, norm, 1e-5, silu, residual)
                 want = reference(*dense_args) if int4 else reference(*args)
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
-            # phi-2's prologues: a LayerNorm with its bias, GELU on all or part of x
-            x = (3 + torch.randn(1, k, device="cuda")).to(torch.bfloat16)
+            # phi-2's prologues: a LayerNorm with its bias (x far from 0: it must centre
+            # it), GELU on all or part of x (x centred at 0)
             nb = torch.randn(k, device="cuda", dtype=torch.bfloat16)
             for kw in ({"norm_bias": nb, "layer_norm": True}, {"gelu_from": 0},
                        {"gelu_from": k // 5}):  # fmt: skip
                 norm = g if kw.get("layer_norm") else None
+                x = (3 if norm is not None else 0) + torch.randn(1, k, device="cuda")
+                x = x.to(torch.bfloat16)
                 args = (x, weight, scales, bias, norm, 1e-5, False, r)
                 got = gemv.row_gemv(*args, **kw).double()
                 dense_args = (x, dense, None, bias, norm, 1e-5, False, r)
                 want = reference(*dense_args, **kw) if int4 else reference(*args, **kw)
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
-                if "layer_norm" in kw and n == shapes[0][0]:
-                    # Inductor types a float argument (eps) as fp64: the kernel must keep
-                    # its loop in fp32 there too (a LayerNorm build once failed on it).
-                    compiled = torch.compile(torch.ops.acache.row_gemv, fullgraph=True)
-                    got = compiled(*args, **kw).double()
-                    torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+    # Inductor passes a float (the LayerNorm's eps) to a user kernel as fp64: the kernel
+    # must keep its loop in fp32 there too (phi-2's build once failed on it). A module that
+    # calls row_linear with a LayerNorm, compiled as a build compiles the model.
+    from torch._inductor.utils import run_and_get_code
+
+    from artifactcache.models.rows import register_gemv, row_linear
+
+    register_gemv()  # as a backend does before it traces (rows.register_ops)
+    lin = torch.nn.Linear(2560, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
+    norm = torch.nn.LayerNorm(2560, eps=1e-5, device="cuda", dtype=torch.bfloat16)
+    x = (3 + torch.randn(1, 1, 2560, device="cuda")).to(torch.bfloat16)
+    compiled = torch.compile(lambda x: row_linear(lin, x, norm=norm), fullgraph=True)
+    got, code = run_and_get_code(compiled, x)
+    assert "_row_gemv" in "".join(code)  # the kernel, not the plain modules
+    want = lin(norm(x)).double()
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)

@@ -84,6 +84,8 @@ def gemv_launch(
     weights) beside its weight tile, so a prologue wants more output channels a program
     to spread those reads over; the SiLU-and-mul GEMVs have a long K.
 
+    ``"norm"`` covers the RMSNorm and the LayerNorm; GELU, x-side work over K alone, takes
+    the plain tile.
     bf16 (benchmarks/row_gemv.py's sweep of 30 tiles on phi-3-mini's and llama-7b's
     shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (tied with 32 x 256
     for the best sum over the four norm shapes, 3% under 4 x 512's), 4 x 1024 for
@@ -249,7 +251,7 @@ def _define_kernels() -> None:
                 w_ptrs += BLOCK_K
         y = tl.sum(acc, axis=1)
         if NORM:
-            y *= tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+            y *= tl.rsqrt(tl.sum(squares, axis=0) / K + eps).to(tl.float32)
         if INT8:
             y *= tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
         if HAS_BIAS:
@@ -292,10 +294,15 @@ def _checked(
     if weight.dim() != 2:
         raise ValueError(f"the row GEMV takes a weight [N, K], got {list(weight.shape)}")
     n, k = weight.shape
+    if n == 0 or k == 0:
+        raise ValueError(
+            f"the row GEMV takes a weight of at least one row and column, got [{n}, {k}]"
+        )
     int4 = weight.dtype == torch.uint8
     if int4:
         k *= 2  # two weights a byte
-        if scales is None or scales.dim() != 3 or scales.shape[1:] != (n, 2):
+        bad = scales is None or scales.dim() != 3 or scales.shape[1:] != (n, 2)
+        if bad or scales.shape[0] == 0:
             raise ValueError(
                 f"the row GEMV takes int4 nibbles [{n}, {k // 2}] with scales and zeros of "
                 f"[K/group, {n}, 2], got {None if scales is None else list(scales.shape)}"
@@ -326,8 +333,10 @@ def _checked(
         raise ValueError("the row GEMV's LayerNorm takes its weight (norm_weight)")
     if norm_bias is not None and not layer_norm:
         raise ValueError("the row GEMV takes a norm's bias with its LayerNorm only")
-    if gelu_from >= k:
-        raise ValueError(f"the row GEMV's GELU starts within K={k}, got channel {gelu_from}")
+    if not -1 <= gelu_from < k:
+        raise ValueError(
+            f"the row GEMV's GELU starts within K={k} (or -1: none), got channel {gelu_from}"
+        )
     if not weight.is_contiguous():
         raise ValueError("the row GEMV reads a contiguous weight (call .contiguous() once)")
     sizes = {"bias": (bias, n), "residual": (residual, n)}

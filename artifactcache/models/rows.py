@@ -103,6 +103,8 @@ def row_linear(
     if not _gemv_registered and runs_here(x) and not torch.compiler.is_compiling():
         register_gemv()  # an eager call (a trace must find it registered: register_ops)
     read = row_weights(linear) if _gemv_registered and runs_here(x) else None
+    if norm is not None and getattr(norm, "weight", None) is None:
+        read = None  # a norm without its weight (elementwise_affine=False): the plain path
     if read is None:
         if norm is not None:
             x = norm(x)

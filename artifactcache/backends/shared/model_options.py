@@ -27,13 +27,13 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   row (max_batch 1) with fused projections, unquantized, int8wo or int4wo (reading
   int4wo's plain nibbles and group scales where tinygemm would run); it refuses unfused
   projections and batched builds (whose steps are never one row). Off by default for
-  phi-2: measured once (inductor, H100: 375.8 against 360.6 tok/s, docs/benchmarks.md
-  "phi-2 through the row GEMV"), aoti not yet built with it. On by default for CUDA
-  builds of inductor and aoti where it measured faster than Inductor's own
-  kernels (docs/benchmarks.md, "The row GEMV"): phi-3, and every int8wo build but
-  phi-2's. Off by
-  default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
-  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
+  phi-2: measured once (inductor, H100: 375.8 against 360.6 tok/s, an A/B whose baseline
+  was built beside another build; docs/benchmarks.md "phi-2 through the row GEMV"), aoti
+  not yet built with it. On by default for CUDA builds of inductor and aoti where it
+  measured faster than Inductor's own kernels (docs/benchmarks.md, "The row GEMV"):
+  phi-3, and every int8wo build but phi-2's. Off by default for bf16 llama, mistral and
+  qwen: there a build whose Inductor kernels were tuned alone decoded 7-9% faster than
+  the row GEMV. Off by default for int4wo:
   tinygemm decoded llama-7b 16% faster than the row GEMV's int4 path on an H100
   (docs/benchmarks.md, "Quantized decode and the int4 kernels"; ``--extra row_gemv=1``
   asks for it).
