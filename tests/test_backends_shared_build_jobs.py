@@ -538,3 +538,66 @@ def test_jobs_bound_how_many_workers_run_at_once(tmp_path: Path, monkeypatch):
     assert set(sos) == {"prefill", "extend", "decode"}
     assert len(made) == 3 and max(spawned) <= 1, spawned  # the third waited for a save
     assert _our_workers() == []
+
+
+# A stand-in whose decode step runs out of GPU memory on its first worker (every time,
+# with "always"), as torch reports it; the other steps save theirs.
+_OOM_STAND_IN = """
+import os, pickle, sys, time
+began = time.time()
+sys.path[0] = {root!r}
+from artifactcache.backends.shared.build_jobs import StepJob
+started = time.monotonic()
+job: StepJob = pickle.load(sys.stdin.buffer)
+pickle.load(sys.stdin.buffer)
+marker = job.workdir / "decode-tried"
+if job.step == "decode" and ({always} or not marker.exists()):
+    marker.touch()
+    msg = "CUDA out of memory."
+    err = dict(acache=False, module="torch", type="OutOfMemoryError", message=msg,
+               traceback="torch.OutOfMemoryError: " + msg)
+    job.result.write_bytes(pickle.dumps(dict(error=err)))
+    sys.exit(1)
+if job.step != "decode":
+    time.sleep(3)  # still running when decode fails
+so = f"{{job.step}}/{{job.step}}.so"
+(job.workdir / job.step).mkdir(parents=True, exist_ok=True)
+(job.workdir / so).write_bytes(f"{{began}} {{time.time()}}".encode())  # its start and save
+report = dict(file=so, timings={{}}, started=started, finished=time.monotonic())
+job.result.write_bytes(pickle.dumps(report))
+"""
+
+
+def _oom_build(tmp_path: Path, monkeypatch, always: bool, said: list[str]):
+    code = _OOM_STAND_IN.format(root=_ROOT, always=always)
+    monkeypatch.setattr(jobs_mod, "worker_argv", lambda: [sys.executable, "-c", code])
+    monkeypatch.setenv(TIMEOUT_ENV, "120")
+    ctx = BuildContext(
+        load_recipe("tiny-llama"), BuildChoices(), WeightsSpec(), progress=said.append
+    )
+    workdir, scratch = tmp_path / "entry", tmp_path / "scratch"
+    workdir.mkdir()
+    scratch.mkdir()
+    return workdir, jobs_mod.build_concurrently("aoti", ctx, workdir, scratch, aoti.STEPS, dict)
+
+
+def test_a_step_out_of_gpu_memory_is_built_again_alone(tmp_path: Path, monkeypatch):
+    """Another build started at the same time can take the memory this one counted on:
+    the step is built once more, after the build's other workers are done."""
+    said: list[str] = []
+    workdir, (sos, _) = _oom_build(tmp_path, monkeypatch, always=False, said=said)
+    assert sos == {s: f"{s}/{s}.so" for s in ("prefill", "extend", "decode")}
+    assert len(said) == 1 and "decode step ran out of GPU memory" in said[0], said
+    # the second decode worker started once the others had saved theirs
+    began, saved = {}, {}
+    for s in sos:
+        began[s], saved[s] = map(float, (workdir / sos[s]).read_text().split())
+    assert began["decode"] > max(saved["prefill"], saved["extend"])
+    assert _our_workers() == []
+
+
+def test_a_step_out_of_gpu_memory_twice_is_the_error(tmp_path: Path, monkeypatch):
+    with pytest.raises(BuildWorkerFailed, match="decode step failed") as e:
+        _oom_build(tmp_path, monkeypatch, always=True, said=[])
+    assert "CUDA out of memory" in str(e.value)
+    assert _our_workers() == []

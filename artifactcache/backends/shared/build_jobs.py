@@ -35,6 +35,10 @@ inductor has no probe, and its workers are sent an empty config at once.
 Where no worker succeeds: an ``AcacheError`` it raised is raised here with the same
 class and message; any other exception (a bug, an Inductor crash) becomes a
 ``BuildWorkerFailed``, which keeps the worker's traceback as acache keeps a bug's.
+A step whose worker ran out of GPU memory (torch's OutOfMemoryError) is built once more,
+in a worker of its own once nothing else of the build runs (a warning says so): another
+build that started at the same time passes the same memory check (build_plan.py) and
+takes what this one counted on. A second failure is the error.
 A worker that dies before its report is a one-line ``BackendError``; one that saved its
 step (the report is its last write) has built it, however it then exits (an odd exit is
 a warning). Past ``ACACHE_BUILD_TIMEOUT``, the one line names what still ran: the
@@ -251,6 +255,12 @@ def worker_failure(what: str, report: dict[str, Any] | None, code: int) -> Excep
     )
 
 
+def out_of_memory(report: dict[str, Any] | None) -> bool:
+    """Whether a worker's report says its step ran out of GPU memory."""
+    err = (report or {}).get("error")
+    return bool(err) and not err["acache"] and err["type"] == "OutOfMemoryError"
+
+
 def _in_thread(fn: Callable[[], Any]) -> Future:
     """fn's result as a Future, from a daemon thread: a failed build is reported (and
     its process may exit) without waiting for a probe still running, which finishes on
@@ -319,33 +329,48 @@ def _wait(
     timeout: float,
     queued: list[str],
     start: Callable[[str], _Worker],
+    drop: Callable[[_Worker], None] = lambda w: None,
 ) -> None:
     """Until every worker saved its step, handing each the probe's config once it is known,
     and starting a ``queued`` step each time a worker saves one (``start`` adds its worker
-    to ``workers``).
+    to ``workers``). A step that ran out of GPU memory is held (``drop`` takes its
+    worker) and started again once no other worker runs; only once.
 
     The first failure (a worker's, the probe's, or the deadline) raises at once, so a
     worker that fails while the probe still runs is reported without waiting for it.
     """
     pending, cfg, queued = list(workers), None, list(queued)
-    while pending:
+    held: list[str] = []  # out of memory beside other workers: built again alone
+    retried: set[str] = set()
+
+    def launch(step: str) -> None:
+        nxt = start(step)
+        pending.append(nxt)
+        if cfg is not None:
+            nxt.send(cfg)
+
+    while pending or held:
+        if not pending:
+            launch(held.pop(0))
         if cfg is None and probe.done():
             cfg = probe.result()  # raises what the probe raised
             for w in workers:
                 w.send(cfg)
         for w in list(pending):
             code = w.proc.poll()  # before the report: an exited worker wrote all it will
-            if saved_step(w) is not None:
+            if out_of_memory(w.report()) and w.job.step not in retried:
+                retried.add(w.job.step)
+                held.append(w.job.step)
+                pending.remove(w)
+                drop(w)
+            elif saved_step(w) is not None:
                 pending.remove(w)
                 if queued:
-                    nxt = start(queued.pop(0))
-                    pending.append(nxt)
-                    if cfg is not None:
-                        nxt.send(cfg)
+                    launch(queued.pop(0))
             elif code is not None:
                 raise worker_failure(w.job.what, w.report(), code)
         if pending and time.monotonic() > deadline:
-            raise timeout_error(pending, probe, timeout, queued)
+            raise timeout_error(pending, probe, timeout, queued + held)
         time.sleep(_POLL_S)
 
 
@@ -413,6 +438,14 @@ def build_concurrently(
                 ) from None
             return worker
 
+        def drop(w: _Worker) -> None:
+            # Its report goes too: the step's next worker reports to the same file.
+            w.stop()
+            workers.remove(w)
+            w.job.result.unlink(missing_ok=True)
+            _warn(ctx, f"{w.job.what} ran out of GPU memory beside other work; building "
+                       "it again once nothing else of this build runs")  # fmt: skip
+
         order = list(steps)
         at_once = len(order) if jobs is None else max(1, jobs)
         try:
@@ -420,7 +453,7 @@ def build_concurrently(
                 start(step)
             if probe is not None:
                 probed = _in_thread(timed_probe)
-            _wait(workers, probed, deadline, timeout, order[at_once:], start)
+            _wait(workers, probed, deadline, timeout, order[at_once:], start, drop)
             exits_by = time.monotonic() + _EXIT_GRACE_S
             odd = {w.job.step: w.odd_exit(exits_by - time.monotonic()) for w in workers}
         except BaseException:
