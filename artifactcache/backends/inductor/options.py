@@ -36,13 +36,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...choices import BuildChoices
-from ..shared.model_options import ROW_GEMV_FAMILIES, parse_flag
+from ..shared.model_options import LLAMA_FAMILIES, parse_flag
 
 LAYER_REGIONS_EXTRA = "layer_regions"
 INDUCTOR_EXTRA_KEYS = (LAYER_REGIONS_EXTRA,)
 # Where decode's blocks are compiled once unless asked otherwise: the families of the
 # llama block (measured on llama-7b and phi-3-mini, attempt 53).
-LAYER_REGION_FAMILIES = ROW_GEMV_FAMILIES
+LAYER_REGION_FAMILIES = LLAMA_FAMILIES
 # The weights regions are the default for: bf16/fp16/fp32 and int8wo (measured, attempt 54).
 LAYER_REGION_QUANT = (None, "int8wo")
 

@@ -74,7 +74,9 @@ SPLIT_KV_EXTRA = "split_kv_decode"
 ROW_GEMV_EXTRA = "row_gemv"
 CUDNN_PREFILL_EXTRA = "cudnn_prefill"
 MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA)
-ROW_GEMV_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3", "phi-2")
+# The families built of llama's block (RMSNorm, SiLU-and-mul).
+LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
+ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
 # Where the row GEMV is the default for float weights: the families it measured faster on.
 ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
 # Where split-KV is the default only past one KV bucket (max_seq_len > 256): below, SDPA's
