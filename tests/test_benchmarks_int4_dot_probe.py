@@ -1,0 +1,28 @@
+"""benchmarks/int4_dot_probe.py: its kernel compiles for sm_90 here (Triton's own ptxas and
+nvdisasm, no GPU) and its loop is counted; a GPU run without --out is one line."""
+
+from __future__ import annotations
+
+import pytest
+from _bench_scripts import load_script
+
+
+def test_the_probe_compiles_for_hopper_and_counts_its_loop():
+    pytest.importorskip("triton.backends.nvidia")
+    probe = load_script("int4_dot_probe")
+    try:
+        (row,) = probe.sass_counts([(64, 4)])
+    except (FileNotFoundError, RuntimeError) as e:  # a Triton without its CUDA tools
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    assert row["tile"] == "64x128" and row["warps"] == 4
+    assert row["ops"].get("HMMA", 0) > 0  # the tensor-core dot is in the loop
+    assert 0 < row["per_weight"] < 20
+
+
+def test_a_gpu_run_without_out_is_one_line(monkeypatch, capsys):
+    pytest.importorskip("triton")
+    probe = load_script("int4_dot_probe")
+    monkeypatch.setattr("sys.argv", ["int4_dot_probe.py"])
+    assert probe.main() == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--out" in err
