@@ -7,8 +7,8 @@
 # then the agreement of each with bf16 (quant_agreement.py, eager; random weights: how
 # the kernels round, not how a real checkpoint fares). Bytecode primed first.
 #   bash benchmarks/int4_row_gemv_call.sh NAME [kernels|decode]   (carry [".whl"])
-# "kernels": the GPU test and the kernel timings only; "decode": the decodes (int8wo's
-# too) and the agreements only. GemLite's A16W4 GEMV is timed beside the kernels where
+# "kernels": the GPU test and the kernel timings only (with int4_dot_probe.py's
+# tensor-core candidate); "decode": the decodes (int8wo's too) and the agreements only. GemLite's A16W4 GEMV is timed beside the kernels where
 # .whl holds its wheel (and tqdm's, which it imports).
 # Results in /tmp/NAME (framework caches left out), tarred into $OUT/NAME.tgz; every
 # step ends within DEADLINE_S (default 570), so the tar always runs.
@@ -26,6 +26,8 @@ timeout "$(cap 300)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant -
   --no-inductor --shapes llama_qkv,llama_o,llama_gate_up,llama_down > "$R/kernels.log" 2>&1
 echo "kernels rc=$? at $((SECONDS - T0)) s"
 grep -E "cublas|int4_tinygemm|int4_acache |int4_gemlite|int8_acache" "$R/kernels.log"
+timeout "$(cap 120)" python3 benchmarks/int4_dot_probe.py --out "$R/probe" > "$R/probe.log" 2>&1
+echo "tensor-core probe rc=$? at $((SECONDS - T0)) s"; grep -E "us .* TB/s" "$R/probe.log"
 fi
 if [ "$MODE" = kernels ]; then
   tar czf "$OUT/$NAME.tgz" -C /tmp "$NAME"; ls -la "$OUT"; exit 0
