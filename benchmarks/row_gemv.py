@@ -124,11 +124,6 @@ def gemlite_int4(nibbles: torch.Tensor, sz: torch.Tensor) -> Any:
     return layer
 
 
-def dense_product(nibbles: torch.Tensor, sz: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-    """The float64 product of int4wo's dequantized weight with the row a."""
-    return dequantize_int4(nibbles, sz, torch.float64) @ a
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -231,9 +226,8 @@ def main() -> int:
             record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
             # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
             # the float64 product of the dequantized weight.
-            dense = dequantize_int4(nib, sz, torch.float64)
-            want4 = dense @ a + (0 if r is None else r.double().reshape(-1))
-            del dense
+            product4 = dequantize_int4(nib, sz, torch.float64) @ a  # GemLite's reference
+            want4 = product4 + (0 if r is None else r.double().reshape(-1))
             record(shape, "int4_acache", ours, (nib, sz), want4, b4)
             gemlite_layer = gemlite_int4(nib, sz)
             if gemlite_layer is not None:
@@ -245,7 +239,6 @@ def main() -> int:
                 def gemlite_fn(w, s, z):
                     return forward_functional(plain_x, None, [w, s, z, *tensors[3:]], meta)
 
-                product4 = dense_product(nib, sz, a)
                 record(shape, "int4_gemlite", gemlite_fn, tuple(tensors[:3]), product4, b4)
                 del gemlite_layer, tensors
             if args.sweep:

@@ -7,6 +7,7 @@ prints a line starting with ``ok:``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
@@ -155,15 +156,9 @@ def strided_inputs_match(dtype):
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * 10)
 
 
-def a_layernorm_without_its_weight_runs_the_plain_modules():
-    """An nn.LayerNorm(elementwise_affine=False) has no weight for the kernel to read:
-    row_linear runs the plain modules (no launch), with their result."""
-    from artifactcache.models import rows
-
-    rows.register_gemv()
-    torch.manual_seed(3)
-    lin, norm = torch.nn.Linear(64, 16), torch.nn.LayerNorm(64, elementwise_affine=False)
-    x = torch.randn(1, 1, 64)
+@contextlib.contextmanager
+def counted_launches():
+    """The kernel's launches while the block runs: a list whose one item counts them."""
     launches = [0]
     launch = gemv._launch
 
@@ -173,9 +168,22 @@ def a_layernorm_without_its_weight_runs_the_plain_modules():
 
     gemv._launch = counted
     try:
-        got = rows.row_linear(lin, x, norm=norm)
+        yield launches
     finally:
         gemv._launch = launch
+
+
+def a_layernorm_without_its_weight_runs_the_plain_modules():
+    """An nn.LayerNorm(elementwise_affine=False) has no weight for the kernel to read:
+    row_linear runs the plain modules (no launch), with their result."""
+    from artifactcache.models import rows
+
+    rows.register_gemv()
+    torch.manual_seed(3)
+    lin, norm = torch.nn.Linear(64, 16), torch.nn.LayerNorm(64, elementwise_affine=False)
+    x = torch.randn(1, 1, 64)
+    with counted_launches() as launches:
+        got = rows.row_linear(lin, x, norm=norm)
     assert launches[0] == 0
     torch.testing.assert_close(got, lin(norm(x)))
 
@@ -204,25 +212,16 @@ def a_tiny_model_decodes_as_without_the_row_gemv(name: str, quant: str | None = 
     fuse = rec.family != "phi-3"  # fused in the checkpoint
     plain = build_model(rec, fuse_projections=fuse, quant=quant)
     rows = build_model(rec, fuse_projections=fuse, quant=quant, row_gemv=True)
-    launches = [0]
-    launch = gemv._launch
-
-    def counted(*args):
-        launches[0] += 1
-        return launch(*args)
-
-    gemv._launch = counted
     ids = torch.tensor([[(31 * i + 7) % 256 for i in range(12)]])
     steps = [5, 17, 99]  # the decode steps' tokens, the same for both models
     got, want = [], []
-    for model, out in ((rows, got), (plain, want)):
-        model.first_pass_last_logits = True
-        with torch.no_grad():
+    with counted_launches() as launches, torch.no_grad():
+        for model, out in ((rows, got), (plain, want)):
+            model.first_pass_last_logits = True
             out.append(model(ids, torch.arange(ids.shape[1])))
             for i, tok in enumerate(steps):
                 pos = torch.tensor([ids.shape[1] + i])
                 out.append(model(torch.tensor([[tok]]), pos, torch.zeros(1, dtype=torch.long)))
-    gemv._launch = launch
     # the first pass's LM head, then the block's GEMVs (llama's 4; phi-2's 2 fused, 3
     # with its outputs apart) and the LM head a decode step
     per_block = 4 if rec.family != "phi-2" else 3 if quant else 2
