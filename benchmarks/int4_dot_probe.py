@@ -13,13 +13,14 @@ the plain product (no prologue, no bias), groups of 128, K a multiple of the gro
 
 - ``--sass``: compiles the kernel for sm_90 here (no GPU needed: Triton's own ptxas and
   nvdisasm) and prints the SASS instruction count of its loop per weight, for tiles
-  ``BLOCK_N`` x 128 and 4 or 8 warps. acache's CUDA-core int4 loop is ~7 a weight.
+  ``BLOCK_N`` x 128 and 4 or 8 warps; ``--sass-acache`` also counts acache's own int4
+  and int8 loops (models/gemv.py, the plain product) for comparison.
 - otherwise (a CUDA GPU): on llama-7b's four block shapes, the probe against the float64
   product of the dequantized weight (max abs error) and its time against tinygemm's
   (`aten._weight_int4pack_mm`) and cuBLAS bf16, CUDA-graph timed past L2 as
   benchmarks/row_gemv.py times; writes OUT/int4_dot_probe.json.
 
-    python benchmarks/int4_dot_probe.py --sass
+    python benchmarks/int4_dot_probe.py --sass [--sass-acache]
     python benchmarks/int4_dot_probe.py --out OUT [--tiles 32x4,64x4,128x4,128x8]
 
 No split-K: llama's N = 4096 shapes (o, down) get N / BLOCK_N programs, 32 at 128 rows
@@ -92,28 +93,59 @@ def _tiles(text: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (t.split("x") for t in text.split(","))]
 
 
-def sass_counts(tiles: list[tuple[int, int]]) -> list[dict[str, Any]]:
-    """The loop's SASS instructions a weight for each (BLOCK_N, warps), compiled here."""
+def _compiled_loop(fn: Any, sig: dict, consts: dict, warps: int, name: str) -> collections.Counter:
+    """The opcodes of ``fn``'s K loop, compiled here for sm_90 (Triton's own ptxas and
+    nvdisasm; the first four pointers 16-byte aligned)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "Y": "*bf16", "N": "i32", "K": "i32",
-           "GROUP": "constexpr", "BLOCK_N": "constexpr"}  # fmt: skip
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    src = ASTSource(fn, sig | dict.fromkeys(consts, "constexpr"), consts, aligned)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    cubin = Path(f"/tmp/int4_dot_probe_{name}.cubin")
+    cubin.write_bytes(kernel.asm["cubin"])
+    text = subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
+                          text=True, check=True).stdout  # fmt: skip
+    return _loop_ops(text.splitlines())
+
+
+def _row(tile: str, warps: int, ops: collections.Counter, weights_a_thread: float) -> dict:
+    return {"tile": tile, "warps": warps, "loop": sum(ops.values()),
+            "per_weight": round(sum(ops.values()) / weights_a_thread, 2),
+            "ops": dict(ops.most_common(12))}  # fmt: skip
+
+
+def sass_counts(tiles: list[tuple[int, int]]) -> list[dict[str, Any]]:
+    """The probe's loop: SASS instructions a weight for each (BLOCK_N, warps)."""
+    sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "Y": "*bf16", "N": "i32", "K": "i32"}
     out = []
     for block_n, warps in tiles:
-        src = ASTSource(int4_dot_gemv, sig, {"GROUP": GROUP, "BLOCK_N": block_n}, aligned)
-        kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
-        cubin = Path(f"/tmp/int4_dot_probe_{block_n}x{warps}.cubin")
-        cubin.write_bytes(kernel.asm["cubin"])
-        text = subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout  # fmt: skip
-        ops = _loop_ops(text.splitlines())
-        per_thread = block_n * GROUP / (32 * warps)
-        out.append({"tile": f"{block_n}x{GROUP}", "warps": warps, "loop": sum(ops.values()),
-                    "per_weight": round(sum(ops.values()) / per_thread, 2),
-                    "ops": dict(ops.most_common(12))})  # fmt: skip
+        consts = {"GROUP": GROUP, "BLOCK_N": block_n}
+        ops = _compiled_loop(int4_dot_gemv, sig, consts, warps, f"{block_n}x{warps}")
+        out.append(_row(f"{block_n}x{GROUP}", warps, ops, block_n * GROUP / (32 * warps)))
+    return out
+
+
+def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[dict[str, Any]]:
+    """acache's row GEMV (models/gemv.py), plain product, int4 (groups of 128) or int8:
+    SASS instructions a weight of its loop for each (BLOCK_N, BLOCK_K, warps)."""
+    from artifactcache.models import gemv
+
+    gemv._define_kernels()
+    sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "BIAS": "*bf16", "G": "*bf16",
+           "NB": "*bf16", "R": "*bf16", "Y": "*bf16", "N": "i32", "K": "i32", "eps": "fp32",
+           "gelu_from": "i32"}  # fmt: skip
+    out = []
+    for block_n, block_k, warps in tiles:
+        group = 0 if int8 else GROUP
+        consts = dict(BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, INT8=int8,
+                      INT4_GROUP=group, TILE_GROUPS=max(1, block_k // max(group, 1)),
+                      HAS_BIAS=False, NORM=False, LAYER_NORM=False, HAS_NORM_BIAS=False,
+                      SILU_MUL=False, GELU=False, HAS_RESIDUAL=False)  # fmt: skip
+        name = f"acache_{'int8' if int8 else 'int4'}_{block_n}x{block_k}x{warps}"
+        ops = _compiled_loop(gemv._row_gemv, sig, consts, warps, name)
+        out.append(_row(f"{block_n}x{block_k}", warps, ops, block_n * block_k / (32 * warps)))
     return out
 
 
@@ -192,6 +224,8 @@ def on_gpu(out: Path, tiles: list[tuple[int, int]]) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sass", action="store_true", help="count the loop's SASS here (no GPU)")
+    ap.add_argument("--sass-acache", action="store_true",
+                    help="count acache's own int4 and int8 loops too (with --sass)")  # fmt: skip
     ap.add_argument("--out", type=Path, help="where the GPU run writes int4_dot_probe.json")
     ap.add_argument("--tiles", default="32x4,64x4,128x4,128x8", help="BLOCK_NxWARPS,...")
     args = ap.parse_args()
@@ -199,6 +233,11 @@ def main() -> int:
     if args.sass:
         for row in sass_counts(tiles):
             print(json.dumps(row))
+        if args.sass_acache:
+            for int8, cuts in ((False, [(8, 1024, 4), (8, 1024, 8), (16, 256, 4)]),
+                               (True, [(4, 1024, 4)])):  # fmt: skip
+                for row in acache_sass_counts(cuts, int8):
+                    print(json.dumps({"acache": "int8" if int8 else "int4"} | row))
         return 0
     if args.out is None:
         print("error: --out is needed for a GPU run (or pass --sass)", file=sys.stderr)

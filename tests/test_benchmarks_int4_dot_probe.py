@@ -19,6 +19,17 @@ def test_the_probe_compiles_for_hopper_and_counts_its_loop():
     assert 0 < row["per_weight"] < 20
 
 
+def test_acache_s_own_int4_loop_is_counted_beside_it():
+    pytest.importorskip("triton.backends.nvidia")
+    probe = load_script("int4_dot_probe")
+    try:
+        (row,) = probe.acache_sass_counts([(8, 256, 4)], int8=False)
+    except (FileNotFoundError, RuntimeError) as e:  # a Triton without its CUDA tools
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    assert row["tile"] == "8x256" and "HMMA" not in row["ops"]  # CUDA cores
+    assert 0 < row["per_weight"] < 20
+
+
 def test_a_gpu_run_without_out_is_one_line(monkeypatch, capsys):
     pytest.importorskip("triton")
     probe = load_script("int4_dot_probe")
