@@ -23,14 +23,19 @@ the plain product (no prologue, no bias), groups of 128, K a multiple of the gro
     python benchmarks/int4_dot_probe.py --sass [--sass-acache]
     python benchmarks/int4_dot_probe.py --out OUT [--tiles 32x4,64x4,128x4,128x8]
 
-No split-K: llama's N = 4096 shapes (o, down) get N / BLOCK_N programs, 32 at 128 rows
-on an H100's 132 SMs; the larger tiles are for qkv and gate/up.
+The first form has no split-K: llama's N = 4096 shapes (o, down) get N / BLOCK_N
+programs, and each moves one group's bytes (BLOCK_N x 64) a step, one step at a time: on
+an H100 it ran at 0.2-1.3 TB/s, bound by load latency, not instructions (attempt 60). The
+split form (``int4_dot_gemv_split``) is the same step with K split over a second grid axis
+(8 or 16 programs an SM; fp32 atomics into a zeroed output, the zeroing timed too) and its
+loads pipelined 1 or 3 steps ahead: how much of the miss is bytes in flight.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import re
 import subprocess
@@ -89,6 +94,39 @@ def int4_dot_gemv(X, W, S, Y, N, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr):
     tl.store(Y + rn, acc.to(Y.dtype.element_ty), mask=nmask)
 
 
+@triton.jit
+def int4_dot_gemv_split(X, W, S, Y, N, K, K_SPLIT, GROUP: tl.constexpr,
+                        BLOCK_N: tl.constexpr, STAGES: tl.constexpr):  # fmt: skip
+    """The first form with bytes in flight: K split over grid axis 1 (fp32 atomics into
+    a zeroed Y; K_SPLIT a multiple of GROUP) and the loads pipelined STAGES steps ahead."""
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    nmask = rn < N
+    rows = rn.to(tl.int64)
+    KB = tl.multiple_of(K // 2, 16)
+    rj = tl.arange(0, GROUP // 2)
+    rk = tl.arange(0, GROUP)
+    k_lo = tl.multiple_of(tl.program_id(1) * K_SPLIT, GROUP)
+    k_hi = tl.minimum(k_lo + K_SPLIT, K)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    for k0 in tl.range(k_lo, k_hi, GROUP, num_stages=STAGES):
+        k0 = tl.multiple_of(k0, GROUP)
+        b = tl.load(W + rows[:, None] * KB + (k0 // 2 + rj)[None, :], mask=nmask[:, None],
+                    other=0, eviction_policy="evict_first")  # fmt: skip
+        hi, lo = tl.inline_asm_elementwise(
+            asm=WIDEN_PTX, constraints="=r,=r,=r,=r,r", args=[b],
+            dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4,
+        )  # fmt: skip
+        u = tl.interleave(hi, lo)
+        x = tl.load(X + k0 + rk)
+        d = tl.dot(tl.broadcast_to(x[None, :], [16, GROUP]), tl.trans(u))
+        xsum = tl.sum(x.to(tl.float32), axis=0)
+        sz = S + (k0 // GROUP) * N * 2 + rows * 2
+        scale = tl.load(sz, mask=nmask, other=0.0).to(tl.float32)
+        zero = tl.load(sz + 1, mask=nmask, other=0.0).to(tl.float32)
+        acc += (tl.sum(d, axis=0) * 0.0625) * scale + (zero - 136.0 * scale) * xsum
+    tl.atomic_add(Y + rn, acc, mask=nmask)
+
+
 def _tiles(text: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in (t.split("x") for t in text.split(","))]
 
@@ -124,6 +162,20 @@ def sass_counts(tiles: list[tuple[int, int]]) -> list[dict[str, Any]]:
         consts = {"GROUP": GROUP, "BLOCK_N": block_n}
         ops = _compiled_loop(int4_dot_gemv, sig, consts, warps, f"{block_n}x{warps}")
         out.append(_row(f"{block_n}x{GROUP}", warps, ops, block_n * GROUP / (32 * warps)))
+    return out
+
+
+def split_sass_counts(tiles: list[tuple[int, int]], stages: int = 1) -> list[dict[str, Any]]:
+    """The split-K form's loop, as ``sass_counts``."""
+    sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "Y": "*fp32", "N": "i32", "K": "i32",
+           "K_SPLIT": "i32"}  # fmt: skip
+    out = []
+    for block_n, warps in tiles:
+        consts = {"GROUP": GROUP, "BLOCK_N": block_n, "STAGES": stages}
+        name = f"split_{block_n}x{warps}s{stages}"
+        ops = _compiled_loop(int4_dot_gemv_split, sig, consts, warps, name)
+        row = _row(f"{block_n}x{GROUP}", warps, ops, block_n * GROUP / (32 * warps))
+        out.append({"form": "split", "stages": stages} | row)
     return out
 
 
@@ -167,7 +219,9 @@ def _loop_ops(lines: list[str]) -> collections.Counter:
     return ops
 
 
-def on_gpu(out: Path, tiles: list[tuple[int, int]]) -> dict[str, Any]:
+def on_gpu(
+    out: Path, tiles: list[tuple[int, int]], split_tiles: list[tuple[int, int]]
+) -> dict[str, Any]:
     import torch
     from row_gemv import bench, rotating  # benchmarks/row_gemv.py, beside this script
 
@@ -177,6 +231,7 @@ def on_gpu(out: Path, tiles: list[tuple[int, int]]) -> dict[str, Any]:
     torch.manual_seed(0)
     dev = torch.device("cuda")
     copy_tb_s = copy_bandwidth(dev)["gbps"] / 1e3
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
     rows: list[dict[str, Any]] = []
     for shape, (n, k) in SHAPES.items():
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
@@ -185,11 +240,12 @@ def on_gpu(out: Path, tiles: list[tuple[int, int]]) -> dict[str, Any]:
         want = (dequantize_int4(nib, sz, torch.float64) @ x.double().reshape(-1)).reshape(1, -1)
         nbytes = n * k // 2 + sz.numel() * 2 + 2 * (k + n)
 
-        def record(kernel: str, fn: Any, weights: tuple, ref: Any = want) -> None:
+        def record(kernel: str, fn: Any, weights: tuple, ref: Any = want, **launch: Any) -> None:
             err = (fn(*weights).double() - ref).abs().max().item()
             ms = bench(rotating(fn, weights))
-            tb_s = nbytes / ms / 1e9
-            rows.append({"shape": shape, "kernel": kernel, "us": round(ms * 1e3, 2),
+            # bytes each kernel reads: cuBLAS the bf16 weight, the others the int4 one
+            tb_s = (nbytes if kernel != "cublas_bf16" else 2 * n * k) / ms / 1e9
+            rows.append({"shape": shape, "kernel": kernel, "us": round(ms * 1e3, 2), **launch,
                          "tb_s": round(tb_s, 3), "pct_copy": round(100 * tb_s / copy_tb_s, 1),
                          "max_abs_err": round(err, 5)})  # fmt: skip
             print(f"{shape:14s} {kernel:16s} {ms * 1e3:7.1f} us {tb_s:5.2f} TB/s err {err:.4f}",
@@ -210,6 +266,23 @@ def on_gpu(out: Path, tiles: list[tuple[int, int]]) -> dict[str, Any]:
                 return y
 
             record(f"int4_dot@{block_n}w{warps}", probe, (nib, sz))
+        groups = k // GROUP
+        for (block_n, warps), stages, per_sm in itertools.product(split_tiles, (1, 3), (8, 16)):
+            split = max(1, min(groups, round(per_sm * sms / triton.cdiv(n, block_n))))
+            k_split = triton.cdiv(groups, split) * GROUP
+            split = triton.cdiv(k, k_split)
+
+            def probe_split(nib: Any, sz: Any) -> Any:
+                y = torch.zeros(1, n, device=dev, dtype=torch.float32)
+                int4_dot_gemv_split[(triton.cdiv(n, block_n), split)](
+                    x, nib, sz, y, n, k, k_split, GROUP=GROUP, BLOCK_N=block_n,
+                    STAGES=stages, num_warps=warps,
+                )  # fmt: skip
+                return y
+
+            programs = triton.cdiv(n, block_n) * split
+            record(f"int4_split@{block_n}w{warps}s{stages}k{split}", probe_split, (nib, sz),
+                   split=split, stages=stages, programs=programs)  # fmt: skip
         del w, nib, sz, packed
         torch.cuda.empty_cache()
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -227,11 +300,14 @@ def main() -> int:
     ap.add_argument("--sass-acache", action="store_true",
                     help="count acache's own int4 and int8 loops too (with --sass)")  # fmt: skip
     ap.add_argument("--out", type=Path, help="where the GPU run writes int4_dot_probe.json")
-    ap.add_argument("--tiles", default="32x4,64x4,128x4,128x8", help="BLOCK_NxWARPS,...")
+    ap.add_argument("--tiles", default="32x4,128x4", help="BLOCK_NxWARPS,... (first form)")
+    ap.add_argument("--split-tiles", default="32x4,64x4,128x4",
+                    help="BLOCK_NxWARPS,... of the split-K form (each with 1 and 3 stages and"
+                    " 8 and 16 programs an SM)")  # fmt: skip
     args = ap.parse_args()
     tiles = _tiles(args.tiles)
     if args.sass:
-        for row in sass_counts(tiles):
+        for row in sass_counts(tiles) + split_sass_counts(_tiles(args.split_tiles)):
             print(json.dumps(row))
         if args.sass_acache:
             for int8, cuts in ((False, [(8, 1024, 4), (8, 1024, 8), (16, 256, 4)]),
@@ -242,7 +318,7 @@ def main() -> int:
     if args.out is None:
         print("error: --out is needed for a GPU run (or pass --sass)", file=sys.stderr)
         return 1
-    on_gpu(args.out, tiles)
+    on_gpu(args.out, tiles, _tiles(args.split_tiles))
     return 0
 
 

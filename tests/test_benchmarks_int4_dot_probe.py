@@ -19,6 +19,18 @@ def test_the_probe_compiles_for_hopper_and_counts_its_loop():
     assert 0 < row["per_weight"] < 20
 
 
+def test_the_split_k_form_compiles_with_its_dot_too():
+    pytest.importorskip("triton.backends.nvidia")
+    probe = load_script("int4_dot_probe")
+    try:
+        (row,) = probe.split_sass_counts([(32, 4)], stages=3)
+    except (FileNotFoundError, RuntimeError) as e:  # a Triton without its CUDA tools
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    assert row["form"] == "split" and row["stages"] == 3 and row["tile"] == "32x128"
+    assert row["ops"].get("HMMA", 0) > 0
+    assert 0 < row["per_weight"] < 20
+
+
 def test_acache_s_own_int4_loop_is_counted_beside_it():
     pytest.importorskip("triton.backends.nvidia")
     probe = load_script("int4_dot_probe")

@@ -238,7 +238,8 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     norm = torch.nn.LayerNorm(2560, eps=1e-5, device="cuda", dtype=torch.bfloat16)
     x = (3 + torch.randn(1, 1, 2560, device="cuda")).to(torch.bfloat16)
     compiled = torch.compile(lambda x: row_linear(lin, x, norm=norm), fullgraph=True)
-    got, code = run_and_get_code(compiled, x)
+    with torch.no_grad():  # as a build traces (the op has no backward)
+        got, code = run_and_get_code(compiled, x)
+        want = lin(norm(x)).double()
     assert "_row_gemv" in "".join(code)  # the kernel, not the plain modules
-    want = lin(norm(x)).double()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
