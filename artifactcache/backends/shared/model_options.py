@@ -26,14 +26,13 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   It runs for the llama families (llama, mistral, qwen2, qwen3, phi-3) and phi-2 at one
   row (max_batch 1) with fused projections, unquantized, int8wo or int4wo (reading
   int4wo's plain nibbles and group scales where tinygemm would run); it refuses unfused
-  projections and batched builds (whose steps are never one row). Off by default for
-  phi-2: measured once (inductor, H100: 375.8 against 360.6 tok/s, an A/B whose baseline
-  was built beside another build; docs/benchmarks.md "phi-2 through the row GEMV"), aoti
-  not yet built with it. On by default for CUDA builds of inductor and aoti where it
-  measured faster than Inductor's own kernels (docs/benchmarks.md, "The row GEMV"):
-  phi-3, and every int8wo build but phi-2's. Off by default for bf16 llama, mistral and
-  qwen: there a build whose Inductor kernels were tuned alone decoded 7-9% faster than
-  the row GEMV. Off by default for int4wo:
+  projections and batched builds (whose steps are never one row). On by default for CUDA
+  builds of inductor and aoti where it measured faster than Inductor's own kernels
+  (docs/benchmarks.md, "The row GEMV" and "phi-2 through the row GEMV"): phi-3, bf16
+  phi-2 (inductor 3.8% and aoti 2.9% faster on an H100, one machine, the step's small
+  kernels fused away), and every int8wo build but phi-2's (unmeasured there). Off by
+  default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
+  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
   tinygemm decoded llama-7b 16% faster than the row GEMV's int4 path on an H100
   (docs/benchmarks.md, "Quantized decode and the int4 kernels"; ``--extra row_gemv=1``
   asks for it).
@@ -227,12 +226,14 @@ def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
     if asked and why_not:
         raise BackendError(f"--extra {ROW_GEMV_EXTRA}=1 {why_not}")
     if asked is None:
-        # int4wo: tinygemm decoded faster than the int4 row GEMV (the docstring above).
-        # phi-2: measured once, on inductor only (the docstring above).
-        measured_faster = opts.quant != "int4wo" and (
-            recipe.family in ROW_GEMV_DEFAULT_FAMILIES
-            or (opts.quant == "int8wo" and recipe.family != "phi-2")
-        )
+        # Where it measured faster (the docstring above): int4wo never (tinygemm won);
+        # phi-2 in bf16 only (its int8wo is unmeasured).
+        if recipe.family == "phi-2":
+            measured_faster = opts.quant is None
+        else:
+            measured_faster = opts.quant != "int4wo" and (
+                recipe.family in ROW_GEMV_DEFAULT_FAMILIES or opts.quant == "int8wo"
+            )
         return why_not is None and backend in FUSE_BY_DEFAULT and measured_faster
     return asked
 
