@@ -194,7 +194,7 @@ def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[di
         consts = dict(BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, INT8=int8,
                       INT4_GROUP=group, TILE_GROUPS=max(1, block_k // max(group, 1)),
                       HAS_BIAS=False, NORM=False, LAYER_NORM=False, HAS_NORM_BIAS=False,
-                      SILU_MUL=False, GELU=False, HAS_RESIDUAL=False)  # fmt: skip
+                      SILU_MUL=False, GELU=False, HAS_RESIDUAL=False, LN_BLOCK=0)  # fmt: skip
         name = f"acache_{'int8' if int8 else 'int4'}_{block_n}x{block_k}x{warps}"
         ops = _compiled_loop(gemv._row_gemv, sig, consts, warps, name)
         out.append(_row(f"{block_n}x{block_k}", warps, ops, block_n * block_k / (32 * warps)))

@@ -3,14 +3,17 @@
 """acache's row GEMV (models/gemv.py) against what a decode step ran before, one GPU.
 
 Per seed-model projection (llama-7b's, llama-3-8b's and phi-3-mini's fused qkv, o, fused
-gate/up, down), one decode row, each with what the block puts around it: an RMSNorm
-before qkv and gate/up, the skip after o, SiLU-and-mul before down and the skip after it.
+gate/up, down; phi-2's fused in and out), one decode row, each with what the block puts
+around it: an RMSNorm before qkv and gate/up, the skip after o, SiLU-and-mul before down
+and the skip after it; phi-2's LayerNorm and bias, its GELU, bias and skip.
 
 - ``cublas``: ``F.linear`` alone (the norm or SiLU not counted: the bytes' reference);
 - ``inductor``: the projection with its prologue and epilogue under ``torch.compile``
   with coordinate-descent tuning (Inductor's GEMV with the norm fused in: what a CUDA
   decode step ran before ``row_gemv``);
 - ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
+- ``acache_plain``: the same kernel and tile on x after the prologue, the prologue left
+  out (bias and skip kept): ``acache`` less this is what the prologue costs in the kernel;
 - ``acache@BNxBKwW``: a sweep of tiles (``--sweep``), to check gemv_launch's choice;
 - ``int8_acache``: the same with int8 weights (per-row scales), ``int4_tinygemm``
   (``aten._weight_int4pack_mm``, group 128, the projection alone) and ``int4_acache``
@@ -56,7 +59,11 @@ SHAPES = {
     "llama3_down": (4096, 14336, "down"),
     "phi3_qkv": (9216, 3072, "norm"), "phi3_o": (3072, 3072, "skip"),
     "phi3_gate_up": (16384, 3072, "norm"), "phi3_down": (3072, 8192, "down"),
+    "phi2_in": (17920, 2560, "layer_norm"), "phi2_out": (2560, 12800, "gelu"),
 }  # fmt: skip
+# phi-2's fused block (models/phi2.py): "layer_norm": a LayerNorm with its bias before
+# [q; k; v; fc1], the bias after; "gelu": [dense | fc2] on [y | up], GELU on up (from
+# channel K / 5), the bias and the skip after.
 GROUP = 128
 ROTATE_BYTES = 256 << 20  # an H200's L2 is 50 MB
 EPS = 1e-5
@@ -172,47 +179,75 @@ def main() -> int:
 
     for shape in args.shapes.split(","):
         n, k, role = SHAPES[shape]
-        silu = role == "down"
-        x = torch.randn(1, 2 * k if silu else k, device=dev, dtype=torch.bfloat16)
-        g = (1 + torch.rand(k, device=dev)).to(torch.bfloat16) if role == "norm" else None
-        r = torch.randn(1, n, device=dev, dtype=torch.bfloat16) if role != "norm" else None
+        silu, layer_norm = role == "down", role == "layer_norm"
+        gelu_from = k // 5 if role == "gelu" else -1
+
+        def vector(size: int, offset: float = 0.0) -> torch.Tensor:
+            return (offset + torch.rand(size, device=dev)).to(torch.bfloat16)
+
+        # x far from 0 before a LayerNorm (it must centre it)
+        x = (3 if layer_norm else 0) + torch.randn(1, 2 * k if silu else k, device=dev)
+        x = x.to(torch.bfloat16)
+        g = vector(k, 1) if role in ("norm", "layer_norm") else None
+        nb = vector(k, -0.5) if layer_norm else None
+        bias = vector(n, -0.5) if role.startswith(("layer_norm", "gelu")) else None
+        skip = role in ("skip", "down", "gelu")
+        r = torch.randn(1, n, device=dev, dtype=torch.bfloat16) if skip else None
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
 
         def prologue(x: torch.Tensor) -> torch.Tensor:
+            if layer_norm:
+                return F.layer_norm(x, (k,), g.to(x.dtype), nb.to(x.dtype), EPS)
             if g is not None:
                 xf = x.float()
                 return g * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype)
             if silu:
                 gate, up = x.chunk(2, dim=-1)
                 return F.silu(gate) * up
+            if gelu_from >= 0:
+                up = F.gelu(x[:, gelu_from:], approximate="tanh")
+                return torch.cat([x[:, :gelu_from], up], dim=-1)
             return x
 
         def block(w: torch.Tensor) -> torch.Tensor:
-            y = F.linear(prologue(x), w)
+            y = F.linear(prologue(x), w, bias)
             return y if r is None else r + y
 
-        a = prologue(x.double() if g is None else x).double().reshape(-1)
-        product = w.double() @ a  # cuBLAS's reference: it leaves out the skip
+        a = prologue(x.double() if role in ("skip", "down", "gelu", "layer_norm") else x)
+        a = a.double().reshape(-1)
+        # cuBLAS's reference: the product and its bias; it leaves out the skip
+        product = w.double() @ a + (0 if bias is None else bias.double())
         want = product + (0 if r is None else r.double().reshape(-1))
-        io = 2 * (x.numel() + n + (0 if r is None else n) + (0 if g is None else k))
+        vectors = [t for t in (r, g, nb, bias) if t is not None]
+        io = 2 * (x.numel() + n + sum(t.numel() for t in vectors))
         plain_x = prologue(x)
-        record(shape, "cublas", lambda w: F.linear(plain_x, w), (w,), product, n * k * 2 + io)
+        record(shape, "cublas", lambda w: F.linear(plain_x, w, bias), (w,), product,
+               n * k * 2 + io)  # fmt: skip
         if not args.no_inductor:
             compiled = torch.compile(block, dynamic=False)
             record(shape, "inductor", compiled, (w,), want, n * k * 2 + io)
 
         def ours(w, s=None, cut=None):
-            return gemv.launch_gemv(x, w, s, None, g, EPS, silu, r, cut=cut)
+            return gemv.launch_gemv(
+                x, w, s, bias, g, EPS, silu, r, cut=cut, norm_bias=nb,
+                layer_norm=layer_norm, gelu_from=gelu_from,
+            )  # fmt: skip
+
+        def ours_plain(w):  # the prologue's work left out; its tile kept
+            kind = "norm" if g is not None else "silu_mul" if silu else None
+            cut = gemv.gemv_launch(n, k, False, kind)
+            return gemv.launch_gemv(plain_x, w, None, bias, None, EPS, False, r, cut=cut)
 
         record(shape, "acache", ours, (w,), want, n * k * 2 + io)
+        record(shape, "acache_plain", ours_plain, (w,), want, n * k * 2 + io)
         if args.sweep == "all":
             for cut in sweep_tiles():
                 label = f"acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
                 record(shape, label, lambda w: ours(w, cut=cut), (w,), want, n * k * 2 + io)
         if args.quant:
             w8, s8 = quantize_int8(w)
-            want8 = (w8.double() * s8.double()[:, None]) @ a
-            want8 = want8 + (0 if r is None else r.double().reshape(-1))
+            after = want - product + (0 if bias is None else bias.double())  # bias, skip
+            want8 = (w8.double() * s8.double()[:, None]) @ a + after
             record(shape, "int8_acache", ours, (w8, s8), want8, n * k + 2 * n + io)
             del w8, s8
             nib, sz = quantize_int4(w, GROUP)
@@ -227,7 +262,7 @@ def main() -> int:
             # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
             # the float64 product of the dequantized weight.
             product4 = dequantize_int4(nib, sz, torch.float64) @ a  # GemLite's reference
-            want4 = product4 + (0 if r is None else r.double().reshape(-1))
+            want4 = product4 + after
             record(shape, "int4_acache", ours, (nib, sz), want4, b4)
             gemlite_layer = gemlite_int4(nib, sz)
             if gemlite_layer is not None:

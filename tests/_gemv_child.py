@@ -140,6 +140,16 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
 
 
+def a_layernorm_wider_than_one_load_takes_two_passes(dtype):
+    """x wider than LN_ONE_LOAD_MAX: the statistics in two passes of the tile's width."""
+    widest = gemv.LN_ONE_LOAD_MAX
+    gemv.LN_ONE_LOAD_MAX = 128
+    try:
+        phi_case_matches("two passes", 24, 200, None, "bias", -1, True, (8, 64), dtype)
+    finally:
+        gemv.LN_ONE_LOAD_MAX = widest
+
+
 def strided_inputs_match(dtype):
     """x's columns apart in memory (copied), scales, bias and norm weight every other
     element (made contiguous): the op reads them as the plain product does."""
@@ -238,6 +248,8 @@ def main() -> None:
         for name, case in PHI_CASES.items():
             phi_case_matches(name, *case, dtype)
             print(f"ok: {name} ({dtype})")
+        a_layernorm_wider_than_one_load_takes_two_passes(dtype)
+        print(f"ok: a LayerNorm wider than one load, two passes ({dtype})")
         strided_inputs_match(dtype)
         print(f"ok: strided inputs ({dtype})")
     several_rows_are_refused()

@@ -67,6 +67,11 @@ tl: Any = None
 Vector = torch.Tensor | None
 
 
+# The widest x a LayerNorm prologue reads in one load (its statistics; fp32 registers,
+# 8192 values: 64 a thread at 4 warps); wider x takes two passes of the tile's width.
+LN_ONE_LOAD_MAX = 8192
+
+
 @dataclass(frozen=True)
 class GemvLaunch:
     """A program's tile: ``block_n`` output channels by ``block_k`` input channels."""
@@ -155,25 +160,36 @@ def _define_kernels() -> None:
         HAS_BIAS: tl.constexpr,
         NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
         SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        LN_BLOCK: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
         mean = 0.0
         rstd = 1.0
         if LAYER_NORM:
-            # A LayerNorm centres x first: its mean and variance in two short passes over
-            # x (K values, cached), the variance of the centred values (no cancellation).
-            rx = tl.arange(0, BLOCK_K)
-            total = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                total += tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
-            mean = tl.sum(total, axis=0) / K
-            total = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                xv = tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
-                total += tl.where(k0 + rx < K, (xv - mean) * (xv - mean), 0.0)
+            # A LayerNorm centres x first: its mean, then the variance of the centred
+            # values (no cancellation). Every program does this before its first weight,
+            # so x comes in one load where it fits (LN_BLOCK >= K: one trip to the cache)
+            # and in two short passes of BLOCK_K otherwise.
+            if LN_BLOCK > 0:
+                rx = tl.arange(0, LN_BLOCK)
+                xv = tl.load(X + rx, mask=rx < K, other=0.0).to(tl.float32)
+                mean = tl.sum(xv, axis=0) / K
+                centred = tl.where(rx < K, xv - mean, 0.0)
+                var = tl.sum(centred * centred, axis=0) / K
+            else:
+                rx = tl.arange(0, BLOCK_K)
+                total = tl.zeros([BLOCK_K], tl.float32)
+                for k0 in range(0, K, BLOCK_K):
+                    total += tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
+                mean = tl.sum(total, axis=0) / K
+                total = tl.zeros([BLOCK_K], tl.float32)
+                for k0 in range(0, K, BLOCK_K):
+                    xv = tl.load(X + k0 + rx, mask=k0 + rx < K, other=0.0).to(tl.float32)
+                    total += tl.where(k0 + rx < K, (xv - mean) * (xv - mean), 0.0)
+                var = tl.sum(total, axis=0) / K
             # fp32: Inductor passes a float argument such as eps as fp64.
-            rstd = tl.rsqrt(tl.sum(total, axis=0) / K + eps).to(tl.float32)
+            rstd = tl.rsqrt(var + eps).to(tl.float32)
         if INT4_GROUP > 0:
             # Nibbles [N, K/2], channel 2j in byte j's high half and 2j+1 in its low
             # half; S holds [K/group, N, 2] scales and zeros. A tile covers TILE_GROUPS
@@ -425,6 +441,7 @@ def _launch(
         LAYER_NORM=layer_norm,
         HAS_NORM_BIAS=norm_bias is not None, SILU_MUL=silu_mul, GELU=gelu_from >= 0,
         HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
+        LN_BLOCK=1 << (k - 1).bit_length() if layer_norm and k <= LN_ONE_LOAD_MAX else 0,
     )  # fmt: skip
     return y
 
