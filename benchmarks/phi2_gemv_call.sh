@@ -1,0 +1,29 @@
+#!/bin/bash
+# One GPU call for phi-2's row GEMV kernels (issue 32; docs/perf-notes.md attempt 62):
+# the compiled kernel's GPU test; row_gemv.py on phi-2's fused in (LayerNorm) and out
+# (GELU) shapes with every tile (--sweep), against cuBLAS and Inductor and against the
+# same kernel with the prologue left out (acache_plain); then phi-2's inductor decode,
+# today's default (the row GEMV) against `--extra row_gemv=0`, each built alone, the
+# default's step profiled.
+#   bash benchmarks/phi2_gemv_call.sh NAME   (carry [".whl"])
+# Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
+# (default 570), so the tar always runs.
+. benchmarks/_device_call.sh
+NAME=${1:?usage: phi2_gemv_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
+rm -rf "$R"; mkdir -p "$R"
+nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
+  -k on_cuda > "$R/gpu-test.log" 2>&1
+echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/gpu-test.log"
+timeout "$(cap 200)" python3 benchmarks/row_gemv.py --out "$R/kernels" --sweep \
+  --shapes phi2_in,phi2_out > "$R/kernels.log" 2>&1
+echo "kernels rc=$? at $((SECONDS - T0)) s"
+grep -E " (cublas|inductor|acache|acache_plain) " "$R/kernels.log"
+timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
+DECODE_JOBS=1 DECODE_PROFILE="phi-2/inductor" \
+  timeout "$(cap 300)" bash benchmarks/decode_call.sh "$R/decode" "$C" phi-2/inductor \
+  phi-2/inductor+row_gemv=0 > "$R/decode.log" 2>&1
+echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A5 '^| variant' "$R"/decode/*.log
+grep -h -A5 '^profile' "$R"/decode/*.log
+tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
+ls -la "$OUT"
