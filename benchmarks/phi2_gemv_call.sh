@@ -6,6 +6,8 @@
 # today's default (the row GEMV) against `--extra row_gemv=0`, each built alone, the
 # default's step profiled.
 #   bash benchmarks/phi2_gemv_call.sh NAME   (carry [".whl"])
+# PHI2_SWEEP=0: gemv_launch's tiles only; PHI2_VARIANTS: the decode's variants (default
+# "inductor inductor+row_gemv=0"), built in that order.
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
@@ -15,15 +17,18 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
 timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
   -k on_cuda > "$R/gpu-test.log" 2>&1
 echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/gpu-test.log"
-timeout "$(cap 200)" python3 benchmarks/row_gemv.py --out "$R/kernels" --sweep \
+sweep=(--sweep); [ "${PHI2_SWEEP:-1}" = 0 ] && sweep=()
+timeout "$(cap 200)" python3 benchmarks/row_gemv.py --out "$R/kernels" "${sweep[@]}" \
   --shapes phi2_in,phi2_out > "$R/kernels.log" 2>&1
 echo "kernels rc=$? at $((SECONDS - T0)) s"
 grep -E " (cublas|inductor|acache|acache_plain) " "$R/kernels.log"
 timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
+specs=()
+for v in ${PHI2_VARIANTS:-inductor inductor+row_gemv=0}; do specs+=("phi-2/$v"); done
 DECODE_JOBS=1 DECODE_PROFILE="phi-2/inductor" \
-  timeout "$(cap 300)" bash benchmarks/decode_call.sh "$R/decode" "$C" phi-2/inductor \
-  phi-2/inductor+row_gemv=0 > "$R/decode.log" 2>&1
-echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A5 '^| variant' "$R"/decode/*.log
+  timeout "$(cap 400)" bash benchmarks/decode_call.sh "$R/decode" "$C" "${specs[@]}" \
+  > "$R/decode.log" 2>&1
+echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A6 '^| variant' "$R"/decode/*.log
 grep -h -A5 '^profile' "$R"/decode/*.log
 tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
 ls -la "$OUT"

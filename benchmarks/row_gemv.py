@@ -234,7 +234,13 @@ def main() -> int:
             )  # fmt: skip
 
         def ours_plain(w):  # the prologue's work left out; its tile kept
-            kind = "norm" if g is not None else "silu_mul" if silu else None
+            kind = (
+                "layer_norm" if layer_norm
+                else "norm" if g is not None
+                else "silu_mul" if silu
+                else "gelu" if gelu_from >= 0
+                else None
+            )  # fmt: skip
             cut = gemv.gemv_launch(n, k, False, kind)
             return gemv.launch_gemv(plain_x, w, None, bias, None, EPS, False, r, cut=cut)
 

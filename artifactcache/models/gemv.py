@@ -85,12 +85,15 @@ def gemv_launch(
     n: int, k: int, int8: bool, prologue: str | None = None, int4_group: int = 0
 ) -> GemvLaunch:
     """The tile for one row times [n, k], by the weights' width and the prologue
-    (``"norm"``, ``"silu_mul"`` or None). Every program reads the x tile (and the norm's
-    weights) beside its weight tile, so a prologue wants more output channels a program
-    to spread those reads over; the SiLU-and-mul GEMVs have a long K.
+    (``"norm"``, ``"layer_norm"``, ``"silu_mul"``, ``"gelu"`` or None). Every program reads
+    the x tile (and the norm's weights) beside its weight tile, so a prologue wants more
+    output channels a program to spread those reads over; the SiLU-and-mul GEMVs have a
+    long K.
 
-    ``"norm"`` covers the RMSNorm and the LayerNorm; GELU, x-side work over K alone, takes
-    the plain tile.
+    phi-2's (bf16; the same sweep on its fused shapes, H100, docs/perf-notes.md attempt
+    62): the LayerNorm 16 x 256 with 8 warps (5% under 4 warps, level with the kernel
+    without its prologue), GELU 8 x 1024 with 8 warps (6% under the plain tile). Quantized
+    weights take the RMSNorm's and the plain tiles there (not swept).
     bf16 (benchmarks/row_gemv.py's sweep of 30 tiles on phi-3-mini's and llama-7b's
     shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (tied with 32 x 256
     for the best sum over the four norm shapes, 3% under 4 x 512's), 4 x 1024 for
@@ -105,9 +108,13 @@ def gemv_launch(
     if int4_group:
         return GemvLaunch(block_n=8, block_k=max(1024, int4_group), num_warps=8)
     if int8:
-        if prologue == "norm":
+        if prologue in ("norm", "layer_norm"):
             return GemvLaunch(block_n=16, block_k=512)
         return GemvLaunch(block_n=8 if k > 8192 else 4, block_k=1024)
+    if prologue == "layer_norm":
+        return GemvLaunch(block_n=16, block_k=256, num_warps=8)
+    if prologue == "gelu":
+        return GemvLaunch(block_n=8, block_k=1024, num_warps=8)
     if prologue == "norm":
         return GemvLaunch(block_n=16, block_k=256)
     if prologue == "silu_mul":
@@ -417,8 +424,13 @@ def _launch(
     if weight.dtype == torch.uint8:  # int4 nibbles
         k *= 2
         group = _int4_group(weight, scales)  # type: ignore[arg-type]
-    # GELU is x-side work like SiLU-and-mul's, over K rather than 2K: the plain tile.
-    prologue = "norm" if norm_weight is not None else "silu_mul" if silu_mul else None
+    prologue = (
+        "layer_norm" if layer_norm
+        else "norm" if norm_weight is not None
+        else "silu_mul" if silu_mul
+        else "gelu" if gelu_from >= 0
+        else None
+    )  # fmt: skip
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
     if group and (cut.block_k < 8 or cut.block_k & (cut.block_k - 1)):
         raise ValueError(
