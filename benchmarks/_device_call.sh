@@ -1,7 +1,7 @@
-# Sourced by the device call scripts (int4_row_gemv_call.sh, phi2_row_gemv_call.sh) from
-# the repository root: the wheels .whl carries installed into /tmp/site, the environment
-# every step runs with (bytecode written under /tmp/pyc), T0, DEADLINE_S (default 570)
-# and cap.
+# Sourced by the device call scripts (int4_row_gemv_call.sh, phi2_row_gemv_call.sh,
+# phi2_default_call.sh, phi2_gemv_call.sh) from the repository root: the wheels .whl
+# carries installed into /tmp/site, the environment every step runs with (bytecode
+# written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call and gpu_test.
 T0=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
@@ -9,3 +9,17 @@ unset PYTHONDONTWRITEBYTECODE
 DEADLINE_S=${DEADLINE_S:-570}
 # cap S: S seconds, or fewer where the deadline (less 15 s for the tar) is nearer; >= 1.
 cap() { local l=$((DEADLINE_S - 15 - (SECONDS - T0))); echo $(( l < $1 ? (l > 1 ? l : 1) : $1 )); }
+# start_call NAME: R=/tmp/NAME (emptied) for the results, C=/tmp/NAME-cache for acache's
+# cache, the GPU's name and driver in R/gpu.txt.
+start_call() {
+  NAME=$1; R=/tmp/$NAME; C=/tmp/$NAME-cache
+  rm -rf "$R"; mkdir -p "$R"
+  nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+}
+# gpu_test: the compiled row GEMV's GPU test (tests/test_models_gemv.py -k on_cuda), its
+# log in R/gpu-test.log, its status and last lines printed.
+gpu_test() {
+  timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
+    -k on_cuda > "$R/gpu-test.log" 2>&1
+  echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+}

@@ -13,15 +13,11 @@
 # Results in /tmp/NAME (framework caches left out), tarred into $OUT/NAME.tgz; every
 # step ends within DEADLINE_S (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
-NAME=${1:?usage: int4_row_gemv_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
-rm -rf "$R"; mkdir -p "$R"
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+start_call "${1:?usage: int4_row_gemv_call.sh NAME}"
 timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 MODE=${2:-all}
 if [ "$MODE" != decode ]; then
-timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
-  -k on_cuda > "$R/gpu-test.log" 2>&1
-echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+gpu_test
 timeout "$(cap 300)" python3 benchmarks/row_gemv.py --out "$R/kernels" --quant --sweep int4 \
   --no-inductor --shapes llama_qkv,llama_o,llama_gate_up,llama_down > "$R/kernels.log" 2>&1
 echo "kernels rc=$? at $((SECONDS - T0)) s"

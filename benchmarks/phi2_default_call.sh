@@ -11,9 +11,7 @@
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
-NAME=${1:?usage: phi2_default_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
-rm -rf "$R"; mkdir -p "$R"
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+start_call "${1:?usage: phi2_default_call.sh NAME}"
 timeout "$(cap 120)" python3 benchmarks/_bytecode.py > "$R/bytecode.json" 2>&1
 DECODE_JOBS=1 DECODE_PROFILE="phi-2/inductor phi-2/inductor+row_gemv=0 llama-7b/inductor" \
   timeout "$(cap 540)" bash benchmarks/decode_call.sh "$R/decode" "$C" phi-2/inductor \

@@ -11,12 +11,8 @@
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
-NAME=${1:?usage: phi2_gemv_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
-rm -rf "$R"; mkdir -p "$R"
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
-timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
-  -k on_cuda > "$R/gpu-test.log" 2>&1
-echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/gpu-test.log"
+start_call "${1:?usage: phi2_gemv_call.sh NAME}"
+gpu_test
 sweep=(--sweep); [ "${PHI2_SWEEP:-1}" = 0 ] && sweep=()
 timeout "$(cap 200)" python3 benchmarks/row_gemv.py --out "$R/kernels" "${sweep[@]}" \
   --shapes phi2_in,phi2_out > "$R/kernels.log" 2>&1

@@ -9,12 +9,8 @@
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
-NAME=${1:?usage: phi2_row_gemv_call.sh NAME}; R=/tmp/$NAME; C=/tmp/$NAME-cache
-rm -rf "$R"; mkdir -p "$R"
-nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
-timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
-  -k on_cuda > "$R/gpu-test.log" 2>&1
-echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+start_call "${1:?usage: phi2_row_gemv_call.sh NAME}"
+gpu_test
 specs=()
 for b in ${PHI2_BACKENDS:-inductor aoti}; do specs+=("phi-2/$b+row_gemv=1" "phi-2/$b"); done
 DECODE_JOBS=2 DECODE_PROFILE="phi-2/inductor+row_gemv=1 phi-2/inductor" \

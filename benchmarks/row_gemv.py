@@ -234,13 +234,7 @@ def main() -> int:
             )  # fmt: skip
 
         def ours_plain(w):  # the prologue's work left out; its tile kept
-            kind = (
-                "layer_norm" if layer_norm
-                else "norm" if g is not None
-                else "silu_mul" if silu
-                else "gelu" if gelu_from >= 0
-                else None
-            )  # fmt: skip
+            kind = gemv.prologue_kind(g is not None, layer_norm, silu, gelu_from)
             cut = gemv.gemv_launch(n, k, False, kind)
             return gemv.launch_gemv(plain_x, w, None, bias, None, EPS, False, r, cut=cut)
 

@@ -124,6 +124,17 @@ def gemv_launch(
     return GemvLaunch(block_n=4, block_k=512)
 
 
+def prologue_kind(norm: bool, layer_norm: bool, silu_mul: bool, gelu_from: int) -> str | None:
+    """gemv_launch's name for the kernel's prologue (a norm's weight given: ``norm``)."""
+    if layer_norm:
+        return "layer_norm"
+    if norm:
+        return "norm"
+    if silu_mul:
+        return "silu_mul"
+    return "gelu" if gelu_from >= 0 else None
+
+
 @once
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
@@ -426,13 +437,7 @@ def _launch(
     if weight.dtype == torch.uint8:  # int4 nibbles
         k *= 2
         group = _int4_group(weight, scales)  # type: ignore[arg-type]
-    prologue = (
-        "layer_norm" if layer_norm
-        else "norm" if norm_weight is not None
-        else "silu_mul" if silu_mul
-        else "gelu" if gelu_from >= 0
-        else None
-    )  # fmt: skip
+    prologue = prologue_kind(norm_weight is not None, layer_norm, silu_mul, gelu_from)
     cut = cut or gemv_launch(n, k, int8, prologue, int4_group=group)
     if group and (cut.block_k < 8 or cut.block_k & (cut.block_k - 1)):
         raise ValueError(
