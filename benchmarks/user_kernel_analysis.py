@@ -1,0 +1,105 @@
+"""How long Inductor's analysis of acache's row GEMV takes a call site, with no GPU.
+
+Inductor reads every call of a user Triton kernel (``wrap_triton``, under the
+``acache::row_gemv`` triton_op) by compiling the kernel to TTIR and walking it for the
+tensors it writes (torch._higher_order_ops.triton_kernel_wrap.identify_accessed_tensors).
+A phi-2 decode step has 65 such calls; this script times the analysis of phi-2's three
+(the fused in-projection with its LayerNorm, the out-projection with GELU and the skip,
+the LM head), Triton's target set to sm_90 so that it runs on a machine without a GPU.
+A question of docs/perf-notes.md attempt 63 (phi-2's build time).
+
+    python benchmarks/user_kernel_analysis.py [--repeat 5] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any
+
+import torch
+
+
+def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
+    """The kernel's arguments as models/gemv.py's _launch passes them (CPU tensors: the
+    analysis reads dtypes, not data)."""
+    from artifactcache.models import gemv
+
+    layer_norm = prologue.get("layer_norm", False)
+    gelu_from = prologue.get("gelu_from", -1)
+    kind = gemv.prologue_kind(layer_norm, layer_norm, False, gelu_from)
+    cut = gemv.gemv_launch(n, k, False, kind)
+    bf16 = torch.bfloat16
+    return dict(
+        X=torch.empty(k, dtype=bf16), W=torch.empty(n, k, dtype=bf16),
+        S=torch.empty(1, dtype=bf16), BIAS=torch.empty(n, dtype=bf16),
+        G=torch.empty(k, dtype=bf16), NB=torch.empty(k, dtype=bf16),
+        R=torch.empty(n, dtype=bf16), Y=torch.empty(n, dtype=bf16),
+        N=n, K=k, eps=1e-5, gelu_from=gelu_from,
+        BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=False,
+        INT4_GROUP=0, TILE_GROUPS=1, HAS_BIAS=True, NORM=False, LAYER_NORM=layer_norm,
+        HAS_NORM_BIAS=layer_norm, SILU_MUL=False, GELU=gelu_from >= 0,
+        HAS_RESIDUAL=gelu_from >= 0,
+        LN_BLOCK=1 << (k - 1).bit_length() if layer_norm else 0,
+    )  # fmt: skip
+
+
+def _analyse(repeat: int) -> list[dict[str, Any]]:
+    """Each phi-2 call site analysed ``repeat`` times: the first and the median after."""
+    from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
+
+    from artifactcache.models import gemv
+
+    gemv._define_kernels()
+    sites = {"phi2_in (LayerNorm)": _launch_kwargs(17920, 2560, layer_norm=True),
+             "phi2_out (GELU, skip)": _launch_kwargs(2560, 12800, gelu_from=2560),
+             "phi2_head (LayerNorm)": _launch_kwargs(51200, 2560, layer_norm=True)}  # fmt: skip
+    rows = []
+    for site, kwargs in sites.items():
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            writes = identify_accessed_tensors(gemv._row_gemv, dict(kwargs), {})
+            times.append(time.perf_counter() - t0)
+        written = sorted(d.name for d in writes.read_writes.writes)
+        rows.append({"site": site, "first_ms": round(times[0] * 1e3, 1),
+                     "median_after_ms": round(statistics.median(times[1:] or times) * 1e3, 1),
+                     "writes": written})  # fmt: skip
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=5, help="analyses a call site")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    class Hopper:  # a driver's target alone: nothing is launched
+        def get_current_target(self) -> GPUTarget:
+            return GPUTarget("cuda", 90, 32)
+
+    drivers = triton.runtime.driver
+    before = drivers._active  # put back after: a process with a GPU keeps its own driver
+    drivers.set_active(Hopper())  # type: ignore[arg-type]
+    try:
+        rows = _analyse(args.repeat)
+    finally:
+        drivers._active = before
+    doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "torch": torch.__version__, "triton": triton.__version__, "sites": rows}  # fmt: skip
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        for r in rows:
+            after = r["median_after_ms"]
+            print(f"{r['site']:24s} first {r['first_ms']:7.1f} ms, then {after:6.1f} ms a call; "
+                  f"writes {', '.join(r['writes'])}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
