@@ -6,16 +6,20 @@ tensors it writes (torch._higher_order_ops.triton_kernel_wrap.identify_accessed_
 A phi-2 decode step has 65 such calls; this script times the analysis of phi-2's three
 (the fused in-projection with its LayerNorm, the out-projection with GELU and the skip,
 the LM head), Triton's target set to sm_90 so that it runs on a machine without a GPU.
-A question of docs/perf-notes.md attempt 63 (phi-2's build time).
+A question of docs/perf-notes.md attempt 63 (phi-2's build time). ``--compile`` also
+times each site's kernel compiled for sm_90 by Triton itself (ptxas included; a fresh
+TRITON_CACHE_DIR, so nothing is found cached).
 
-    python benchmarks/user_kernel_analysis.py [--repeat 5] [--json]
+    python benchmarks/user_kernel_analysis.py [--repeat 5] [--compile] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 import time
 from typing import Any
 
@@ -46,7 +50,7 @@ def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
     )  # fmt: skip
 
 
-def _analyse(repeat: int) -> list[dict[str, Any]]:
+def _analyse(repeat: int, compile_too: bool = False) -> list[dict[str, Any]]:
     """Each phi-2 call site analysed ``repeat`` times: the first and the median after."""
     from torch._higher_order_ops.triton_kernel_wrap import identify_accessed_tensors
 
@@ -67,12 +71,34 @@ def _analyse(repeat: int) -> list[dict[str, Any]]:
         rows.append({"site": site, "first_ms": round(times[0] * 1e3, 1),
                      "median_after_ms": round(statistics.median(times[1:] or times) * 1e3, 1),
                      "writes": written})  # fmt: skip
+        if compile_too:
+            rows[-1]["compile_s"] = round(_compile_s(gemv._row_gemv, kwargs), 2)
     return rows
+
+
+def _compile_s(kernel: Any, kwargs: dict[str, Any]) -> float:
+    """Seconds for Triton to compile ``kernel`` at these arguments for sm_90."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = {torch.bfloat16: "*bf16"}
+    consts = {k: v for k, v in kwargs.items() if k.isupper() and not isinstance(v, torch.Tensor)}
+    sig = {k: names[v.dtype] if isinstance(v, torch.Tensor) else "fp32" if isinstance(v, float)
+           else "i32" for k, v in kwargs.items() if k not in consts}  # fmt: skip
+    aligned = {(i,): [["tt.divisibility", 16]] for i, v in enumerate(kwargs.values())
+               if isinstance(v, torch.Tensor)}  # fmt: skip
+    src = ASTSource(kernel, sig | dict.fromkeys(consts, "constexpr"), consts, aligned)
+    warps = 8 if kwargs["LAYER_NORM"] or kwargs["GELU"] else 4
+    t0 = time.perf_counter()
+    triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    return time.perf_counter() - t0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeat", type=int, default=5, help="analyses a call site")
+    ap.add_argument("--compile", action="store_true", help="time Triton's compile too")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     import triton
@@ -86,7 +112,10 @@ def main() -> int:
     before = drivers._active  # put back after: a process with a GPU keeps its own driver
     drivers.set_active(Hopper())  # type: ignore[arg-type]
     try:
-        rows = _analyse(args.repeat)
+        with tempfile.TemporaryDirectory(prefix="acache-uka-") as fresh:
+            if args.compile:  # nothing found cached
+                os.environ["TRITON_CACHE_DIR"] = fresh
+            rows = _analyse(args.repeat, args.compile)
     finally:
         drivers._active = before
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -96,8 +125,9 @@ def main() -> int:
     else:
         for r in rows:
             after = r["median_after_ms"]
+            compiled = f"; compiled in {r['compile_s']} s" if "compile_s" in r else ""
             print(f"{r['site']:24s} first {r['first_ms']:7.1f} ms, then {after:6.1f} ms a call; "
-                  f"writes {', '.join(r['writes'])}")  # fmt: skip
+                  f"writes {', '.join(r['writes'])}{compiled}")  # fmt: skip
     return 0
 
 

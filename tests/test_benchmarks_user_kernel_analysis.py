@@ -13,7 +13,9 @@ from _bench_scripts import load_script
 def test_each_phi2_call_site_is_analysed_and_writes_only_its_output(monkeypatch, capsys):
     pytest.importorskip("triton.backends.nvidia")
     script = load_script("user_kernel_analysis")
-    monkeypatch.setattr("sys.argv", ["user_kernel_analysis.py", "--repeat", "2", "--json"])
+    monkeypatch.setattr(
+        "sys.argv", ["user_kernel_analysis.py", "--repeat", "2", "--compile", "--json"]
+    )
     try:
         assert script.main() == 0
     except (RuntimeError, ImportError) as e:  # a Triton that cannot make TTIR for sm_90
@@ -22,4 +24,4 @@ def test_each_phi2_call_site_is_analysed_and_writes_only_its_output(monkeypatch,
     assert [s["site"].split()[0] for s in doc["sites"]] == ["phi2_in", "phi2_out", "phi2_head"]
     for site in doc["sites"]:
         assert site["writes"] == ["Y"]
-        assert site["first_ms"] > 0 and site["median_after_ms"] > 0
+        assert site["first_ms"] > 0 and site["median_after_ms"] > 0 and site["compile_s"] > 0
