@@ -109,6 +109,7 @@ def main() -> int:
             return GPUTarget("cuda", 90, 32)
 
     drivers = triton.runtime.driver
+    cache_dir = os.environ.get("TRITON_CACHE_DIR")
     before = drivers._active  # put back after: a process with a GPU keeps its own driver
     drivers.set_active(Hopper())  # type: ignore[arg-type]
     try:
@@ -118,6 +119,10 @@ def main() -> int:
             rows = _analyse(args.repeat, args.compile)
     finally:
         drivers._active = before
+        if cache_dir is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = cache_dir
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "torch": torch.__version__, "triton": triton.__version__, "sites": rows}  # fmt: skip
     if args.json:
