@@ -46,7 +46,7 @@ def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
         INT4_GROUP=0, TILE_GROUPS=1, HAS_BIAS=True, NORM=False, LAYER_NORM=layer_norm,
         HAS_NORM_BIAS=layer_norm, SILU_MUL=False, GELU=gelu_from >= 0,
         HAS_RESIDUAL=gelu_from >= 0,
-        LN_BLOCK=1 << (k - 1).bit_length() if layer_norm else 0,
+        LN_BLOCK=gemv.ln_block(k, layer_norm),
     )  # fmt: skip
 
 

@@ -1,0 +1,81 @@
+"""The row GEMV's launch choices (models/gemv.py's kernel): each program's tile by the
+weights' width and the prologue, the prologue's name, and how a LayerNorm prologue reads
+x for its statistics. Plain Python: choosing a tile needs neither torch nor Triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The widest x a LayerNorm prologue reads in one load (its statistics; fp32 registers,
+# 8192 values: 64 a thread at 4 warps); wider x takes two passes of the tile's width.
+LN_ONE_LOAD_MAX = 8192
+
+
+def ln_block(k: int, layer_norm: bool, widest: int | None = None) -> int:
+    """The kernel's LN_BLOCK: the power of two that holds x's K values for a LayerNorm's
+    one-load statistics, or 0 (no LayerNorm, or x wider than ``widest``, by default
+    LN_ONE_LOAD_MAX read at the call: the two passes)."""
+    widest = LN_ONE_LOAD_MAX if widest is None else widest
+    return 1 << (k - 1).bit_length() if layer_norm and k <= widest else 0
+
+
+@dataclass(frozen=True)
+class GemvLaunch:
+    """A program's tile: ``block_n`` output channels by ``block_k`` input channels."""
+
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+
+
+def gemv_launch(
+    n: int, k: int, int8: bool, prologue: str | None = None, int4_group: int = 0
+) -> GemvLaunch:
+    """The tile for one row times [n, k], by the weights' width and the prologue
+    (``"norm"``, ``"layer_norm"``, ``"silu_mul"``, ``"gelu"`` or None). Every program reads
+    the x tile (and the norm's weights) beside its weight tile, so a prologue wants more
+    output channels a program to spread those reads over; the SiLU-and-mul GEMVs have a
+    long K.
+
+    phi-2's (float weights, swept in bf16 on its fused shapes, H100, docs/perf-notes.md
+    attempt 62): the LayerNorm 16 x 256 with 8 warps (5% under 4 warps, level with the
+    kernel without its prologue), GELU 8 x 1024 with 8 warps (6% under the plain tile).
+    int8 weights take the RMSNorm's and the plain tiles there (not swept).
+    bf16 (benchmarks/row_gemv.py's sweep of 30 tiles on phi-3-mini's and llama-7b's
+    shapes, docs/perf-notes.md attempt 36): 16 x 256 with the norm (tied with 32 x 256
+    for the best sum over the four norm shapes, 3% under 4 x 512's), 4 x 1024 for
+    SiLU-and-mul (8% under 4 x 512 on phi-3-mini's down projection), 4 x 512 otherwise
+    (within 6% of the best).
+    int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
+    32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
+    ratio of weight bytes to x reads carried over, not swept.
+    int4 (``int4_group`` > 0): 8 x 1024, 8 warps, the best sum over llama-7b's four
+    shapes of 32 tiles (H100, docs/perf-notes.md attempt 58), 2% under 4 warps.
+    """
+    if int4_group:
+        return GemvLaunch(block_n=8, block_k=max(1024, int4_group), num_warps=8)
+    if int8:
+        if prologue in ("norm", "layer_norm"):
+            return GemvLaunch(block_n=16, block_k=512)
+        return GemvLaunch(block_n=8 if k > 8192 else 4, block_k=1024)
+    if prologue == "layer_norm":
+        return GemvLaunch(block_n=16, block_k=256, num_warps=8)
+    if prologue == "gelu":
+        return GemvLaunch(block_n=8, block_k=1024, num_warps=8)
+    if prologue == "norm":
+        return GemvLaunch(block_n=16, block_k=256)
+    if prologue == "silu_mul":
+        return GemvLaunch(block_n=4, block_k=1024)
+    return GemvLaunch(block_n=4, block_k=512)
+
+
+def prologue_kind(norm: bool, layer_norm: bool, silu_mul: bool, gelu_from: int) -> str | None:
+    """gemv_launch's name for the kernel's prologue (a norm's weight given: ``norm``)."""
+    if layer_norm:
+        return "layer_norm"
+    if norm:
+        return "norm"
+    if silu_mul:
+        return "silu_mul"
+    return "gelu" if gelu_from >= 0 else None

@@ -1,0 +1,44 @@
+"""models/gemv_tiles.py: the row GEMV's tile by the weights and the prologue, and how a
+LayerNorm prologue reads x (plain Python: no Triton needed)."""
+
+from __future__ import annotations
+
+from artifactcache.models.gemv_tiles import (
+    LN_ONE_LOAD_MAX,
+    GemvLaunch,
+    gemv_launch,
+    ln_block,
+    prologue_kind,
+)
+
+
+def test_the_tile_follows_the_weights_width_and_the_prologue():
+    one = gemv_launch(4096, 4096, int8=True)
+    assert (one.block_n, one.block_k) == (4, 1024)
+    assert gemv_launch(4096, 11008, int8=True).block_n == 8  # a long k: fewer, longer programs
+    assert gemv_launch(4096, 4096, int8=False).block_k < one.block_k  # 2 bytes a weight
+    # A prologue's reads of x spread over more output channels a program.
+    for int8 in (True, False):
+        assert gemv_launch(4096, 4096, int8, "norm").block_n > gemv_launch(4096, 4096, int8).block_n
+    # phi-2's: swept apart in bf16; int8 keeps the RMSNorm's and the plain tiles.
+    assert gemv_launch(17920, 2560, False, "layer_norm") == GemvLaunch(16, 256, 8)
+    assert gemv_launch(2560, 12800, False, "gelu") == GemvLaunch(8, 1024, 8)
+    assert gemv_launch(17920, 2560, True, "layer_norm") == gemv_launch(17920, 2560, True, "norm")
+    assert gemv_launch(2560, 12800, True, "gelu") == gemv_launch(2560, 12800, True)
+
+
+def test_a_layernorm_reads_x_in_one_load_up_to_the_limit_and_in_two_passes_beyond():
+    assert ln_block(2560, True) == 4096  # phi-2: a power of two that holds x
+    assert ln_block(4096, True) == 4096
+    assert ln_block(LN_ONE_LOAD_MAX, True) == LN_ONE_LOAD_MAX
+    assert ln_block(LN_ONE_LOAD_MAX + 1, True) == 0  # the two passes
+    assert ln_block(2560, False) == 0  # no LayerNorm
+    assert ln_block(200, True, widest=128) == 0
+
+
+def test_each_prologue_has_its_name():
+    assert prologue_kind(True, True, False, -1) == "layer_norm"  # a LayerNorm has a weight too
+    assert prologue_kind(True, False, False, -1) == "norm"
+    assert prologue_kind(False, False, True, -1) == "silu_mul"
+    assert prologue_kind(False, False, False, 0) == "gelu"
+    assert prologue_kind(False, False, False, -1) is None
