@@ -10,11 +10,12 @@ DEADLINE_S=${DEADLINE_S:-570}
 # cap S: S seconds, or fewer where the deadline (less 15 s for the tar) is nearer; >= 1.
 cap() { local l=$((DEADLINE_S - 15 - (SECONDS - T0))); echo $(( l < $1 ? (l > 1 ? l : 1) : $1 )); }
 # start_call NAME: R=/tmp/NAME (emptied) for the results, C=/tmp/NAME-cache for acache's
-# cache, the GPU's name and driver in R/gpu.txt.
+# cache, the GPU's name, driver, UUID and PCI bus in R/gpu.txt (the UUID tells whether
+# two calls ran on one machine).
 start_call() {
   NAME=$1; R=/tmp/$NAME; C=/tmp/$NAME-cache
   rm -rf "$R"; mkdir -p "$R"
-  nvidia-smi --query-gpu=name,driver_version --format=csv > "$R/gpu.txt"
+  nvidia-smi --query-gpu=name,driver_version,uuid,pci.bus_id --format=csv > "$R/gpu.txt"
 }
 # gpu_test: the compiled row GEMV's GPU test (tests/test_models_gemv.py -k on_cuda), its
 # log in R/gpu-test.log, its status and last lines printed.

@@ -267,10 +267,14 @@ def on_gpu(
 
             record(f"int4_dot@{block_n}w{warps}", probe, (nib, sz))
         groups = k // GROUP
+        timed = set()
         for (block_n, warps), stages, per_sm in itertools.product(split_tiles, (1, 3), (8, 16)):
             split = max(1, min(groups, round(per_sm * sms / triton.cdiv(n, block_n))))
             k_split = triton.cdiv(groups, split) * GROUP
             split = triton.cdiv(k, k_split)
+            if (block_n, warps, stages, split) in timed:  # 8 and 16 an SM gave one grid
+                continue
+            timed.add((block_n, warps, stages, split))
 
             def probe_split(nib: Any, sz: Any) -> Any:
                 y = torch.zeros(1, n, device=dev, dtype=torch.float32)
@@ -282,7 +286,7 @@ def on_gpu(
 
             programs = triton.cdiv(n, block_n) * split
             record(f"int4_split@{block_n}w{warps}s{stages}k{split}", probe_split, (nib, sz),
-                   split=split, stages=stages, programs=programs)  # fmt: skip
+                   split=split, stages=stages, programs=programs, per_sm=per_sm)  # fmt: skip
         del w, nib, sz, packed
         torch.cuda.empty_cache()
     doc = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),

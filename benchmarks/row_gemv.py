@@ -190,7 +190,7 @@ def main() -> int:
         x = x.to(torch.bfloat16)
         g = vector(k, 1) if role in ("norm", "layer_norm") else None
         nb = vector(k, -0.5) if layer_norm else None
-        bias = vector(n, -0.5) if role.startswith(("layer_norm", "gelu")) else None
+        bias = vector(n, -0.5) if role in ("layer_norm", "gelu") else None
         skip = role in ("skip", "down", "gelu")
         r = torch.randn(1, n, device=dev, dtype=torch.bfloat16) if skip else None
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
