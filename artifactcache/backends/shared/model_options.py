@@ -30,8 +30,8 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   builds of inductor and aoti where it measured faster than Inductor's own kernels
   (docs/benchmarks.md, "The row GEMV" and "phi-2 through the row GEMV"): phi-3, bf16
   phi-2 (inductor 8.6% faster on an H100, 410.3 against 377.7 tok/s; aoti 409.5; its
-  LayerNorm and GELU kernels folded away; its build 3-5 s longer, in the decode step's
-  compile), and every int8wo build but phi-2's (unmeasured there). Off by
+  LayerNorm and GELU kernels folded away; its inductor build 1-14 s longer, in the decode
+  step's compile), and every int8wo build but phi-2's (unmeasured there). Off by
   default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
   tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
   tinygemm decoded llama-7b 16% faster than the row GEMV's int4 path on an H100
