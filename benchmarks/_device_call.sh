@@ -1,7 +1,8 @@
 # Sourced by the device call scripts (int4_row_gemv_call.sh, phi2_row_gemv_call.sh,
 # phi2_default_call.sh, phi2_gemv_call.sh) from the repository root: the wheels .whl
 # carries installed into /tmp/site, the environment every step runs with (bytecode
-# written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call and gpu_test.
+# written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call, gpu_test and
+# finish_call.
 T0=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
@@ -23,4 +24,10 @@ gpu_test() {
   timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
     -k on_cuda > "$R/gpu-test.log" 2>&1
   echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+}
+# finish_call: R tarred into $OUT/NAME.tgz (framework caches and profiles' pstats left
+# out, as $OUT comes back small), $OUT listed.
+finish_call() {
+  tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
+  ls -la "$OUT"
 }

@@ -26,7 +26,7 @@ timeout "$(cap 120)" python3 benchmarks/int4_dot_probe.py --out "$R/probe" > "$R
 echo "tensor-core probe rc=$? at $((SECONDS - T0)) s"; grep -E "us .* TB/s" "$R/probe.log"
 fi
 if [ "$MODE" = kernels ]; then
-  tar czf "$OUT/$NAME.tgz" -C /tmp "$NAME"; ls -la "$OUT"; exit 0
+  finish_call; exit 0
 fi
 DECODE_JOBS=1 DECODE_PROFILE="llama-7b/inductor+quant=int4wo,row_gemv=1" \
   timeout "$(cap 420)" bash benchmarks/decode_call.sh "$R/decode" "$C" llama-7b/inductor \
@@ -42,5 +42,4 @@ for q in int8wo int4wo int4wo,row_gemv; do
     --out "$R/quant_agreement-$q.json" > "$R/agree-$q.log" 2>&1
   echo "agreement $q rc=$? at $((SECONDS - T0)) s"; tail -n 1 "$R/agree-$q.log"
 done
-tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
-ls -la "$OUT"
+finish_call

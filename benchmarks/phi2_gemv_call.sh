@@ -26,5 +26,4 @@ DECODE_JOBS=1 DECODE_PROFILE="phi-2/inductor" \
   > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A6 '^| variant' "$R"/decode/*.log
 grep -h -A5 '^profile' "$R"/decode/*.log
-tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
-ls -la "$OUT"
+finish_call

@@ -19,5 +19,4 @@ DECODE_JOBS=2 DECODE_PROFILE="phi-2/inductor phi-2/inductor+row_gemv=0" \
   > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A7 '^| variant' "$R"/decode/*.log
 grep -h -A5 '^profile' "$R"/decode/*.log
-tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
-ls -la "$OUT"
+finish_call
