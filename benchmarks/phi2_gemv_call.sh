@@ -7,7 +7,9 @@
 # default's step profiled.
 #   bash benchmarks/phi2_gemv_call.sh NAME   (carry [".whl"])
 # PHI2_SWEEP=0: gemv_launch's tiles only; PHI2_VARIANTS: the decode's variants (default
-# "inductor inductor+row_gemv=0"), built in that order.
+# "inductor inductor+row_gemv=0"), built in that order. Where both inductor variants
+# were built, variant_agreement.py then compares their logits and greedy tokens with
+# eager's and each other's (PHI2_AGREE=0 skips it).
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
@@ -26,4 +28,12 @@ DECODE_JOBS=1 DECODE_PROFILE="phi-2/inductor" \
   > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A6 '^| variant' "$R"/decode/*.log
 grep -h -A5 '^profile' "$R"/decode/*.log
+variants=" ${PHI2_VARIANTS:-inductor inductor+row_gemv=0} "
+if [ "${PHI2_AGREE:-1}" != 0 ] && [[ $variants == *" inductor "* ]] \
+    && [[ $variants == *" inductor+row_gemv=0 "* ]]; then
+  timeout "$(cap 120)" python3 benchmarks/variant_agreement.py phi-2 --device cuda \
+    --dtype bf16 --variant gemv=inductor:"$C" --variant plain=inductor:"$C":row_gemv=0 \
+    --out "$R/agree" > "$R/agree.log" 2>&1
+  echo "agreement rc=$? at $((SECONDS - T0)) s"; tail -n 20 "$R/agree.log"
+fi
 finish_call
