@@ -346,7 +346,7 @@ class CausalLM(nn.Module):
     # (vocab x dim per position), plus [T, vocab] fp32 logits written. Read as a constant
     # when a step is compiled or exported.
     first_pass_last_logits = False
-    # One-row steps through acache's GEMV (models/rows.py; LlamaModel.use_row_gemv).
+    # One-row steps through acache's GEMV (models/rows.py; use_row_gemv).
     row_gemv = False
     # Whether a pass's attention (T > 1) may run cuDNN's SDPA kernel (sdpa()); decode's
     # one query keeps torch's choice: its steps are captured at load, one shape each.
@@ -360,6 +360,17 @@ class CausalLM(nn.Module):
     def kv_buckets(self) -> bool:
         """Whether decode reads the cache by length bucket (kv_pos's length)."""
         return not self.split_kv_decode
+
+    def use_row_gemv(self) -> None:
+        """Run one-row steps (decode at batch 1, a first pass's last row) through acache's
+        GEMV with the norms, activations and skips folded in (models/rows.py; a tracer
+        registers the op first: rows.register_ops). Every block's projections must be
+        fused (its ``fused``: models/fuse.py)."""
+        if not all(layer.fused for layer in self.model.layers):
+            raise ValueError("the row GEMV runs fused projections: fuse_projections first")
+        self.row_gemv = True
+        for layer in self.model.layers:
+            layer.row_gemv = True
 
     def setup_caches(self, max_batch: int, max_seq_len: int, split_kv_decode: bool = False) -> None:
         p = self.lm_head.weight

@@ -95,8 +95,13 @@ class Block(nn.Module):
         self.mlp = MLP(cfg, fused)
 
         # One decode row through acache's GEMV, norms and skips folded in (models/rows.py):
-        # set by LlamaModel.use_row_gemv on a fused model.
+        # set by CausalLM.use_row_gemv on a fused model.
         self.row_gemv = False
+
+    @property
+    def fused(self) -> bool:
+        """Whether q/k/v and gate/up are one projection each (what one_row reads)."""
+        return self.self_attn.fused and self.mlp.fused
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
         if self.row_gemv and x.shape[0] == 1 and x.shape[1] == 1:
@@ -134,14 +139,3 @@ class LlamaModel(CausalLM):
         self.model = Backbone(cfg, fused)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
         self.max_seq_len = 0
-
-    def use_row_gemv(self) -> None:
-        """Run one-row steps (decode at batch 1, a first pass's last row) through
-        acache's GEMV with the norms and skips folded in (models/rows.py; a tracer
-        registers the op first: rows.register_ops). The projections must be fused
-        (qkv_proj, gate_up_proj)."""
-        if not all(layer.self_attn.fused and layer.mlp.fused for layer in self.model.layers):
-            raise ValueError("the row GEMV runs fused projections: fuse_projections first")
-        self.row_gemv = True
-        for layer in self.model.layers:
-            layer.row_gemv = True

@@ -81,7 +81,7 @@ class PhiBlock(nn.Module):
         kv = cfg.n_kv_heads * cfg.head_dim
         self.in_sizes = [cfg.n_heads * cfg.head_dim, kv, kv, cfg.intermediate_size]
         # One decode row through acache's GEMV (models/rows.py): set by
-        # Phi2Model.use_row_gemv on a fused model.
+        # CausalLM.use_row_gemv on a fused model.
         self.row_gemv = False
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
@@ -132,12 +132,3 @@ class Phi2Model(CausalLM):
         self.model = PhiBackbone(cfg)
         self.lm_head = nn.Linear(cfg.dim, cfg.vocab_size, bias=True)
         self.max_seq_len = 0
-
-    def use_row_gemv(self) -> None:
-        """Run one-row steps through acache's GEMV with the LayerNorms, GELU and skips
-        folded in (models/rows.py). The blocks must be fused (models/fuse.py)."""
-        if not all(layer.fused for layer in self.model.layers):
-            raise ValueError("the row GEMV runs fused projections: fuse_projections first")
-        self.row_gemv = True
-        for layer in self.model.layers:
-            layer.row_gemv = True
