@@ -188,13 +188,21 @@ def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[di
     sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "BIAS": "*bf16", "G": "*bf16",
            "NB": "*bf16", "R": "*bf16", "Y": "*bf16", "N": "i32", "K": "i32", "eps": "fp32",
            "gelu_from": "i32"}  # fmt: skip
+    import torch
+
+    from artifactcache.models.quant import quantize_int4, quantize_int8
+
     out = []
     for block_n, block_k, warps in tiles:
-        group = 0 if int8 else GROUP
-        consts = dict(BLOCK_N=block_n, BLOCK_K=block_k, EVEN_K=True, INT8=int8,
-                      INT4_GROUP=group, TILE_GROUPS=max(1, block_k // max(group, 1)),
-                      HAS_BIAS=False, NORM=False, LAYER_NORM=False, HAS_NORM_BIAS=False,
-                      SILU_MUL=False, GELU=False, HAS_RESIDUAL=False, LN_BLOCK=0)  # fmt: skip
+        # The constexprs _launch gives the kernel for such weights: K two tiles wide, so
+        # EVEN_K; CPU tensors, nothing launched.
+        w = torch.zeros(block_n, 2 * block_k, dtype=torch.bfloat16)
+        weight, scales = quantize_int8(w) if int8 else quantize_int4(w, GROUP)
+        _, _, consts, _ = gemv.kernel_call(
+            torch.zeros(1, 2 * block_k, dtype=torch.bfloat16), weight, scales, None, None,
+            0.0, False, None, gemv.GemvLaunch(block_n, block_k, warps), None, False, -1,
+        )  # fmt: skip
+        consts.pop("num_warps")
         name = f"acache_{'int8' if int8 else 'int4'}_{block_n}x{block_k}x{warps}"
         ops = _compiled_loop(gemv._row_gemv, sig, consts, warps, name)
         out.append(_row(f"{block_n}x{block_k}", warps, ops, block_n * block_k / (32 * warps)))

@@ -27,27 +27,26 @@ import torch
 
 
 def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
-    """The kernel's arguments as models/gemv.py's _launch passes them (CPU tensors: the
-    analysis reads dtypes, not data)."""
+    """The kernel's arguments by name, as models/gemv.py's _launch passes them for a bf16
+    GEMV with a bias and the prologue (CPU tensors: the analysis reads dtypes, not
+    data); a GELU GEMV takes the skip, as phi-2's out-projection does."""
     from artifactcache.models import gemv
 
     layer_norm = prologue.get("layer_norm", False)
     gelu_from = prologue.get("gelu_from", -1)
-    kind = gemv.prologue_kind(layer_norm, layer_norm, False, gelu_from)
-    cut = gemv.gemv_launch(n, k, False, kind)
-    bf16 = torch.bfloat16
-    return dict(
-        X=torch.empty(k, dtype=bf16), W=torch.empty(n, k, dtype=bf16),
-        S=torch.empty(1, dtype=bf16), BIAS=torch.empty(n, dtype=bf16),
-        G=torch.empty(k, dtype=bf16), NB=torch.empty(k, dtype=bf16),
-        R=torch.empty(n, dtype=bf16), Y=torch.empty(n, dtype=bf16),
-        N=n, K=k, eps=1e-5, gelu_from=gelu_from,
-        BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=False,
-        INT4_GROUP=0, TILE_GROUPS=1, HAS_BIAS=True, NORM=False, LAYER_NORM=layer_norm,
-        HAS_NORM_BIAS=layer_norm, SILU_MUL=False, GELU=gelu_from >= 0,
-        HAS_RESIDUAL=gelu_from >= 0,
-        LN_BLOCK=gemv.ln_block(k, layer_norm),
+
+    def vector(size: int) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.bfloat16)
+
+    _, args, consts, _ = gemv.kernel_call(
+        torch.empty(1, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16),
+        None, vector(n), vector(k) if layer_norm else None, 1e-5, False,
+        vector(n) if gelu_from >= 0 else None, None, vector(k) if layer_norm else None,
+        layer_norm, gelu_from,
     )  # fmt: skip
+    gemv._define_kernels()
+    # num_warps is a launch option, not an argument (_compile_s reads it)
+    return dict(zip(gemv._row_gemv.arg_names, args, strict=False)) | consts
 
 
 def _analyse(repeat: int, compile_too: bool = False) -> list[dict[str, Any]]:
@@ -77,19 +76,22 @@ def _analyse(repeat: int, compile_too: bool = False) -> list[dict[str, Any]]:
 
 
 def _compile_s(kernel: Any, kwargs: dict[str, Any]) -> float:
-    """Seconds for Triton to compile ``kernel`` at these arguments for sm_90."""
+    """Seconds for Triton to compile ``kernel`` at these arguments (``num_warps`` among
+    them) for sm_90."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    kwargs = dict(kwargs)
+    warps = kwargs.pop("num_warps")
+    const_names = {kernel.arg_names[i] for i in kernel.constexprs}
+    consts = {k: v for k, v in kwargs.items() if k in const_names}
     names = {torch.bfloat16: "*bf16"}
-    consts = {k: v for k, v in kwargs.items() if k.isupper() and not isinstance(v, torch.Tensor)}
     sig = {k: names[v.dtype] if isinstance(v, torch.Tensor) else "fp32" if isinstance(v, float)
            else "i32" for k, v in kwargs.items() if k not in consts}  # fmt: skip
     aligned = {(i,): [["tt.divisibility", 16]] for i, v in enumerate(kwargs.values())
                if isinstance(v, torch.Tensor)}  # fmt: skip
     src = ASTSource(kernel, sig | dict.fromkeys(consts, "constexpr"), consts, aligned)
-    warps = 8 if kwargs["LAYER_NORM"] or kwargs["GELU"] else 4
     t0 = time.perf_counter()
     triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     return time.perf_counter() - t0

@@ -365,6 +365,33 @@ def _launch(
     gelu_from: int,
 ) -> torch.Tensor:
     """The kernel's launch on inputs _checked has passed."""
+    grid, args, consts, y = kernel_call(
+        x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut,
+        norm_bias, layer_norm, gelu_from,
+    )  # fmt: skip
+    _define_kernels()
+    wrap_triton(_row_gemv)[grid](*args, **consts)
+    return y
+
+
+def kernel_call(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    scales: Vector,
+    bias: Vector,
+    norm_weight: Vector,
+    eps: float,
+    silu_mul: bool,
+    residual: Vector,
+    cut: GemvLaunch | None,
+    norm_bias: Vector,
+    layer_norm: bool,
+    gelu_from: int,
+) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], torch.Tensor]:
+    """What _launch gives the kernel for these inputs: the grid, the positional
+    arguments, the constexprs with ``num_warps``, and the output they write (allocated
+    here). Also the benchmarks' way to the kernel's arguments without a launch
+    (benchmarks/user_kernel_analysis.py, int4_dot_probe.py --sass-acache)."""
     n, k = weight.shape
     int8 = weight.dtype == torch.int8
     group = 0
@@ -378,16 +405,17 @@ def _launch(
             f"an int4 row GEMV's block_k must be a power of two of 8 or more, got {cut.block_k}"
         )
     y = torch.empty((1, n), dtype=x.dtype, device=x.device)
-    _define_kernels()
     # int8 is read as bytes: the magic cast flips the sign bit itself.
     w = weight.view(torch.uint8) if int8 else weight
 
     def given(t: Vector) -> torch.Tensor:
         return x if t is None else t  # a pointer the kernel never reads for a variant
 
-    wrap_triton(_row_gemv)[(-(-n // cut.block_n),)](
+    args = (
         x, w, given(scales), given(bias), given(norm_weight), given(norm_bias), given(residual),
         y, n, k, eps, gelu_from,
+    )  # fmt: skip
+    consts = dict(
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
         INT4_GROUP=group, TILE_GROUPS=max(1, cut.block_k // max(group, 1)),
         HAS_BIAS=bias is not None, NORM=norm_weight is not None and not layer_norm,
@@ -396,7 +424,7 @@ def _launch(
         HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
         LN_BLOCK=ln_block(k, layer_norm),
     )  # fmt: skip
-    return y
+    return (-(-n // cut.block_n),), args, consts, y
 
 
 # Registered at import: Dynamo must meet a registered op, and refuses to register one
