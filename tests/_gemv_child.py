@@ -80,19 +80,25 @@ def case_matches(name, n, k, quant, with_bias, norm, silu_mul, with_residual, ti
     bias = torch.randn(n, dtype=dtype) if with_bias else None
     g = (1 + torch.rand(k)).to(dtype) if norm else None
     residual = torch.randn(n, dtype=dtype) if with_residual else None
-    args = (x, w, scales, bias, g, 1e-5, silu_mul, residual)
+    matches_the_product((x, w, scales, bias, g, 1e-5, silu_mul, residual), dense, tile, dtype)
+
+
+def matches_the_product(args, dense, tile, dtype, **prologue):
+    """The op (or launch_gemv at ``tile``) on ``args`` against the float64 product, of
+    ``dense`` where the weight is int4's nibbles; ``prologue``: phi-2's keywords."""
     if tile is None:
-        got = gemv.row_gemv(*args)
+        got = gemv.row_gemv(*args, **prologue)
     else:
-        got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile))
+        got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile), **prologue)
     if dense is not None:
-        want = reference(x, dense, None, bias, g, 1e-5, silu_mul, residual)
+        x, _, _, bias, g, eps, silu_mul, residual = args
+        want = reference(x, dense, None, bias, g, eps, silu_mul, residual, **prologue)
     else:
-        want = reference(*args)
+        want = reference(*args, **prologue)
     # bf16: the output's rounding (and a skip's second rounding), a few ulps of 2**-8
     tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
     torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
-    assert got.dtype == dtype and got.shape == (1, n)
+    assert got.dtype == dtype and got.shape == (1, args[1].shape[0])
 
 
 # name: (N, K, quant, LayerNorm (with its bias?) or None, gelu_from, residual, tile)
@@ -127,17 +133,7 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
     nb = torch.randn(k, dtype=dtype) if layer_norm == "bias" else None
     residual = torch.randn(n, dtype=dtype) if with_residual else None
     kw = dict(norm_bias=nb, layer_norm=layer_norm is not None, gelu_from=gelu_from)
-    args = (x, w, scales, bias, g, 1e-5, False, residual)
-    if tile is None:
-        got = gemv.row_gemv(*args, **kw)
-    else:
-        got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile), **kw)
-    if dense is not None:
-        want = reference(x, dense, None, bias, g, 1e-5, False, residual, **kw)
-    else:
-        want = reference(*args, **kw)
-    tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
-    torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
+    matches_the_product((x, w, scales, bias, g, 1e-5, False, residual), dense, tile, dtype, **kw)
 
 
 def a_layernorm_wider_than_one_load_takes_two_passes(dtype):
