@@ -277,15 +277,16 @@ def _in_thread(fn: Callable[[], Any]) -> Future:
     return fut
 
 
-def saved_step(w: _Worker) -> dict[str, Any] | None:
-    """The worker's report where it says its step is built; None while it has none.
+def saved_step(w: _Worker, report: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The worker's report (``report``, or read here) where it says its step is built;
+    None while it has none.
 
     The report is the worker's last write, after its step's files are in place, so a
     worker that saved one has built its step, however it exits afterwards (a crash in
     interpreter shutdown, a hang there). A report of a library that is not there is a
     BackendError; one that carries an error is that error (worker_failure).
     """
-    report = w.report()
+    report = report if report is not None else w.report()
     if report is None:
         return None
     if "error" in report:
@@ -358,17 +359,18 @@ def _wait(
                 w.send(cfg)
         for w in list(pending):
             code = w.proc.poll()  # before the report: an exited worker wrote all it will
-            if out_of_memory(w.report()) and w.job.step not in retried:
+            report = w.report()
+            if out_of_memory(report) and w.job.step not in retried:
                 retried.add(w.job.step)
                 held.append(w.job.step)
                 pending.remove(w)
                 drop(w)
-            elif saved_step(w) is not None:
+            elif saved_step(w, report) is not None:
                 pending.remove(w)
                 if queued:
                     launch(queued.pop(0))
             elif code is not None:
-                raise worker_failure(w.job.what, w.report(), code)
+                raise worker_failure(w.job.what, report, code)
         if pending and time.monotonic() > deadline:
             raise timeout_error(pending, probe, timeout, queued + held)
         time.sleep(_POLL_S)
