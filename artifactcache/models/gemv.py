@@ -350,27 +350,11 @@ def launch_gemv(
     )  # fmt: skip
 
 
-def _launch(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    scales: Vector,
-    bias: Vector,
-    norm_weight: Vector,
-    eps: float,
-    silu_mul: bool,
-    residual: Vector,
-    cut: GemvLaunch | None,
-    norm_bias: Vector,
-    layer_norm: bool,
-    gelu_from: int,
-) -> torch.Tensor:
-    """The kernel's launch on inputs _checked has passed."""
-    grid, args, consts, y = kernel_call(
-        x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut,
-        norm_bias, layer_norm, gelu_from,
-    )  # fmt: skip
+def _launch(*args: Any) -> torch.Tensor:
+    """The kernel's launch on inputs _checked has passed (kernel_call's arguments)."""
+    grid, kernel_args, consts, y = kernel_call(*args)
     _define_kernels()
-    wrap_triton(_row_gemv)[grid](*args, **consts)
+    wrap_triton(_row_gemv)[grid](*kernel_args, **consts)
     return y
 
 
