@@ -1,5 +1,5 @@
 # Sourced by the device call scripts (int4_row_gemv_call.sh, phi2_row_gemv_call.sh,
-# phi2_default_call.sh, phi2_gemv_call.sh) from the repository root: the wheels .whl
+# phi2_default_call.sh, phi2_gemv_call.sh, int8_ptx_call.sh) from the repository root: the wheels .whl
 # carries installed into /tmp/site, the environment every step runs with (bytecode
 # written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call, gpu_test and
 # finish_call.

@@ -15,7 +15,10 @@ and the skip after it; phi-2's LayerNorm and bias, its GELU, bias and skip.
 - ``acache_plain``: the same kernel and tile on x after the prologue, the prologue left
   out (bias and skip kept): ``acache`` less this is what the prologue costs in the kernel;
 - ``acache@BNxBKwW``: a sweep of tiles (``--sweep``), to check gemv_launch's choice;
-- ``int8_acache``: the same with int8 weights (per-row scales), ``int4_tinygemm``
+- ``int8_acache``: the same with int8 weights (per-row scales), ``int8_acache_bytes``
+  the same kernel with its int8 cast a byte at a time in Triton (the cast before the
+  inline PTX, docs/perf-notes.md attempt 64; ``--sweep int8``: also
+  ``int8_acache@BNxBKwW`` over sweep_tiles), ``int4_tinygemm``
   (``aten._weight_int4pack_mm``, group 128, the projection alone) and ``int4_acache``
   (acache's GEMV on the same weights' plain nibbles, prologue and skip included; with
   ``--sweep`` or ``--sweep int4`` also ``int4_acache@BNxBKwW`` over int4_tiles),
@@ -29,7 +32,7 @@ activations); the copy bandwidth measured in the same run (``timing.copy_bandwid
 is the ceiling, and each row gives its % of it. Each output is checked against the
 float64 product (max abs error in the JSON). Writes OUT/row_gemv.json.
 
-    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4]] [--quant]
+    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4|int8]] [--quant]
         [--no-inductor]
 """
 
@@ -90,14 +93,23 @@ def rotating(fn: Callable[..., Any], weights: tuple[torch.Tensor, ...]) -> Calla
     return call
 
 
-def sweep_tiles() -> list[gemv.GemvLaunch]:
-    """Tiles of 2k-16k weights a loop step (up to 32 channels a program), 4 and 8 warps."""
+def sweep_tiles(stages: tuple[int, ...] = (1,)) -> list[gemv.GemvLaunch]:
+    """Tiles of 2k-16k weights a loop step (up to 32 channels a program), 4 and 8 warps;
+    for each of ``stages`` above 1 (loads in flight), the tiles of 4k-16k weights with 4
+    warps."""
     out = []
     for bk in (256, 512, 1024, 2048):
         for bn in (1, 2, 4, 8, 16, 32):
             if 2048 <= bn * bk <= 16384:
                 out += [gemv.GemvLaunch(bn, bk, w) for w in (4, 8)]
+            if 4096 <= bn * bk <= 16384:
+                out += [gemv.GemvLaunch(bn, bk, 4, st) for st in stages if st > 1]
     return out
+
+
+def tile_label(cut: gemv.GemvLaunch) -> str:
+    stages = f"s{cut.stages}" if cut.stages > 1 else ""
+    return f"{cut.block_n}x{cut.block_k}w{cut.num_warps}{stages}"
 
 
 def int4_tiles() -> list[gemv.GemvLaunch]:
@@ -136,12 +148,21 @@ def main() -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument(
-        "--sweep", nargs="?", const="all", choices=("all", "int4"), default=None,
-        help="time every tile too: sweep_tiles and (with --quant) int4_tiles; int4: only those",
+        "--sweep", nargs="?", const="all", choices=("all", "int4", "int8"), default=None,
+        help="time every tile too: sweep_tiles and (with --quant) int8's sweep_tiles and"
+        " int4_tiles; int4, int8: only those (with --quant)",
     )  # fmt: skip
-    ap.add_argument("--quant", action="store_true", help="int8 and int4 kernels too")
+    ap.add_argument(
+        "--quant", nargs="?", const="all", choices=("all", "int8"), default=None,
+        help="int8 and int4 kernels too (int8: int8's alone)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--stages", default="1",
+        help="the sweep's loop stages, e.g. 1,2,3 (above 1: 4-warp tiles of 4k-16k weights)",
+    )  # fmt: skip
     ap.add_argument("--no-inductor", action="store_true", help="skip Inductor's (compiles)")
     args = ap.parse_args()
+    tiles = sweep_tiles(tuple(int(t) for t in args.stages.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
     import torch._inductor.config as icfg
 
@@ -233,6 +254,13 @@ def main() -> int:
                 layer_norm=layer_norm, gelu_from=gelu_from,
             )  # fmt: skip
 
+        def ours_bytes(w, s):  # int8 cast a byte at a time, as before the inline PTX
+            grid, kernel_args, consts, y = gemv.kernel_call(
+                x, w, s, bias, g, EPS, silu, r, None, nb, layer_norm, gelu_from
+            )  # fmt: skip
+            gemv._row_gemv[grid](*kernel_args, **(consts | {"INT8_PTX": False}))
+            return y
+
         def ours_plain(w):  # the prologue's work left out; its tile kept
             kind = gemv.prologue_kind(g is not None, layer_norm, silu, gelu_from)
             cut = gemv.gemv_launch(n, k, False, kind)
@@ -241,47 +269,55 @@ def main() -> int:
         record(shape, "acache", ours, (w,), want, n * k * 2 + io)
         record(shape, "acache_plain", ours_plain, (w,), want, n * k * 2 + io)
         if args.sweep == "all":
-            for cut in sweep_tiles():
-                label = f"acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
+            for cut in tiles:
+                label = f"acache@{tile_label(cut)}"
                 record(shape, label, lambda w: ours(w, cut=cut), (w,), want, n * k * 2 + io)
         if args.quant:
             w8, s8 = quantize_int8(w)
             after = want - product + (0 if bias is None else bias.double())  # bias, skip
             want8 = (w8.double() * s8.double()[:, None]) @ a + after
-            record(shape, "int8_acache", ours, (w8, s8), want8, n * k + 2 * n + io)
-            del w8, s8
-            nib, sz = quantize_int4(w, GROUP)
-            packed = torch.ops.aten._convert_weight_to_int4pack(nib, 8)
-
-            def tinygemm(packed, sz):
-                return torch.ops.aten._weight_int4pack_mm(plain_x, packed, GROUP, sz)
-
-            b4 = n * k // 2 + sz.numel() * 2 + io
-            ref4 = tinygemm(packed, sz).double().reshape(-1)  # its own output: time only
-            record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
-            # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
-            # the float64 product of the dequantized weight.
-            product4 = dequantize_int4(nib, sz, torch.float64) @ a  # GemLite's reference
-            want4 = product4 + after
-            record(shape, "int4_acache", ours, (nib, sz), want4, b4)
-            gemlite_layer = gemlite_int4(nib, sz)
-            if gemlite_layer is not None:
-                from gemlite.core import forward_functional
-
-                tensors = gemlite_layer.get_tensor_args()
-                meta = gemlite_layer.get_meta_args()
-
-                def gemlite_fn(w, s, z):
-                    return forward_functional(plain_x, None, [w, s, z, *tensors[3:]], meta)
-
-                record(shape, "int4_gemlite", gemlite_fn, tuple(tensors[:3]), product4, b4)
-                del gemlite_layer, tensors
-            if args.sweep:
-                for cut in int4_tiles():
-                    label = f"int4_acache@{cut.block_n}x{cut.block_k}w{cut.num_warps}"
+            b8 = n * k + 2 * n + io
+            record(shape, "int8_acache", ours, (w8, s8), want8, b8)
+            record(shape, "int8_acache_bytes", ours_bytes, (w8, s8), want8, b8)
+            if args.sweep in ("all", "int8"):
+                for cut in tiles:
+                    label = f"int8_acache@{tile_label(cut)}"
                     fn = lambda w, s: ours(w, s, cut=cut)  # noqa: E731
-                    record(shape, label, fn, (nib, sz), want4, b4)
-            del packed, nib, sz
+                    record(shape, label, fn, (w8, s8), want8, b8)
+            del w8, s8
+            if args.quant == "all":
+                nib, sz = quantize_int4(w, GROUP)
+                packed = torch.ops.aten._convert_weight_to_int4pack(nib, 8)
+
+                def tinygemm(packed, sz):
+                    return torch.ops.aten._weight_int4pack_mm(plain_x, packed, GROUP, sz)
+
+                b4 = n * k // 2 + sz.numel() * 2 + io
+                ref4 = tinygemm(packed, sz).double().reshape(-1)  # its own output: time only
+                record(shape, "int4_tinygemm", tinygemm, (packed, sz), ref4, b4)
+                # acache's int4 GEMV on the same nibbles, with the prologue and skip, against
+                # the float64 product of the dequantized weight.
+                product4 = dequantize_int4(nib, sz, torch.float64) @ a  # GemLite's reference
+                want4 = product4 + after
+                record(shape, "int4_acache", ours, (nib, sz), want4, b4)
+                gemlite_layer = gemlite_int4(nib, sz)
+                if gemlite_layer is not None:
+                    from gemlite.core import forward_functional
+
+                    tensors = gemlite_layer.get_tensor_args()
+                    meta = gemlite_layer.get_meta_args()
+
+                    def gemlite_fn(w, s, z):
+                        return forward_functional(plain_x, None, [w, s, z, *tensors[3:]], meta)
+
+                    record(shape, "int4_gemlite", gemlite_fn, tuple(tensors[:3]), product4, b4)
+                    del gemlite_layer, tensors
+                if args.sweep in ("all", "int4"):
+                    for cut in int4_tiles():
+                        label = f"int4_acache@{tile_label(cut)}"
+                        fn = lambda w, s: ours(w, s, cut=cut)  # noqa: E731
+                        record(shape, label, fn, (nib, sz), want4, b4)
+                del packed, nib, sz
         del w
         torch.cuda.empty_cache()
         torch._dynamo.reset()

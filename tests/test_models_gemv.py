@@ -165,7 +165,8 @@ def test_without_triton_a_kernel_lookup_is_an_attribute_error():
 
 def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     """The compiled kernel (not the interpreter) on seed-sized shapes, every variant: one
-    that divides every tile, and a ragged one (K and N tails masked) with a bias."""
+    that divides every tile, and a ragged one (K and N tails masked) with a bias; int8
+    through the inline PTX cast; float and int8 with loads pipelined too."""
     import torch
 
     if not torch.cuda.is_available():
@@ -201,6 +202,9 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
                 dense_args = (x, dense, None, bias, norm, 1e-5, silu, residual)
                 want = reference(*dense_args) if int4 else reference(*args)
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+                if not int4:  # three steps' loads in flight (Triton's pipeliner)
+                    staged = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(8, 512, 4, 3))
+                    torch.testing.assert_close(staged.double(), want, rtol=2e-2, atol=5e-2)
             # phi-2's prologues: a LayerNorm with its bias (x far from 0: it must centre
             # it), GELU on all or part of x (x centred at 0)
             nb = torch.randn(k, device="cuda", dtype=torch.bfloat16)
@@ -231,3 +235,46 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
         want = lin(norm(x)).double()
     assert "_row_gemv" in "".join(code)  # the kernel, not the plain modules
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
+
+
+def _run_ptx(asm: str, operands: dict[str, int]) -> dict[str, int]:
+    """The xor.b32 and prmt.b32 (default mode) statements of ``asm``, run on 32-bit
+    values as the PTX ISA defines them: prmt's selector nibble j picks result byte j from
+    the eight bytes of {b, a} (0-3: a's, 4-7: b's)."""
+    regs = dict(operands)
+
+    def value(token: str) -> int:
+        token = token.strip()
+        return regs[token] if token in regs else int(token, 0)
+
+    for statement in asm.strip("{} ").split(";"):
+        op, _, rest = statement.strip().partition(" ")
+        if not op or op.startswith(".reg"):
+            continue
+        dest, *srcs = [t.strip() for t in rest.split(",")]
+        if op == "xor.b32":
+            regs[dest] = value(srcs[0]) ^ value(srcs[1])
+        elif op == "prmt.b32":
+            pool = value(srcs[0]) | value(srcs[1]) << 32
+            sel = value(srcs[2])
+            regs[dest] = sum((pool >> 8 * (sel >> 4 * j & 7) & 0xFF) << 8 * j for j in range(4))
+        else:
+            raise AssertionError(f"the test does not model {op}")
+    return regs
+
+
+def test_the_int8_ptx_cast_gives_each_byte_as_the_magic_float():
+    """The inline PTX the GPU runs instead of the interpreter's byte-at-a-time cast: for
+    bytes holding q = -128..127, register $i (element i of the four packed in $4, byte i)
+    must be the fp32 bits of 2**23 + 128 + q. A wrong selector or mask fails here, not on
+    a GPU."""
+    import struct
+
+    from artifactcache.models.gemv import INT8_PTX
+
+    for start in range(-128, 128, 4):
+        qs = [(start + j * 37) % 256 - 128 for j in range(4)]  # mixed signs, every value
+        word = sum((q & 0xFF) << 8 * i for i, q in enumerate(qs))
+        regs = _run_ptx(INT8_PTX, {"$4": word})
+        floats = [struct.unpack("<f", struct.pack("<I", regs[f"${i}"]))[0] for i in range(4)]
+        assert [f - 8388736.0 for f in floats] == qs, (hex(word), floats)

@@ -68,16 +68,29 @@ tl: Any = None
 
 Vector = torch.Tensor | None
 
+# Four int8 weights (one register, $4) into four registers holding the fp32 bits of
+# 2**23 + 128 + q: one XOR flips the four sign bits (u ^ 0x80 = q + 128), then one byte
+# permute each puts byte i under 2**23's exponent bits (selector 0x765i: byte i of t,
+# then bytes 1-3 of 0x4B000000). Four instructions fewer for four weights than the
+# byte-at-a-time form (zero-extend, XOR, each), which Triton compiles to 4.2 instructions
+# a weight against 4.9 (docs/perf-notes.md attempt 64).
+INT8_PTX = (
+    "{ .reg .b32 t; xor.b32 t, $4, 0x80808080;"
+    " prmt.b32 $0, t, 0x4B000000, 0x7650; prmt.b32 $1, t, 0x4B000000, 0x7651;"
+    " prmt.b32 $2, t, 0x4B000000, 0x7652; prmt.b32 $3, t, 0x4B000000, 0x7653; }"
+)
+
 
 @once
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv, _x_tile
+    global tl, _row_gemv, _x_tile, _INT8_PTX
     import triton
     import triton.language
 
     tl = triton.language
+    _INT8_PTX = tl.constexpr(INT8_PTX)
 
     @triton.jit
     def _x_tile(
@@ -114,7 +127,7 @@ def _define_kernels() -> None:
         HAS_BIAS: tl.constexpr,
         NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
         SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-        LN_BLOCK: tl.constexpr,
+        LN_BLOCK: tl.constexpr, INT8_PTX: tl.constexpr, STAGES: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
@@ -193,7 +206,9 @@ def _define_kernels() -> None:
             w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
             acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
             squares = tl.zeros([BLOCK_K], tl.float32)
-            for k0 in range(0, K, BLOCK_K):
+            # STAGES > 1: Triton's pipeliner keeps that many steps' loads in flight
+            # (copied through shared memory).
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
                 if EVEN_K:
                     kmask = rk < BLOCK_K
                 else:
@@ -207,7 +222,13 @@ def _define_kernels() -> None:
                     # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
                     # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
                     # Literals: Triton reads a module global only if it is a constexpr.
-                    bits = w.to(tl.int32) ^ 0x4B000080
+                    if INT8_PTX:  # the same bits, four bytes a register at a time
+                        bits = tl.inline_asm_elementwise(
+                            asm=_INT8_PTX, constraints="=r,=r,=r,=r,r", args=[w],
+                            dtype=tl.int32, is_pure=True, pack=4,
+                        )  # fmt: skip
+                    else:
+                        bits = w.to(tl.int32) ^ 0x4B000080
                     wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
                 else:
                     wf = w.to(tl.float32)
@@ -407,6 +428,9 @@ def kernel_call(
         HAS_NORM_BIAS=norm_bias is not None, SILU_MUL=silu_mul, GELU=gelu_from >= 0,
         HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
         LN_BLOCK=ln_block(k, layer_norm),
+        # Inline PTX where the kernel is compiled for a GPU; Triton's interpreter (CPU
+        # tensors) runs the one-byte-at-a-time form of the same cast.
+        INT8_PTX=int8 and x.device.type == "cuda", STAGES=cut.stages,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y
 

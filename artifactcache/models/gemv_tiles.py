@@ -22,11 +22,13 @@ def ln_block(k: int, layer_norm: bool, widest: int | None = None) -> int:
 
 @dataclass(frozen=True)
 class GemvLaunch:
-    """A program's tile: ``block_n`` output channels by ``block_k`` input channels."""
+    """A program's tile: ``block_n`` output channels by ``block_k`` input channels, and
+    the loop steps whose weights are in flight at once (``stages``; 1: the step's own)."""
 
     block_n: int
     block_k: int
     num_warps: int = 4
+    stages: int = 1
 
 
 def gemv_launch(
