@@ -133,12 +133,15 @@ def _tiles(text: str) -> list[tuple[int, int]]:
 
 def _compiled_loop(fn: Any, sig: dict, consts: dict, warps: int, name: str) -> collections.Counter:
     """The opcodes of ``fn``'s K loop, compiled here for sm_90 (Triton's own ptxas and
-    nvdisasm; the first four pointers 16-byte aligned)."""
+    nvdisasm) as a launch on these shapes specializes it: every pointer 16-byte aligned
+    and N and K multiples of 16 (Triton's launcher marks such arguments itself; without
+    it each weight of a row starting at ``row * K`` is a byte load)."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(4)}
+    divisible = [i for i, (a, t) in enumerate(sig.items()) if t.startswith("*") or a in "NK"]
+    aligned = {(i,): [["tt.divisibility", 16]] for i in divisible}
     src = ASTSource(fn, sig | dict.fromkeys(consts, "constexpr"), consts, aligned)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     cubin = Path(f"/tmp/int4_dot_probe_{name}.cubin")
@@ -203,6 +206,7 @@ def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[di
             0.0, False, None, gemv.GemvLaunch(block_n, block_k, warps), None, False, -1,
         )  # fmt: skip
         consts.pop("num_warps")
+        consts["INT8_PTX"] = int8  # as on a GPU (these tensors are the CPU's)
         name = f"acache_{'int8' if int8 else 'int4'}_{block_n}x{block_k}x{warps}"
         ops = _compiled_loop(gemv._row_gemv, sig, consts, warps, name)
         out.append(_row(f"{block_n}x{block_k}", warps, ops, block_n * block_k / (32 * warps)))
