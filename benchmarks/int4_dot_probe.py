@@ -182,9 +182,13 @@ def split_sass_counts(tiles: list[tuple[int, int]], stages: int = 1) -> list[dic
     return out
 
 
-def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[dict[str, Any]]:
-    """acache's row GEMV (models/gemv.py), plain product, int4 (groups of 128) or int8:
-    SASS instructions a weight of its loop for each (BLOCK_N, BLOCK_K, warps)."""
+def acache_sass_counts(
+    tiles: list[tuple[int, int, int]], int8: bool, int8_ptx: bool = True
+) -> list[dict[str, Any]]:
+    """acache's row GEMV (models/gemv.py), plain product, int4 (groups of 128) or int8
+    (its inline PTX cast, as on a GPU, or with ``int8_ptx=False`` the interpreter's
+    byte-at-a-time form): SASS instructions a weight of its loop for each (BLOCK_N,
+    BLOCK_K, warps)."""
     from artifactcache.models import gemv
 
     gemv._define_kernels()
@@ -206,7 +210,7 @@ def acache_sass_counts(tiles: list[tuple[int, int, int]], int8: bool) -> list[di
             0.0, False, None, gemv.GemvLaunch(block_n, block_k, warps), None, False, -1,
         )  # fmt: skip
         consts.pop("num_warps")
-        consts["INT8_PTX"] = int8  # as on a GPU (these tensors are the CPU's)
+        consts["INT8_PTX"] = int8 and int8_ptx  # as on a GPU (these tensors are the CPU's)
         name = f"acache_{'int8' if int8 else 'int4'}_{block_n}x{block_k}x{warps}"
         ops = _compiled_loop(gemv._row_gemv, sig, consts, warps, name)
         out.append(_row(f"{block_n}x{block_k}", warps, ops, block_n * block_k / (32 * warps)))

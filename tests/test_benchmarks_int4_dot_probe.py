@@ -42,6 +42,21 @@ def test_acache_s_own_int4_loop_is_counted_beside_it():
     assert 0 < row["per_weight"] < 20
 
 
+def test_acache_s_int8_loop_loads_whole_words_and_casts_in_fewer_instructions():
+    """As launched (K a multiple of 16), the int8 loop reads its weights in wide loads,
+    not a byte at a time, and the inline PTX cast makes it shorter than the byte-at-a-
+    time form compiled beside it."""
+    pytest.importorskip("triton.backends.nvidia")
+    probe = load_script("int4_dot_probe")
+    try:
+        (ptx,) = probe.acache_sass_counts([(8, 1024, 4)], int8=True)
+        (bytewise,) = probe.acache_sass_counts([(8, 1024, 4)], int8=True, int8_ptx=False)
+    except (FileNotFoundError, RuntimeError) as e:  # a Triton without its CUDA tools
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    assert ptx["ops"].get("LDG", 0) < 10  # 64 weights a thread: 8 rows of 8 bytes
+    assert ptx["per_weight"] < bytewise["per_weight"]
+
+
 def test_a_gpu_run_without_out_is_one_line(monkeypatch, capsys):
     pytest.importorskip("triton")
     probe = load_script("int4_dot_probe")
