@@ -166,7 +166,8 @@ def test_without_triton_a_kernel_lookup_is_an_attribute_error():
 def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     """The compiled kernel (not the interpreter) on seed-sized shapes, every variant: one
     that divides every tile, and a ragged one (K and N tails masked) with a bias; int8
-    through the inline PTX cast; float and int8 with loads pipelined too."""
+    through the inline PTX cast; float and int8 with loads pipelined too; a skip's
+    rounding, exactly."""
     import torch
 
     if not torch.cuda.is_available():
@@ -218,6 +219,15 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
                 dense_args = (x, dense, None, bias, norm, 1e-5, False, r)
                 want = reference(*dense_args, **kw) if int4 else reference(*args, **kw)
                 torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+    # Eager rounds the projection to bf16, then adds the skip: the product 1 + 3 * 2**-9
+    # rounds to 1 + 2**-7, plus 2**-8 is a tie that rounds to 1 + 2**-6, where adding
+    # before rounding gives 1 + 2**-7 (Triton's interpreter truncates to bf16 instead, so
+    # this case is the GPU's).
+    x = torch.ones(1, 2, device="cuda", dtype=torch.bfloat16)
+    w = torch.tensor([[1.0, 3 * 2**-9]], device="cuda", dtype=torch.bfloat16)
+    r = torch.tensor([2**-8], device="cuda", dtype=torch.bfloat16)
+    got = gemv.row_gemv(x, w, None, None, None, 1e-5, False, r).item()
+    assert got == 1 + 2**-6 == (torch.nn.functional.linear(x, w) + r).item(), got
     # Inductor passes a float (the LayerNorm's eps) to a user kernel as fp64: the kernel
     # must keep its loop in fp32 there too (phi-2's build once failed on it). A module that
     # calls row_linear with a LayerNorm, compiled as a build compiles the model.
