@@ -20,6 +20,7 @@ def test_the_tile_follows_the_weights_width_and_the_prologue():
     # A prologue's reads of x spread over more output channels a program.
     for int8 in (True, False):
         assert gemv_launch(4096, 4096, int8, "norm").block_n > gemv_launch(4096, 4096, int8).block_n
+    assert gemv_launch(12288, 4096, True, "norm") == GemvLaunch(32, 256, 8)  # attempt 64
     # phi-2's: swept apart in bf16; int8 keeps the RMSNorm's and the plain tiles.
     assert gemv_launch(17920, 2560, False, "layer_norm") == GemvLaunch(16, 256, 8)
     assert gemv_launch(2560, 12800, False, "gelu") == GemvLaunch(8, 1024, 8)

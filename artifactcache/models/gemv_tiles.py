@@ -50,8 +50,10 @@ def gemv_launch(
     SiLU-and-mul (8% under 4 x 512 on phi-3-mini's down projection), 4 x 512 otherwise
     (within 6% of the best).
     int8: 4 x 1024 alone, 8 x 1024 for a long K (the best or within 4% of the best of
-    32 tiles without a prologue, attempt 30); with the norm, 16 x 512, the bf16 tile's
-    ratio of weight bytes to x reads carried over, not swept.
+    32 tiles without a prologue, attempt 30; still the best or within 2% of 52 on
+    llama-7b's o and down projections, H100, attempt 64); with the norm, 32 x 256 with 8
+    warps (attempt 64's sweep: the best of 52 on llama-7b's qkv, 13% under the 16 x 512
+    it had, and within 1.5% of the best on gate/up).
     int4 (``int4_group`` > 0): 8 x 1024, 8 warps, the best sum over llama-7b's four
     shapes of 32 tiles (H100, docs/perf-notes.md attempt 58), 2% under 4 warps.
     """
@@ -59,7 +61,7 @@ def gemv_launch(
         return GemvLaunch(block_n=8, block_k=max(1024, int4_group), num_warps=8)
     if int8:
         if prologue in ("norm", "layer_norm"):
-            return GemvLaunch(block_n=16, block_k=512)
+            return GemvLaunch(block_n=32, block_k=256, num_warps=8)
         return GemvLaunch(block_n=8 if k > 8192 else 4, block_k=1024)
     if prologue == "layer_norm":
         return GemvLaunch(block_n=16, block_k=256, num_warps=8)
