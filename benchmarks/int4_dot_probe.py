@@ -140,7 +140,7 @@ def _compiled_loop(fn: Any, sig: dict, consts: dict, warps: int, name: str) -> c
     from triton.compiler import ASTSource
 
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-    divisible = [i for i, (a, t) in enumerate(sig.items()) if t.startswith("*") or a in "NK"]
+    divisible = [i for i, (a, t) in enumerate(sig.items()) if t.startswith("*") or a in ("N", "K")]
     aligned = {(i,): [["tt.divisibility", 16]] for i in divisible}
     src = ASTSource(fn, sig | dict.fromkeys(consts, "constexpr"), consts, aligned)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})

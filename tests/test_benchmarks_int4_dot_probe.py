@@ -53,7 +53,7 @@ def test_acache_s_int8_loop_loads_whole_words_and_casts_in_fewer_instructions():
         (bytewise,) = probe.acache_sass_counts([(8, 1024, 4)], int8=True, int8_ptx=False)
     except (FileNotFoundError, RuntimeError) as e:  # a Triton without its CUDA tools
         pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
-    assert ptx["ops"].get("LDG", 0) < 10  # 64 weights a thread: 8 rows of 8 bytes
+    assert ptx["ops"].get("LDG", 0) < 10  # 64 weights a thread in 16-byte loads
     assert ptx["per_weight"] < bytewise["per_weight"]
 
 

@@ -250,7 +250,8 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
 def _run_ptx(asm: str, operands: dict[str, int]) -> dict[str, int]:
     """The xor.b32 and prmt.b32 (default mode) statements of ``asm``, run on 32-bit
     values as the PTX ISA defines them: prmt's selector nibble j picks result byte j from
-    the eight bytes of {b, a} (0-3: a's, 4-7: b's)."""
+    the eight bytes of {b, a} (its low three bits: 0-3 a's, 4-7 b's), or with the
+    nibble's top bit set, that byte's sign bit replicated (0x00 or 0xFF)."""
     regs = dict(operands)
 
     def value(token: str) -> int:
@@ -267,7 +268,14 @@ def _run_ptx(asm: str, operands: dict[str, int]) -> dict[str, int]:
         elif op == "prmt.b32":
             pool = value(srcs[0]) | value(srcs[1]) << 32
             sel = value(srcs[2])
-            regs[dest] = sum((pool >> 8 * (sel >> 4 * j & 7) & 0xFF) << 8 * j for j in range(4))
+            out = 0
+            for j in range(4):
+                nibble = sel >> 4 * j & 0xF
+                byte = pool >> 8 * (nibble & 7) & 0xFF
+                if nibble & 8:  # sign replicate
+                    byte = 0xFF if byte & 0x80 else 0
+                out |= byte << 8 * j
+            regs[dest] = out
         else:
             raise AssertionError(f"the test does not model {op}")
     return regs
@@ -280,11 +288,11 @@ def test_the_int8_ptx_cast_gives_each_byte_as_the_magic_float():
     a GPU."""
     import struct
 
-    from artifactcache.models.gemv import INT8_PTX
+    from artifactcache.models.gemv import INT8_WIDEN_PTX
 
     for start in range(-128, 128, 4):
         qs = [(start + j * 37) % 256 - 128 for j in range(4)]  # mixed signs, every value
         word = sum((q & 0xFF) << 8 * i for i, q in enumerate(qs))
-        regs = _run_ptx(INT8_PTX, {"$4": word})
+        regs = _run_ptx(INT8_WIDEN_PTX, {"$4": word})
         floats = [struct.unpack("<f", struct.pack("<I", regs[f"${i}"]))[0] for i in range(4)]
         assert [f - 8388736.0 for f in floats] == qs, (hex(word), floats)

@@ -40,9 +40,10 @@ accumulating ``x * w`` element-wise in fp32 registers and reducing once at the e
 cross-thread reduction inside the loop). int8 weights are widened without the
 integer-to-float conversion instruction, which Hopper issues at a quarter of the FMA
 rate and which would bound the kernel below the memory rate: a byte ``u`` becomes
-``float(0x4B000000 | u)`` (2**23 + u exactly, one bitwise op), minus a constant; the
-byte's sign bit is flipped in the same XOR (``u ^ 0x80`` is ``q + 128``): one XOR with
-``0x4B000080``.
+``float(0x4B000000 | u)`` (2**23 + u exactly), minus a constant, with the byte's sign
+bit flipped first (``u ^ 0x80`` is ``q + 128``). On a GPU that is inline PTX four bytes
+at a time (one XOR of the word, one byte permute a weight: ``INT8_WIDEN_PTX``); Triton's
+interpreter runs it a byte at a time (one XOR with ``0x4B000080``).
 
 One row only: with four rows' accumulators the int8 kernel ran at half bf16's speed
 (attempt 30), where cuBLAS's GEMM wins; several rows take the plain layers. The op is a
@@ -54,6 +55,7 @@ interpreter (tests/_gemv_child.py); its speed is benchmarks/row_gemv.py's.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -68,13 +70,14 @@ tl: Any = None
 
 Vector = torch.Tensor | None
 
-# Four int8 weights (one register, $4) into four registers holding the fp32 bits of
-# 2**23 + 128 + q: one XOR flips the four sign bits (u ^ 0x80 = q + 128), then one byte
-# permute each puts byte i under 2**23's exponent bits (selector 0x765i: byte i of t,
-# then bytes 1-3 of 0x4B000000). Four instructions fewer for four weights than the
-# byte-at-a-time form (zero-extend, XOR, each), which Triton compiles to 4.2 instructions
-# a weight against 4.9 (docs/perf-notes.md attempt 64).
-INT8_PTX = (
+# Four int8 weights (one register, $4; with pack=4, element i is byte i) into four
+# registers ($i for element i) holding the fp32 bits of 2**23 + 128 + q: one XOR flips
+# the four sign bits (u ^ 0x80 = q + 128), then one byte permute each puts byte i under
+# 2**23's exponent bits (selector 0x765i: byte i of t, then bytes 1-3 of 0x4B000000).
+# Five instructions for four weights where the byte-at-a-time form takes eight (a
+# zero-extend and an XOR each): the loop compiles to 4.2 instructions a weight against
+# 4.9 (docs/perf-notes.md attempt 64).
+INT8_WIDEN_PTX = (
     "{ .reg .b32 t; xor.b32 t, $4, 0x80808080;"
     " prmt.b32 $0, t, 0x4B000000, 0x7650; prmt.b32 $1, t, 0x4B000000, 0x7651;"
     " prmt.b32 $2, t, 0x4B000000, 0x7652; prmt.b32 $3, t, 0x4B000000, 0x7653; }"
@@ -85,12 +88,12 @@ INT8_PTX = (
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv, _x_tile, _INT8_PTX
+    global tl, _row_gemv, _x_tile, _INT8_WIDEN_PTX
     import triton
     import triton.language
 
     tl = triton.language
-    _INT8_PTX = tl.constexpr(INT8_PTX)
+    _INT8_WIDEN_PTX = tl.constexpr(INT8_WIDEN_PTX)
 
     @triton.jit
     def _x_tile(
@@ -224,7 +227,7 @@ def _define_kernels() -> None:
                     # Literals: Triton reads a module global only if it is a constexpr.
                     if INT8_PTX:  # the same bits, four bytes a register at a time
                         bits = tl.inline_asm_elementwise(
-                            asm=_INT8_PTX, constraints="=r,=r,=r,=r,r", args=[w],
+                            asm=_INT8_WIDEN_PTX, constraints="=r,=r,=r,=r,r", args=[w],
                             dtype=tl.int32, is_pure=True, pack=4,
                         )  # fmt: skip
                     else:
@@ -428,9 +431,10 @@ def kernel_call(
         HAS_NORM_BIAS=norm_bias is not None, SILU_MUL=silu_mul, GELU=gelu_from >= 0,
         HAS_RESIDUAL=residual is not None, num_warps=cut.num_warps,
         LN_BLOCK=ln_block(k, layer_norm),
-        # Inline PTX where the kernel is compiled for a GPU; Triton's interpreter (CPU
-        # tensors) runs the one-byte-at-a-time form of the same cast.
-        INT8_PTX=int8 and x.device.type == "cuda", STAGES=cut.stages,
+        # Inline PTX where the kernel is compiled for a GPU; Triton's interpreter (which
+        # runs no PTX) takes the byte-at-a-time form of the same cast.
+        INT8_PTX=int8 and x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1",
+        STAGES=cut.stages,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y
 
