@@ -14,7 +14,8 @@ and the skip after it; phi-2's LayerNorm and bias, its GELU, bias and skip.
 - ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
 - ``acache_plain``: the same kernel and tile on x after the prologue, the prologue left
   out (bias and skip kept): ``acache`` less this is what the prologue costs in the kernel;
-- ``acache@BNxBKwW``: a sweep of tiles (``--sweep``), to check gemv_launch's choice;
+- ``acache@BNxBKwW[sS]``: a sweep of tiles (``--sweep``; ``sS``: S loop stages, from
+  ``--stages``), to check gemv_launch's choice;
 - ``int8_acache``: the same with int8 weights (per-row scales), ``int8_acache_bytes``
   the same kernel with its int8 cast a byte at a time in Triton (the cast before the
   inline PTX, docs/perf-notes.md attempt 64; ``--sweep int8``: also
@@ -32,8 +33,8 @@ activations); the copy bandwidth measured in the same run (``timing.copy_bandwid
 is the ceiling, and each row gives its % of it. Each output is checked against the
 float64 product (max abs error in the JSON). Writes OUT/row_gemv.json.
 
-    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4|int8]] [--quant]
-        [--no-inductor]
+    python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4|int8]]
+        [--stages 1,2,3] [--quant [int8]] [--no-inductor]
 """
 
 from __future__ import annotations
