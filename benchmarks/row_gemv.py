@@ -164,7 +164,8 @@ def main() -> int:
     ap.add_argument("--no-inductor", action="store_true", help="skip Inductor's (compiles)")
     args = ap.parse_args()
     if args.sweep in ("int4", "int8") and args.quant not in ("all", args.sweep):
-        ap.error(f"--sweep {args.sweep} times {args.sweep} weights: add --quant")
+        need = "--quant" if args.sweep == "int4" else "--quant or --quant int8"
+        ap.error(f"--sweep {args.sweep} times {args.sweep} weights: it needs {need}")
     tiles = sweep_tiles(tuple(int(t) for t in args.stages.split(",")))
     args.out.mkdir(parents=True, exist_ok=True)
     import torch._inductor.config as icfg
