@@ -55,14 +55,13 @@ interpreter (tests/_gemv_child.py); its speed is benchmarks/row_gemv.py's.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 from torch.library import triton_op, wrap_triton
 
 from .gemv_tiles import GemvLaunch, gemv_launch, ln_block, prologue_kind
-from .lazy_kernels import kernel_getattr, once
+from .lazy_kernels import interpreting, kernel_getattr, once
 
 # Set by _define_kernels(): Triton (a CUDA build of torch's dependency, not acache's) is
 # imported when a kernel is first needed, so importing this module never needs it.
@@ -433,7 +432,7 @@ def kernel_call(
         LN_BLOCK=ln_block(k, layer_norm),
         # Inline PTX where the kernel is compiled for a GPU; Triton's interpreter (which
         # runs no PTX) takes the byte-at-a-time form of the same cast.
-        INT8_PTX=int8 and x.device.type == "cuda" and os.environ.get("TRITON_INTERPRET") != "1",
+        INT8_PTX=int8 and x.device.type == "cuda" and not interpreting(),
         STAGES=cut.stages,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y

@@ -11,12 +11,19 @@ module's ``__getattr__`` defines them on such a lookup.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+
+def interpreting() -> bool:
+    """Whether Triton's interpreter runs the kernels (``TRITON_INTERPRET=1``: the CPU
+    tests), which reads any tensor and runs no inline PTX."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def once(define: Callable[[], T]) -> Callable[[], T]:

@@ -19,11 +19,11 @@ library, never imports Triton or Dynamo for it.
 
 from __future__ import annotations
 
-import os
-
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from .lazy_kernels import interpreting
 
 # Set once models/gemv.py is imported (which registers acache::row_gemv).
 _gemv_registered = False
@@ -46,7 +46,7 @@ def gemv_registered() -> bool:
 def runs_here(t: torch.Tensor) -> bool:
     """Whether the kernel can read ``t``: a CUDA tensor, or any under Triton's
     interpreter (the CPU tests). Static under tracing."""
-    return t.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+    return t.is_cuda or interpreting()
 
 
 def register_ops(model: nn.Module) -> None:
