@@ -16,8 +16,12 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 import torch  # noqa: E402
 
 from artifactcache.models import decode_attention as da  # noqa: E402
-from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
-from artifactcache.models.decode_attention import Launch, decode_attention  # noqa: E402
+from artifactcache.models.common import apply_rope, attention_mask, decode_lo, sdpa  # noqa: E402
+from artifactcache.models.decode_attention import (  # noqa: E402
+    Launch,
+    decode_attention,
+    decode_attention_rope,
+)
 
 SPLIT = da.launch_config(1, 1).split
 
@@ -68,6 +72,35 @@ def the_kernel_gives_sdpa_under_the_causal_mask(case):
     want = sdpa(q, k, v, mask, H // Hkv)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(decode_attention_reference(q, k, v, lo, pos), want)
+
+
+def the_rope_op_rotates_writes_and_attends_as_torch_does(case, rot=None):
+    """decode_attention_rope on the projections' q/k/v against apply_rope, the cache
+    written at p (index_copy_, as KVCache.write does) and the plain op: the same output,
+    and the same caches after it (p's slot written, no other). q/k/v are strided views
+    of one projection, as the models pass them."""
+    B, H, Hkv, D, S, p, window, rows = case
+    rot = rot or D
+    torch.manual_seed(3)
+    qkv = torch.randn(B, 1, (H + 2 * Hkv) * D)
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q = q.view(B, 1, H, D).transpose(1, 2)
+    k = k.view(B, 1, Hkv, D).transpose(1, 2)
+    v = v.view(B, 1, Hkv, D).transpose(1, 2)
+    angles = torch.rand(1, rot // 2) * 6.28
+    cos = torch.cat([angles.cos()] * 2, dim=-1)
+    sin = torch.cat([angles.sin()] * 2, dim=-1)
+    k_cache, v_cache = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+    pos = torch.tensor([p])
+    lo = decode_lo(pos, torch.tensor(rows) if rows else None, window, B)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k.index_copy_(2, pos, apply_rope(k, cos, sin, rot))
+    want_v.index_copy_(2, pos, v)
+    want = decode_attention(apply_rope(q, cos, sin, rot), want_k, want_v, lo, pos)
+    got = decode_attention_rope(q, k, v, cos, sin, k_cache, v_cache, lo, pos)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(k_cache, want_k, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v_cache, want_v, rtol=0, atol=0)
 
 
 def positions_past_the_query_are_never_read():
@@ -129,12 +162,19 @@ if __name__ == "__main__":
     ):
         check()
         print("ok:", check.__name__)
+    for name, case in CASES.items():
+        the_rope_op_rotates_writes_and_attends_as_torch_does(case)
+        print("ok: rope,", name)
+    # phi-2's partial rotation: 32 of 80 dims.
+    the_rope_op_rotates_writes_and_attends_as_torch_does(CASES["gqa, head_dim 80, padded rows"], 32)
+    print("ok: rope, 32 of 80 dims rotated")
     default = da.launch_config
     for label, launch in OTHER_LAUNCHES.items():
         da.launch_config = lambda rows, heads, launch=launch: launch
         try:
             for name in OTHER_LAUNCH_CASES:
                 the_kernel_gives_sdpa_under_the_causal_mask(CASES[name])
+                the_rope_op_rotates_writes_and_attends_as_torch_does(CASES[name])
                 print(f"ok: {name}, {label}")
         finally:
             da.launch_config = default

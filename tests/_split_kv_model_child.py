@@ -4,7 +4,8 @@ Run by tests/test_models_decode_attention.py in a fresh interpreter, because
 TRITON_INTERPRET must be set before Triton is first imported. For each tiny recipe,
 two eager fp32 models with the same weights: one decoding through SDPA over length
 buckets, one through the split-KV kernel (in Triton's interpreter) over the whole
-static cache. Prints one "ok: RECIPE" line per recipe that agrees.
+static cache, and a third whose kernel also rotates q and k and writes the cache
+(``split_kv_rope``). Prints one "ok: RECIPE" line per recipe where the three agree.
 """
 
 from __future__ import annotations
@@ -44,28 +45,31 @@ def check(name: str) -> None:
     s = recipe.shapes.max_seq_len
     plain = build_model(recipe)
     split = build_model(recipe, split_kv_decode=True)
+    rope = build_model(recipe, split_kv_decode=True, split_kv_rope=True)
     assert kv_buckets_of(plain) and not kv_buckets_of(split)
     slots = [m.model.layers[0].self_attn.kv_cache.k_cache.shape[2] for m in (plain, split)]
     assert slots == [s + 1, s], slots  # the bucketed cache's spare slot; none for split-KV
     cpu = torch.device("cpu")
     runs = [
         StepRunner(recipe, m, m, cpu, kv_len_hint=True, kv_buckets=kv_buckets_of(m))
-        for m in (plain, split)
+        for m in (plain, split, rope)
     ]
-    want, got = (r.generate_batch(PROMPTS, 8, eos_token_ids=()) for r in runs)
+    want, got, got_rope = (r.generate_batch(PROMPTS, 8, eos_token_ids=()) for r in runs)
     assert got == want, (name, got, want)
+    assert got_rope == want, (name, "rope in the kernel", got_rope, want)
     # One decode step's logits, after the same prefill, rows left-padded as the runner does.
     n = max(len(p) for p in PROMPTS)
     idx = torch.tensor([[0] * (n - len(p)) + p for p in PROMPTS])
     row_start = torch.tensor([n - len(p) for p in PROMPTS])
     logits = []
-    for m in (plain, split):
+    for m in (plain, split, rope):
         with torch.no_grad():
             m(idx, torch.arange(n), row_start)
             length = kv_bucket(n + 1, s, kv_buckets_of(m))
             kv_pos = key_positions(s)[:length]
             logits.append(m(idx[:, -1:], torch.tensor([n]), row_start, kv_pos))
     torch.testing.assert_close(logits[1], logits[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(logits[2], logits[0], rtol=1e-4, atol=1e-5)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from artifactcache.backends.shared.model_options import (
     parse_flag,
     row_gemv,
     split_kv_decode,
+    split_kv_rope,
 )
 from artifactcache.choices import BuildChoices
 from artifactcache.errors import BackendError
@@ -243,6 +244,28 @@ def test_phi_2_takes_split_kv_by_default_only_past_one_kv_bucket(max_seq_len: in
     assert split_kv_decode("aoti", asked, rec) is True
     # Only phi-2: another family at 256 slots takes split-KV.
     assert split_kv_decode("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) is True
+
+
+def test_split_kv_rope_is_asked_for_and_keyed():
+    """Off unless asked; asked, it is its own key and build argument; asked where decode
+    does not run the split-KV kernel, one line that says what to add."""
+    rec = _long(max_seq_len=256)
+    cuda = BuildChoices(device="cuda")
+    assert split_kv_rope("inductor", cuda, rec) is False
+    assert model_build_args("inductor", rec, cuda)["split_kv_rope"] is False
+    asked = BuildChoices(device="cuda", extra={"split_kv_rope": 1})
+    assert split_kv_rope("aoti", asked, rec) is True
+    assert model_factors("aoti", rec, asked)["decode_attention"] == "split_kv_rope"
+    assert model_factors("aoti", rec, cuda)["decode_attention"] == "split_kv"
+    assert model_build_args("inductor", rec, asked)["split_kv_rope"] is True
+    phi2 = _long("tiny-phi-2", max_seq_len=256)  # SDPA's step by default there
+    with pytest.raises(BackendError, match="add --extra split_kv_decode=1"):
+        split_kv_rope("inductor", asked, phi2)
+    both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 1})
+    assert split_kv_rope("inductor", both, phi2) is True
+    no_split = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 0})
+    with pytest.raises(BackendError, match="split_kv_rope=1 runs inside the split-KV"):
+        get_backend("inductor").check_options(no_split)  # the options alone tell
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_the_kernel_matches_sdpa_in_every_case():
     if done.returncode:
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok:") == 21, done.stdout
+    assert done.stdout.count("ok:") == 31, done.stdout
 
 
 @interprets_loaded_bounds
@@ -80,12 +80,14 @@ H100_SHARED = 232448  # bytes a program may use (shared_memory_per_block_optin)
 CONSUMER_SHARED = 101376  # sm_86/89/120
 
 
+@pytest.mark.parametrize("rope", [False, True], ids=["plain", "rope"])
 @pytest.mark.parametrize(("rows", "kv_heads", "rep", "head_dim", "slots"), SM90_SHAPES)
 @pytest.mark.parametrize(("dtype", "limit"), [("bf16", H100_SHARED), ("fp32", H100_SHARED),
                                               ("fp32", CONSUMER_SHARED)])  # fmt: skip
 def test_the_kernels_compile_for_an_h100_class_gpu(
-    rows: int, kv_heads: int, rep: int, head_dim: int, slots: int, dtype: str, limit: int
-):
+    rows: int, kv_heads: int, rep: int, head_dim: int, slots: int, dtype: str, limit: int,
+    rope: bool,
+):  # fmt: skip
     """Triton's compiler (to a cubin, no GPU needed) checks what the interpreter does not:
     that every value keeps one type, the tensor-core products of bf16 tiles, and the
     shared memory of the pipelined loop, against the GPU's limit and staged_bytes'
@@ -102,10 +104,14 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     d_p2 = da._next_pow2(head_dim)
     elem = 4 if dtype == "fp32" else 2
     cut = da.fit_shared_memory(da.launch_config(rows, kv_heads), elem, d_p2, limit)
-    partial_consts, combine_consts = da.kernel_constants(rep, head_dim, slots, cut, dtype == "fp32")
+    rot = (32 if head_dim == 80 else head_dim) if rope else None  # phi-2 rotates 32 of 80
+    partial_consts, combine_consts = da.kernel_constants(
+        rep, head_dim, slots, cut, dtype == "fp32", rot=rot
+    )
     kernels = [
         (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
-                   "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32"},
+                   "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32",
+                   "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}", "COS": "*fp32", "SIN": "*fp32"},
          partial_consts, cut.num_warps),
         (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
                    "LO": "*i64", "POS": "*i64"}, combine_consts, 4),
@@ -198,3 +204,67 @@ def test_a_fresh_process_finds_the_kernels_by_module_and_name():
         ("JITFunction", "_partial"),
         ("JITFunction", "_combine"),
     ]
+
+
+# (batch, heads, kv heads, head_dim, rotated dims, slots, position): llama-7b, phi-3-mini
+# and phi-2 at the seed's context, llama-3's GQA past one split.
+ROPE_GPU_CASES = [(1, 32, 32, 128, 128, 256, 200), (1, 32, 32, 96, 96, 256, 5),
+                  (1, 32, 32, 80, 32, 256, 128), (2, 32, 8, 128, 128, 4096, 1000)]  # fmt: skip
+
+
+def _rope_case(case, device):
+    import torch
+
+    B, H, Hkv, D, rot, S, p = case
+    gen = torch.Generator(device="cpu").manual_seed(4)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=torch.bfloat16)
+
+    qkv = rand(B, 1, (H + 2 * Hkv) * D)
+    q, k, v = qkv.split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = (t.view(B, 1, -1, D).transpose(1, 2) for t in (q, k, v))
+    angles = torch.rand(1, rot // 2, generator=gen).to(device) * 6.28
+    cos = torch.cat([angles.cos()] * 2, dim=-1)
+    sin = torch.cat([angles.sin()] * 2, dim=-1)
+    caches = rand(B, Hkv, S, D), rand(B, Hkv, S, D)
+    pos = torch.tensor([p], device=device)
+    lo = torch.zeros(B, dtype=torch.int64, device=device)
+    return q, k, v, cos, sin, caches, lo, pos
+
+
+@pytest.mark.parametrize("case", ROPE_GPU_CASES)
+def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
+    """decode_attention_rope compiled for the GPU (bf16) against apply_rope, the cache
+    written by index_copy_ and the plain op; then under torch.compile (Inductor), in a
+    module whose caches are buffers as the models' are: the same output and caches, so
+    Inductor keeps the op's writes to the buffers."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the compiled kernel; the interpreter cases run on CPU)")
+    from artifactcache.models.common import apply_rope
+    from artifactcache.models.decode_attention import decode_attention, decode_attention_rope
+
+    q, k, v, cos, sin, (k_cache, v_cache), lo, pos = _rope_case(case, "cuda")
+    rot = cos.shape[-1]
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    want_k.index_copy_(2, pos, apply_rope(k, cos, sin, rot))
+    want_v.index_copy_(2, pos, v)
+    want = decode_attention(apply_rope(q, cos, sin, rot), want_k, want_v, lo, pos)
+
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("k_cache", k_cache.clone())
+            self.register_buffer("v_cache", v_cache.clone())
+
+        def forward(self, q, k, v, cos, sin, lo, pos):
+            return decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo, pos)
+
+    for run in (Step(), torch.compile(Step(), fullgraph=True)):
+        got = run(q, k, v, cos, sin, lo, pos)
+        torch.testing.assert_close(got, want)
+        step = getattr(run, "_orig_mod", run)
+        torch.testing.assert_close(step.k_cache, want_k)
+        assert torch.equal(step.v_cache, want_v)

@@ -88,13 +88,15 @@ def build_model(
     fuse_projections: bool = False,
     quant: str | None = None,
     split_kv_decode: bool = False,
+    split_kv_rope: bool = False,
     row_gemv: bool = False,
     cudnn_prefill: bool = True,
 ) -> nn.Module:
     """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps.
 
     ``split_kv_decode``: decode attends through the split-KV kernel (CUDA only;
-    models/decode_attention.py), and the steps are given the whole cache.
+    models/decode_attention.py), and the steps are given the whole cache;
+    ``split_kv_rope`` with it: that kernel also rotates q and k and writes the cache.
     ``row_gemv``: one-row steps run acache's GEMV with the norms folded in (a fused
     llama-family model on CUDA; models/rows.py).
     ``cudnn_prefill``: whether a pass's attention may run cuDNN's SDPA kernel
@@ -120,6 +122,9 @@ def build_model(
         model.use_row_gemv()
     model.cudnn_prefill = cudnn_prefill
     model.setup_caches(
-        recipe.shapes.max_batch, max_seq_len or recipe.shapes.max_seq_len, split_kv_decode
+        recipe.shapes.max_batch,
+        max_seq_len or recipe.shapes.max_seq_len,
+        split_kv_decode,
+        split_kv_rope,
     )
     return model.eval().requires_grad_(False)

@@ -129,8 +129,12 @@ class KVCache(nn.Module):
         dtype,
         device,
         bucketed: bool = True,
+        kernel_writes: bool = False,
     ):
         super().__init__()
+        # Whether a split-KV decode step rotates and writes through the kernel
+        # (rope_and_attend); the passes write with index_copy_ either way.
+        self.kernel_writes = kernel_writes
         shape = (max_batch, n_kv_heads, cache_slots(max_seq_len, bucketed), head_dim)
         self.register_buffer(
             "k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False
@@ -193,6 +197,32 @@ def decode_lo(
     if sliding_window is not None:
         lo = torch.maximum(lo, p - sliding_window + 1)
     return torch.minimum(lo, p)
+
+
+def rope_and_attend(
+    cache: KVCache | None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    rotary_dim: int,
+    input_pos: torch.Tensor,
+    reads: Reads,
+) -> torch.Tensor:
+    """q and k rotated (apply_rope), then :func:`cached_attention`. A split-KV decode step
+    on a cache the kernel writes does the three in one kernel (models/decode_attention.py,
+    ``decode_attention_rope``): two launches a layer where torch's rotations and writes
+    add three more."""
+    if reads.lo is not None and cache is not None and cache.kernel_writes:
+        from .decode_attention import decode_attention_rope
+
+        return decode_attention_rope(
+            q, k, v, cos, sin, cache.k_cache, cache.v_cache, reads.lo, input_pos
+        )
+    q = apply_rope(q, cos, sin, rotary_dim)
+    k = apply_rope(k, cos, sin, rotary_dim)
+    return cached_attention(cache, q, k, v, input_pos, reads)
 
 
 def cached_attention(
@@ -372,13 +402,22 @@ class CausalLM(nn.Module):
         for layer in self.model.layers:
             layer.row_gemv = True
 
-    def setup_caches(self, max_batch: int, max_seq_len: int, split_kv_decode: bool = False) -> None:
+    def setup_caches(
+        self,
+        max_batch: int,
+        max_seq_len: int,
+        split_kv_decode: bool = False,
+        split_kv_rope: bool = False,
+    ) -> None:
+        """Static KV caches and the rotary table. ``split_kv_rope`` (with
+        ``split_kv_decode``): the decode kernel rotates q and k and writes the cache."""
         p = self.lm_head.weight
         self.split_kv_decode = split_kv_decode
         for layer in self.model.layers:
             layer.self_attn.kv_cache = KVCache(
                 max_batch, self.cfg.n_kv_heads, max_seq_len, self.cfg.head_dim, p.dtype,
                 p.device, bucketed=not split_kv_decode,
+                kernel_writes=split_kv_decode and split_kv_rope,
             )  # fmt: skip
         rope = rope_cache(self.cfg, max_seq_len).to(p.device)
         self.register_buffer("rope", rope, persistent=False)

@@ -13,6 +13,14 @@ program whose split lies outside ``lo[b] .. p`` returns before it loads anything
   head.
 - ``combine``: one program per (row, query head) merges the splits in ``lo .. p``.
 
+:func:`decode_attention_rope` is the same step with the rotary embedding and the cache
+write inside ``partial`` (``ROPE``): every program rotates its query heads as it loads
+them, and the program whose split holds ``p`` rotates the new key, writes it and the new
+value at ``p`` and takes position ``p`` into its softmax from its registers (its loop
+stops before ``p``), so no program reads a position another one writes. That is three
+kernels a layer fewer than rotating and writing in torch first (Inductor makes one for
+q's rotation, one for k's with its write, one for v's write).
+
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only
 its own position. So a sliding-window model reads at most its window.
@@ -96,11 +104,12 @@ def shared_memory_limit(device: torch.device) -> int:
 
 
 def kernel_constants(
-    rep: int, head_dim: int, slots: int, cut: Launch, fp32: bool
+    rep: int, head_dim: int, slots: int, cut: Launch, fp32: bool, rot: int | None = None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The constexprs the op launches (partial, combine) with, for ``rep`` query heads a
-    kv head, ``slots`` allocated positions and ``cut``; the sm_90 compile test compiles
-    the kernels with these."""
+    """The constexprs the ops launch (partial, combine) with, for ``rep`` query heads a
+    kv head, ``slots`` allocated positions and ``cut``; ``rot``: the rotated dims of
+    decode_attention_rope (None: the plain op). The sm_90 compile test compiles the
+    kernels with these."""
     d_p2 = _next_pow2(head_dim)
     n_splits = -(-slots // cut.split)
     partial = {
@@ -109,6 +118,7 @@ def kernel_constants(
         "N_SPLITS": n_splits, "STAGES": cut.stages,
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
         "PRECISION": "ieee" if fp32 else "tf32",
+        "ROPE": rot is not None, "ROT": rot or 0,
     }  # fmt: skip
     combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
                "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
@@ -119,20 +129,34 @@ def kernel_constants(
 def _kernels() -> tuple[Any, Any]:
     """(partial, combine), Triton-compiled on first use, and set as this module's
     globals (models/lazy_kernels.py says why)."""
-    global tl, _partial, _combine
+    global tl, _rotated, _partial, _combine
     import triton
     import triton.language
 
     tl = triton.language
 
     @triton.jit
+    def _rotated(X, rows, d, mask, COS, SIN, ROT: tl.constexpr):
+        """The rows of X ([R, D_P2] at ``rows[:, None] + d``) rotated as apply_rope does
+        in fp32 (HF's rotate_half over the first ROT dims), in X's dtype."""
+        half = ROT // 2
+        partner = tl.where(d < half, d + half, tl.where(d < ROT, d - half, d))
+        x = tl.load(X + rows[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(X + rows[:, None] + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+        y = tl.where(d < half, -y, y)
+        cos = tl.load(COS + d, mask=d < ROT, other=1.0).to(tl.float32)
+        sin = tl.load(SIN + d, mask=d < ROT, other=0.0).to(tl.float32)
+        return (x * cos[None, :] + y * sin[None, :]).to(X.dtype.element_ty)
+
+    @triton.jit
     def _partial(
-        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT,
+        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, K_NEW, V_NEW, COS, SIN,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
+        stride_knb, stride_knh, stride_vnb, stride_vnh,
         n_kv_heads, n_heads, SCALE: tl.constexpr,  # a constexpr: AOTI types a float as fp64
         REP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
         SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
-        STAGES: tl.constexpr, PRECISION: tl.constexpr,
+        STAGES: tl.constexpr, PRECISION: tl.constexpr, ROPE: tl.constexpr, ROT: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         split = tl.program_id(1)
@@ -141,8 +165,14 @@ def _kernels() -> tuple[Any, Any]:
         p = tl.load(POS)
         lo = tl.load(LO + b)
         start = tl.maximum(split * SPLIT, lo)
-        end = tl.minimum((split + 1) * SPLIT, p + 1)
-        if start < end:
+        last = p + 1
+        owns_p = split < 0  # never, unless ROPE
+        if ROPE:
+            # p's key and value come from K_NEW/V_NEW through registers, not the cache.
+            last = p
+            owns_p = split == p // SPLIT
+        end = tl.minimum((split + 1) * SPLIT, last)
+        if (start < end) | owns_p:
             # The kv head's REP query heads are the rows of a [QB, D] tile (QB >= 16, what
             # tl.dot takes), so both products run on the tensor cores and the K and V tiles
             # stream through shared memory, STAGES tiles in flight.
@@ -151,10 +181,14 @@ def _kernels() -> tuple[Any, Any]:
             rmask = r < REP
             dmask = d < D
             heads = hkv * REP + r
-            q = tl.load(
-                Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
-                mask=rmask[:, None] & dmask[None, :], other=0.0,
-            )  # fmt: skip
+            qmask = rmask[:, None] & dmask[None, :]
+            if ROPE:
+                q = _rotated(Q, b * stride_qb + heads * stride_qh, d, qmask, COS, SIN, ROT)
+            else:
+                q = tl.load(
+                    Q + b * stride_qb + heads[:, None] * stride_qh + d[None, :],
+                    mask=qmask, other=0.0,
+                )  # fmt: skip
             m = tl.full([QB], float("-inf"), tl.float32)
             den = tl.zeros([QB], tl.float32)
             acc = tl.zeros([QB, D_P2], tl.float32)
@@ -179,6 +213,26 @@ def _kernels() -> tuple[Any, Any]:
                 pv = tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
                 acc = acc * alpha[:, None] + pv
                 m = m_new
+            if ROPE:  # a constexpr: no code for the plain op
+                if owns_p:
+                    one = tl.arange(0, 1)
+                    kv_mask = (one[:, None] < 1) & dmask[None, :]
+                    k_new = _rotated(K_NEW, b * stride_knb + hkv * stride_knh + one, d, kv_mask,
+                                     COS, SIN, ROT)  # fmt: skip
+                    v_new = tl.load(V_NEW + b * stride_vnb + hkv * stride_vnh + one[:, None]
+                                    + d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
+                    tl.store(k_row + p * stride_ks + one[:, None] + d[None, :], k_new, mask=kv_mask)
+                    tl.store(v_row + p * stride_vs + one[:, None] + d[None, :], v_new, mask=kv_mask)
+                    # p's score and value as the loop takes a tile's: q . k in fp32, the
+                    # weight rounded to the cache's dtype before it meets v.
+                    s_p = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * SCALE
+                    m_new = tl.maximum(m, s_p)
+                    alpha = tl.exp(m - m_new)
+                    w = tl.exp(s_p - m_new)
+                    den = den * alpha + w
+                    w_v = w.to(v_new.dtype).to(tl.float32)
+                    acc = acc * alpha[:, None] + w_v[:, None] * v_new.to(tl.float32)
+                    m = m_new
             at = (b * n_heads + heads) * N_SPLITS + split
             tl.store(M_OUT + at, m, mask=rmask)
             tl.store(L_OUT + at, den, mask=rmask)
@@ -226,7 +280,7 @@ def _kernels() -> tuple[Any, Any]:
     return _partial, _combine
 
 
-__getattr__ = kernel_getattr(__name__, ("_partial", "_combine"), _kernels)
+__getattr__ = kernel_getattr(__name__, ("_rotated", "_partial", "_combine"), _kernels)
 
 
 def _next_pow2(n: int) -> int:
@@ -245,6 +299,39 @@ def decode_attention(
 ) -> torch.Tensor:
     """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
     int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
+    return _attend(q.contiguous(), k_cache, v_cache, lo, input_pos, None)
+
+
+@triton_op("acache::decode_attention_rope", mutates_args=("k_cache", "v_cache"))
+def decode_attention_rope(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    lo: torch.Tensor,
+    input_pos: torch.Tensor,
+) -> torch.Tensor:
+    """:func:`decode_attention` of q rotated, after writing k rotated and v at ``p``:
+    q [B, H, 1, D] and k/v [B, Hkv, 1, D] as the projections give them (not rotated);
+    cos/sin [1, R] the step's (R <= D rotated dims, models/common.py's apply_rope)."""
+    q, k, v, cos, sin = (
+        t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, cos, sin)
+    )  # fmt: skip
+    return _attend(q, k_cache, v_cache, lo, input_pos, (k, v, cos, sin))
+
+
+def _attend(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    lo: torch.Tensor,
+    input_pos: torch.Tensor,
+    rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None,
+) -> torch.Tensor:
+    """Both ops' launches: ``rope`` is (k, v, cos, sin) for decode_attention_rope."""
     B, H, _, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     rep = H // Hkv
@@ -254,18 +341,23 @@ def decode_attention(
     if k_cache.is_cuda:
         limit = shared_memory_limit(q.device)
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit)
-    partial_consts, combine_consts = kernel_constants(rep, D, S, cut, fp32=q.dtype == torch.float32)
+    rot = None if rope is None else rope[2].shape[-1]
+    partial_consts, combine_consts = kernel_constants(
+        rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot
+    )
     n_splits = partial_consts["N_SPLITS"]
-    q = q.contiguous()
     m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
     den = torch.empty_like(m)
     acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
+    # The plain op passes the caches where the new key and value would go: never read.
+    k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, m, m)
     partial, combine = _kernels()
     wrap_triton(partial)[(B * Hkv, n_splits)](
-        q, k_cache, v_cache, lo, input_pos, m, den, acc,
+        q, k_cache, v_cache, lo, input_pos, m, den, acc, k_new, v_new, cos, sin,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         Hkv, H, **partial_consts, num_warps=cut.num_warps,
     )  # fmt: skip
     wrap_triton(combine)[(B * H,)](

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..config import ModelConfig
-from .common import CausalLM, KVCache, Reads, RMSNorm, apply_rope, cached_attention, embedding
+from .common import CausalLM, KVCache, Reads, RMSNorm, embedding, rope_and_attend
 from .rows import row_linear
 
 
@@ -60,9 +60,7 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin, cfg.rotary_dim)
-        k = apply_rope(k, cos, sin, cfg.rotary_dim)
-        y = cached_attention(self.kv_cache, q, k, v, input_pos, reads)
+        y = rope_and_attend(self.kv_cache, q, k, v, cos, sin, cfg.rotary_dim, input_pos, reads)
         return y.transpose(1, 2).reshape(B, T, self.q_size)
 
 

@@ -19,6 +19,10 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   10 s longer (docs/benchmarks.md, "Split-KV decode at the seed context"). CUDA only.
   Off, decode reads the cache by length bucket through SDPA (artifactcache/kv_buckets.py);
   at 256 or less that is one bucket, a static step.
+- ``--extra split_kv_rope=0|1``: with split-KV decode, the kernel also rotates q and
+  k and writes the new key and value into the cache (``decode_attention_rope``), where
+  torch's rotations and cache writes take three more kernels a layer. Off by default:
+  not yet measured on a GPU. Asking for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
@@ -71,9 +75,12 @@ if TYPE_CHECKING:
 MODEL_BACKENDS = ("eager", "inductor", "aoti")
 FUSE_EXTRA = "fuse_projections"
 SPLIT_KV_EXTRA = "split_kv_decode"
+SPLIT_KV_ROPE_EXTRA = "split_kv_rope"
 ROW_GEMV_EXTRA = "row_gemv"
 CUDNN_PREFILL_EXTRA = "cudnn_prefill"
-MODEL_EXTRA_KEYS = (FUSE_EXTRA, SPLIT_KV_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA)
+MODEL_EXTRA_KEYS = (
+    FUSE_EXTRA, SPLIT_KV_EXTRA, SPLIT_KV_ROPE_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA
+)  # fmt: skip
 # The families built of llama's block (RMSNorm, SiLU-and-mul).
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
@@ -144,6 +151,7 @@ def check_model_options(backend: str, opts: BuildChoices) -> None:
         if name in opts.extra:
             parse_flag(name, opts.extra[name])
     split_kv_decode(backend, opts)
+    split_kv_rope(backend, opts)
     cudnn_prefill(backend, opts)
 
 
@@ -195,6 +203,27 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
             f"{backend} runs the ONNX export's attention"
         )
     return asked
+
+
+def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
+    """Whether the split-KV kernel rotates and writes the cache too; asked for where
+    decode does not run that kernel, one line. Off unless asked (unmeasured on a GPU)."""
+    raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
+    if raw is None or not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
+        return False
+    if not split_kv_decode(backend, opts, recipe):
+        raise BackendError(
+            f"--extra {SPLIT_KV_ROPE_EXTRA}=1 runs inside the split-KV decode kernel, "
+            f"which this build does not use: add --extra {SPLIT_KV_EXTRA}=1"
+        )
+    return True
+
+
+def decode_attention_factor(backend: str, recipe: Recipe, opts: BuildChoices) -> str:
+    """The key's name for how decode attends: sdpa, split_kv, or split_kv_rope."""
+    if not split_kv_decode(backend, opts, recipe):
+        return "sdpa"
+    return "split_kv_rope" if split_kv_rope(backend, opts, recipe) else "split_kv"
 
 
 def row_gemv(backend: str, recipe: Recipe, opts: BuildChoices) -> bool:
@@ -263,6 +292,7 @@ def check_recipe_options(backend: str, recipe: Recipe, opts: BuildChoices) -> No
     """The checks that need the recipe, run before anything is built or keyed."""
     if backend in MODEL_BACKENDS:
         fuse_projections(backend, recipe, opts)
+    split_kv_rope(backend, opts, recipe)
     row_gemv(backend, recipe, opts)
 
 
@@ -271,7 +301,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str,
     return {
         "fused_projections": fuse_projections(backend, recipe, opts),
         "quant": opts.quant or "none",
-        "decode_attention": "split_kv" if split_kv_decode(backend, opts, recipe) else "sdpa",
+        "decode_attention": decode_attention_factor(backend, recipe, opts),
         "row_gemv": row_gemv(backend, recipe, opts),
         "cudnn_prefill": cudnn_prefill(backend, opts),
     }
@@ -284,6 +314,7 @@ def model_build_args(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[s
         and recipe.family not in FUSED_FAMILIES,
         "quant": opts.quant,
         "split_kv_decode": split_kv_decode(backend, opts, recipe),
+        "split_kv_rope": split_kv_rope(backend, opts, recipe),
         "row_gemv": row_gemv(backend, recipe, opts),
         "cudnn_prefill": cudnn_prefill(backend, opts),
     }
