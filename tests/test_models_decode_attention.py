@@ -155,7 +155,8 @@ class _Traced(Exception):
     """Raised by the recording backend: the graph reached it, nothing is compiled."""
 
 
-def test_dynamo_traces_a_split_kv_model_whole():
+@pytest.mark.parametrize("rope", [False, True], ids=["plain", "rope"])
+def test_dynamo_traces_a_split_kv_model_whole(rope: bool):
     """inductor's build and warm load run torch.compile(fullgraph=True) over the model;
     the op must be one node of that graph, not something Dynamo refuses to trace."""
     import torch
@@ -166,7 +167,7 @@ def test_dynamo_traces_a_split_kv_model_whole():
     from artifactcache.recipes import load_recipe
 
     recipe = load_recipe("tiny-llama")
-    model = build_model(recipe, split_kv_decode=True)
+    model = build_model(recipe, split_kv_decode=True, split_kv_rope=rope)
     register_model_ops(model)
     seen: list[str] = []
 
@@ -179,7 +180,36 @@ def test_dynamo_traces_a_split_kv_model_whole():
     with torch.no_grad(), pytest.raises(Exception, match="_Traced") as caught:
         compiled(*inputs)  # Dynamo wraps the backend's exception
     assert seen, caught.value  # the whole graph reached the backend
+    assert ("decode_attention_rope" in seen[0]) is rope
     assert "decode_attention" in seen[0]
+
+
+def test_an_export_keeps_the_rope_ops_cache_writes():
+    """aoti exports the decode step and decomposes it: the kernel's writes must come out
+    as the caches' buffer mutations (what AOTInductor writes back in place), one op a
+    layer, with no index_put of torch's own write left beside it."""
+    import torch
+
+    from artifactcache.backends.inductor.backend import register_model_ops
+    from artifactcache.backends.shared.steps import example_inputs
+    from artifactcache.models import build_model
+    from artifactcache.recipes import load_recipe
+
+    recipe = load_recipe("tiny-llama")
+    model = build_model(recipe, split_kv_decode=True, split_kv_rope=True)
+    register_model_ops(model)
+    inputs = example_inputs(recipe, torch.device("cpu"), "decode", kv_buckets=False)
+    with torch.no_grad():
+        ep = torch.export.export(model, tuple(inputs), strict=False).run_decompositions()
+    caches = {
+        f"model.layers.{i}.self_attn.kv_cache.{c}_cache"
+        for i in range(recipe.model.n_layers)
+        for c in "kv"
+    }
+    assert set(ep.graph_signature.buffers_to_mutate.values()) == caches
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets.count("auto_functionalized_v2") == recipe.model.n_layers, targets
+    assert not any("index_put" in t or "index_copy" in t for t in targets), targets
 
 
 def test_a_cache_without_a_contiguous_last_dim_is_refused():
