@@ -173,3 +173,15 @@ def test_compile_steps_gives_only_decode_the_region_config(monkeypatch):
     assert on_decode is on_passes is True
     assert decode["size_asserts"] is False
     assert "size_asserts" not in passes
+
+
+def test_split_kv_rope_builds_without_regions_and_refuses_them_asked():
+    """torch cannot functionalize a region whose body writes its inputs through a custom
+    op: a rope build drops the default regions, and asking for both is one line."""
+    rec = load_recipe("tiny-llama")
+    rope = BuildChoices(device="cuda", extra={"split_kv_rope": 1})
+    assert layer_regions(rec, BuildChoices(device="cuda")) is True
+    assert layer_regions(rec, rope) is False
+    both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "layer_regions": 1})
+    with pytest.raises(AcacheError, match="cannot take --extra split_kv_rope=1"):
+        layer_regions(rec, both)

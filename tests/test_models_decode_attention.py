@@ -294,7 +294,9 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
 
     for run in (Step(), torch.compile(Step(), fullgraph=True)):
         got = run(q, k, v, cos, sin, lo, pos)
-        torch.testing.assert_close(got, want)
+        # p's score is summed in another order than tl.dot's and its weight rounded to
+        # bf16 against the final max, not a tile's: a bf16 output may round the other way.
+        torch.testing.assert_close(got, want, rtol=1.6e-2, atol=2e-3)
         step = getattr(run, "_orig_mod", run)
         torch.testing.assert_close(step.k_cache, want_k)
         assert torch.equal(step.v_cache, want_v)

@@ -17,7 +17,8 @@ On by default for the RMSNorm (llama) families, unquantized or int8wo: on an H10
 (attempt 54) llama-7b's build took 45.5 s against 55.8, llama-3-8b's 49.6 against
 69.6 and int8wo's 53.2 against 64.2, decoding 1.07x, 1.01x and 1.00x as fast. Off by
 default for phi-2, whose build it cut only 7% (its prompt passes bound the build) while
-decode ran 1.8% slower, and for int4wo, not measured. Asked for, either is tried.
+decode ran 1.8% slower, and for int4wo, not measured. Asked for, either is tried. Off
+with ``split_kv_rope`` (``layer_regions`` says why).
 Torch-free.
 
 The decode step with regions is compiled without Inductor's size and alignment asserts
@@ -36,7 +37,13 @@ from __future__ import annotations
 from typing import Any
 
 from ...choices import BuildChoices
-from ..shared.model_options import LLAMA_FAMILIES, parse_flag
+from ...errors import BackendError
+from ..shared.model_options import (
+    LLAMA_FAMILIES,
+    SPLIT_KV_ROPE_EXTRA,
+    parse_flag,
+    split_kv_rope,
+)
 
 LAYER_REGIONS_EXTRA = "layer_regions"
 INDUCTOR_EXTRA_KEYS = (LAYER_REGIONS_EXTRA,)
@@ -55,8 +62,18 @@ def asked_layer_regions(opts: BuildChoices) -> bool | None:
 
 
 def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
-    """Whether the decode step compiles each block once; a bad value is one line."""
+    """Whether the decode step compiles each block once; a bad value is one line, and so
+    is asking for regions with ``split_kv_rope``: a region's body is functionalized by
+    torch.func.functionalize, which refuses a custom op that writes its inputs (the
+    kernel's cache writes; torch 2.11 and 2.13), so such a build runs without them."""
     asked = asked_layer_regions(opts)
+    if split_kv_rope("inductor", opts, recipe):
+        if asked:
+            raise BackendError(
+                f"--extra {LAYER_REGIONS_EXTRA}=1 cannot take --extra {SPLIT_KV_ROPE_EXTRA}=1: "
+                "torch cannot compile a region around the kernel's cache writes; drop one"
+            )
+        return False
     if asked is not None:
         return asked
     return recipe.family in LAYER_REGION_FAMILIES and opts.quant in LAYER_REGION_QUANT
