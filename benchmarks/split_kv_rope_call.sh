@@ -7,7 +7,8 @@
 #   layer regions: inductor/options.py says why), two built at a time, measured by
 #   decode_step.py in a fresh `acache bench`: phi-3-mini bf16 (and without regions, to
 #   part the regions' share from the kernel's), llama-7b int8wo and llama-7b bf16
-#   (int8wo's ratio to bf16 in the same run); phi-3-mini's default and rope builds
+#   (int8wo's ratio to bf16 in the same run), then phi-2 (whose default at 256 slots
+#   is SDPA's step) against split-KV with rope; phi-3-mini's default and rope builds
 #   profiled.
 #   bash benchmarks/split_kv_rope_call.sh NAME   (carry [".whl"])
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
@@ -22,7 +23,8 @@ DECODE_JOBS=2 DECODE_PROFILE="phi-3-mini/inductor phi-3-mini/inductor+split_kv_r
   phi-3-mini/inductor phi-3-mini/inductor+split_kv_rope=1 \
   llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int8wo,split_kv_rope=1 \
   phi-3-mini/inductor+layer_regions=0 \
-  llama-7b/inductor llama-7b/inductor+split_kv_rope=1 > "$R/decode.log" 2>&1
+  llama-7b/inductor llama-7b/inductor+split_kv_rope=1 \
+  phi-2/inductor phi-2/inductor+split_kv_decode=1,split_kv_rope=1 > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A10 '^| variant' "$R"/decode/*.log
 grep -h -A6 '^profile' "$R"/decode/*.log
 grep -h '"error": "' "$R"/decode/build-*.log | cut -c1-600
