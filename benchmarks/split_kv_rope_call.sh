@@ -10,7 +10,8 @@
 #   (int8wo's ratio to bf16 in the same run), then phi-2 (whose default at 256 slots
 #   is SDPA's step) against split-KV with rope; phi-3-mini's default and rope builds
 #   profiled.
-#   bash benchmarks/split_kv_rope_call.sh NAME   (carry [".whl"])
+#   bash benchmarks/split_kv_rope_call.sh NAME   (carry [".whl"]; ROPE_SET=short: the
+#   first five builds only)
 # Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S
 # (default 570), so the tar always runs.
 . benchmarks/_device_call.sh
@@ -18,13 +19,15 @@ start_call "${1:?usage: split_kv_rope_call.sh NAME}"
 timeout "$(cap 120)" python3 -m pytest -q -p no:cacheprovider tests/test_models_decode_attention.py \
   -k on_cuda > "$R/rope-test.log" 2>&1
 echo "rope test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/rope-test.log"
+# ROPE_SET=short: the phi-3-mini trio and llama-7b int8wo's pair only (a short call).
+variants=(phi-3-mini/inductor phi-3-mini/inductor+split_kv_rope=1
+  llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int8wo,split_kv_rope=1
+  phi-3-mini/inductor+layer_regions=0)
+[ "${ROPE_SET:-full}" = short ] || variants+=(llama-7b/inductor llama-7b/inductor+split_kv_rope=1
+  phi-2/inductor phi-2/inductor+split_kv_decode=1,split_kv_rope=1)
 DECODE_JOBS=2 DECODE_PROFILE="phi-3-mini/inductor phi-3-mini/inductor+split_kv_rope=1" \
-  timeout "$(cap 480)" bash benchmarks/decode_call.sh "$R/decode" "$C" \
-  phi-3-mini/inductor phi-3-mini/inductor+split_kv_rope=1 \
-  llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int8wo,split_kv_rope=1 \
-  phi-3-mini/inductor+layer_regions=0 \
-  llama-7b/inductor llama-7b/inductor+split_kv_rope=1 \
-  phi-2/inductor phi-2/inductor+split_kv_decode=1,split_kv_rope=1 > "$R/decode.log" 2>&1
+  timeout "$(cap 480)" bash benchmarks/decode_call.sh "$R/decode" "$C" "${variants[@]}" \
+  > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A10 '^| variant' "$R"/decode/*.log
 grep -h -A6 '^profile' "$R"/decode/*.log
 grep -h '"error": "' "$R"/decode/build-*.log | cut -c1-600

@@ -185,3 +185,9 @@ def test_split_kv_rope_builds_without_regions_and_refuses_them_asked():
     both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "layer_regions": 1})
     with pytest.raises(AcacheError, match="cannot take --extra split_kv_rope=1"):
         layer_regions(rec, both)
+
+
+def test_regions_with_split_kv_rope_are_refused_from_the_options_alone():
+    both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "layer_regions": 1})
+    with pytest.raises(AcacheError, match="cannot take --extra split_kv_rope=1"):
+        get_backend("inductor").check_options(both)

@@ -263,6 +263,8 @@ def test_split_kv_rope_is_asked_for_and_keyed():
         split_kv_rope("inductor", asked, phi2)
     both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 1})
     assert split_kv_rope("inductor", both, phi2) is True
+    with pytest.raises(BackendError, match="split_kv_rope=1 is for eager, inductor, aoti"):
+        split_kv_rope("ort", asked)  # one refusal, not a hint to add split_kv_decode
     no_split = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 0})
     with pytest.raises(BackendError, match="split_kv_rope=1 runs inside the split-KV"):
         get_backend("inductor").check_options(no_split)  # the options alone tell

@@ -96,7 +96,7 @@ from .compiling import (
     step_megacache,
 )
 from .files import install_compiled_files
-from .options import INDUCTOR_EXTRA_KEYS, asked_layer_regions, layer_regions
+from .options import INDUCTOR_EXTRA_KEYS, check_layer_regions, layer_regions
 from .triton_key import prefetch_triton_key
 
 RECORD = "inductor.json"
@@ -154,8 +154,8 @@ class InductorBackend:
                 "use --mode default on cpu"
             )
         check_extra(self.name, opts, INDUCTOR_EXTRA_KEYS)
-        asked_layer_regions(opts)  # a bad value: one line
         check_model_options(self.name, opts)
+        check_layer_regions(opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.

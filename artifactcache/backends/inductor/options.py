@@ -61,6 +61,21 @@ def asked_layer_regions(opts: BuildChoices) -> bool | None:
     return None if raw is None else parse_flag(LAYER_REGIONS_EXTRA, raw)
 
 
+def check_layer_regions(opts: BuildChoices) -> None:
+    """What the options alone tell: a bad value, or regions asked for with
+    ``split_kv_rope`` (``layer_regions`` says why), is one line."""
+    if asked_layer_regions(opts) and parse_flag(
+        SPLIT_KV_ROPE_EXTRA, opts.extra.get(SPLIT_KV_ROPE_EXTRA, 0)
+    ):
+        raise BackendError(_REGIONS_WITH_ROPE)
+
+
+_REGIONS_WITH_ROPE = (
+    f"--extra {LAYER_REGIONS_EXTRA}=1 cannot take --extra {SPLIT_KV_ROPE_EXTRA}=1: "
+    "torch cannot compile a region around the kernel's cache writes; drop one"
+)
+
+
 def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
     """Whether the decode step compiles each block once; a bad value is one line, and so
     is asking for regions with ``split_kv_rope``: a region's body is functionalized by
@@ -69,10 +84,7 @@ def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
     asked = asked_layer_regions(opts)
     if split_kv_rope("inductor", opts, recipe):
         if asked:
-            raise BackendError(
-                f"--extra {LAYER_REGIONS_EXTRA}=1 cannot take --extra {SPLIT_KV_ROPE_EXTRA}=1: "
-                "torch cannot compile a region around the kernel's cache writes; drop one"
-            )
+            raise BackendError(_REGIONS_WITH_ROPE)
         return False
     if asked is not None:
         return asked

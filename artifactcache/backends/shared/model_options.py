@@ -211,6 +211,11 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
     raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
     if raw is None or not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
         return False
+    if backend not in MODEL_BACKENDS:
+        raise BackendError(
+            f"--extra {SPLIT_KV_ROPE_EXTRA}=1 is for {', '.join(MODEL_BACKENDS)}; "
+            f"{backend} runs the ONNX export's attention"
+        )
     if not split_kv_decode(backend, opts, recipe):
         raise BackendError(
             f"--extra {SPLIT_KV_ROPE_EXTRA}=1 runs inside the split-KV decode kernel, "
