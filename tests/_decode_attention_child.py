@@ -16,12 +16,13 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 import torch  # noqa: E402
 
 from artifactcache.models import decode_attention as da  # noqa: E402
-from artifactcache.models.common import apply_rope, attention_mask, decode_lo, sdpa  # noqa: E402
+from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
 from artifactcache.models.decode_attention import (  # noqa: E402
     Launch,
     decode_attention,
     decode_attention_rope,
 )
+from artifactcache.models.rope import apply_rope  # noqa: E402
 
 SPLIT = da.launch_config(1, 1).split
 

@@ -273,8 +273,8 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
 
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (the compiled kernel; the interpreter cases run on CPU)")
-    from artifactcache.models.common import apply_rope
     from artifactcache.models.decode_attention import decode_attention, decode_attention_rope
+    from artifactcache.models.rope import apply_rope
 
     q, k, v, cos, sin, (k_cache, v_cache), lo, pos = _rope_case(case, "cuda")
     rot = cos.shape[-1]

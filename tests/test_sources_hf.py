@@ -140,7 +140,7 @@ def test_llama3_inv_freq_matches_transformers():
     """The llama3 rope-scaling maths, against transformers' own function."""
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from artifactcache.models.common import rope_inv_freq
+    from artifactcache.models.rope import rope_inv_freq
 
     hf_cfg = T.LlamaConfig(
         hidden_size=2048, num_attention_heads=16, rope_theta=5e5, max_position_embeddings=131072,

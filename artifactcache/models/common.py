@@ -1,4 +1,4 @@
-"""Pieces every family shares: RoPE, the static KV cache, the attention mask.
+"""Pieces every family shares: the static KV cache, the attention mask, the forward.
 
 The KV cache is static (gpt-fast style): fixed [max_batch, n_kv_heads, slots,
 head_dim] buffers written in place at ``input_pos``, so a compiled step never
@@ -28,7 +28,6 @@ of the whole static cache, and ignores ``kv_pos``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -37,47 +36,8 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from ..kv_buckets import cache_slots
+from .rope import apply_rope, rope_cache
 from .rows import row_linear
-
-
-def llama3_inv_freq(inv: torch.Tensor, rs: dict) -> torch.Tensor:
-    """Llama-3.1 scaling: low frequencies slowed by ``factor``, high ones kept, the band
-    between interpolated (the arithmetic of transformers' _compute_llama3_parameters)."""
-    factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-    old_ctx = rs["original_max_position_embeddings"]
-    low_wl, high_wl = old_ctx / low, old_ctx / high
-    wavelen = 2 * math.pi / inv
-    scaled = torch.where(wavelen > low_wl, inv / factor, inv)
-    smooth = (old_ctx / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = (wavelen >= high_wl) & (wavelen <= low_wl)
-    return torch.where(medium, smoothed, scaled)
-
-
-def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies over the rotary dims, with the config's rope scaling."""
-    dim = cfg.rotary_dim
-    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim
-    inv = 1.0 / (cfg.rope_theta**exponents)
-    rs = cfg.rope_scaling or {}
-    kind = rs.get("type")
-    if kind == "llama3":
-        inv = llama3_inv_freq(inv, rs)
-    elif kind == "linear":
-        inv = inv / rs["factor"]
-    elif kind == "longrope":
-        # Positions never pass original_max_position_embeddings (parse_recipe
-        # refuses such shapes), so transformers uses the short factors throughout.
-        inv = inv / torch.tensor(rs["short_factor"], dtype=torch.float64)
-    # "dynamic" (NTK) equals plain RoPE up to max_position_embeddings, and
-    # max_seq_len never exceeds it.
-    return inv.to(torch.float32)
-
-
-def rope_attention_factor(cfg: ModelConfig) -> float:
-    """The scale transformers puts on cos and sin (longrope's; 1 otherwise)."""
-    rs = cfg.rope_scaling or {}
-    return float(rs["attention_factor"]) if rs.get("type") == "longrope" else 1.0
 
 
 def embedding(num: int, dim: int) -> nn.Embedding:
@@ -91,27 +51,6 @@ def embedding(num: int, dim: int) -> nn.Embedding:
     meta device only (build_model): elsewhere it would leave uninitialized memory.
     """
     return nn.Embedding(num, dim, _weight=torch.empty(num, dim))
-
-
-def rope_cache(cfg: ModelConfig, max_seq_len: int) -> torch.Tensor:
-    """[max_seq_len, rotary_dim] cos and sin, stacked as [2, S, rotary_dim] in fp32."""
-    inv = rope_inv_freq(cfg)
-    t = torch.arange(max_seq_len, dtype=torch.float32)
-    freqs = torch.outer(t, inv)
-    emb = torch.cat([freqs, freqs], dim=-1)  # HF's rotate_half layout
-    scale = rope_attention_factor(cfg)
-    return torch.stack([emb.cos() * scale, emb.sin() * scale])
-
-
-def apply_rope(
-    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int
-) -> torch.Tensor:
-    """x: [B, H, T, D]; cos/sin: [T, rotary_dim]. Rotates the first rotary_dim dims."""
-    xr, xp = x[..., :rotary_dim], x[..., rotary_dim:]
-    half = rotary_dim // 2
-    rot = torch.cat([-xr[..., half:], xr[..., :half]], dim=-1)
-    out = (xr.float() * cos + rot.float() * sin).to(x.dtype)
-    return torch.cat([out, xp], dim=-1) if xp.shape[-1] else out
 
 
 def key_positions(max_seq_len: int, device: torch.device | str | None = None) -> torch.Tensor:

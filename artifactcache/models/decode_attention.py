@@ -316,7 +316,7 @@ def decode_attention_rope(
 ) -> torch.Tensor:
     """:func:`decode_attention` of q rotated, after writing k rotated and v at ``p``:
     q [B, H, 1, D] and k/v [B, Hkv, 1, D] as the projections give them (not rotated);
-    cos/sin [1, R] the step's (R <= D rotated dims, models/common.py's apply_rope)."""
+    cos/sin [1, R] the step's (R <= D rotated dims, models/rope.py's apply_rope)."""
     q, k, v, cos, sin = (
         t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, cos, sin)
     )  # fmt: skip
