@@ -57,6 +57,17 @@ CASES = {
     "70 splits: combined in two chunks": (1, 2, 2, 16, 70 * SPLIT, 69 * SPLIT + 5, None, None),
     "five query heads a kv head (padded to 16 rows)": (2, 10, 2, 32, 150, 140, None, [0, 4]),
     "32 query heads a kv head (no padded row)": (1, 32, 1, 16, 100, 80, None, None),
+    "the position at a later split's first slot": (1, 4, 2, 64, 3 * SPLIT, SPLIT, None, None),
+    "a padding row past one split (lo = p)": (
+        2,
+        4,
+        4,
+        32,
+        3 * SPLIT,
+        2 * SPLIT + 3,
+        None,
+        [0, 2 * SPLIT + 10],
+    ),  # fmt: skip
 }
 
 

@@ -166,7 +166,7 @@ def _kernels() -> tuple[Any, Any]:
         lo = tl.load(LO + b)
         start = tl.maximum(split * SPLIT, lo)
         last = p + 1
-        owns_p = split < 0  # never, unless ROPE
+        owns_p = split < 0  # False, as a value of the type ROPE's branch gives it
         if ROPE:
             # p's key and value come from K_NEW/V_NEW through registers, not the cache.
             last = p
