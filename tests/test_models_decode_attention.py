@@ -292,7 +292,14 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
         def forward(self, q, k, v, cos, sin, lo, pos):
             return decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo, pos)
 
-    for run in (Step(), torch.compile(Step(), fullgraph=True)):
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(Step(), fullgraph=True)
+    _, code = run_and_get_code(compiled, q, k, v, cos, sin, lo, pos)
+    # Written in place: no copy of a cache before the kernel or back into the buffer after.
+    assert not any("clone" in c or ".copy_(" in c for c in code), code
+    compiled = torch.compile(Step(), fullgraph=True)
+    for run in (Step(), compiled):
         got = run(q, k, v, cos, sin, lo, pos)
         # p's score is summed in another order than tl.dot's and its weight rounded to
         # bf16 against the final max, not a tile's: a bf16 output may round the other way.
