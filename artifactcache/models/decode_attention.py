@@ -17,9 +17,9 @@ program whose split lies outside ``lo[b] .. p`` returns before it loads anything
 write inside ``partial`` (``ROPE``): every program rotates its query heads as it loads
 them, and the program whose split holds ``p`` rotates the new key, writes it and the new
 value at ``p`` and takes position ``p`` into its softmax from its registers (its loop
-stops before ``p``), so no program reads a position another one writes. That is three
-kernels a layer fewer than rotating and writing in torch first (Inductor makes one for
-q's rotation, one for k's with its write, one for v's write).
+stops before ``p``), so no program reads a position another one writes. Rotating and
+writing in torch first takes Inductor two fused kernels a layer (phi-3-mini's profile,
+docs/perf-notes.md attempt 65, which also says why the op is opt-in).
 
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only

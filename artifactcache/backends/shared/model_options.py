@@ -21,8 +21,11 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   at 256 or less that is one bucket, a static step.
 - ``--extra split_kv_rope=0|1``: with split-KV decode, the kernel also rotates q and
   k and writes the new key and value into the cache (``decode_attention_rope``), where
-  torch's rotations and cache writes take three more kernels a layer. Off by default:
-  not yet measured on a GPU. Asking for it without split-KV decode is one line.
+  torch's rotations and cache writes take two more kernels a layer. Off by default: an
+  inductor build with it cannot have layer regions (inductor/options.py), and against
+  the default with them it decoded phi-3-mini 1.003x and llama-7b int8wo 1.002x on an
+  H100 (1.023x the same build without regions; docs/perf-notes.md, attempt 65), for a
+  build 15 s longer. Asking for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
@@ -207,7 +210,7 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
 
 def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
     """Whether the split-KV kernel rotates and writes the cache too; asked for where
-    decode does not run that kernel, one line. Off unless asked (unmeasured on a GPU)."""
+    decode does not run that kernel, one line. Off unless asked (the docstring above)."""
     raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
     if raw is None or not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
         return False
