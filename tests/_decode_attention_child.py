@@ -90,7 +90,8 @@ def the_rope_op_rotates_writes_and_attends_as_torch_does(case, rot=None):
     """decode_attention_rope on the projections' q/k/v against apply_rope, the cache
     written at p (index_copy_, as KVCache.write does) and the plain op: the same output,
     and the same caches after it (p's slot written, no other). q/k/v are strided views
-    of one projection, as the models pass them."""
+    of one projection, as the models pass them. fp32 only: the interpreter truncates to
+    bf16 where the GPU rounds, so bf16 is the GPU test's (test_on_cuda_the_rope_op_...)."""
     B, H, Hkv, D, S, p, window, rows = case
     rot = rot or D
     torch.manual_seed(3)
