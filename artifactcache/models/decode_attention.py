@@ -17,7 +17,8 @@ program whose split lies outside ``lo[b] .. p`` returns before it loads anything
 write inside ``partial`` (``ROPE``): every program rotates its query heads as it loads
 them, and the program whose split holds ``p`` rotates the new key, writes it and the new
 value at ``p`` and takes position ``p`` into its softmax from its registers (its loop
-stops before ``p``), so no program reads a position another one writes. Rotating and
+stops before ``p``; p is its softmax's first position), so no program reads a position
+another one writes. Rotating and
 writing in torch first takes Inductor two fused kernels a layer (phi-3-mini's profile,
 docs/perf-notes.md attempt 65, which also says why the op is opt-in).
 
@@ -195,6 +196,23 @@ def _kernels() -> tuple[Any, Any]:
             # A row's offset in int64: a large cache passes more than 2**31 elements.
             k_row = K + b.to(tl.int64) * stride_kb + hkv * stride_kh
             v_row = V + b.to(tl.int64) * stride_vb + hkv * stride_vh
+            if ROPE:  # a constexpr: no code for the plain op
+                if owns_p:
+                    # Before the tile loop, so these loads' latency is not added after it
+                    # (attempt 65 measured that tail at 1.8 us a layer): p's key and value
+                    # are written (the loop never reads p) and start the softmax as its
+                    # first position: m = its score, weight exp(0) = 1.
+                    one = tl.arange(0, 1)
+                    kv_mask = (one[:, None] < 1) & dmask[None, :]
+                    k_new = _rotated(K_NEW, b * stride_knb + hkv * stride_knh + one, d, kv_mask,
+                                     COS, SIN, ROT)  # fmt: skip
+                    v_new = tl.load(V_NEW + b * stride_vnb + hkv * stride_vnh + one[:, None]
+                                    + d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
+                    tl.store(k_row + p * stride_ks + one[:, None] + d[None, :], k_new, mask=kv_mask)
+                    tl.store(v_row + p * stride_vs + one[:, None] + d[None, :], v_new, mask=kv_mask)
+                    m = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * SCALE
+                    den = tl.full([QB], 1.0, tl.float32)
+                    acc = tl.zeros([QB, D_P2], tl.float32) + v_new.to(tl.float32)
             for t in tl.range(start // BLOCK_N, tl.cdiv(end, BLOCK_N), num_stages=STAGES):
                 n = t * BLOCK_N + tl.arange(0, BLOCK_N)
                 nmask = (n >= start) & (n < end)
@@ -213,26 +231,6 @@ def _kernels() -> tuple[Any, Any]:
                 pv = tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
                 acc = acc * alpha[:, None] + pv
                 m = m_new
-            if ROPE:  # a constexpr: no code for the plain op
-                if owns_p:
-                    one = tl.arange(0, 1)
-                    kv_mask = (one[:, None] < 1) & dmask[None, :]
-                    k_new = _rotated(K_NEW, b * stride_knb + hkv * stride_knh + one, d, kv_mask,
-                                     COS, SIN, ROT)  # fmt: skip
-                    v_new = tl.load(V_NEW + b * stride_vnb + hkv * stride_vnh + one[:, None]
-                                    + d[None, :], mask=kv_mask, other=0.0)  # fmt: skip
-                    tl.store(k_row + p * stride_ks + one[:, None] + d[None, :], k_new, mask=kv_mask)
-                    tl.store(v_row + p * stride_vs + one[:, None] + d[None, :], v_new, mask=kv_mask)
-                    # p's score and value as the loop takes a tile's: q . k in fp32, the
-                    # weight rounded to the cache's dtype before it meets v.
-                    s_p = tl.sum(q.to(tl.float32) * k_new.to(tl.float32), axis=1) * SCALE
-                    m_new = tl.maximum(m, s_p)
-                    alpha = tl.exp(m - m_new)
-                    w = tl.exp(s_p - m_new)
-                    den = den * alpha + w
-                    w_v = w.to(v_new.dtype).to(tl.float32)
-                    acc = acc * alpha[:, None] + w_v[:, None] * v_new.to(tl.float32)
-                    m = m_new
             at = (b * n_heads + heads) * N_SPLITS + split
             tl.store(M_OUT + at, m, mask=rmask)
             tl.store(L_OUT + at, den, mask=rmask)

@@ -25,7 +25,8 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   inductor build with it cannot have layer regions (inductor/options.py), and against
   the default with them it decoded phi-3-mini 1.003x and llama-7b int8wo 1.002x on an
   H100 (1.023x the same build without regions; docs/perf-notes.md, attempt 65), for a
-  build 15 s longer. Asking for it without split-KV decode is one line.
+  build 15 s longer; the kernel's faster form since (attempt 66) is unmeasured. Asking
+  for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
