@@ -151,8 +151,8 @@ def rope_and_attend(
 ) -> torch.Tensor:
     """q and k rotated (apply_rope), then :func:`cached_attention`. A split-KV decode step
     on a cache the kernel writes does the three in one kernel (models/decode_attention.py,
-    ``decode_attention_rope``): two launches a layer where torch's rotations and writes
-    add three more."""
+    ``decode_attention_rope``), where Inductor fuses torch's rotations and writes into
+    two more kernels a layer."""
     if reads.lo is not None and cache is not None and cache.kernel_writes:
         from .decode_attention import decode_attention_rope
 

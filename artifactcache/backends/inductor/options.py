@@ -64,9 +64,7 @@ def asked_layer_regions(opts: BuildChoices) -> bool | None:
 def check_layer_regions(opts: BuildChoices) -> None:
     """What the options alone tell: a bad value, or regions asked for with
     ``split_kv_rope`` (``layer_regions`` says why), is one line."""
-    if asked_layer_regions(opts) and parse_flag(
-        SPLIT_KV_ROPE_EXTRA, opts.extra.get(SPLIT_KV_ROPE_EXTRA, 0)
-    ):
+    if asked_layer_regions(opts) and split_kv_rope("inductor", opts):
         raise BackendError(_REGIONS_WITH_ROPE)
 
 
