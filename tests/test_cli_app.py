@@ -96,6 +96,27 @@ CASES = [
     # --extra wrapper_opt: aoti's own, O0 or O1
     (["build", "tiny-llama", "-b", "aoti", "--extra", "wrapper_opt=O3"], "must be one of O0, O1"),
     (["build", "tiny-llama", "-b", "inductor", "--extra", "wrapper_opt=O0"], "wrapper_opt"),
+    # --extra split_kv_rope: inside the split-KV kernel only, for the torch backends
+    (
+        ["build", "tiny-llama", "-b", "inductor", "--extra", "split_kv_rope=1"],
+        "add --extra split_kv_decode=1",
+    ),
+    (["key", "tiny-llama", "-b", "ort", "--extra", "split_kv_rope=1"], "split_kv_rope"),
+    (
+        [
+            "build",
+            "tiny-llama",
+            "-b",
+            "inductor",
+            "--device",
+            "cuda",
+            "--extra",
+            "split_kv_rope=1",
+            "--extra",
+            "layer_regions=1",
+        ],
+        "cannot take --extra split_kv_rope=1",
+    ),
     # --extra layer_regions: inductor's own, a 0/1 flag
     (["build", "tiny-llama", "-b", "inductor", "--extra", "layer_regions=2"], "expected 0 or 1"),
     (["build", "tiny-llama", "-b", "aoti", "--extra", "layer_regions=1"], "layer_regions"),
