@@ -187,6 +187,19 @@ def test_split_kv_rope_builds_without_regions_and_refuses_them_asked():
         layer_regions(rec, both)
 
 
+def test_regions_asked_on_phi_2_say_to_turn_its_default_rope_off():
+    """phi-2 decodes with the rope inside split-KV by default (model_options): regions
+    asked for there are one line that names the flag to add, and with it they build."""
+    phi2 = load_recipe("tiny-phi-2")
+    assert layer_regions(phi2, BuildChoices(device="cuda")) is False
+    asked = BuildChoices(device="cuda", extra={"layer_regions": 1})
+    with pytest.raises(AcacheError, match="by default.*add --extra split_kv_rope=0"):
+        layer_regions(phi2, asked)
+    get_backend("inductor").check_options(asked)  # the recipe decides, not the options
+    no_rope = BuildChoices(device="cuda", extra={"layer_regions": 1, "split_kv_rope": 0})
+    assert layer_regions(phi2, no_rope) is True
+
+
 def test_regions_with_split_kv_rope_are_refused_from_the_options_alone():
     both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "layer_regions": 1})
     with pytest.raises(AcacheError, match="cannot take --extra split_kv_rope=1"):

@@ -230,20 +230,31 @@ def test_split_kv_decode_is_the_default_where_decode_is_static_already(max_seq_l
     assert model_build_args("inductor", rec, off)["split_kv_decode"] is False
 
 
-@pytest.mark.parametrize(("max_seq_len", "expected"), [(256, False), (257, True), (2048, True)])
-def test_phi_2_takes_split_kv_by_default_only_past_one_kv_bucket(max_seq_len: int, expected: bool):
-    """At 256 slots phi-2's split-KV step decoded no faster and compiled longer."""
+@pytest.mark.parametrize("max_seq_len", [256, 2048])
+def test_phi_2_decodes_through_split_kv_with_the_rope_by_default(max_seq_len: int):
+    """phi-2's split-KV step with the rope inside decoded 1.049x its SDPA step (attempt
+    67): the default for its CUDA builds of inductor and aoti at every context, keyed;
+    not on CPU, not on eager or ort, not once split-KV is turned off, and either flag
+    given is the answer."""
     rec = _long("tiny-phi-2", max_seq_len=max_seq_len)
     cuda = BuildChoices(device="cuda")
-    assert split_kv_decode("inductor", cuda, rec) is expected
-    assert model_factors("aoti", rec, cuda)["decode_attention"] == (
-        "split_kv" if expected else "sdpa"
-    )
-    assert model_build_args("inductor", rec, cuda)["split_kv_decode"] is expected
-    asked = BuildChoices(device="cuda", extra={"split_kv_decode": 1})
-    assert split_kv_decode("aoti", asked, rec) is True
-    # Only phi-2: another family at 256 slots takes split-KV.
-    assert split_kv_decode("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) is True
+    for backend in ("inductor", "aoti"):
+        assert split_kv_decode(backend, cuda, rec) is True
+        assert split_kv_rope(backend, cuda, rec) is True
+        assert model_factors(backend, rec, cuda)["decode_attention"] == "split_kv_rope"
+        assert model_build_args(backend, rec, cuda)["split_kv_rope"] is True
+    for backend, opts in [
+        ("inductor", BuildChoices(device="cpu")),
+        ("eager", cuda),
+        ("ort", cuda),
+        ("aoti", BuildChoices(device="cuda", extra={"split_kv_decode": 0})),
+        ("inductor", BuildChoices(device="cuda", extra={"split_kv_rope": 0})),
+    ]:
+        assert split_kv_rope(backend, opts, rec) is False, (backend, opts.extra)
+    no_rope = BuildChoices(device="cuda", extra={"split_kv_rope": "off"})
+    assert model_factors("aoti", rec, no_rope)["decode_attention"] == "split_kv"
+    # Only phi-2: another family's rope stays off unless asked.
+    assert split_kv_rope("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) is False
 
 
 def test_split_kv_rope_is_asked_for_and_keyed():
@@ -258,11 +269,9 @@ def test_split_kv_rope_is_asked_for_and_keyed():
     assert model_factors("aoti", rec, asked)["decode_attention"] == "split_kv_rope"
     assert model_factors("aoti", rec, cuda)["decode_attention"] == "split_kv"
     assert model_build_args("inductor", rec, asked)["split_kv_rope"] is True
-    phi2 = _long("tiny-phi-2", max_seq_len=256)  # SDPA's step by default there
+    sdpa = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 0})
     with pytest.raises(BackendError, match="add --extra split_kv_decode=1"):
-        split_kv_rope("inductor", asked, phi2)
-    both = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 1})
-    assert split_kv_rope("inductor", both, phi2) is True
+        split_kv_rope("inductor", sdpa, rec)
     with pytest.raises(BackendError, match="split_kv_rope=1 is for eager, inductor, aoti"):
         split_kv_rope("ort", asked)  # one refusal, not a hint to add split_kv_decode
     no_split = BuildChoices(device="cuda", extra={"split_kv_rope": 1, "split_kv_decode": 0})

@@ -18,7 +18,8 @@ On by default for the RMSNorm (llama) families, unquantized or int8wo: on an H10
 69.6 and int8wo's 53.2 against 64.2, decoding 1.07x, 1.01x and 1.00x as fast. Off by
 default for phi-2, whose build it cut only 7% (its prompt passes bound the build) while
 decode ran 1.8% slower, and for int4wo, not measured. Asked for, either is tried. Off
-with ``split_kv_rope`` (``layer_regions`` says why).
+with ``split_kv_rope`` (``layer_regions`` says why), phi-2's default: asking for regions
+there is one line that says to add ``split_kv_rope=0``.
 Torch-free.
 
 The decode step with regions is compiled without Inductor's size and alignment asserts
@@ -81,8 +82,14 @@ def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
     kernel's cache writes; torch 2.11 and 2.13), so such a build runs without them."""
     asked = asked_layer_regions(opts)
     if split_kv_rope("inductor", opts, recipe):
-        if asked:
+        if asked and SPLIT_KV_ROPE_EXTRA in opts.extra:
             raise BackendError(_REGIONS_WITH_ROPE)
+        if asked:  # the rope by default (model_options.SPLIT_KV_ROPE_DEFAULT_FAMILIES)
+            raise BackendError(
+                f"--extra {LAYER_REGIONS_EXTRA}=1: {recipe.family} decodes with the rope "
+                "inside the split-KV kernel by default, and torch cannot compile a region "
+                f"around its cache writes; add --extra {SPLIT_KV_ROPE_EXTRA}=0"
+            )
         return False
     if asked is not None:
         return asked

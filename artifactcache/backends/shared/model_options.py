@@ -13,20 +13,20 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
 - ``--extra split_kv_decode=0|1``: decode attends through acache's split-KV Triton
   kernel (models/decode_attention.py), which reads only the filled positions of a
   static cache, so the decode step is static (one CUDA graph) at any context length.
-  On by default for CUDA builds of inductor and aoti at every context, but phi-2's at
-  256 slots or less: at the seed's 256 slots it decoded llama-7b 1.8-2.6% and phi-3-mini
-  3.5% faster than SDPA's static step, phi-2 only 0.8% for a decode step that compiled
-  10 s longer (docs/benchmarks.md, "Split-KV decode at the seed context"). CUDA only.
-  Off, decode reads the cache by length bucket through SDPA (artifactcache/kv_buckets.py);
-  at 256 or less that is one bucket, a static step.
+  On by default for CUDA builds of inductor and aoti at every context: at the seed's 256
+  slots it decoded llama-7b 1.8-2.6%, phi-3-mini 3.5% and phi-2 3.2% faster than SDPA's
+  static step (docs/perf-notes.md, attempts 54 and 67). CUDA only. Off, decode reads the
+  cache by length bucket through SDPA (artifactcache/kv_buckets.py); at 256 or less that
+  is one bucket, a static step.
 - ``--extra split_kv_rope=0|1``: with split-KV decode, the kernel also rotates q and
   k and writes the new key and value into the cache (``decode_attention_rope``), where
-  torch's rotations and cache writes take two more kernels a layer. Off by default: an
-  inductor build with it cannot have layer regions (inductor/options.py), and against
-  the default with them it decoded phi-3-mini 1.003x and llama-7b int8wo 1.002x on an
-  H100 (1.023x the same build without regions; docs/perf-notes.md, attempt 65), for a
-  build 15 s longer; the kernel's faster form since (attempt 66) is unmeasured. Asking
-  for it without split-KV decode is one line.
+  torch's rotations and cache writes take two or three more kernels a layer. On by
+  default for phi-2 (inductor and aoti): its inductor build decoded 1.049x its SDPA step
+  and 1.016x split-KV alone on an H100 (429.4 against 409.3 and 422.5 tok/s;
+  docs/perf-notes.md, attempt 67). Off by default elsewhere: an inductor build with it
+  cannot have layer regions (inductor/options.py), which the llama families have by
+  default, and against those it decoded phi-3-mini 1.005x (attempt 67), within the
+  noise, for a build 9-15 s longer. Asking for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
@@ -70,7 +70,6 @@ from typing import TYPE_CHECKING, Any
 
 from ...devices import is_cuda
 from ...errors import BackendError
-from ...kv_buckets import kv_len_range
 
 if TYPE_CHECKING:
     from ...choices import BuildChoices
@@ -90,9 +89,9 @@ LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
 # Where the row GEMV is the default for float weights: the families it measured faster on.
 ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
-# Where split-KV is the default only past one KV bucket (max_seq_len > 256): below, SDPA's
-# static step decoded as fast and compiled faster.
-SPLIT_KV_LONG_CONTEXT_ONLY = ("phi-2",)
+# Where the split-KV kernel rotates and writes the cache by default: the families it
+# measured faster on (phi-2 has no layer regions to lose).
+SPLIT_KV_ROPE_DEFAULT_FAMILIES = ("phi-2",)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
 FUSE_BY_DEFAULT = ("inductor", "aoti")
@@ -183,18 +182,11 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
     slots SDPA's step is static too, but the kernel reads only the filled positions:
     7.1 against 12.5 us a layer at position 200 (docs/benchmarks.md), and the seed
     benchmark decoded llama-7b 1.8% (aoti) and 2.6% (inductor) faster, phi-3-mini 3.5%
-    (docs/perf-notes.md, attempt 54). phi-2 (``recipe`` given) keeps SDPA there: 0.8%
-    faster, for a build 23% longer (its decode step's compile).
+    (docs/perf-notes.md, attempt 54), phi-2 3.2% (attempt 67).
     """
     raw = opts.extra.get(SPLIT_KV_EXTRA)
     asked = None if raw is None else parse_flag(SPLIT_KV_EXTRA, raw)
     if asked is None:
-        if (
-            recipe is not None
-            and recipe.family in SPLIT_KV_LONG_CONTEXT_ONLY
-            and kv_len_range(recipe.shapes.max_seq_len) is None
-        ):
-            return False
         return backend in FUSE_BY_DEFAULT and is_cuda(opts.device)
     if asked and not is_cuda(opts.device):
         raise BackendError(
@@ -211,9 +203,17 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
 
 def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
     """Whether the split-KV kernel rotates and writes the cache too; asked for where
-    decode does not run that kernel, one line. Off unless asked (the docstring above)."""
+    decode does not run that kernel, one line. The default: on for the families of
+    SPLIT_KV_ROPE_DEFAULT_FAMILIES (``recipe`` given) wherever they decode through
+    split-KV, off elsewhere (the module docstring says why)."""
     raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
-    if raw is None or not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
+    if raw is None:
+        return (
+            recipe is not None
+            and recipe.family in SPLIT_KV_ROPE_DEFAULT_FAMILIES
+            and split_kv_decode(backend, opts, recipe)
+        )
+    if not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
         return False
     if backend not in MODEL_BACKENDS:
         raise BackendError(
