@@ -23,10 +23,11 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   torch's rotations and cache writes take two or three more kernels a layer. On by
   default for phi-2 (inductor and aoti): its inductor build decoded 1.049x its SDPA step
   and 1.016x split-KV alone on an H100 (429.4 against 409.3 and 422.5 tok/s), aoti
-  1.048x for a build 4.3% longer (docs/perf-notes.md, attempt 67). Off by default elsewhere: an inductor build with it
-  cannot have layer regions (inductor/options.py), which the llama families have by
-  default, and against those it decoded phi-3-mini 1.005x (attempt 67), within the
-  noise, for a build 9-15 s longer. Asking for it without split-KV decode is one line.
+  1.048x for a build 4.3% longer (docs/perf-notes.md, attempt 67). Off by default
+  elsewhere: an inductor build with it cannot have layer regions (inductor/options.py),
+  which the llama families have by default, and against those it decoded phi-3-mini
+  1.005x (attempt 67), within the noise, for a build 9-15 s longer. Asking for it
+  without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
