@@ -29,7 +29,8 @@ import torch
 def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
     """The kernel's arguments by name, as models/gemv.py's _launch passes them for a bf16
     GEMV with a bias and the prologue (CPU tensors: the analysis reads dtypes, not
-    data); a GELU GEMV takes the skip, as phi-2's out-projection does."""
+    data); a GELU GEMV takes the skip and its x in two parts, as phi-2's out-projection
+    does."""
     from artifactcache.models import gemv
 
     layer_norm = prologue.get("layer_norm", False)
@@ -38,11 +39,13 @@ def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
     def vector(size: int) -> torch.Tensor:
         return torch.empty(size, dtype=torch.bfloat16)
 
+    # phi-2's out-projection reads x as [attention | fc1] from two tensors (x_tail).
+    head = gelu_from if gelu_from > 0 else k
     _, args, consts, _ = gemv.kernel_call(
-        torch.empty(1, k, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16),
+        torch.empty(1, head, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16),
         None, vector(n), vector(k) if layer_norm else None, 1e-5, False,
         vector(n) if gelu_from >= 0 else None, None, vector(k) if layer_norm else None,
-        layer_norm, gelu_from,
+        layer_norm, gelu_from, torch.empty(1, k - head, dtype=torch.bfloat16) if head < k else None,
     )  # fmt: skip
     gemv._define_kernels()
     # num_warps is a launch option, not an argument (_compile_s reads it)

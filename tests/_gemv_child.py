@@ -136,6 +136,40 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
     matches_the_product((x, w, scales, bias, g, 1e-5, False, residual), dense, tile, dtype, **kw)
 
 
+def x_in_two_parts_matches(dtype):
+    """x read from two tensors (``x_tail``: phi-2's [attention | fc1], the tail a view
+    into a wider row as its split gives it) with GELU from the tail on, against the
+    product of the two concatenated: float, int8 and int4 weights, tails that start
+    inside a tile and at its edge."""
+    torch.manual_seed(4)
+    for quant, n, k, head, tile in [
+        (None, 24, 224, 96, (4, 64)),  # the tail starts inside the second tile
+        (None, 40, 192, 128, (8, 64)),  # at a tile's edge
+        ("int8", 16, 200, 72, None),
+        ("int4", 16, 256, 64, (4, 128)),
+    ]:
+        w = torch.randn(n, k, dtype=dtype) / k**0.5
+        scales = dense = None
+        if quant == "int8":
+            w, scales = quantize_int8(w)
+        elif quant == "int4":
+            w, scales, dense = int4_weight(w)
+        row = torch.randn(1, head + 3 * (k - head), dtype=dtype)
+        x, tail = row[:, :head], row[:, head + 2 * (k - head) :]  # a view with an offset
+        bias, residual = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
+        args = (x, w, scales, bias, None, 0.0, False, residual)
+        if tile is None:
+            got = gemv.row_gemv(*args, gelu_from=head, x_tail=tail)
+        else:
+            got = gemv.launch_gemv(*args, cut=gemv.GemvLaunch(*tile), gelu_from=head,
+                                   x_tail=tail)  # fmt: skip
+        whole = torch.cat([x, tail], dim=-1)
+        want = reference(whole, w if dense is None else dense, None if dense is not None
+                         else scales, bias, None, 0.0, False, residual, gelu_from=head)  # fmt: skip
+        tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
+
+
 def a_layernorm_wider_than_one_load_takes_two_passes(dtype):
     """x wider than LN_ONE_LOAD_MAX: the statistics in two passes of the tile's width."""
     widest = gemv_tiles.LN_ONE_LOAD_MAX
@@ -247,6 +281,8 @@ def main() -> None:
             print(f"ok: {name} ({dtype})")
         a_layernorm_wider_than_one_load_takes_two_passes(dtype)
         print(f"ok: a LayerNorm wider than one load, two passes ({dtype})")
+        x_in_two_parts_matches(dtype)
+        print(f"ok: x in two parts ({dtype})")
         strided_inputs_match(dtype)
         print(f"ok: strided inputs ({dtype})")
     several_rows_are_refused()

@@ -33,7 +33,7 @@ def test_the_kernel_matches_the_product_in_every_case_and_models_decode_through_
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
     # 26 cases in fp32 and bf16, two refusals, 9 tiny models.
-    assert done.stdout.count("ok:") == 63, done.stdout
+    assert done.stdout.count("ok:") == 65, done.stdout
 
 
 def test_cpu_models_and_building_never_import_triton():
@@ -112,6 +112,14 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
                                             {"norm_weight": ones, "norm_bias": ones}),
         "a LayerNorm bias of another K": ((x, weight, scales), {
             "norm_weight": ones, "norm_bias": ones[:63], "layer_norm": True}),
+        "x and its tail wider than K": ((x, weight, scales), {"x_tail": torch.randn(1, 8)}),
+        "x and its tail narrower than K": ((x[:, :40], weight, scales),
+                                           {"x_tail": torch.randn(1, 8)}),
+        "a tail of two rows": ((x[:, :48], weight, scales), {"x_tail": torch.randn(2, 16)}),
+        "a tail beside a norm": ((x[:, :48], weight, scales),
+                                 {"x_tail": torch.randn(1, 16), "norm_weight": ones}),
+        "a tail beside SiLU-and-mul": ((x, weight, scales),
+                                       {"x_tail": torch.randn(1, 64), "silu_mul": True}),
     }  # fmt: skip
     messages = {
         "no rows": "one row", "two rows": "one row", "one-dimensional x": "one row",
@@ -125,7 +133,10 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
         "GELU before channel 0": "or -1: none", "a weight of no rows": "at least one row",
         "a weight of no columns": "at least one row", "int4 with no groups": "K/group",
         "a norm bias without a LayerNorm": "LayerNorm only", "a LayerNorm bias of another K":
-        "norm_bias of 64",
+        "norm_bias of 64", "x and its tail wider than K": "x_tail",
+        "x and its tail narrower than K": "x_tail", "a tail of two rows": "x_tail",
+        "a tail beside a norm": "without a norm or SiLU-and-mul",
+        "a tail beside SiLU-and-mul": "without a norm or SiLU-and-mul",
     }  # fmt: skip
     for case, (args, kwargs) in refused.items():
         full = {"bias": None, "norm_weight": None, "eps": 0.0, "silu_mul": False,
@@ -244,6 +255,25 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
         got, code = run_and_get_code(compiled, x)
         want = lin(norm(x)).double()
     assert "_row_gemv" in "".join(code)  # the kernel, not the plain modules
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
+    # phi-2's out-projection: [attention | fc1] read from two tensors, fc1 a view into
+    # the in-projection's row (as its split gives it), compiled: no concatenation.
+    out = torch.nn.Linear(2560 + 10240, 2560, bias=True, device="cuda", dtype=torch.bfloat16)
+    row = torch.randn(1, 1, 3 * 2560 + 10240, device="cuda", dtype=torch.bfloat16)
+    y, skip = torch.randn(2, 1, 1, 2560, device="cuda", dtype=torch.bfloat16)
+
+    def out_proj(y, row, skip):
+        up = row.split([3 * 2560, 10240], dim=-1)[1]
+        return row_linear(out, y, gelu_from=2560, residual=skip, x_tail=up)
+
+    compiled = torch.compile(out_proj, fullgraph=True)
+    with torch.no_grad():
+        got, code = run_and_get_code(compiled, y, row, skip)
+        up = row[..., 3 * 2560 :]
+        gelu = torch.nn.functional.gelu(up, approximate="tanh")
+        want = (skip + out(torch.cat([y, gelu], dim=-1))).double()
+    source = "".join(code)
+    assert "_row_gemv" in source and "fused_cat" not in source and "aten.cat" not in source
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
 
 

@@ -22,6 +22,9 @@ pass over the weights:
   without the prologue on phi-2's in-projection (docs/perf-notes.md, attempt 62).
 - ``gelu_from``: tanh's GELU on x's channels from that one on (phi-2's fc2, alone or
   beside the attention's output in a fused ``[dense | fc2]``).
+- ``x_tail``: x's channels past ``x``'s own width read from a tensor of their own, so
+  that ``[attention | fc1]`` reaches the fused ``[dense | fc2]`` without a concatenation
+  kernel (phi-2's one-row step, models/phi2.py). Without a norm or SiLU-and-mul only.
 - ``silu_mul``: x is ``[gate | up]`` (a fused gate/up projection's output, 2K wide) and
   the product is ``W @ (silu(gate) * up)``.
 - ``residual``: ``residual + W @ x``, the block's skip connection, rounded as eager
@@ -96,14 +99,21 @@ def _define_kernels() -> None:
 
     @triton.jit
     def _x_tile(
-        X, G, NB, K, offs, kmask, mean, rstd, gelu_from,
+        X, G, NB, K, offs, kmask, mean, rstd, gelu_from, XT, x_split,
         NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
-        SILU_MUL: tl.constexpr, GELU: tl.constexpr,
+        SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_TAIL: tl.constexpr,
     ):  # fmt: skip
         """x at ``offs`` after the prologue (in fp32), and its squares before the norm's
-        weight (the RMSNorm's sum)."""
+        weight (the RMSNorm's sum); with HAS_TAIL, channels from ``x_split`` on are XT's."""
         # x is read by every program: keep it cached.
-        x = tl.load(X + offs, mask=kmask, other=0.0, eviction_policy="evict_last")
+        if HAS_TAIL:
+            head = offs < x_split
+            x = tl.load(X + offs, mask=kmask & head, other=0.0, eviction_policy="evict_last")
+            tail = tl.load(XT + (offs - x_split), mask=kmask & ~head, other=0.0,
+                           eviction_policy="evict_last")  # fmt: skip
+            x = tl.where(head, x, tail)
+        else:
+            x = tl.load(X + offs, mask=kmask, other=0.0, eviction_policy="evict_last")
         x = x.to(tl.float32)
         if SILU_MUL:
             up = tl.load(X + K + offs, mask=kmask, other=0.0).to(tl.float32)
@@ -123,13 +133,14 @@ def _define_kernels() -> None:
 
     @triton.jit
     def _row_gemv(
-        X, W, S, BIAS, G, NB, R, Y, N, K, eps, gelu_from,
+        X, W, S, BIAS, G, NB, R, Y, N, K, eps, gelu_from, XT, x_split,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
         INT8: tl.constexpr, INT4_GROUP: tl.constexpr, TILE_GROUPS: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
         SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         LN_BLOCK: tl.constexpr, INT8_PTX: tl.constexpr, STAGES: tl.constexpr,
+        HAS_TAIL: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
@@ -191,8 +202,8 @@ def _define_kernels() -> None:
                 lo = ((b & 0x0F) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0
                 u = tl.interleave(hi, lo)  # channels in order: 2j high, 2j + 1 low
                 x, sq = _x_tile(
-                    X, G, NB, K, k0 + rk, (k0 + rk) < K, mean, rstd, gelu_from,
-                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU,
+                    X, G, NB, K, k0 + rk, (k0 + rk) < K, mean, rstd, gelu_from, XT, x_split,
+                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, HAS_TAIL,
                 )  # fmt: skip
                 if NORM:
                     squares += sq
@@ -235,8 +246,8 @@ def _define_kernels() -> None:
                 else:
                     wf = w.to(tl.float32)
                 x, sq = _x_tile(
-                    X, G, NB, K, k0 + rk, kmask, mean, rstd, gelu_from,
-                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU,
+                    X, G, NB, K, k0 + rk, kmask, mean, rstd, gelu_from, XT, x_split,
+                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, HAS_TAIL,
                 )  # fmt: skip
                 if NORM:
                     squares += sq
@@ -277,7 +288,8 @@ def _checked(
     norm_bias: Vector = None,
     layer_norm: bool = False,
     gelu_from: int = -1,
-) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector, Vector]:
+    x_tail: Vector = None,
+) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector, Vector, Vector]:
     """The inputs as the kernel reads them, checked on the host before any launch: a
     ValueError for what it cannot read. x and the [N] and [K] vectors are made
     contiguous (cheap); a strided weight is refused, as a silent copy of it would cost
@@ -307,7 +319,17 @@ def _checked(
                 f"channels (8 or more) each, got {scales.shape[0]} groups"
             )
     width = 2 * k if silu_mul else k
-    if x.shape[1] != width:
+    if x_tail is not None:
+        if norm_weight is not None or silu_mul:
+            raise ValueError(
+                "the row GEMV reads x in two parts (x_tail) only without a norm or SiLU-and-mul"
+            )
+        if x_tail.dim() != 2 or x_tail.shape[0] != 1 or x.shape[1] + x_tail.shape[1] != k:
+            raise ValueError(
+                f"the row GEMV's weight [{n}, {k}] takes x [1, K1] and x_tail [1, {k} - K1], "
+                f"got {list(x.shape)} and {list(x_tail.shape)}"
+            )
+    elif x.shape[1] != width:
         raise ValueError(
             f"the row GEMV's weight [{n}, {k}] takes x of [1, {width}]"
             f"{' (gate and up)' if silu_mul else ''}, got {list(x.shape)}"
@@ -345,7 +367,7 @@ def _checked(
         return None if t is None else t.reshape(-1).contiguous()
 
     vectors = (flat(scales), flat(bias), flat(norm_weight), flat(residual), flat(norm_bias))
-    return (x.contiguous(), *vectors)
+    return (x.contiguous(), *vectors, None if x_tail is None else x_tail.contiguous())
 
 
 def launch_gemv(
@@ -361,15 +383,17 @@ def launch_gemv(
     norm_bias: Vector = None,
     layer_norm: bool = False,
     gelu_from: int = -1,
+    x_tail: Vector = None,
 ) -> torch.Tensor:
     """The kernel with an explicit tile (``cut``; None: gemv_launch's), inputs checked:
     the benchmark's and the tests' entry. Returns [1, N] in x's dtype."""
-    x, scales, bias, norm_weight, residual, norm_bias = _checked(
-        x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm, gelu_from
-    )
+    x, scales, bias, norm_weight, residual, norm_bias, x_tail = _checked(
+        x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm,
+        gelu_from, x_tail,
+    )  # fmt: skip
     return _launch(
         x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut,
-        norm_bias, layer_norm, gelu_from,
+        norm_bias, layer_norm, gelu_from, x_tail,
     )  # fmt: skip
 
 
@@ -394,6 +418,7 @@ def kernel_call(
     norm_bias: Vector,
     layer_norm: bool,
     gelu_from: int,
+    x_tail: Vector = None,
 ) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], torch.Tensor]:
     """What _launch gives the kernel for these inputs: the grid, the positional
     arguments, the constexprs with ``num_warps``, and the output they write (allocated
@@ -420,7 +445,7 @@ def kernel_call(
 
     args = (
         x, w, given(scales), given(bias), given(norm_weight), given(norm_bias), given(residual),
-        y, n, k, eps, gelu_from,
+        y, n, k, eps, gelu_from, given(x_tail), 0 if x_tail is None else x.shape[1],
     )  # fmt: skip
     consts = dict(
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
@@ -433,7 +458,7 @@ def kernel_call(
         # Inline PTX where the kernel is compiled for a GPU; Triton's interpreter (which
         # runs no PTX) takes the byte-at-a-time form of the same cast.
         INT8_PTX=int8 and x.device.type == "cuda" and not interpreting(),
-        STAGES=cut.stages,
+        STAGES=cut.stages, HAS_TAIL=x_tail is not None,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y
 
@@ -453,14 +478,15 @@ def row_gemv(
     norm_bias: torch.Tensor | None = None,
     layer_norm: bool = False,
     gelu_from: int = -1,
+    x_tail: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """x [1, K] ([1, 2K] with silu_mul); weight [N, K] (float, or int8 with scales [N]),
-    or int4 nibbles uint8 [N, K/2] with scales and zeros [K/group, N, 2] in ``scales``
-    (models/quant.py's int4wo layout); bias, residual [N]; norm_weight [K] (an RMSNorm's,
-    or with ``layer_norm`` a LayerNorm's, whose bias is norm_bias [K]); ``gelu_from`` >= 0:
-    GELU (tanh) on x's channels from there on -> [1, N] in x's dtype (the module
-    docstring)."""
+    """x [1, K] ([1, 2K] with silu_mul; [1, K1] with x_tail [1, K - K1]); weight [N, K]
+    (float, or int8 with scales [N]), or int4 nibbles uint8 [N, K/2] with scales and
+    zeros [K/group, N, 2] in ``scales`` (models/quant.py's int4wo layout); bias,
+    residual [N]; norm_weight [K] (an RMSNorm's, or with ``layer_norm`` a LayerNorm's,
+    whose bias is norm_bias [K]); ``gelu_from`` >= 0: GELU (tanh) on x's channels from
+    there on -> [1, N] in x's dtype (the module docstring)."""
     return launch_gemv(
         x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None,
-        norm_bias, layer_norm, gelu_from,
+        norm_bias, layer_norm, gelu_from, x_tail,
     )  # fmt: skip

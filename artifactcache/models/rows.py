@@ -96,16 +96,20 @@ def row_linear(
     silu_mul: bool = False,
     gelu_from: int = -1,
     residual: torch.Tensor | None = None,
+    x_tail: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``residual + linear(prologue(x))`` for x [1, 1, K]: prologue ``norm`` (an RMSNorm
     or an nn.LayerNorm), ``silu(gate) * up`` of x = [gate | up] (``silu_mul``) or tanh's
-    GELU on x's channels from ``gelu_from`` on. [1, 1, N]."""
+    GELU on x's channels from ``gelu_from`` on. ``x_tail`` [1, 1, K2]: x continues there
+    (x is then [x | x_tail], read in place by the kernel, no concatenation). [1, 1, N]."""
     if not _gemv_registered and runs_here(x) and not torch.compiler.is_compiling():
         register_gemv()  # an eager call (a trace must find it registered: register_ops)
     read = row_weights(linear) if _gemv_registered and runs_here(x) else None
     if norm is not None and getattr(norm, "weight", None) is None:
         read = None  # a norm without its weight (elementwise_affine=False): the plain path
     if read is None:
+        if x_tail is not None:
+            x = torch.cat([x, x_tail], dim=-1)
         if norm is not None:
             x = norm(x)
         if silu_mul:
@@ -123,5 +127,6 @@ def row_linear(
         None if norm is None else norm.weight, 0.0 if norm is None else float(norm.eps),
         silu_mul, None if residual is None else residual.reshape(-1),
         norm.bias if layer_norm else None, layer_norm, gelu_from,
+        None if x_tail is None else x_tail.reshape(1, x_tail.shape[-1]),
     )  # fmt: skip
     return y.reshape(1, 1, y.shape[-1])
