@@ -13,7 +13,9 @@ recipe; decode_table_call.sh's three parts write them) and prints, in Markdown:
   and batch from the same file (one decode_step.py run: one machine, one session),
   against int8wo's 1.6x and int4wo's 2.5x. No ratio is made across files.
 
-A row with an error is listed as such; a pair not measured says so. "Default" means
+aoti's and inductor's rows may come from different calls (decode_table_call.sh measures
+them in separate parts): their distance is in % of each run's own roofline. A row with
+an error is listed as such; a pair not measured says so. "Default" means
 the defaults of the tree that ran: give the folders of one remeasurement
 (decode_table_call.sh's parts), later folders winning where a model repeats.
 
@@ -43,6 +45,9 @@ class Row(NamedTuple):
     recipe: str
     variant: str
     backend: str
+    mode: str | None
+    max_seq_len: int  # 0: the recipe's
+    dtype: str
     quant: str | None
     batch: int
     extra: dict[str, Any]
@@ -53,7 +58,15 @@ class Row(NamedTuple):
 
     @property
     def default(self) -> bool:
-        return not self.extra and self.quant is None and self.batch == 1
+        """A default build: no option given but the dtype (bf16, the seed's)."""
+        plain = not self.extra and self.quant is None and self.mode is None
+        return plain and self.batch == 1 and self.max_seq_len == 0 and self.dtype == "bf16"
+
+    def twin(self, other: Row) -> bool:
+        """Whether ``other`` is this row's build but for the quantization."""
+        return (self.backend, self.mode, self.max_seq_len, self.dtype, self.batch,
+                self.extra) == (other.backend, other.mode, other.max_seq_len, other.dtype,
+                                other.batch, other.extra)  # fmt: skip
 
 
 def read_rows(folders: list[Path]) -> list[Row]:
@@ -62,13 +75,16 @@ def read_rows(folders: list[Path]) -> list[Row]:
     for folder in folders:
         for path in sorted(folder.rglob("decode_step.json")):
             report = json.loads(path.read_text())
-            recipe = report["command"].split()[1]
+            words = report["command"].split()
+            recipe = words[1]
+            dtype = words[words.index("--dtype") + 1] if "--dtype" in words else "bf16"
             for r in report["rows"]:
                 ok = "error" not in r
                 rows.append(
                     Row(
                         file=path, recipe=recipe, variant=r["variant"], backend=r["backend"],
-                        quant=r.get("quant"), batch=int(r.get("batch") or 1),
+                        mode=r.get("mode"), max_seq_len=int(r.get("max_seq_len") or 0),
+                        dtype=dtype, quant=r.get("quant"), batch=int(r.get("batch") or 1),
                         extra=r.get("extra") or {},
                         tok_s=r["decode_tok_s"] if ok else None,
                         aggregate_tok_s=r.get("aggregate_decode_tok_s") if ok else None,
@@ -83,7 +99,8 @@ def _cell(row: Row | None) -> str:
     if row is None:
         return "not measured"
     if row.error is not None:
-        return f"error: {row.error.splitlines()[0][:80]}"
+        first = row.error.splitlines()[0].removeprefix("error: ")
+        return f"error: {first[:80]}"
     return f"{row.tok_s:.1f} ({row.roofline_pct:.1f}%)"
 
 
@@ -104,7 +121,9 @@ def seed_table(rows: list[Row]) -> list[str]:
             if r.recipe == recipe and r.backend in found and r.default:
                 found[r.backend] = r  # the last file read wins: newer results folders last
         pcts = [r.roofline_pct for r in found.values() if r is not None and r.roofline_pct]
-        if len(pcts) < 2:
+        if any(r is not None and r.error is not None for r in found.values()):
+            gap_text, verdict = "–", "**missed** (a build or run failed)"
+        elif len(pcts) < 2:
             gap_text, verdict = "–", "not all measured"
         else:
             gap = max(pcts) - min(pcts)
@@ -140,22 +159,18 @@ def quant_table(rows: list[Row]) -> list[str]:
     for r in rows:
         if r.quant is None:
             continue
-        base = next(
-            (b.tok_s for b in rows if b.file == r.file and b.quant is None
-             and b.backend == r.backend and b.batch == r.batch and b.extra == r.extra
-             and b.tok_s),
-            None,
-        )  # fmt: skip
+        base = next((b for b in rows if b.file == r.file and b.quant is None and r.twin(b)), None)
         target = QUANT_TARGETS.get(r.quant)
-        if r.tok_s is None or base is None:
-            why = _cell(r) if r.tok_s is None else "no unquantized row in its run"
+        if r.tok_s is None or base is None or base.tok_s is None:
+            why = (_cell(r) if r.tok_s is None else "no unquantized row in its run"
+                   if base is None else "its run's unquantized row failed")  # fmt: skip
             lines.append(f"| {r.recipe}, {r.variant} | {why} | | | | |")
             continue
-        ratio = r.tok_s / base
+        ratio = r.tok_s / base.tok_s
         verdict = "–" if target is None else _verdict(ratio >= target)
         target_text = "–" if target is None else f"{target}x"
         lines.append(
-            f"| {r.recipe}, {r.variant} | {r.tok_s:.1f} | {base:.1f} | {ratio:.3f}x "
+            f"| {r.recipe}, {r.variant} | {r.tok_s:.1f} | {base.tok_s:.1f} | {ratio:.3f}x "
             f"| {target_text} | {verdict} |"
         )
     return lines
@@ -179,7 +194,11 @@ def main(argv: list[str] | None = None) -> int:
         ("Quantized weights against the same run's unquantized build", quant_table(rows)),
     ):
         print(f"\n### {title}\n")
-        print("\n".join(lines))
+        print("\n".join(lines) if len(lines) > 2 else "none in these folders")
+    print("\n### From\n")
+    for path in sorted({r.file for r in rows}):
+        report = json.loads(path.read_text())
+        print(f"- {path}: {report.get('date')}, host {report.get('host')}")
     return 0
 
 

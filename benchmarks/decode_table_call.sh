@@ -1,29 +1,35 @@
 #!/bin/bash
-# Issue 32's table remeasured in three GPU calls (one part each), summarized by
+# Issue 32's table remeasured in four GPU calls (one part each), summarized by
 # decode_table.py: every variant built, measured by decode_step.py in a fresh `acache
 # bench` (random weights, the seed prompt, 200 new tokens, % of the copy roofline from
 # the same process) and its decode step profiled.
 #   bash benchmarks/decode_table_call.sh NAME PART   (carry [".whl"])
-# PART: inductor | aoti: the five seed models' default builds on that backend;
+# PART: inductor: the five seed models' default builds;
+#       aoti-7b, aoti-small: the same on aoti, llama-7b, llama-3-8b and mistral-7b, then
+#       phi-3-mini and phi-2 (five aoti builds one at a time do not fit one call);
 #       llama: llama-7b on inductor, bf16, int8wo and int4wo (the ratios from one run),
 #       and bf16 built for batch 8 and 32.
-# MODELS narrows inductor's and aoti's list (five aoti builds one at a time may not fit
-# one call on an H100: split them over two). Builds one at a time (DECODE_JOBS, default
-# 1): two 7-8B builds side by side failed the build's memory check on an H100. Results in /tmp/NAME, tarred into $OUT/NAME.tgz; every step
-# ends within DEADLINE_S (default 570), so the tar always runs. Afterwards, here:
-#   python benchmarks/decode_table.py RESULTS/NAME1 RESULTS/NAME2 RESULTS/NAME3
+# MODELS replaces a part's models. Builds one at a time (DECODE_JOBS, default 1): two
+# 7-8B builds side by side failed the build's memory check on an H100. Every build ends
+# before the first measurement, so a part cut by the deadline measures nothing. Results
+# in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S (default
+# 570), so the tar always runs. Afterwards, here, over the four parts' results:
+#   python benchmarks/decode_table.py RESULTS/NAME1 RESULTS/NAME2 RESULTS/NAME3 RESULTS/NAME4
 . benchmarks/_device_call.sh
 start_call "${1:?usage: decode_table_call.sh NAME PART}"
+variants=()
 case ${2:?usage: decode_table_call.sh NAME PART} in
-  inductor | aoti)
-    variants=()
+  inductor)
     for m in ${MODELS:-llama-7b llama-3-8b mistral-7b phi-3-mini phi-2}; do
-      variants+=("$m/$2")
+      variants+=("$m/inductor")
     done ;;
+  aoti-7b | aoti-small)
+    default="llama-7b llama-3-8b mistral-7b"; [ "$2" = aoti-small ] && default="phi-3-mini phi-2"
+    for m in ${MODELS:-$default}; do variants+=("$m/aoti"); done ;;
   llama)
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
-  *) echo "PART is inductor, aoti or llama, not $2" >&2; exit 2 ;;
+  *) echo "PART is inductor, aoti-7b, aoti-small or llama, not $2" >&2; exit 2 ;;
 esac
 DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=1 timeout "$(cap 560)" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1

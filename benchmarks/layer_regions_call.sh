@@ -24,6 +24,8 @@ left $((DEADLINE - 120)) && TARGET="--device cuda --dtype bf16 --max-seq-len 409
 left $((DEADLINE - 60)) && EXTRA="--quant int8wo" BENCH=1 bash $B $NAME-int8 inductor inductor+layer_regions=0
 if left $((DEADLINE - 60)); then
   mkdir -p /tmp/$NAME-phi2
+  # phi-2 decodes with the rope inside split-KV by default since attempt 67, and a rope
+  # build takes no regions: add split_kv_rope=0 (--extra split_kv_rope=0) to rerun this.
   (cd /tmp && PYTHONPATH=$P:/tmp/site PYTHONPYCACHEPREFIX=/tmp/pyc ACACHE_BUILD_JOBS=1 TORCH_LOGS=dynamic \
     TORCHINDUCTOR_CACHE_DIR=/tmp/$NAME-phi2/ind TRITON_CACHE_DIR=/tmp/$NAME-phi2/tri timeout 90 \
     python3 -m artifactcache.cli build phi-2 -b inductor --device cuda --dtype bf16 --extra layer_regions=1 \

@@ -10,6 +10,8 @@ NAME=$1; T0=$(date +%s); DEADLINE=${DEADLINE_S:-520}
 left() { [ $(( $(date +%s) - T0 )) -lt "$1" ]; }
 B=benchmarks/build_phases_call.sh
 mkdir -p "$OUT/parts"; export OUT=$OUT/parts
+# phi-2 decodes with the rope inside split-KV by default since attempt 67, and a rope
+# build takes no regions: add split_kv_rope=0 (--extra split_kv_rope=0) to rerun this.
 RECIPE=phi-2 BENCH=1 bash $B $NAME-phi-2 inductor inductor+layer_regions=1
 left $((DEADLINE - 160)) && RECIPE=llama-3-8b BENCH=1 bash $B $NAME-llama-3-8b inductor inductor+layer_regions=0
 for r in mistral-7b phi-3-mini; do

@@ -1,12 +1,12 @@
 #!/bin/bash
-# One GPU call for docs/perf-notes.md attempts 66 and 67 (issue 32):
+# One GPU call for docs/perf-notes.md attempts 66-68 (issue 32):
 # - the rope op's GPU test (the owner's work now before the tile loop, attempt 66);
 # - inductor decode, each variant measured by decode_step.py in a fresh `acache bench`
 #   and profiled: phi-2's default (SDPA at 256 slots) against split-KV and split-KV with
 #   rope, phi-3-mini's default against `split_kv_rope=1` (these five built two at a
 #   time), then llama-7b bf16 and int8wo built one at a time (two llama-7b builds side by
 #   side failed the build's memory check): the issue's same-run int8wo ratio;
-# - attempt 67, as the deadline allows: phi-3-mini's default built and measured again with
+# - attempt 68, as the deadline allows: phi-3-mini's default built and measured again with
 #   Inductor's own kernels compiled for programmatic dependent launch
 #   (TORCHINDUCTOR_ENABLE_PDL=1, in a cache of its own: the variable is not part of the
 #   key), profiled, and the count of Inductor's files that wait on a predecessor.
@@ -36,6 +36,8 @@ if [ "$(cap 120)" -ge 110 ]; then
     bash benchmarks/decode_call.sh "$R/pdl" "$C-pdl" phi-3-mini/inductor > "$R/pdl.log" 2>&1
   echo "pdl rc=$? at $((SECONDS - T0)) s"; grep -h -A4 '^| variant' "$R"/pdl/*.log
   grep -h -A6 '^profile' "$R"/pdl/*.log
-  echo "files with gdc_wait: $(grep -rl gdc_wait "$C-pdl" /tmp/torchinductor_* 2>/dev/null | wc -l)"
+  # decode_step.py points TORCHINDUCTOR_CACHE_DIR under its results (builds/N/inductor-cache).
+  echo "files with gdc_wait: $(grep -rl gdc_wait "$R/pdl" "$C-pdl" 2>/dev/null | wc -l)" \
+    "of $(find "$R/pdl" -name '*.py' 2>/dev/null | wc -l) Python files"
 fi
 finish_call

@@ -233,9 +233,9 @@ def test_split_kv_decode_is_the_default_where_decode_is_static_already(max_seq_l
 @pytest.mark.parametrize("max_seq_len", [256, 2048])
 def test_phi_2_decodes_through_split_kv_with_the_rope_by_default(max_seq_len: int):
     """phi-2's split-KV step with the rope inside decoded 1.049x its SDPA step (attempt
-    67): the default for its CUDA builds of inductor and aoti at every context, keyed;
-    not on CPU, not on eager or ort, not once split-KV is turned off, and either flag
-    given is the answer."""
+    67): the default for its one-row CUDA builds of inductor and aoti at every context,
+    keyed; not on CPU, not on eager (even with split-KV asked) or ort, not batched, not
+    once split-KV is turned off, and either flag given is the answer."""
     rec = _long("tiny-phi-2", max_seq_len=max_seq_len)
     cuda = BuildChoices(device="cuda")
     for backend in ("inductor", "aoti"):
@@ -249,8 +249,12 @@ def test_phi_2_decodes_through_split_kv_with_the_rope_by_default(max_seq_len: in
         ("ort", cuda),
         ("aoti", BuildChoices(device="cuda", extra={"split_kv_decode": 0})),
         ("inductor", BuildChoices(device="cuda", extra={"split_kv_rope": 0})),
+        ("eager", BuildChoices(device="cuda", extra={"split_kv_decode": 1})),
     ]:
         assert split_kv_rope(backend, opts, rec) is False, (backend, opts.extra)
+    batched = _long("tiny-phi-2", max_seq_len=max_seq_len, max_batch=8)
+    assert split_kv_rope("aoti", cuda, batched) is False
+    assert model_factors("aoti", batched, cuda)["decode_attention"] == "split_kv"
     no_rope = BuildChoices(device="cuda", extra={"split_kv_rope": "off"})
     assert model_factors("aoti", rec, no_rope)["decode_attention"] == "split_kv"
     # Only phi-2: another family's rope stays off unless asked.

@@ -44,6 +44,9 @@ def test_targets_gaps_and_same_run_ratios(tmp_path, capsys):
         _row("inductor+quant=int8wo", 330.0, 73.0, quant="int8wo"),
         _row("inductor+max_batch=8", 170.0, 76.8, batch=8),
         _row("inductor+split_kv_rope=1", 201.0, 86.1, extra={"split_kv_rope": "1"}),
+        # Neither is a default build, nor the int8wo row's twin.
+        _row("inductor+max_seq_len=4096", 150.0, 60.0, max_seq_len=4096),
+        _row("aoti:max-autotune", 180.0, 78.0, mode="max-autotune"),
     ])  # fmt: skip
     _write(one, "phi-2", [_row("aoti", 429.0, 75.2), _row("inductor", None, None)])
     # Another run's int4wo: its bf16 row is in another file, so no ratio is made.
@@ -54,8 +57,8 @@ def test_targets_gaps_and_same_run_ratios(tmp_path, capsys):
     seed = _table(out, "Seed models")
     assert seed["llama-7b"][1:] == ["200.0 (86.0%)", "199.0 (85.5%)", "0.5", "85%", "met"]
     assert seed["phi-3-mini"][3:] == ["2.4", "80%", "**missed**"]  # 76.6% < 80%
-    assert seed["phi-2"][2].startswith("error: error: the build failed")
-    assert seed["phi-2"][5] == "not all measured"
+    assert seed["phi-2"][2] == "error: the build failed"
+    assert seed["phi-2"][5] == "**missed** (a build or run failed)"
     assert seed["mistral-7b"][1] == "not measured"
     batches = _table(out, "Batches")
     assert batches["llama-7b, inductor+max_batch=8"][1:] == ["8", "1360.0", "76.8", "met"]
@@ -64,6 +67,15 @@ def test_targets_gaps_and_same_run_ratios(tmp_path, capsys):
         "330.0", "199.0", "1.658x", "1.6x", "met"
     ]  # fmt: skip
     assert quant["llama-7b, inductor+quant=int4wo"][1] == "no unquantized row in its run"
+    assert f"- {one / 'llama-7b' / 'decode_step.json'}: d, host h" in out
+
+
+def test_an_empty_table_says_so(tmp_path, capsys):
+    dt = load_script("decode_table")
+    _write(tmp_path, "phi-2", [_row("aoti", 429.0, 75.2)])
+    assert dt.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.split("### Batches")[1].split("###")[0].strip() == "none in these folders"
 
 
 def test_a_missing_or_empty_folder_is_one_line(tmp_path, capsys):

@@ -225,8 +225,8 @@ def test_a_cache_without_a_contiguous_last_dim_is_refused():
 
 
 def test_a_fresh_process_finds_the_kernels_by_module_and_name():
-    """A saved compiled function (inductor's warm path, with split-KV on by default
-    past 256 positions) records each user-defined kernel as (module, name) and the
+    """A saved compiled function (inductor's warm path, with split-KV on by default)
+    records each user-defined kernel as (module, name) and the
     loading process looks it up with getattr before anything has defined it."""
     from artifactcache.models import decode_attention as da
 

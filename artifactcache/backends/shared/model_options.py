@@ -20,10 +20,11 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   is one bucket, a static step.
 - ``--extra split_kv_rope=0|1``: with split-KV decode, the kernel also rotates q and
   k and writes the new key and value into the cache (``decode_attention_rope``), where
-  torch's rotations and cache writes take two or three more kernels a layer. On by
-  default for phi-2 (inductor and aoti): its inductor build decoded 1.049x its SDPA step
-  and 1.016x split-KV alone on an H100 (429.4 against 409.3 and 422.5 tok/s), aoti
-  1.048x for a build 4.3% longer (docs/perf-notes.md, attempt 67). Off by default
+  torch's rotations and cache writes take two more kernels a layer. On by default for
+  phi-2's one-row builds (inductor and aoti, max_batch 1): its inductor build decoded
+  1.049x its SDPA step and 1.016x split-KV alone on an H100 (429.4 against 409.3 and
+  422.5 tok/s), aoti 1.048x with no build cost seen (docs/perf-notes.md, attempt 67);
+  batched phi-2 is not measured with it. Off by default
   elsewhere: an inductor build with it cannot have layer regions (inductor/options.py),
   which the llama families have by default, and against those it decoded phi-3-mini
   1.005x (attempt 67), within the noise, for a build 9-15 s longer. Asking for it
@@ -204,14 +205,17 @@ def split_kv_decode(backend: str, opts: BuildChoices, recipe: Recipe | None = No
 
 def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> bool:
     """Whether the split-KV kernel rotates and writes the cache too; asked for where
-    decode does not run that kernel, one line. The default: on for the families of
-    SPLIT_KV_ROPE_DEFAULT_FAMILIES (``recipe`` given) wherever they decode through
-    split-KV, off elsewhere (the module docstring says why)."""
+    decode does not run that kernel, one line. The default: on for one-row inductor and
+    aoti builds of SPLIT_KV_ROPE_DEFAULT_FAMILIES (``recipe`` given, with the build's
+    shapes) that decode through split-KV, where it was measured; off elsewhere (the
+    module docstring says why)."""
     raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
     if raw is None:
         return (
             recipe is not None
             and recipe.family in SPLIT_KV_ROPE_DEFAULT_FAMILIES
+            and backend in FUSE_BY_DEFAULT
+            and recipe.shapes.max_batch == 1
             and split_kv_decode(backend, opts, recipe)
         )
     if not parse_flag(SPLIT_KV_ROPE_EXTRA, raw):
