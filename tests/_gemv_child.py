@@ -116,15 +116,21 @@ PHI_CASES = {
 }  # fmt: skip
 
 
+def random_weight(n, k, quant, dtype):
+    """(weight as the kernel reads it, its scales or None, its float64 value where the
+    weight is int4's nibbles, else None) for a random [n, k] matrix."""
+    w = torch.randn(n, k, dtype=dtype) / k**0.5
+    if quant == "int8":
+        return (*quantize_int8(w), None)
+    if quant == "int4":
+        return int4_weight(w)
+    return w, None, None
+
+
 def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, tile, dtype):
     """phi-2's prologues (LayerNorm, GELU) against the float64 product."""
     torch.manual_seed(2)
-    w = torch.randn(n, k, dtype=dtype) / k**0.5
-    scales = dense = None
-    if quant == "int8":
-        w, scales = quantize_int8(w)
-    elif quant == "int4":
-        w, scales, dense = int4_weight(w)
+    w, scales, dense = random_weight(n, k, quant, dtype)
     # The LayerNorm's x is far from 0 (it must centre it); GELU's is centred at 0, where
     # GELU is far from the identity.
     x = ((3.0 if layer_norm is not None else 0.0) + torch.randn(1, k) * 2).to(dtype)
@@ -148,12 +154,7 @@ def x_in_two_parts_matches(dtype):
         ("int8", 16, 200, 72, None),
         ("int4", 16, 256, 64, (4, 128)),
     ]:
-        w = torch.randn(n, k, dtype=dtype) / k**0.5
-        scales = dense = None
-        if quant == "int8":
-            w, scales = quantize_int8(w)
-        elif quant == "int4":
-            w, scales, dense = int4_weight(w)
+        w, scales, dense = random_weight(n, k, quant, dtype)
         row = torch.randn(1, head + 3 * (k - head), dtype=dtype)
         x, tail = row[:, :head], row[:, head + 2 * (k - head) :]  # a view with an offset
         bias, residual = torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype)
