@@ -17,6 +17,9 @@
 #   python benchmarks/decode_table.py RESULTS/NAME1 RESULTS/NAME2 RESULTS/NAME3 RESULTS/NAME4
 . benchmarks/_device_call.sh
 start_call "${1:?usage: decode_table_call.sh NAME PART}"
+# GPU_TEST=1: the compiled row GEMV's GPU test first (models/gemv.py changed since its
+# last GPU run: attempt 69's x_tail).
+[ "${GPU_TEST:-0}" = 1 ] && gpu_test
 variants=()
 case ${2:?usage: decode_table_call.sh NAME PART} in
   inductor)
