@@ -147,6 +147,50 @@ def test_the_op_refuses_what_the_kernel_cannot_read_before_any_launch():
             assert "\n" not in str(e.value), case
 
 
+class _Traced(Exception):
+    """Raised by the recording backend: the graph reached it, nothing is compiled."""
+
+
+def test_the_two_part_call_traces_whole_and_exports():
+    """phi-2's out-projection as its step calls it (fc1's part a split of the
+    in-projection's row, passed as x_tail): Dynamo traces it whole, the op one node and
+    no concatenation, and torch.export (aoti's way in) keeps the op on the split's view.
+    The op is called directly: on the CPU row_linear takes the plain modules."""
+    import torch
+
+    from artifactcache.models.rows import register_gemv
+
+    register_gemv()
+    out = torch.nn.Linear(32 + 96, 24)
+
+    def out_proj(y, row, skip):
+        up = row.split([3 * 32, 96], dim=-1)[1]
+        return torch.ops.acache.row_gemv(
+            y.reshape(1, 32), out.weight, None, out.bias, None, 0.0, False,
+            skip.reshape(-1), None, False, 32, up.reshape(1, 96),
+        )  # fmt: skip
+
+    y, skip, row = torch.randn(1, 1, 32), torch.randn(1, 1, 24), torch.randn(1, 1, 3 * 32 + 96)
+    seen: list[str] = []
+
+    def backend(gm, example_inputs):
+        seen.append(str(gm.graph))
+        raise _Traced
+
+    with torch.no_grad(), pytest.raises(Exception, match="_Traced"):
+        torch.compile(out_proj, fullgraph=True, backend=backend)(y, row, skip)
+    assert len(seen) == 1 and "row_gemv" in seen[0] and "cat" not in seen[0], seen
+
+    class Step(torch.nn.Module):
+        def forward(self, y, row, skip):
+            return out_proj(y, row, skip)
+
+    with torch.no_grad():
+        exported = torch.export.export(Step(), (y, row, skip)).run_decompositions()
+    code = str(exported.graph)
+    assert "row_gemv" in code and "aten.cat" not in code, code
+
+
 def test_a_fresh_process_finds_the_kernel_by_module_and_name():
     """torch's saved compiled functions (the inductor warm path) record a user-defined
     Triton kernel as (module, name) and look it up with getattr in the loading process,
