@@ -18,9 +18,9 @@ write inside ``partial`` (``ROPE``): every program rotates its query heads as it
 them, and the program whose split holds ``p`` rotates the new key, writes it and the new
 value at ``p`` and takes position ``p`` into its softmax from its registers (its loop
 stops before ``p``; p is its softmax's first position), so no program reads a position
-another one writes. Rotating and
-writing in torch first takes Inductor two fused kernels a layer (phi-3-mini's profile,
-docs/perf-notes.md attempt 65, which also says why the op is opt-in).
+another one writes. Rotating and writing in torch first takes Inductor two fused kernels
+a layer (docs/perf-notes.md, attempts 65 and 67; backends/shared/model_options.py says
+where the op is the default).
 
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only

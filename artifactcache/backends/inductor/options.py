@@ -82,9 +82,10 @@ def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
     kernel's cache writes; torch 2.11 and 2.13), so such a build runs without them."""
     asked = asked_layer_regions(opts)
     if split_kv_rope("inductor", opts, recipe):
-        if asked and SPLIT_KV_ROPE_EXTRA in opts.extra:
-            raise BackendError(_REGIONS_WITH_ROPE)
-        if asked:  # the rope by default (model_options.SPLIT_KV_ROPE_DEFAULT_FAMILIES)
+        if asked:
+            if SPLIT_KV_ROPE_EXTRA in opts.extra:
+                raise BackendError(_REGIONS_WITH_ROPE)
+            # The rope is the family's default (model_options.SPLIT_KV_ROPE_DEFAULT_FAMILIES).
             raise BackendError(
                 f"--extra {LAYER_REGIONS_EXTRA}=1: {recipe.family} decodes with the rope "
                 "inside the split-KV kernel by default, and torch cannot compile a region "
