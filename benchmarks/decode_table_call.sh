@@ -7,10 +7,13 @@
 # PART: inductor: the five seed models' default builds;
 #       aoti-7b, aoti-small: the same on aoti, llama-7b, llama-3-8b and mistral-7b, then
 #       phi-3-mini and phi-2 (five aoti builds one at a time do not fit one call);
+#       aoti: all five (on an H200 with DECODE_JOBS=2 DECODE_PROFILE=0: two builds at a
+#       time, no profiles, which fits one call);
 #       llama: llama-7b on inductor, bf16, int8wo and int4wo (the ratios from one run),
 #       and bf16 built for batch 8 and 32.
 # MODELS replaces a part's models. Builds one at a time (DECODE_JOBS, default 1): two
-# 7-8B builds side by side failed the build's memory check on an H100. Every build ends
+# 7-8B builds side by side failed the build's memory check on an H100. DECODE_PROFILE
+# (default 1) as decode_call.sh takes it. Every build ends
 # before the first measurement, so a part cut by the deadline measures nothing. Results
 # in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S (default
 # 570), so the tar always runs. Afterwards, here, over the four parts' results:
@@ -26,15 +29,16 @@ case ${2:?usage: decode_table_call.sh NAME PART} in
     for m in ${MODELS:-llama-7b llama-3-8b mistral-7b phi-3-mini phi-2}; do
       variants+=("$m/inductor")
     done ;;
-  aoti-7b | aoti-small)
+  aoti | aoti-7b | aoti-small)
     default="llama-7b llama-3-8b mistral-7b"; [ "$2" = aoti-small ] && default="phi-3-mini phi-2"
+    [ "$2" = aoti ] && default="llama-7b llama-3-8b mistral-7b phi-3-mini phi-2"
     for m in ${MODELS:-$default}; do variants+=("$m/aoti"); done ;;
   llama)
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
-  *) echo "PART is inductor, aoti-7b, aoti-small or llama, not $2" >&2; exit 2 ;;
+  *) echo "PART is inductor, aoti, aoti-7b, aoti-small or llama, not $2" >&2; exit 2 ;;
 esac
-DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=1 timeout "$(cap 560)" bash benchmarks/decode_call.sh \
+DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=${DECODE_PROFILE:-1} timeout "$(cap 560)" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A8 '^| variant' "$R"/decode/*.log
 grep -h '"error": "' "$R"/decode/build-*.log | cut -c1-300
