@@ -347,6 +347,31 @@ def test_a_mixed_compare_gives_each_unit_only_the_choices_of_its_kind(monkeypatc
         compare.validate(only_specs)
 
 
+def test_compare_refuses_what_the_backend_refuses_for_the_recipe_before_any_probe(monkeypatch):
+    """Layer regions on phi-2's inductor build (its default rope kernel cannot run in a
+    region) are refused by the backend's recipe check in compare's validation, not by a
+    probe's process after it starts."""
+    from artifactcache.backends.base import get_backend
+    from artifactcache.errors import BackendError
+    from artifactcache.measure import compare
+
+    def spawned(*a, **k):
+        raise AssertionError("validation spawned a probe")
+
+    monkeypatch.setattr(coldstart, "run_scenarios", spawned)
+    regions = {"inductor": {"layer_regions": "1"}}
+    spec = compare.CompareSpec(recipes=["tiny-phi-2"], backends=["inductor"],
+                               choices=BuildChoices(device="cuda"), extras=regions)  # fmt: skip
+    with pytest.raises(BackendError, match="add --extra split_kv_rope=0"):
+        compare.validate(spec)
+    get_backend("inductor").check_options(compare.build_options(spec, "inductor"))  # the recipe's
+    spec.extras = {"inductor": {"layer_regions": "1", "split_kv_rope": "0"}}
+    compare.validate(spec)
+    spec.recipes = ["tiny-llama"]  # the llama families take regions
+    spec.extras = regions
+    compare.validate(spec)
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -27,7 +27,6 @@ from ..backends.base import (
     require_available,
 )
 from ..backends.shared.build_plan import check_build_settings
-from ..backends.shared.model_options import check_recipe_options
 from ..choices import BuildChoices
 from ..config import Recipe
 from ..devices import check_device
@@ -109,7 +108,7 @@ def make_context(
         check_weights_agree(rec, Path(weights))
     check_device(opts.device, present=False)  # a typo is reported as a typo
     b.check_options(opts)
-    check_recipe_options(b.name, rec, opts)
+    b.check_recipe(rec, opts)
     if check_checkpoint and weights is not None:  # the dtype is known good by now
         from ..models import check_weights
 

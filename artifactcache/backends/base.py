@@ -149,6 +149,12 @@ class Backend(Protocol):
         """Raise BackendError for options this backend does not support."""
         ...
 
+    def check_recipe(self, recipe: Recipe, opts: BuildChoices) -> None:
+        """Raise BackendError for options this recipe cannot take here (after
+        check_options): the checks that need the model, before anything is spawned,
+        built or keyed."""
+        ...
+
     def factors(self, recipe: Recipe, opts: BuildChoices) -> dict[str, Any]:
         """Backend options that shape the artifact (goes under backend.options)."""
         ...

@@ -98,7 +98,6 @@ def check_out_dir(out: Path) -> None:
 def validate(spec: CompareSpec) -> dict[str, Any]:
     """Recipes, backends, numbers and shapes; raises before anything is spawned."""
     from ..backends.base import BACKEND_NAMES, get_backend
-    from ..backends.shared.model_options import check_recipe_options
     from ..recipes import load_recipe
 
     coldstart.check_builds(spec.runs, spec.builds)
@@ -145,7 +144,7 @@ def validate(spec: CompareSpec) -> dict[str, Any]:
             bench.resolve_new_tokens(rec, spec.new_tokens)  # ShapeError / MeasureError
             prefill.check_prompt_lens(rec, spec.prompt_lens)  # N + 1 <= max_seq_len
             for name in dict.fromkeys(["eager", *spec.backends]):
-                check_recipe_options(name, rec, build_options(spec, name))  # phi-3 unfused, ...
+                get_backend(name).check_recipe(rec, build_options(spec, name))  # phi-3 unfused, ...
             if parse_device(c.device)[0] == "cpu":
                 # On a GPU the probe checks, before it builds: asking CUDA here would
                 # hold a context in this process for the whole measurement.

@@ -52,7 +52,7 @@ from ..shared.cpu_clock import children_cpu_seconds
 from ..shared.cpu_isa import isa_verdicts_kept, prefill_isa_verdicts
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import build_record, check_runtime, choose_cxx, missing_compiler, runtime_id
-from ..shared.model_options import check_model_options, model_factors
+from ..shared.model_options import check_model_options, check_recipe_options, model_factors
 from ..shared.runner import (
     StepRunner,
     build_model_for,
@@ -343,6 +343,9 @@ class AotiBackend:
         check_extra(self.name, opts, AOTI_EXTRA_KEYS)
         check_model_options(self.name, opts)
         wrapper_opt(opts)  # the level only: torch's support is checked by build()
+
+    def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
+        check_recipe_options(self.name, recipe, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {

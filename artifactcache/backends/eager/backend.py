@@ -18,7 +18,12 @@ from ...devices import device_type, is_cuda
 from ...errors import BackendError
 from ...keys import toolchain_fingerprint
 from ..base import BuildContext
-from ..shared.model_options import backend_extra, check_model_options, model_factors
+from ..shared.model_options import (
+    backend_extra,
+    check_model_options,
+    check_recipe_options,
+    model_factors,
+)
 from ..shared.runner import (
     StepRunner,
     build_model_for,
@@ -56,6 +61,9 @@ class EagerBackend:
                 f"split_kv_decode, split_kv_rope, row_gemv and cudnn_prefill (got {sorted(own)})"
             )
         check_model_options(self.name, opts)
+
+    def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
+        check_recipe_options(self.name, recipe, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         return {

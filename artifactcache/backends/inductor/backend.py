@@ -67,7 +67,12 @@ from ..shared.build_plan import planned_jobs
 from ..shared.cpu_isa import isa_verdicts_kept
 from ..shared.cuda_graph import cuda_graph_step
 from ..shared.cxx import identity, inductor_default_cxx, missing_compiler
-from ..shared.model_options import check_model_options, model_factors, split_kv_decode
+from ..shared.model_options import (
+    check_model_options,
+    check_recipe_options,
+    model_factors,
+    split_kv_decode,
+)
 from ..shared.runner import StepRunner, build_model_for, check_device_dtype, device_of, sync
 from ..shared.steps import (
     LazyStep,
@@ -156,6 +161,10 @@ class InductorBackend:
         check_extra(self.name, opts, INDUCTOR_EXTRA_KEYS)
         check_model_options(self.name, opts)
         check_layer_regions(opts)
+
+    def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
+        check_recipe_options(self.name, recipe, opts)
+        layer_regions(recipe, opts)  # phi-2's rope kernel and asked-for regions: one line
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.

@@ -42,7 +42,7 @@ from ...errors import BackendError
 from ...extras import TRT_HINT, install_hint
 from ...keys import toolchain_fingerprint
 from ..base import BuildContext, Dependency
-from ..shared.model_options import check_quant
+from ..shared.model_options import check_quant, check_recipe_options
 from .export import (
     DEFAULT_OPSET,
     EXPORT_DEP,
@@ -303,6 +303,9 @@ class OrtBackend:
             )
         graph_level(opts)
         ort_export_spec(opts)
+
+    def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
+        check_recipe_options(self.name, recipe, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The export's own key is a function of the recipe and weights (already in this

@@ -25,7 +25,7 @@ from ...errors import BackendError
 from ...extras import TRT_HINT, TRTLLM_HINT, install_hint
 from ...keys import package_version, toolchain_fingerprint
 from ..base import BuildContext, Dependency
-from ..shared.model_options import check_quant
+from ..shared.model_options import check_quant, check_recipe_options
 from .options import LLM_DTYPES, engine_options, precision_plan, resolve_mode
 from .util import trt_major
 
@@ -86,6 +86,9 @@ class TrtBackend:
         else:
             # acache's own exports carry no Q/DQ nodes, so int8/fp8 fail here, before any work.
             precision_plan(opts.dtype, trt_major(package_version("tensorrt")), eo.typing, False)
+
+    def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
+        check_recipe_options(self.name, recipe, opts)
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         mode = resolve_mode(opts)
