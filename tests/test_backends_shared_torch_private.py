@@ -225,19 +225,20 @@ def test_a_saved_step_guards_its_inputs_but_not_the_model_parameters(tmp_path):
 
 
 def test_every_int_array_the_cpp_wrapper_names_is_declared_where_it_is_used():
-    """Inductor's C++ wrapper caches an int array's name by id() of the buffer its
-    declaration went to; a freed one-call buffer's address comes back for the next, and
-    the name came back undeclared (g++: "'int_array_63' was not declared in this
-    scope", two aoti builds on the H200). Mended: each fresh buffer gets its declaration."""
+    """Inductor's C++ wrapper caches an int array's name by id() of the writeline its
+    declaration went through; a freed one-call buffer's address comes back for the
+    next, or the declaration sits in a block the use is outside of, and g++ stops at an
+    undeclared ``int_array_N`` (aoti builds on the H200 and the H100). Mended: each use
+    declares its own array through its own writeline."""
     from itertools import count
 
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     from torch._inductor.utils import IndentedBuffer
 
-    tp.keep_int_array_targets_alive()
-    tp.keep_int_array_targets_alive()  # once per process, however often it is called
+    tp.declare_int_arrays_at_each_use()
+    tp.declare_int_arrays_at_each_use()  # once per process, however often it is called
     method = CppWrapperCpu.codegen_int_array_var
-    assert method._acache_keeps_targets and not hasattr(method.__wrapped__, "__wrapped__")
+    assert method._acache_declares_each and not hasattr(method.__wrapped__, "__wrapped__")
     wrapper = CppWrapperCpu.__new__(CppWrapperCpu)
     wrapper.int_array_id, wrapper.codegen_int_array_var_cache = count(), {}
     wrapper.declared_int_array_vars = set()
@@ -247,7 +248,16 @@ def test_every_int_array_the_cpp_wrapper_names_is_declared_where_it_is_used():
         name = wrapper.codegen_int_array_var("{2, 3}", buffer.writeline)
         assert f"{name}[] = {{2, 3}};" in buffer.getvalue()
         del buffer
-    kept = IndentedBuffer()  # one live buffer still declares each array once
-    first = wrapper.codegen_int_array_var("{4, 5}", kept.writeline)
-    assert wrapper.codegen_int_array_var("{4, 5}", kept.writeline) == first
-    assert kept.getvalue().count(f"{first}[] = {{4, 5}};") == 1
+    # One live buffer: a use inside a block, then one after it, each with its own
+    # declaration in front of it (the cached name would be out of the second's scope).
+    body = IndentedBuffer()
+    body.writeline("{")
+    inner = wrapper.codegen_int_array_var("{4, 5}", body.writeline)
+    body.writeline(f"use({inner});")
+    body.writeline("}")
+    outer = wrapper.codegen_int_array_var("{4, 5}", body.writeline)
+    body.writeline(f"use({outer});")
+    lines = [line.strip() for line in body.getvalue().splitlines()]
+    assert outer != inner
+    after_block = lines[lines.index("}") + 1 :]
+    assert any(f"{outer}[] = {{4, 5}};" in line for line in after_block)

@@ -70,9 +70,9 @@ from ..shared.steps import (
 from ..shared.torch_private import (
     aoti_container_runner,
     aoti_runner_missing,
+    declare_int_arrays_at_each_use,
     export_user_error,
     inductor_config_kept,
-    keep_int_array_targets_alive,
     release_export_state,
 )
 from ..shared.tuning import check_extra, decode_only, inductor_tuning
@@ -282,7 +282,7 @@ def build_step(
 
     t0, c0 = time.perf_counter(), time.process_time()
     args = example_inputs(recipe, dev, step, kv_buckets_of(model))
-    keep_int_array_targets_alive()
+    declare_int_arrays_at_each_use()
     with torch.no_grad(), inductor_config_kept():
         ep = export_step(model, args, recipe, step)
         timings[f"{step}_export"] = round(time.perf_counter() - t0, 3)

@@ -69,8 +69,8 @@ class AotiModuleBackend:
         import torch
 
         from ..shared.torch_private import (
+            declare_int_arrays_at_each_use,
             inductor_config_kept,
-            keep_int_array_targets_alive,
             release_export_state,
         )
 
@@ -79,7 +79,7 @@ class AotiModuleBackend:
         scratch = workdir / ".pt2"
         scratch.mkdir()
         t0 = time.perf_counter()
-        keep_int_array_targets_alive()
+        declare_int_arrays_at_each_use()
         with torch.no_grad(), inductor_config_kept():
             ep = torch.export.export(
                 spec.module, spec.example_inputs, dynamic_shapes=export_dynamic_shapes(spec),

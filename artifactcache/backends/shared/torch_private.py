@@ -191,38 +191,40 @@ def inductor_config_kept() -> Iterator[None]:
         load_inductor_config(saved)
 
 
-def keep_int_array_targets_alive() -> None:
-    """Mend Inductor's C++ wrapper so that every ``int_array_N`` it names is declared.
+def declare_int_arrays_at_each_use() -> None:
+    """Mend Inductor's C++ wrapper so that every ``int_array_N`` it names is declared
+    where it is used.
 
-    ``CppWrapperCpu.codegen_int_array_var`` caches the array's name by ``id()`` of the
-    buffer the declaration is written to. Some of those buffers live for one call
-    (``ReinterpretView.codegen_reference``'s), and CPython gives the next new buffer the
-    freed one's address: the cache then returns a name whose declaration went into the
-    discarded buffer, and g++ fails with "'int_array_63' was not declared in this
-    scope". Whether it happens depends on the allocator, so a build fails now and then
-    (two llama-family aoti builds on the H200, 2026-12-04, each fine when run again;
-    torch 2.13 too). Keeping each buffer alive while its wrapper lives makes ids unique,
-    which is the fix torch's later releases make. Installed once per process; where
-    the method is gone there is nothing to mend.
+    ``CppWrapperCpu.codegen_int_array_var`` declares a size or stride array through the
+    ``writeline`` it is given and caches the name by ``id()`` of that writeline (or of
+    its buffer), so a cached name can come back where its declaration is not: in a
+    one-call buffer since freed (CPython gives the next new object the freed one's
+    address), or in a block the use lies outside of. g++ then stops with
+    "'int_array_230' was not declared in this scope". Seen on two llama-family aoti
+    builds on the H200 (2026-12-04) and on phi-3-mini's on an H100 (2026-12-06), that
+    one with every writeline's buffer kept alive (this mend's first form), so unique ids
+    do not suffice. Here each call declares a fresh array at its own use: the cache's
+    miss path, ``_codegen_int_array_var_impl``. It costs g++ a few more constant arrays
+    and leaves none undeclared. Installed once per process; where the method or its
+    miss path is gone there is nothing to mend.
     """
     try:
         from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     except ImportError:
         return
     original = getattr(CppWrapperCpu, "codegen_int_array_var", None)
-    if original is None or getattr(original, "_acache_keeps_targets", False):
+    impl = getattr(CppWrapperCpu, "_codegen_int_array_var_impl", None)
+    if original is None or impl is None or getattr(original, "_acache_declares_each", False):
         return
 
     @functools.wraps(original)
-    def codegen_int_array_var(self: Any, *args: Any, **kw: Any) -> Any:
-        writeline = args[1] if len(args) > 1 else kw.get("writeline")
-        kept = self.__dict__.setdefault("_acache_int_array_targets", {})
-        for target in (getattr(writeline, "__self__", writeline), kw.get("graph")):
-            if target is not None:
-                kept.setdefault(id(target), target)
-        return original(self, *args, **kw)
+    def codegen_int_array_var(
+        self: Any, int_array: str, writeline: Any, known_statically: bool = False,
+        graph: Any = None,
+    ) -> str:  # fmt: skip
+        return impl(self, int_array, writeline, known_statically)
 
-    codegen_int_array_var._acache_keeps_targets = True  # type: ignore[attr-defined]
+    codegen_int_array_var._acache_declares_each = True  # type: ignore[attr-defined]
     CppWrapperCpu.codegen_int_array_var = codegen_int_array_var
 
 
