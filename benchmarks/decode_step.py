@@ -59,6 +59,8 @@ runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16"
 rec = load_recipe(recipe)
 if max_seq_len:  # the bytes below count the KV the artifact allocated
     rec = rec.with_shapes(max_seq_len=max_seq_len)
+if batch > 1:  # and its rows' (bytes_per_token refuses a batch over the recipe's max_batch)
+    rec = rec.with_shapes(max_batch=batch)
 prompt = list(rec.bench.prompt_ids)
 
 def run(new):

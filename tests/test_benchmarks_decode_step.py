@@ -1,0 +1,52 @@
+"""benchmarks/decode_step.py's profile child, run on the CPU with a stand-in runner."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+
+import pytest
+import torch
+from _bench_scripts import load_script
+
+import artifactcache
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(batch, monkeypatch):
+    """A batched variant's profile counts its rows' KV against the recipe built for that
+    batch (it refused a batch over the recipe's max_batch of 1 on the GPU, 2026-12-06)."""
+    from artifactcache.measure.bench import bytes_per_token
+    from artifactcache.recipes import load_recipe
+
+    ds = load_script("decode_step")
+    calls = []
+
+    class Runner:
+        def generate(self, prompt, new):
+            calls.append((1, new))
+
+        def generate_batch(self, prompts, new):
+            calls.append((len(prompts), new))
+
+    class Profile(contextlib.nullcontext):  # the CPU build of torch profiles no CUDA
+        def __init__(self, **kw):
+            super().__init__(self)
+
+        def events(self):
+            return []
+
+    monkeypatch.setattr(artifactcache, "load", lambda *a, **k: Runner())
+    monkeypatch.setattr(torch.profiler, "profile", Profile)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    argv = ["child", "tiny-llama", "inductor", "", "{}", "", "/nowhere", "4", str(batch), "0"]
+    monkeypatch.setattr(sys, "argv", argv)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(ds.PROFILE_CHILD, "profile_child", "exec"), {"__name__": "__main__"})
+    report = json.loads(out.getvalue().strip().splitlines()[-1])
+    rec = load_recipe("tiny-llama").with_shapes(max_batch=batch)
+    assert report["bytes"] == bytes_per_token(rec, "bf16", batch=batch)
+    assert calls and {rows for rows, _ in calls} == {batch}
