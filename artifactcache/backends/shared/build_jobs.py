@@ -35,10 +35,11 @@ inductor has no probe, and its workers are sent an empty config at once.
 Where no worker succeeds: an ``AcacheError`` it raised is raised here with the same
 class and message; any other exception (a bug, an Inductor crash) becomes a
 ``BuildWorkerFailed``, which keeps the worker's traceback as acache keeps a bug's.
-A step whose worker ran out of GPU memory (torch's OutOfMemoryError) is built once more,
-in a worker of its own once nothing else of the build runs (a warning says so): another
+A step whose worker ran out of GPU memory (torch's OutOfMemoryError, or CUDA's "out of
+memory" where the worker could not even create its context) is built once more, in a
+worker of its own once nothing else of the build runs (a warning says so): another
 build that started at the same time passes the same memory check (build_plan.py) and
-takes what this one counted on. A second failure is the error.
+takes what this one counted on. A second failure is the error, in one line.
 A worker that dies before its report is a one-line ``BackendError``; one that saved its
 step (the report is its last write) has built it, however it then exits (an odd exit is
 a warning). Past ``ACACHE_BUILD_TIMEOUT``, the one line names what still ran: the
@@ -243,6 +244,13 @@ def worker_failure(what: str, report: dict[str, Any] | None, code: int) -> Excep
         err = report["error"]
         if err["acache"]:
             return _acache_error(err["module"], err["type"], err["message"])
+        if out_of_memory(report):  # the GPU's state, not a bug: no traceback
+            first = (err["message"].strip().splitlines() or ["?"])[0]
+            return BackendError(
+                f"{what} ran out of GPU memory in its build worker, also when built "
+                f"alone ({first}): free the GPU's memory (nvidia-smi shows who holds it) "
+                "and build again"
+            )
         return BuildWorkerFailed(
             f"{what} failed in its build worker "
             f"(rerun with {JOBS_ENV}=1 to build in this process):\n{err['traceback']}"
@@ -256,9 +264,17 @@ def worker_failure(what: str, report: dict[str, Any] | None, code: int) -> Excep
 
 
 def out_of_memory(report: dict[str, Any] | None) -> bool:
-    """Whether a worker's report says its step ran out of GPU memory."""
+    """Whether a worker's report says its step ran out of GPU memory: torch's
+    OutOfMemoryError, or CUDA's own error where the worker's first allocation creates
+    its context (torch.AcceleratorError, RuntimeError before torch 2.8): an aoti build
+    beside another 7B one on an H100 stopped so, 2026-12-06."""
     err = (report or {}).get("error")
-    return bool(err) and not err["acache"] and err["type"] == "OutOfMemoryError"
+    if not err or err["acache"]:
+        return False
+    if err["type"] == "OutOfMemoryError":
+        return True
+    cuda_error = err["type"] in ("AcceleratorError", "RuntimeError")
+    return cuda_error and "CUDA error: out of memory" in err["message"]
 
 
 def _in_thread(fn: Callable[[], Any]) -> Future:
