@@ -52,15 +52,13 @@ from artifactcache.measure.bench import bytes_per_token
 recipe, backend, mode, extra, quant, cache_dir, n, batch, max_seq_len = sys.argv[1:10]
 n, batch, max_seq_len = int(n), int(batch), int(max_seq_len)
 extra = json.loads(extra)
+# The shapes the artifact is built for, once: the bytes below count the KV it allocated
+# and its rows (bytes_per_token refuses a batch over the recipe's max_batch).
+shapes = dict(max_batch=batch if batch > 1 else None, max_seq_len=max_seq_len or None)
 runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16",
                             mode=mode or None, extra=extra, quant=quant or None,
-                            max_batch=batch if batch > 1 else None,
-                            max_seq_len=max_seq_len or None, cache_dir=cache_dir)
-rec = load_recipe(recipe)
-if max_seq_len:  # the bytes below count the KV the artifact allocated
-    rec = rec.with_shapes(max_seq_len=max_seq_len)
-if batch > 1:  # and its rows' (bytes_per_token refuses a batch over the recipe's max_batch)
-    rec = rec.with_shapes(max_batch=batch)
+                            cache_dir=cache_dir, **shapes)
+rec = load_recipe(recipe).with_shapes(**shapes)
 prompt = list(rec.bench.prompt_ids)
 
 def run(new):

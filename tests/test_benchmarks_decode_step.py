@@ -14,15 +14,17 @@ from _bench_scripts import load_script
 import artifactcache
 
 
-@pytest.mark.parametrize("batch", [1, 8])
-def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(batch, monkeypatch):
+@pytest.mark.parametrize(("batch", "max_seq_len"), [(1, 0), (8, 0), (8, 128)])
+def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(
+    batch, max_seq_len, monkeypatch
+):
     """A batched variant's profile counts its rows' KV against the recipe built for that
     batch (it refused a batch over the recipe's max_batch of 1 on the GPU, 2026-12-06)."""
     from artifactcache.measure.bench import bytes_per_token
     from artifactcache.recipes import load_recipe
 
     ds = load_script("decode_step")
-    calls = []
+    calls, loaded = [], []
 
     class Runner:
         def generate(self, prompt, new):
@@ -38,15 +40,29 @@ def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(batch, monke
         def events(self):
             return []
 
-    monkeypatch.setattr(artifactcache, "load", lambda *a, **k: Runner())
+    monkeypatch.setattr(artifactcache, "load", lambda *a, **k: loaded.append(k) or Runner())
     monkeypatch.setattr(torch.profiler, "profile", Profile)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    argv = ["child", "tiny-llama", "inductor", "", "{}", "", "/nowhere", "4", str(batch), "0"]
+    argv = [
+        "child",
+        "tiny-llama",
+        "inductor",
+        "",
+        "{}",
+        "",
+        "/nowhere",
+        "4",
+        str(batch),
+        str(max_seq_len),
+    ]
     monkeypatch.setattr(sys, "argv", argv)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         exec(compile(ds.PROFILE_CHILD, "profile_child", "exec"), {"__name__": "__main__"})
     report = json.loads(out.getvalue().strip().splitlines()[-1])
-    rec = load_recipe("tiny-llama").with_shapes(max_batch=batch)
+    shapes = dict(max_batch=batch if batch > 1 else None, max_seq_len=max_seq_len or None)
+    (kw,) = loaded  # the artifact loaded is the one built for these shapes...
+    assert {k: kw[k] for k in shapes} == shapes
+    rec = load_recipe("tiny-llama").with_shapes(**shapes)  # ...and its bytes are counted
     assert report["bytes"] == bytes_per_token(rec, "bf16", batch=batch)
     assert calls and {rows for rows, _ in calls} == {batch}

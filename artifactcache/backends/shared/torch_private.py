@@ -220,9 +220,9 @@ def declare_int_arrays_at_each_use() -> None:
     @functools.wraps(original)
     def codegen_int_array_var(
         self: Any, int_array: str, writeline: Any, known_statically: bool = False,
-        graph: Any = None,
+        graph: Any = None, **_: Any,  # graph and any later key: the cache's, unused here
     ) -> str:  # fmt: skip
-        return impl(self, int_array, writeline, known_statically)
+        return self._codegen_int_array_var_impl(int_array, writeline, known_statically)
 
     codegen_int_array_var._acache_declares_each = True  # type: ignore[attr-defined]
     CppWrapperCpu.codegen_int_array_var = codegen_int_array_var
