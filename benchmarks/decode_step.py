@@ -49,13 +49,13 @@ import artifactcache
 from artifactcache.recipes import load_recipe
 from artifactcache.measure.bench import bytes_per_token
 
-recipe, backend, mode, extra, quant, cache_dir, n, batch, max_seq_len = sys.argv[1:10]
+recipe, backend, mode, extra, quant, cache_dir, n, batch, max_seq_len, dtype = sys.argv[1:11]
 n, batch, max_seq_len = int(n), int(batch), int(max_seq_len)
 extra = json.loads(extra)
 # The shapes the artifact is built for, once: the bytes below count the KV it allocated
 # and its rows (bytes_per_token refuses a batch over the recipe's max_batch).
 shapes = dict(max_batch=batch if batch > 1 else None, max_seq_len=max_seq_len or None)
-runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype="bf16",
+runner = artifactcache.load(recipe, backend=backend, device="cuda", dtype=dtype,
                             mode=mode or None, extra=extra, quant=quant or None,
                             cache_dir=cache_dir, **shapes)
 rec = load_recipe(recipe).with_shapes(**shapes)
@@ -91,7 +91,7 @@ for name, (count, us) in many.items():
     if count - c0 > 0:
         per_step[name] = [(count - c0) / n, (us - us0) / n]
 print(json.dumps({"per_step": per_step,
-                  "bytes": bytes_per_token(rec, "bf16", quant=quant or None, batch=batch)}))
+                  "bytes": bytes_per_token(rec, dtype, quant=quant or None, batch=batch)}))
 """
 
 
@@ -186,8 +186,8 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
 def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     e = {**env(args.out), "ACACHE_CUDA_GRAPHS": "0"}
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
-           json.dumps(v["extra"]), v["quant"] or "", str(cache),
-           str(args.profile_tokens), str(v["batch"]), str(v["max_seq_len"])]  # fmt: skip
+           json.dumps(v["extra"]), v["quant"] or "", str(cache), str(args.profile_tokens),
+           str(v["batch"]), str(v["max_seq_len"]), args.dtype]  # fmt: skip
     p = subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=args.timeout_s)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}

@@ -14,9 +14,11 @@ from _bench_scripts import load_script
 import artifactcache
 
 
-@pytest.mark.parametrize(("batch", "max_seq_len"), [(1, 0), (8, 0), (8, 128)])
+@pytest.mark.parametrize(
+    ("batch", "max_seq_len", "dtype"), [(1, 0, "bf16"), (8, 0, "bf16"), (8, 128, "fp16")]
+)
 def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(
-    batch, max_seq_len, monkeypatch
+    batch, max_seq_len, dtype, monkeypatch
 ):
     """A batched variant's profile counts its rows' KV against the recipe built for that
     batch (it refused a batch over the recipe's max_batch of 1 on the GPU, 2026-12-06)."""
@@ -43,18 +45,8 @@ def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(
     monkeypatch.setattr(artifactcache, "load", lambda *a, **k: loaded.append(k) or Runner())
     monkeypatch.setattr(torch.profiler, "profile", Profile)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    argv = [
-        "child",
-        "tiny-llama",
-        "inductor",
-        "",
-        "{}",
-        "",
-        "/nowhere",
-        "4",
-        str(batch),
-        str(max_seq_len),
-    ]
+    argv = ["child", "tiny-llama", "inductor", "", "{}", "", "/nowhere", "4", str(batch),
+            str(max_seq_len), dtype]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -62,7 +54,7 @@ def test_the_profile_child_counts_the_bytes_of_the_rows_it_profiles(
     report = json.loads(out.getvalue().strip().splitlines()[-1])
     shapes = dict(max_batch=batch if batch > 1 else None, max_seq_len=max_seq_len or None)
     (kw,) = loaded  # the artifact loaded is the one built for these shapes...
-    assert {k: kw[k] for k in shapes} == shapes
+    assert {k: kw[k] for k in shapes} == shapes and kw["dtype"] == dtype
     rec = load_recipe("tiny-llama").with_shapes(**shapes)  # ...and its bytes are counted
-    assert report["bytes"] == bytes_per_token(rec, "bf16", batch=batch)
+    assert report["bytes"] == bytes_per_token(rec, dtype, batch=batch)
     assert calls and {rows for rows, _ in calls} == {batch}
