@@ -7,14 +7,15 @@
 # PART: inductor: the five seed models' default builds;
 #       aoti-7b, aoti-small: the same on aoti, llama-7b, llama-3-8b and mistral-7b, then
 #       phi-3-mini and phi-2 (five aoti builds one at a time do not fit one call);
-#       aoti: all five (on an H200 with DECODE_JOBS=2 DECODE_PROFILE=0: two builds at a
-#       time, no profiles, which fits one call);
+#       aoti: all five, meant for an H200 with DECODE_JOBS=2 DECODE_PROFILE=0 (two
+#       builds at a time, no profiles; not yet run there: on an H100 two builds at once
+#       ran out of GPU memory);
 #       llama: llama-7b on inductor, bf16, int8wo and int4wo (the ratios from one run),
 #       and bf16 built for batch 8 and 32.
 # MODELS replaces a part's models. Builds one at a time (DECODE_JOBS, default 1): two
 # 7-8B builds side by side failed the build's memory check on an H100. DECODE_PROFILE
-# (default 1) as decode_call.sh takes it. Every build ends
-# before the first measurement, so a part cut by the deadline measures nothing. Results
+# (default 1) as decode_call.sh takes it. Every build ends before the first
+# measurement, so a part cut by the deadline measures nothing. Results
 # in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S (default
 # 570), so the tar always runs. Afterwards, here, over the four parts' results:
 #   python benchmarks/decode_table.py RESULTS/NAME1 RESULTS/NAME2 RESULTS/NAME3 RESULTS/NAME4

@@ -347,7 +347,9 @@ def test_a_mixed_compare_gives_each_unit_only_the_choices_of_its_kind(monkeypatc
         compare.validate(only_specs)
 
 
-def test_compare_refuses_what_the_backend_refuses_for_the_recipe_before_any_probe(monkeypatch):
+def test_compare_refuses_what_the_backend_refuses_for_the_recipe_before_any_probe(
+    monkeypatch, tmp_path
+):
     """Layer regions on phi-2's inductor build (its default rope kernel cannot run in a
     region) are refused by the backend's recipe check in compare's validation, not by a
     probe's process after it starts."""
@@ -364,6 +366,11 @@ def test_compare_refuses_what_the_backend_refuses_for_the_recipe_before_any_prob
                                choices=BuildChoices(device="cuda"), extras=regions)  # fmt: skip
     with pytest.raises(BackendError, match="add --extra split_kv_rope=0"):
         compare.validate(spec)
+    out = tmp_path / "out"  # the CLI: one line, exit 1, nothing written
+    line = one_line_error("compare", "--recipes", "tiny-phi-2", "--backends", "inductor",
+                          "--device", "cuda", "--extra", "inductor:layer_regions=1",
+                          "--out", str(out))  # fmt: skip
+    assert "add --extra split_kv_rope=0" in line and not out.exists()
     get_backend("inductor").check_options(compare.build_options(spec, "inductor"))  # the recipe's
     spec.extras = {"inductor": {"layer_regions": "1", "split_kv_rope": "0"}}
     compare.validate(spec)
