@@ -119,7 +119,7 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
                 sdpa(q, k, v, fmask, rep)
 
         filled = 2 * B * Hkv * (p + 1) * D * 2
-        cut = da.launch_config(B, Hkv)
+        cut = da.launch_config(B, Hkv, full_k[0].shape[2])
         row = {"shape": label, "max_abs_diff_vs_sdpa": err, "filled_kv_bytes": filled,
                "launch": _label((cut.split, cut.block_n, cut.num_warps, cut.stages))}  # fmt: skip
         for name, fn in (("split_kv", split_kv), ("sdpa_bucket", bucketed), ("sdpa_whole", whole)):
@@ -128,7 +128,7 @@ def kernel_rows(iters: int) -> list[dict[str, Any]]:
             row[f"{name}_gbps"] = round(filled / t / 1e9, 1)
         chosen = da.launch_config
         for c in SWEEP:  # the kernel at each cut, for choosing launch_config's rule
-            da.launch_config = lambda rows, heads, c=c: da.Launch(*c)
+            da.launch_config = lambda rows, heads, slots, c=c: da.Launch(*c)
             try:
                 err_c = decode_attention(q, full_k[0], full_v[0], lo, pos).float() - want.float()
                 row[f"{_label(c)}_max_diff"] = err_c.abs().max().item()

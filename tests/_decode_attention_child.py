@@ -24,7 +24,8 @@ from artifactcache.models.decode_attention import (  # noqa: E402
 )
 from artifactcache.models.rope import apply_rope  # noqa: E402
 
-SPLIT = da.launch_config(1, 1).split
+# A long cache's split: the cases below that name it are several splits long.
+SPLIT = da.launch_config(1, 1, 1 << 20).split
 
 
 def decode_attention_reference(
@@ -183,7 +184,7 @@ if __name__ == "__main__":
     print("ok: rope, 32 of 80 dims rotated")
     default = da.launch_config
     for label, launch in OTHER_LAUNCHES.items():
-        da.launch_config = lambda rows, heads, launch=launch: launch
+        da.launch_config = lambda rows, heads, slots, launch=launch: launch
         try:
             for name in OTHER_LAUNCH_CASES:
                 the_kernel_gives_sdpa_under_the_causal_mask(CASES[name])

@@ -103,7 +103,7 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     partial, combine = da._kernels()
     d_p2 = da._next_pow2(head_dim)
     elem = 4 if dtype == "fp32" else 2
-    cut = da.fit_shared_memory(da.launch_config(rows, kv_heads), elem, d_p2, limit)
+    cut = da.fit_shared_memory(da.launch_config(rows, kv_heads, slots), elem, d_p2, limit)
     rot = (32 if head_dim == 80 else head_dim) if rope else None  # phi-2 rotates 32 of 80
     partial_consts, combine_consts = da.kernel_constants(
         rep, head_dim, slots, cut, dtype == "fp32", rot=rot
@@ -111,7 +111,8 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     kernels = [
         (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
                    "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32",
-                   "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}", "COS": "*fp32", "SIN": "*fp32"},
+                   "OUT": f"*{dtype}", "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}",
+                   "COS": "*fp32", "SIN": "*fp32"},
          partial_consts, cut.num_warps),
         (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
                    "LO": "*i64", "POS": "*i64"}, combine_consts, 4),
@@ -137,6 +138,23 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
         assert compiled.asm["cubin"]
         shared.append(compiled.metadata.shared)
     assert shared[0] <= da.staged_bytes(cut, elem, d_p2) <= limit, (cut, shared)
+
+
+def test_a_short_cache_is_one_split_and_needs_no_combine():
+    """Up to ONE_SPLIT_SLOTS positions one program a (row, kv head) reads the whole cache
+    and writes the output (FINAL); a longer cache is cut by the rows' count."""
+    from artifactcache.models import decode_attention as da
+
+    for slots, split in ((64, 64), (100, 128), (da.ONE_SPLIT_SLOTS, da.ONE_SPLIT_SLOTS)):
+        cut = da.launch_config(1, 32, slots)
+        partial, _ = da.kernel_constants(1, 80, slots, cut, fp32=False)
+        assert (cut.split, partial["N_SPLITS"], partial["FINAL"]) == (split, 1, True)
+    longer = da.ONE_SPLIT_SLOTS + 1
+    for rows, split in ((1, 128), (8, 256), (32, 512)):
+        cut = da.launch_config(rows, 32, longer)
+        partial, _ = da.kernel_constants(1, 80, longer, cut, fp32=False)
+        assert cut.split == split
+        assert partial["FINAL"] == (split >= longer)
 
 
 def test_fit_shared_memory_drops_stages_then_tiles():

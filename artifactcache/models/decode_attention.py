@@ -13,6 +13,10 @@ program whose split lies outside ``lo[b] .. p`` returns before it loads anything
   head.
 - ``combine``: one program per (row, query head) merges the splits in ``lo .. p``.
 
+A cache that one split covers (up to ``ONE_SPLIT_SLOTS`` positions, or the split the
+rows' count takes) has no combine: its one program a (row, kv head) normalizes and writes
+the output itself (``FINAL``), which saves a launch a layer.
+
 :func:`decode_attention_rope` is the same step with the rotary embedding and the cache
 write inside ``partial`` (``ROPE``): every program rotates its query heads as it loads
 them, and the program whose split holds ``p`` rotates the new key, writes it and the new
@@ -65,8 +69,19 @@ class Launch:
         return min(self.block_n, self.split)
 
 
-def launch_config(rows: int, n_kv_heads: int) -> Launch:
-    """The partial kernel's cut for ``rows`` x ``n_kv_heads`` (row, kv head) pairs.
+# The longest cache read by one split, one program a (row, kv head): at the seed context
+# (256 slots, position <= 205) the split of 128 has one active split in the first 122
+# steps anyway, so the second split and the combine kernel bought nothing there
+# (docs/perf-notes.md, attempt 70).
+ONE_SPLIT_SLOTS = 256
+
+
+def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
+    """The partial kernel's cut for ``rows`` x ``n_kv_heads`` (row, kv head) pairs over
+    ``slots`` allocated positions.
+
+    A cache of up to ONE_SPLIT_SLOTS positions is one split (rounded up to a power of
+    two, the tile's shape), so no combine runs.
 
     Few pairs need short splits to fill the GPU's SMs; many pairs fill it anyway, and
     there longer splits mean fewer programs for the grid to launch over the allocated
@@ -74,6 +89,8 @@ def launch_config(rows: int, n_kv_heads: int) -> Launch:
     attempt 15; benchmarks/split_kv_check.py swaps this function out for its sweep):
     32 pairs best at 64-128 positions, 1024 pairs at 512. 256 between is not measured.
     """
+    if slots <= ONE_SPLIT_SLOTS:
+        return Launch(split=_next_pow2(slots))
     pairs = rows * n_kv_heads
     return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
 
@@ -109,7 +126,8 @@ def kernel_constants(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The constexprs the ops launch (partial, combine) with, for ``rep`` query heads a
     kv head, ``slots`` allocated positions and ``cut``; ``rot``: the rotated dims of
-    decode_attention_rope (None: the plain op). The sm_90 compile test compiles the
+    decode_attention_rope (None: the plain op). One split (``FINAL``): the partial
+    kernel writes the output, and no combine runs. The sm_90 compile test compiles the
     kernels with these."""
     d_p2 = _next_pow2(head_dim)
     n_splits = -(-slots // cut.split)
@@ -119,7 +137,7 @@ def kernel_constants(
         "N_SPLITS": n_splits, "STAGES": cut.stages,
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
         "PRECISION": "ieee" if fp32 else "tf32",
-        "ROPE": rot is not None, "ROT": rot or 0,
+        "ROPE": rot is not None, "ROT": rot or 0, "FINAL": n_splits == 1,
     }  # fmt: skip
     combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
                "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
@@ -151,13 +169,14 @@ def _kernels() -> tuple[Any, Any]:
 
     @triton.jit
     def _partial(
-        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, K_NEW, V_NEW, COS, SIN,
+        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, OUT, K_NEW, V_NEW, COS, SIN,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
-        stride_knb, stride_knh, stride_vnb, stride_vnh,
+        stride_ob, stride_oh, stride_knb, stride_knh, stride_vnb, stride_vnh,
         n_kv_heads, n_heads, SCALE: tl.constexpr,  # a constexpr: AOTI types a float as fp64
         REP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
         SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
         STAGES: tl.constexpr, PRECISION: tl.constexpr, ROPE: tl.constexpr, ROT: tl.constexpr,
+        FINAL: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         split = tl.program_id(1)
@@ -231,12 +250,16 @@ def _kernels() -> tuple[Any, Any]:
                 pv = tl.dot(w.to(v.dtype), v, input_precision=PRECISION)
                 acc = acc * alpha[:, None] + pv
                 m = m_new
-            at = (b * n_heads + heads) * N_SPLITS + split
-            tl.store(M_OUT + at, m, mask=rmask)
-            tl.store(L_OUT + at, den, mask=rmask)
-            tl.store(
-                ACC_OUT + at[:, None] * D + d[None, :], acc, mask=rmask[:, None] & dmask[None, :]
-            )
+            if FINAL:
+                # The only split always holds p, so den >= 1: what combine would give.
+                out = acc / den[:, None]
+                tl.store(OUT + b * stride_ob + heads[:, None] * stride_oh + d[None, :],
+                         out.to(OUT.dtype.element_ty), mask=qmask)  # fmt: skip
+            else:
+                at = (b * n_heads + heads) * N_SPLITS + split
+                tl.store(M_OUT + at, m, mask=rmask)
+                tl.store(L_OUT + at, den, mask=rmask)
+                tl.store(ACC_OUT + at[:, None] * D + d[None, :], acc, mask=qmask)
 
     @triton.jit
     def _combine(
@@ -335,7 +358,7 @@ def _attend(
     rep = H // Hkv
     if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
         raise ValueError("decode_attention reads caches whose last dimension is contiguous")
-    cut = launch_config(B, Hkv)
+    cut = launch_config(B, Hkv, S)
     if k_cache.is_cuda:
         limit = shared_memory_limit(q.device)
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit)
@@ -344,20 +367,25 @@ def _attend(
         rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot
     )
     n_splits = partial_consts["N_SPLITS"]
-    m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
-    den = torch.empty_like(m)
-    acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
+    if partial_consts["FINAL"]:  # the partial kernel writes out, never these
+        m = den = acc = out
+    else:
+        m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
+        den = torch.empty_like(m)
+        acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     # The plain op passes the caches where the new key and value would go: never read.
-    k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, m, m)
+    k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, out, out)
     partial, combine = _kernels()
     wrap_triton(partial)[(B * Hkv, n_splits)](
-        q, k_cache, v_cache, lo, input_pos, m, den, acc, k_new, v_new, cos, sin,
+        q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         Hkv, H, **partial_consts, num_warps=cut.num_warps,
     )  # fmt: skip
+    if partial_consts["FINAL"]:
+        return out
     wrap_triton(combine)[(B * H,)](
         m, den, acc, lo, input_pos, out, out.stride(0), out.stride(1), H,
         **combine_consts, num_warps=4,

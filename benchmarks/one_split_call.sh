@@ -1,0 +1,42 @@
+#!/bin/bash
+# Attempt 70 measured in one GPU call: the split-KV kernel with one split and no combine
+# for a cache of up to 256 positions (today's tree) against the tree before it (.ab70),
+# on the models whose attention takes the most of their step (phi-2, phi-3-mini: 32
+# heads, 32 layers) and one with grouped heads (llama-3-8b: 8 kv heads, so 8 programs a
+# layer where the split of 128 launched 16).
+# 1. the attention op's GPU test (tests/test_models_decode_attention.py -k on_cuda);
+# 2. each model's default inductor build from both trees, one at a time;
+# 3. each model measured and its step profiled (decode_step.py, a fresh `acache bench`),
+#    the tree before and today's back to back: R/old/MODEL, R/new/MODEL.
+#   bash benchmarks/one_split_call.sh NAME   (carry [".whl", ".ab70"])
+# .ab70 holds artifactcache/ and benchmarks/decode_step.py of a546c2e, made here by
+#   mkdir .ab70 && git archive a546c2e artifactcache benchmarks/decode_step.py | tar -x -C .ab70
+# Then, here: python benchmarks/decode_table.py RESULTS/NAME/old RESULTS/NAME/new
+. benchmarks/_device_call.sh
+start_call "${1:?usage: one_split_call.sh NAME}"
+OLD=.ab70/benchmarks/decode_step.py
+[ -f "$OLD" ] || { echo "no $OLD: see this script's header" >&2; exit 2; }
+MODELS=${MODELS:-phi-2 phi-3-mini llama-3-8b}
+timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider \
+  tests/test_models_decode_attention.py -k on_cuda > "$R/gpu-test.log" 2>&1
+echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+for m in $MODELS; do
+  for side in old new; do
+    script=benchmarks/decode_step.py cache=$C
+    [ $side = old ] && script=$OLD cache=$C-old
+    timeout "$(cap 160)" python3 "$script" "$m" --build-only --out "$R/$side/builds-$m" \
+      --cache-dir "$cache" --variants inductor --timeout-s 150 > "$R/$side-build-$m.log" 2>&1
+    echo "$side build $m rc=$? at $((SECONDS - T0)) s"
+    grep -h '"error": "' "$R/$side-build-$m.log" | cut -c1-300
+  done
+done
+for m in $MODELS; do
+  for side in old new; do
+    script=benchmarks/decode_step.py cache=$C
+    [ $side = old ] && script=$OLD cache=$C-old
+    timeout "$(cap 60)" python3 "$script" "$m" --out "$R/$side/$m" --cache-dir "$cache" \
+      --variants inductor --profile inductor --timeout-s 55 > "$R/$side-$m.log" 2>&1
+    echo "$side $m rc=$? at $((SECONDS - T0)) s"; grep -A12 '^| variant' "$R/$side-$m.log"
+  done
+done
+finish_call
