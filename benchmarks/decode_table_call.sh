@@ -11,7 +11,8 @@
 #       builds at a time, no profiles; not yet run there: on an H100 two builds at once
 #       ran out of GPU memory);
 #       llama: llama-7b on inductor, bf16, int8wo and int4wo (the ratios from one run),
-#       and bf16 built for batch 8 and 32.
+#       and bf16 built for batch 8 and 32;
+#       list: the RECIPE/VARIANT entries in VARIANTS (what is left of a table).
 # MODELS replaces a part's models. Builds one at a time (DECODE_JOBS, default 1): two
 # 7-8B builds side by side failed the build's memory check on an H100. DECODE_PROFILE
 # (default 1) as decode_call.sh takes it. Every build ends before the first
@@ -37,7 +38,8 @@ case ${2:?usage: decode_table_call.sh NAME PART} in
   llama)
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
-  *) echo "PART is inductor, aoti, aoti-7b, aoti-small or llama, not $2" >&2; exit 2 ;;
+  list) read -ra variants <<<"${VARIANTS:?list takes VARIANTS=\"RECIPE/VARIANT ...\"}" ;;
+  *) echo "PART is inductor, aoti, aoti-7b, aoti-small, llama or list, not $2" >&2; exit 2 ;;
 esac
 DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=${DECODE_PROFILE:-1} timeout "$(cap 560)" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
