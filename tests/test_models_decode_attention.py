@@ -74,8 +74,11 @@ def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
 
 # (rows, kv heads, rep, head_dim, slots): llama-7b at 4096 and at 256, its batch 32,
 # llama-3's GQA, phi-2, phi-3 at 32k; each with the launch the op chooses for it.
+# (rows, kv heads, query heads a kv head, head_dim, slots); 2 slots: a split of 16, the
+# fewest positions tl.dot takes.
 SM90_SHAPES = [(1, 32, 1, 128, 4096), (1, 32, 1, 128, 256), (32, 32, 1, 128, 256),
-               (1, 8, 4, 128, 4096), (1, 32, 1, 80, 2048), (1, 32, 1, 96, 32768)]  # fmt: skip
+               (1, 8, 4, 128, 4096), (1, 32, 1, 80, 2048), (1, 32, 1, 96, 32768),
+               (1, 4, 1, 64, 2)]  # fmt: skip
 H100_SHARED = 232448  # bytes a program may use (shared_memory_per_block_optin)
 CONSUMER_SHARED = 101376  # sm_86/89/120
 
@@ -145,7 +148,7 @@ def test_a_short_cache_is_one_split_and_needs_no_combine():
     and writes the output (FINAL); a longer cache is cut by the rows' count."""
     from artifactcache.models import decode_attention as da
 
-    for slots, split in ((64, 64), (100, 128), (da.ONE_SPLIT_SLOTS, da.ONE_SPLIT_SLOTS)):
+    for slots, split in ((8, 16), (64, 64), (100, 128), (da.ONE_SPLIT_SLOTS, da.ONE_SPLIT_SLOTS)):
         cut = da.launch_config(1, 32, slots)
         partial, _ = da.kernel_constants(1, 80, slots, cut, fp32=False)
         assert (cut.split, partial["N_SPLITS"], partial["FINAL"]) == (split, 1, True)

@@ -81,7 +81,8 @@ def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
     ``slots`` allocated positions.
 
     A cache of up to ONE_SPLIT_SLOTS positions is one split (rounded up to a power of
-    two, the tile's shape), so no combine runs.
+    two, the tile's shape, and at least 16, the fewest rows tl.dot takes), so no combine
+    runs.
 
     Few pairs need short splits to fill the GPU's SMs; many pairs fill it anyway, and
     there longer splits mean fewer programs for the grid to launch over the allocated
@@ -90,7 +91,7 @@ def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
     32 pairs best at 64-128 positions, 1024 pairs at 512. 256 between is not measured.
     """
     if slots <= ONE_SPLIT_SLOTS:
-        return Launch(split=_next_pow2(slots))
+        return Launch(split=max(16, _next_pow2(slots)))
     pairs = rows * n_kv_heads
     return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
 
@@ -98,10 +99,11 @@ def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
 def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int) -> int:
     """Shared memory the partial kernel's K/V tiles take, an upper estimate: the pipelined
     loop holds ``stages - 1`` tiles of K and V (one when it is not pipelined), plus a
-    quarter tile for the products' layout changes. The sm_90 compile test holds it to
-    Triton's own count."""
+    quarter tile and a 16-row tile of q for the products' layout changes (the latter
+    what a 16-position tile's count exceeds the quarter by). The sm_90 compile test
+    holds it to Triton's own count."""
     tile = 2 * cut.tile * d_p2 * elem_bytes
-    return max(cut.stages - 1, 1) * tile + tile // 4
+    return max(cut.stages - 1, 1) * tile + tile // 4 + 16 * d_p2 * elem_bytes
 
 
 def fit_shared_memory(cut: Launch, elem_bytes: int, d_p2: int, limit: int) -> Launch:
@@ -368,14 +370,18 @@ def _attend(
     )
     n_splits = partial_consts["N_SPLITS"]
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
-    if partial_consts["FINAL"]:  # the partial kernel writes out, never these
-        m = den = acc = out
+    # What a launch passes where its kernel reads or writes nothing: a scratch of its
+    # own, not an output, so that were torch's analysis of the kernel to count every
+    # argument as written, no output would be taken for it.
+    unused = torch.empty(1, dtype=torch.float32, device=q.device)
+    if partial_consts["FINAL"]:  # the partial kernel writes out
+        m = den = acc = unused
     else:
         m = torch.empty((B, H, n_splits), dtype=torch.float32, device=q.device)
         den = torch.empty_like(m)
         acc = torch.empty((B, H, n_splits, D), dtype=torch.float32, device=q.device)
     # The plain op passes the caches where the new key and value would go: never read.
-    k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, out, out)
+    k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, unused, unused)
     partial, combine = _kernels()
     wrap_triton(partial)[(B * Hkv, n_splits)](
         q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin,
