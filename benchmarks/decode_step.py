@@ -192,8 +192,7 @@ def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> di
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
            json.dumps(v["extra"]), v["quant"] or "", str(cache), str(args.profile_tokens),
            str(v["batch"]), str(v["max_seq_len"]), args.dtype]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=REPO,
-                       timeout=args.timeout_s)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=REPO, timeout=args.timeout_s)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])
