@@ -10,7 +10,9 @@
 # .ab69 holds artifactcache/ and benchmarks/decode_step.py of 5ee79ee, where phi-2's fused
 # out-projection read [attention | fc1] through a concatenation; made here by
 #   mkdir .ab69 && git archive 5ee79ee artifactcache benchmarks/decode_step.py | tar -x -C .ab69
-# (decode_step.py runs `acache` from the tree it sits in). Then, here:
+# Its old side ran today's tree: started from the repository's root, decode_step.py's
+# `python -m` children imported the root's artifactcache (found 2026-12-07; perf-notes
+# attempt 69). one_split_call.sh runs an old tree from inside its copy. Then, here:
 #   python benchmarks/decode_table.py RESULTS/NAME/decode
 . benchmarks/_device_call.sh
 start_call "${1:?usage: x_tail_call.sh NAME}"
