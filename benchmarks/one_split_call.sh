@@ -46,7 +46,9 @@ for m in $MODELS; do
     step $side "$(cap 60)" "$m" --out "$R/$side/$m" --profile inductor \
       --timeout-s 55 > "$R/$side-$m.log" 2>&1
     echo "$side $m rc=$? at $((SECONDS - T0)) s"; grep -A12 '^| variant' "$R/$side-$m.log"
-    grep -o '"_combine", *\[[^]]*\]' "$R/$side/$m/decode_step.json" || echo "$side $m: no _combine"
+    python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["profiles"][0]
+print(sys.argv[2], dict(p.get("top_kernels", [])).get("_combine", "no _combine"))' \
+      "$R/$side/$m/decode_step.json" "$side $m _combine (launches, us a step):"
   done
 done
 finish_call
