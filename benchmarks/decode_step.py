@@ -226,6 +226,8 @@ def main() -> int:
                     help="only `acache build` each variant (OUT/builds.json), to build "
                     "several side by side before they are measured one at a time")  # fmt: skip
     args = ap.parse_args()
+    if Path(args.recipe).exists():  # a TOML or checkpoint folder: the children run in REPO
+        args.recipe = str(Path(args.recipe).resolve())
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     cache = (args.cache_dir or args.out / "cache").resolve()

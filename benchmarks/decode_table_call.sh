@@ -20,6 +20,8 @@
 # in /tmp/NAME, tarred into $OUT/NAME.tgz; every step ends within DEADLINE_S (default
 # 570), so the tar always runs. Afterwards, here, over the four parts' results:
 #   python benchmarks/decode_table.py RESULTS/NAME1 RESULTS/NAME2 RESULTS/NAME3 RESULTS/NAME4
+[ "${2:-}" != list ] || [ -n "${VARIANTS:-}" ] ||
+  { echo 'the list part takes VARIANTS="RECIPE/VARIANT ..."' >&2; exit 2; }
 . benchmarks/_device_call.sh
 start_call "${1:?usage: decode_table_call.sh NAME PART}"
 # GPU_TEST=1: the compiled row GEMV's GPU test first (models/gemv.py changed since its
@@ -38,7 +40,7 @@ case ${2:?usage: decode_table_call.sh NAME PART} in
   llama)
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
-  list) read -ra variants <<<"${VARIANTS:?list takes VARIANTS=\"RECIPE/VARIANT ...\"}" ;;
+  list) read -ra variants <<<"$VARIANTS" ;;
   *) echo "PART is inductor, aoti, aoti-7b, aoti-small, llama or list, not $2" >&2; exit 2 ;;
 esac
 DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=${DECODE_PROFILE:-1} timeout "$(cap 560)" bash benchmarks/decode_call.sh \

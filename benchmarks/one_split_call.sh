@@ -46,9 +46,9 @@ for m in $MODELS; do
     step $side "$(cap 60)" "$m" --out "$R/$side/$m" --profile inductor \
       --timeout-s 55 > "$R/$side-$m.log" 2>&1
     echo "$side $m rc=$? at $((SECONDS - T0)) s"; grep -A12 '^| variant' "$R/$side-$m.log"
-    python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["profiles"][0]
-print(sys.argv[2], dict(p.get("top_kernels", [])).get("_combine", "no _combine"))' \
-      "$R/$side/$m/decode_step.json" "$side $m _combine (launches, us a step):"
+    python3 -c 'import json, sys; ps = json.load(open(sys.argv[1])).get("profiles") or [{}]
+print(sys.argv[2], dict(ps[0].get("top_kernels", [])).get("_combine", "none"))' \
+      "$R/$side/$m/decode_step.json" "$side $m _combine (launches, us a step):" 2>&1 | tail -1
   done
 done
 finish_call

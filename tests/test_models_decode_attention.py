@@ -72,10 +72,9 @@ def test_a_split_kv_model_decodes_as_the_bucketed_sdpa_one():
     assert done.stdout.count("ok:") == len(TINY), done.stdout
 
 
-# (rows, kv heads, rep, head_dim, slots): llama-7b at 4096 and at 256, its batch 32,
-# llama-3's GQA, phi-2, phi-3 at 32k; each with the launch the op chooses for it.
-# (rows, kv heads, query heads a kv head, head_dim, slots); 2 slots: a split of 16, the
-# fewest positions tl.dot takes.
+# (rows, kv heads, query heads a kv head, head_dim, slots): llama-7b at 4096 and at
+# 256, its batch 32, llama-3's GQA, phi-2, phi-3 at 32k, and a cache of 2 slots (a split
+# of 16, the fewest positions tl.dot takes); each with the launch the op chooses for it.
 SM90_SHAPES = [(1, 32, 1, 128, 4096), (1, 32, 1, 128, 256), (32, 32, 1, 128, 256),
                (1, 8, 4, 128, 4096), (1, 32, 1, 80, 2048), (1, 32, 1, 96, 32768),
                (1, 4, 1, 64, 2)]  # fmt: skip
@@ -106,7 +105,8 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     partial, combine = da._kernels()
     d_p2 = da._next_pow2(head_dim)
     elem = 4 if dtype == "fp32" else 2
-    cut = da.fit_shared_memory(da.launch_config(rows, kv_heads, slots), elem, d_p2, limit)
+    qb = max(16, da._next_pow2(rep))
+    cut = da.fit_shared_memory(da.launch_config(rows, kv_heads, slots), elem, d_p2, limit, qb)
     rot = (32 if head_dim == 80 else head_dim) if rope else None  # phi-2 rotates 32 of 80
     partial_consts, combine_consts = da.kernel_constants(
         rep, head_dim, slots, cut, dtype == "fp32", rot=rot
@@ -140,7 +140,7 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
         compiled = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         assert compiled.asm["cubin"]
         shared.append(compiled.metadata.shared)
-    assert shared[0] <= da.staged_bytes(cut, elem, d_p2) <= limit, (cut, shared)
+    assert shared[0] <= da.staged_bytes(cut, elem, d_p2, qb) <= limit, (cut, shared)
 
 
 def test_a_short_cache_is_one_split_and_needs_no_combine():

@@ -96,22 +96,23 @@ def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
     return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
 
 
-def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int) -> int:
+def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int, qb: int = 16) -> int:
     """Shared memory the partial kernel's K/V tiles take, an upper estimate: the pipelined
     loop holds ``stages - 1`` tiles of K and V (one when it is not pipelined), plus a
-    quarter tile and a 16-row tile of q for the products' layout changes (the latter
+    quarter tile and q's ``qb``-row tile for the products' layout changes (the latter
     what a 16-position tile's count exceeds the quarter by). The sm_90 compile test
     holds it to Triton's own count."""
     tile = 2 * cut.tile * d_p2 * elem_bytes
-    return max(cut.stages - 1, 1) * tile + tile // 4 + 16 * d_p2 * elem_bytes
+    return max(cut.stages - 1, 1) * tile + tile // 4 + qb * d_p2 * elem_bytes
 
 
-def fit_shared_memory(cut: Launch, elem_bytes: int, d_p2: int, limit: int) -> Launch:
+def fit_shared_memory(cut: Launch, elem_bytes: int, d_p2: int, limit: int, qb: int = 16) -> Launch:
     """``cut`` with fewer stages, then smaller tiles, until its tiles fit ``limit`` bytes
-    of shared memory: fp32 at three stages takes 143 KB, over a consumer GPU's 99 KB."""
-    while staged_bytes(cut, elem_bytes, d_p2) > limit and cut.stages > 1:
+    of shared memory: fp32 at three stages takes 152 KB, over a consumer GPU's 99 KB.
+    ``qb``: q's rows a program (16, or the query heads a kv head rounded up)."""
+    while staged_bytes(cut, elem_bytes, d_p2, qb) > limit and cut.stages > 1:
         cut = replace(cut, stages=cut.stages - 1)
-    while staged_bytes(cut, elem_bytes, d_p2) > limit and cut.block_n > 16:
+    while staged_bytes(cut, elem_bytes, d_p2, qb) > limit and cut.block_n > 16:
         cut = replace(cut, block_n=cut.block_n // 2)
     return cut
 
@@ -363,7 +364,8 @@ def _attend(
     cut = launch_config(B, Hkv, S)
     if k_cache.is_cuda:
         limit = shared_memory_limit(q.device)
-        cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit)
+        qb = max(16, _next_pow2(rep))  # kernel_constants' QB
+        cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, qb)
     rot = None if rope is None else rope[2].shape[-1]
     partial_consts, combine_consts = kernel_constants(
         rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot
