@@ -26,8 +26,11 @@ gpu_test() {
   echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
 }
 # finish_call: R tarred into $OUT/NAME.tgz (framework caches and profiles' pstats left
-# out, as $OUT comes back small), $OUT listed.
+# out, as $OUT comes back small, but the entries' Inductor tuning winners kept, in
+# R/best-configs.tgz: which config each build's coordinate descent chose), $OUT listed.
 finish_call() {
+  find /tmp/"$NAME"-cache* -name '*.best_config' 2>/dev/null |
+    tar czf "$R/best-configs.tgz" -T - 2>/dev/null
   tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
   ls -la "$OUT"
 }
