@@ -29,7 +29,7 @@ gpu_test() {
 # out, as $OUT comes back small, but the entries' Inductor tuning winners kept, in
 # R/best-configs.tgz: which config each build's coordinate descent chose), $OUT listed.
 finish_call() {
-  find /tmp/"$NAME"-cache* -name '*.best_config' 2>/dev/null |
+  find "$C"* -name '*.best_config' 2>/dev/null |
     tar czf "$R/best-configs.tgz" -T - 2>/dev/null
   tar czf "$OUT/$NAME.tgz" --exclude='*-cache' --exclude='*.pstats' -C /tmp "$NAME"
   ls -la "$OUT"

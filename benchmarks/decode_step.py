@@ -120,13 +120,19 @@ def parse_variant(text: str) -> dict[str, Any]:
 
 
 def env(out: Path) -> dict[str, str]:
-    """The children's environment. They also run with their working directory at REPO:
-    ``python -m`` and ``-c`` put it ahead of PYTHONPATH, so a copy of an older tree
-    (an A/B's) runs its own artifactcache, not the one of the directory it was started
-    from."""
     e = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     e.setdefault("TORCHINDUCTOR_CACHE_DIR", str(out / "inductor-cache"))
     return e
+
+
+def run_child(
+    cmd: list[str], e: dict[str, str], args: argparse.Namespace
+) -> subprocess.CompletedProcess[str]:
+    """A child process of this script, in REPO: ``python -m`` and ``-c`` put the working
+    directory ahead of PYTHONPATH, so a copy of an older tree (an A/B's) runs its own
+    artifactcache, not the one of the directory it was started from."""
+    return subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=REPO,
+                          timeout=args.timeout_s)  # fmt: skip
 
 
 def variant_args(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> list[str]:
@@ -158,8 +164,7 @@ def build(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
     """`acache build` of one variant (a cache hit if it is built already)."""
     cmd = [sys.executable, "-m", "artifactcache.cli", "build", *variant_args(v, args, cache)]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
-                       cwd=REPO, timeout=args.timeout_s)  # fmt: skip
+    p = run_child(cmd, env(args.out), args)
     wall = round(time.perf_counter() - t0, 1)
     if p.returncode != 0:
         return {**v, **_failure(p.stderr), "wall_s": wall}
@@ -172,8 +177,7 @@ def bench(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> dict[str,
     if v["batch"] > 1:
         cmd += ["--batch", str(v["batch"])]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(args.out),
-                       cwd=REPO, timeout=args.timeout_s)  # fmt: skip
+    p = run_child(cmd, env(args.out), args)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         return {**v, **_failure(p.stderr), "wall_s": wall}
@@ -192,7 +196,7 @@ def profile_step(v: dict[str, Any], args: argparse.Namespace, cache: Path) -> di
     cmd = [sys.executable, "-c", PROFILE_CHILD, args.recipe, v["backend"], v["mode"] or "",
            json.dumps(v["extra"]), v["quant"] or "", str(cache), str(args.profile_tokens),
            str(v["batch"]), str(v["max_seq_len"]), args.dtype]  # fmt: skip
-    p = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=REPO, timeout=args.timeout_s)
+    p = run_child(cmd, e, args)
     if p.returncode != 0:
         return {"variant": v["variant"], "error": p.stderr.strip()[-2000:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])

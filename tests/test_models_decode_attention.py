@@ -105,7 +105,7 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     partial, combine = da._kernels()
     d_p2 = da._next_pow2(head_dim)
     elem = 4 if dtype == "fp32" else 2
-    qb = max(16, da._next_pow2(rep))
+    qb = da.q_rows(rep)
     cut = da.fit_shared_memory(da.launch_config(rows, kv_heads, slots), elem, d_p2, limit, qb)
     rot = (32 if head_dim == 80 else head_dim) if rope else None  # phi-2 rotates 32 of 80
     partial_consts, combine_consts = da.kernel_constants(

@@ -96,6 +96,12 @@ def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
     return Launch(split=128 if pairs <= 64 else 256 if pairs <= 256 else 512)
 
 
+def q_rows(rep: int) -> int:
+    """The rows of a program's q tile (its QB): the kv head's ``rep`` query heads padded
+    to a power of two of at least 16, what tl.dot takes."""
+    return max(16, _next_pow2(rep))
+
+
 def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int, qb: int = 16) -> int:
     """Shared memory the partial kernel's K/V tiles take, an upper estimate: the pipelined
     loop holds ``stages - 1`` tiles of K and V (one when it is not pipelined), plus a
@@ -109,7 +115,7 @@ def staged_bytes(cut: Launch, elem_bytes: int, d_p2: int, qb: int = 16) -> int:
 def fit_shared_memory(cut: Launch, elem_bytes: int, d_p2: int, limit: int, qb: int = 16) -> Launch:
     """``cut`` with fewer stages, then smaller tiles, until its tiles fit ``limit`` bytes
     of shared memory: fp32 at three stages takes 152 KB, over a consumer GPU's 99 KB.
-    ``qb``: q's rows a program (16, or the query heads a kv head rounded up)."""
+    ``qb``: q's rows a program (:func:`q_rows`)."""
     while staged_bytes(cut, elem_bytes, d_p2, qb) > limit and cut.stages > 1:
         cut = replace(cut, stages=cut.stages - 1)
     while staged_bytes(cut, elem_bytes, d_p2, qb) > limit and cut.block_n > 16:
@@ -135,7 +141,7 @@ def kernel_constants(
     d_p2 = _next_pow2(head_dim)
     n_splits = -(-slots // cut.split)
     partial = {
-        "SCALE": 1.0 / math.sqrt(head_dim), "REP": rep, "QB": max(16, _next_pow2(rep)),
+        "SCALE": 1.0 / math.sqrt(head_dim), "REP": rep, "QB": q_rows(rep),
         "D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "BLOCK_N": cut.tile,
         "N_SPLITS": n_splits, "STAGES": cut.stages,
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
@@ -364,8 +370,7 @@ def _attend(
     cut = launch_config(B, Hkv, S)
     if k_cache.is_cuda:
         limit = shared_memory_limit(q.device)
-        qb = max(16, _next_pow2(rep))  # kernel_constants' QB
-        cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, qb)
+        cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, q_rows(rep))
     rot = None if rope is None else rope[2].shape[-1]
     partial_consts, combine_consts = kernel_constants(
         rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot
