@@ -54,7 +54,8 @@ CASES = {
     "one kv head, head_dim 96, a window": (2, 4, 1, 96, 70, 69, 16, [0, 3]),
     "the first position": (1, 2, 2, 64, 64, 0, None, None),
     "the last slot": (2, 4, 2, 32, 2 * SPLIT + 5, 2 * SPLIT + 4, None, [7, 0]),
-    "a batch of 16 rows, 16 heads": (16, 16, 16, 16, 600, 530, None, list(range(16))),
+    # 80 (row, kv head) pairs: the 256-position split of 65 to 256 pairs, two of them.
+    "a batch of 16 rows, 80 pairs": (16, 5, 5, 16, 300, 280, None, list(range(16))),
     "70 splits: combined in two chunks": (1, 2, 2, 16, 70 * SPLIT, 69 * SPLIT + 5, None, None),
     "five query heads a kv head (padded to 16 rows)": (2, 10, 2, 32, 150, 140, None, [0, 4]),
     "32 query heads a kv head (no padded row)": (1, 32, 1, 16, 100, 80, None, None),
