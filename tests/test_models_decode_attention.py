@@ -328,3 +328,36 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
         step = getattr(run, "_orig_mod", run)
         torch.testing.assert_close(step.k_cache, want_k)
         assert torch.equal(step.v_cache, want_v)
+
+
+# (rows, query heads, kv heads, head_dim, slots, position, row starts): a cache of up to
+# ONE_SPLIT_SLOTS is one split whose program writes the output (no combine); longer ones
+# are cut and combined. The interpreter cases check this arithmetic in fp32 on the CPU;
+# here the compiled kernel, bf16 on the tensor cores, is held to SDPA.
+SDPA_GPU_CASES = [(1, 32, 32, 128, 256, 200, None), (1, 32, 8, 128, 256, 5, None),
+                  (3, 32, 32, 80, 200, 150, [0, 7, 149]),
+                  (2, 32, 8, 128, 4096, 1000, [0, 3])]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SDPA_GPU_CASES)
+def test_on_cuda_the_kernel_matches_sdpa(case):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the compiled kernel; the interpreter cases run on CPU)")
+    from artifactcache.models.common import attention_mask, decode_lo, sdpa
+    from artifactcache.models.decode_attention import decode_attention
+
+    B, H, Hkv, D, S, p, rows = case
+    gen = torch.Generator(device="cpu").manual_seed(5)
+    q = torch.randn(B, H, 1, D, generator=gen).cuda().bfloat16()
+    k = torch.randn(B, Hkv, S, D, generator=gen).cuda().bfloat16()
+    v = torch.randn(B, Hkv, S, D, generator=gen).cuda().bfloat16()
+    pos = torch.tensor([p], device="cuda")
+    row_start = torch.tensor(rows, device="cuda") if rows else None
+    got = decode_attention(q, k, v, decode_lo(pos, row_start, None, B), pos)
+    mask = attention_mask(pos, torch.arange(S, device="cuda"), None, row_start)
+    want = sdpa(q.float(), k.float(), v.float(), mask, H // Hkv)
+    # bf16 products and a bf16 output against fp32 SDPA: one bf16 rounding of the output
+    # and of each weight's probability.
+    torch.testing.assert_close(got.float(), want, rtol=1.6e-2, atol=4e-3)
