@@ -3,11 +3,12 @@ transformers-saved checkpoints of every family.
 
 The per-variant parity with transformers (eager, 48 tokens) is tests/test_sources_hf.py;
 here each compiling backend (inductor, aoti, ort) is held to eager on one checkpoint
-per family: fp32, max relative error <= 1e-4 on ``runner.logits`` of a 16-token prompt
-(a whole pass), of a 5-token one (padded in its pass) and of one a token longer than a
-pass (a first pass, then an extend pass over its cache), and the same greedy tokens
-after the first two (8 through the causal first pass, 24 through the masked prefill step). This
-is the only per-family parity of the compiling backends: test_backends_{inductor,aoti}
+per family (aoti on four of the six: AOTI_FAMILIES says why): fp32, max relative error
+<= 1e-4 on ``runner.logits`` of a 16-token prompt (a whole pass), of a 5-token one
+(padded in its pass) and of one a token longer than a pass (a first pass, then an
+extend pass over its cache), and the same greedy tokens after the first two (8 through
+the causal first pass, 24 through the masked prefill step). This is the only
+per-family parity of the compiling backends: test_backends_{inductor,aoti}
 hold tiny-llama's built-in recipe to eager.
 """
 
@@ -154,9 +155,22 @@ def runners(tmp_path_factory):
     return runner_cache(private_dir(tmp_path_factory, "families-cache"))
 
 
+# aoti differs from inductor in its C++ wrapper and its package (constants, the tied
+# embedding, rope tables, the window's masks), not in how a block's ops lower; so aoti
+# takes the families whose checkpoints give it something of its own to hold, and qwen2's
+# q/k/v biases (phi-2 has biases) and qwen3's q/k norms (weights like any other) are
+# inductor's and ort's: each aoti case costs CI ~45 s of compiling.
+AOTI_FAMILIES = ["llama-3.2-tied", "mistral", "phi-2", "phi-3-longrope"]
+FAMILY_BACKENDS = [
+    pytest.param(name, backend, id=f"{name}-{backend}")
+    for name in PER_FAMILY
+    for backend in ("inductor", "aoti", "ort")
+    if backend != "aoti" or name in AOTI_FAMILIES
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["inductor", "aoti", "ort"])
-@pytest.mark.parametrize("name", PER_FAMILY)
+@pytest.mark.parametrize(("name", "backend"), FAMILY_BACKENDS)
 def test_backend_matches_eager_on_a_transformers_checkpoint(
     name: str, backend: str, family_checkpoints, runners
 ):
