@@ -167,6 +167,8 @@ OTHER_LAUNCH_CASES = ("gqa, head_dim 80, padded rows", "one kv head, head_dim 96
 
 
 if __name__ == "__main__":
+    # The batch case's point: the 256-position split of 65 to 256 pairs, over two splits.
+    assert da.launch_config(16, 5, 300).split == 256, da.launch_config(16, 5, 300)
     for name, case in CASES.items():
         the_kernel_gives_sdpa_under_the_causal_mask(case)
         print("ok:", name)

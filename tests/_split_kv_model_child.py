@@ -26,7 +26,8 @@ from artifactcache.models.common import key_positions  # noqa: E402
 from artifactcache.recipes import load_recipe  # noqa: E402
 
 # Prompts past one 256-position bucket, so the bucketed model reads 512 of its 600 slots
-# (a dynamic length, a spare slot) while the split-KV one combines 5 of its 10 splits.
+# (a dynamic length, a spare slot) while the split-KV one combines the 3 filled of its 5
+# 128-position splits.
 PROMPTS = [[(5 * i + 11 * j) % 200 + 3 for j in range(n)] for i, n in enumerate((300, 7, 119))]
 MAX_SEQ_LEN = 600
 

@@ -2,7 +2,8 @@
 that loads the unpacked packages without compiling anything.
 
 Parity here is tiny-llama's (static passes of 8: a padded one and a full one, and 32
-decode steps); every family on every compiling backend is tests/test_models_families.py's.
+decode steps); every family on inductor and ort, and four on aoti (AOTI_FAMILIES), is
+tests/test_models_families.py's.
 
 Each recipe's two packages take tens of seconds to compile on CPU, so entries are
 built once per module into one cache root and shared by the tests.

@@ -2,7 +2,8 @@
 a torch that cannot save compiled functions.
 
 Parity here is tiny-llama's (static passes of 8: a padded one and a full one, and 32
-decode steps); every family on every compiling backend is tests/test_models_families.py's.
+decode steps); every family on inductor and ort, and four on aoti (AOTI_FAMILIES), is
+tests/test_models_families.py's.
 
 Compiling is slow on CPU (tens of seconds per recipe), so entries are built once
 per module into one cache root and shared by the tests.

@@ -330,13 +330,14 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
         assert torch.equal(step.v_cache, want_v)
 
 
-# (rows, query heads, kv heads, head_dim, slots, position, row starts): a cache of up to
+# (rows, query heads, kv heads, head_dim, slots, position, row starts; a start past the
+# position is a padding row): a cache of up to
 # ONE_SPLIT_SLOTS is one split whose program writes the output (no combine); longer ones
 # are cut and combined. The interpreter cases check this arithmetic in fp32 on the CPU;
 # here the compiled kernel, bf16 on the tensor cores, is held to SDPA.
 SDPA_GPU_CASES = [(1, 32, 32, 128, 256, 200, None), (1, 32, 8, 128, 256, 5, None),
                   (3, 32, 32, 80, 200, 150, [0, 7, 149]),
-                  (2, 32, 8, 128, 4096, 1000, [0, 3])]  # fmt: skip
+                  (2, 32, 8, 128, 4096, 1000, [0, 1200])]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", SDPA_GPU_CASES)
@@ -346,9 +347,15 @@ def test_on_cuda_the_kernel_matches_sdpa(case):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (the compiled kernel; the interpreter cases run on CPU)")
     from artifactcache.models.common import attention_mask, decode_lo, sdpa
-    from artifactcache.models.decode_attention import decode_attention
+    from artifactcache.models.decode_attention import (
+        ONE_SPLIT_SLOTS,
+        decode_attention,
+        launch_config,
+    )
 
     B, H, Hkv, D, S, p, rows = case
+    # Each case takes the path it is here for: one split up to ONE_SPLIT_SLOTS, else several.
+    assert (launch_config(B, Hkv, S).split >= S) == (S <= ONE_SPLIT_SLOTS)
     gen = torch.Generator(device="cpu").manual_seed(5)
     q = torch.randn(B, H, 1, D, generator=gen).cuda().bfloat16()
     k = torch.randn(B, Hkv, S, D, generator=gen).cuda().bfloat16()

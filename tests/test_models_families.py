@@ -161,6 +161,7 @@ def runners(tmp_path_factory):
 # q/k/v biases (phi-2 has biases) and qwen3's q/k norms (weights like any other) are
 # inductor's and ort's: each aoti case costs CI ~45 s of compiling.
 AOTI_FAMILIES = ["llama-3.2-tied", "mistral", "phi-2", "phi-3-longrope"]
+assert set(AOTI_FAMILIES) <= set(PER_FAMILY), AOTI_FAMILIES
 FAMILY_BACKENDS = [
     pytest.param(name, backend, id=f"{name}-{backend}")
     for name in PER_FAMILY
