@@ -331,10 +331,10 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
 
 
 # (rows, query heads, kv heads, head_dim, slots, position, row starts; a start past the
-# position is a padding row): a cache of up to
-# ONE_SPLIT_SLOTS is one split whose program writes the output (no combine); longer ones
-# are cut and combined. The interpreter cases check this arithmetic in fp32 on the CPU;
-# here the compiled kernel, bf16 on the tensor cores, is held to SDPA.
+# position is a padding row): a cache of up to ONE_SPLIT_SLOTS is one split whose program
+# writes the output (no combine); longer ones are cut and combined. The interpreter cases
+# check this arithmetic in fp32 on the CPU; here the compiled kernel, bf16 on the tensor
+# cores, is held to SDPA.
 SDPA_GPU_CASES = [(1, 32, 32, 128, 256, 200, None), (1, 32, 8, 128, 256, 5, None),
                   (3, 32, 32, 80, 200, 150, [0, 7, 149]),
                   (2, 32, 8, 128, 4096, 1000, [0, 1200])]  # fmt: skip
