@@ -147,6 +147,35 @@ def half_precision_stays_within_its_rounding_of_fp32():
     torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
 
 
+def the_prefetching_programs_leave_the_attention_alone():
+    """With ``after`` given, the extra programs (here the interpreter's load a chunk)
+    run beside the pairs': both ops give what they give without them, bit for bit, on a
+    one-split cache (the partial kernel writes the output) and a three-split one (the
+    combine's partial sums), with more bytes asked than the weight has."""
+    after = torch.randn(3 * da.PREFETCH_THREADS + 5, da.PREFETCH_CHUNK // 4)  # fp32
+    weight_bytes = after.numel() * after.element_size()
+    assert da.prefetch_plan(weight_bytes * 2, weight_bytes, 2).programs == 4
+    for case in (CASES["gqa, head_dim 80, padded rows"], CASES["the last slot"]):
+        B, H, Hkv, D, S, p, window, rows = case
+        torch.manual_seed(4)
+        q = torch.randn(B, H, 1, D)
+        k, v = torch.randn(B, Hkv, S, D), torch.randn(B, Hkv, S, D)
+        pos = torch.tensor([p])
+        lo = decode_lo(pos, torch.tensor(rows) if rows else None, window, B)
+        want = decode_attention(q, k, v, lo, pos)
+        got = decode_attention(q, k, v, lo, pos, after, 2 * weight_bytes)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        qkv = torch.randn(B, 1, (H + 2 * Hkv) * D)
+        q1, k1, v1 = (t.view(B, 1, -1, D).transpose(1, 2)
+                      for t in qkv.split([H * D, Hkv * D, Hkv * D], dim=-1))  # fmt: skip
+        cos, sin = torch.rand(1, D).cos(), torch.rand(1, D).sin()
+        caches = [(k.clone(), v.clone()) for _ in range(2)]
+        plain = decode_attention_rope(q1, k1, v1, cos, sin, *caches[0], lo, pos)
+        pre = decode_attention_rope(q1, k1, v1, cos, sin, *caches[1], lo, pos, after, 1 << 20)
+        torch.testing.assert_close(pre, plain, rtol=0, atol=0)
+        torch.testing.assert_close(caches[1], caches[0], rtol=0, atol=0)
+
+
 def decode_lo_folds_the_masks_terms():
     pos = torch.tensor([10])
     assert decode_lo(pos, None, None, 2).tolist() == [0, 0]
@@ -175,6 +204,7 @@ if __name__ == "__main__":
     for check in (
         positions_past_the_query_are_never_read,
         half_precision_stays_within_its_rounding_of_fp32,
+        the_prefetching_programs_leave_the_attention_alone,
         decode_lo_folds_the_masks_terms,
     ):
         check()

@@ -5,7 +5,8 @@ TRITON_INTERPRET must be set before Triton is first imported. For each tiny reci
 two eager fp32 models with the same weights: one decoding through SDPA over length
 buckets, one through the split-KV kernel (in Triton's interpreter) over the whole
 static cache, and a third whose kernel also rotates q and k and writes the cache
-(``split_kv_rope``). Prints one "ok: RECIPE" line per recipe where the three agree.
+(``split_kv_rope``), with the L2 prefetch of each block's projection after attention
+(``attention_prefetch``). Prints one "ok: RECIPE" line per recipe where the three agree.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def check(name: str) -> None:
     s = recipe.shapes.max_seq_len
     plain = build_model(recipe)
     split = build_model(recipe, split_kv_decode=True)
-    rope = build_model(recipe, split_kv_decode=True, split_kv_rope=True)
+    # The third also runs the L2 prefetch's extra programs (the interpreter's stand-in).
+    rope = build_model(recipe, split_kv_decode=True, split_kv_rope=True, attention_prefetch=1 << 20)
     assert kv_buckets_of(plain) and not kv_buckets_of(split)
     slots = [m.model.layers[0].self_attn.kv_cache.k_cache.shape[2] for m in (plain, split)]
     assert slots == [s + 1, s], slots  # the bucketed cache's spare slot; none for split-KV

@@ -10,7 +10,10 @@ import pytest
 from artifactcache import api
 from artifactcache.backends.base import get_backend
 from artifactcache.backends.shared.model_options import (
+    ATTENTION_PREFETCH_MAX_MIB,
     MODEL_BACKENDS,
+    PREFETCH_DEFAULT_MIB,
+    attention_prefetch_mib,
     check_quant,
     cudnn_prefill,
     fuse_projections,
@@ -115,6 +118,7 @@ def test_the_factors_name_the_model_as_built(backend: str):
         "decode_attention": "sdpa",
         "row_gemv": False,  # a CPU build
         "cudnn_prefill": True,  # a CPU build: torch's own choice, which has no cuDNN
+        "attention_prefetch_mib": 0,  # no split-KV decode on a CPU
     }
 
 
@@ -353,3 +357,46 @@ def test_row_gemv_is_a_key_factor():
     off = BuildChoices(device="cuda", extra={"row_gemv": 0})
     rec = load_recipe("tiny-phi-3")
     assert model_factors("aoti", rec, on) != model_factors("aoti", rec, off)
+
+
+def test_the_attention_prefetch_is_whole_mib_inside_split_kv_decode_and_keyed():
+    """--extra attention_prefetch=MiB: the default where split-KV decode runs, 0 where it
+    does not; asked for, its value is the key's and the model's (in bytes); out of range,
+    not a whole number, or asked for without split-KV decode, one line, from the options
+    alone (before any build)."""
+    rec = _long("tiny-phi-2", max_seq_len=256)
+    cuda = BuildChoices(device="cuda")
+    assert attention_prefetch_mib("inductor", cuda, rec) == PREFETCH_DEFAULT_MIB
+    assert attention_prefetch_mib("inductor", BuildChoices(device="cpu"), rec) == 0
+    off = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
+    assert attention_prefetch_mib("aoti", off, rec) == 0
+    asked = BuildChoices(device="cuda", extra={"attention_prefetch": "12"})
+    for backend in ("inductor", "aoti"):
+        assert model_factors(backend, rec, asked)["attention_prefetch_mib"] == 12
+    with pytest.raises(BackendError, match="split_kv_decode=1"):  # eager's default: SDPA
+        model_factors("eager", rec, asked)
+    assert model_build_args("inductor", rec, asked)["attention_prefetch"] == 12 << 20
+    factors = [
+        get_backend("aoti").factors(
+            rec, BuildChoices(device="cuda", extra={"attention_prefetch": m})
+        )
+        for m in (0, 8)
+    ]
+    assert factors[0] != factors[1]  # the key is a hash of the factors
+    for value, why in [
+        ("-1", "whole MiB"), ("1.5", "whole MiB"), ("lots", "whole MiB"),
+        (str(ATTENTION_PREFETCH_MAX_MIB + 1), "whole MiB"),
+    ]:  # fmt: skip
+        bad = BuildChoices(device="cuda", extra={"attention_prefetch": value})
+        with pytest.raises(BackendError, match=why):
+            get_backend("inductor").check_options(bad)
+    no_split = BuildChoices(device="cuda", extra={"split_kv_decode": 0, "attention_prefetch": 8})
+    with pytest.raises(BackendError, match="add --extra split_kv_decode=1"):
+        get_backend("aoti").check_options(no_split)
+    on_cpu = BuildChoices(device="cpu", extra={"attention_prefetch": 8})
+    with pytest.raises(BackendError, match="split-KV"):
+        get_backend("eager").check_options(on_cpu)
+    with pytest.raises(BackendError, match="attention_prefetch"):
+        get_backend("ort").check_options(
+            BuildChoices(device="cuda", extra={"attention_prefetch": 8})
+        )

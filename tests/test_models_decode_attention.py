@@ -53,7 +53,7 @@ def test_the_kernel_matches_sdpa_in_every_case():
     if done.returncode:
         skip_if_interpreter_refused(done.stderr)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count("ok:") == 35, done.stdout
+    assert done.stdout.count("ok:") == 36, done.stdout
 
 
 @interprets_loaded_bounds
@@ -115,7 +115,7 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
         (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
                    "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32",
                    "OUT": f"*{dtype}", "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}",
-                   "COS": "*fp32", "SIN": "*fp32"},
+                   "COS": "*fp32", "SIN": "*fp32", "PF": f"*{dtype}"},
          partial_consts, cut.num_warps),
         (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
                    "LO": "*i64", "POS": "*i64"}, combine_consts, 4),
@@ -141,6 +141,98 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
         assert compiled.asm["cubin"]
         shared.append(compiled.metadata.shared)
     assert shared[0] <= da.staged_bytes(cut, elem, d_p2, qb) <= limit, (cut, shared)
+
+
+@pytest.mark.parametrize("rope", [False, True], ids=["plain", "rope"])
+def test_the_prefetch_compiles_to_one_bulk_prefetch_a_thread(rope: bool):
+    """The partial kernel with PREFETCH 1 for an sm_90 GPU (phi-2's heads, bf16): the
+    inline PTX assembles (ptxas runs), each thread holds one predicated bulk prefetch
+    (the pure asm kept alive by the never-taken store), and the kernel's shared memory
+    is what it is without it."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from artifactcache.models import decode_attention as da
+
+    partial, _ = da._kernels()
+    cut = da.launch_config(1, 32, 256)
+    pointers = {n: "*bf16" for n in ("Q", "K", "V", "OUT", "K_NEW", "V_NEW", "PF")}
+    pointers.update({"LO": "*i64", "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32",
+                     "ACC_OUT": "*fp32", "COS": "*fp32", "SIN": "*fp32"})  # fmt: skip
+    names = partial.arg_names
+    compiled = {}
+    for mode in (0, 1):
+        consts, _ = da.kernel_constants(1, 80, 256, cut, False, rot=32 if rope else None,
+                                        prefetch=mode)  # fmt: skip
+        sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
+        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+                   if n in pointers or n.startswith("stride_")}  # fmt: skip
+        try:
+            constexprs = {(names.index(k),): v for k, v in consts.items()}
+            src = ASTSource(fn=partial, signature=sig, attrs=aligned, constexprs=constexprs)
+        except (TypeError, AttributeError) as e:  # Triton's internal API moves between releases
+            pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
+        compiled[mode] = triton_compile(src, target=GPUTarget("cuda", 90, 32),
+                                        options={"num_warps": cut.num_warps})  # fmt: skip
+    ptx = compiled[1].asm["ptx"]
+    assert ptx.count("@p cp.async.bulk.prefetch.L2.global [%rd") == 1, ptx[-2000:]
+    assert "cp.async.bulk.prefetch" not in compiled[0].asm["ptx"]
+    assert compiled[1].metadata.shared == compiled[0].metadata.shared
+
+
+def test_torch_finds_the_prefetched_weight_never_written(monkeypatch):
+    """torch's analysis of a user kernel (what Inductor and aoti run before they lower
+    the op) lists the tensors the kernel writes, and the compiled step copies each of
+    them first. The prefetch's pure inline PTX and its never-taken store to M_OUT (the
+    op's scratch or its partial sums) must leave the weight (PF) off that list, or every
+    layer would copy its o_proj. On the CPU the analysis is given an sm_90 target."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+
+    tkw = pytest.importorskip("torch._higher_order_ops.triton_kernel_wrap")
+    from artifactcache.models import decode_attention as da
+
+    class Sm90:
+        def get_current_target(self):
+            return GPUTarget("cuda", 90, 32)
+
+    if not torch.cuda.is_available():
+        if not hasattr(triton.runtime.driver, "_active"):
+            pytest.skip("this Triton's driver cannot be given a target")
+        monkeypatch.setattr(triton.runtime.driver, "_active", Sm90())
+    partial, _ = da._kernels()
+    cut = da.launch_config(1, 32, 256)
+
+    def bf16(*shape):
+        return torch.empty(*shape, dtype=torch.bfloat16)
+
+    tensors = dict(Q=bf16(1, 32, 1, 80), K=bf16(1, 32, 256, 80), V=bf16(1, 32, 256, 80),
+                   LO=torch.zeros(1, dtype=torch.int64), POS=torch.zeros(1, dtype=torch.int64),
+                   M_OUT=torch.empty(1), L_OUT=torch.empty(1), ACC_OUT=torch.empty(1),
+                   OUT=bf16(1, 32, 1, 80), K_NEW=bf16(1, 32, 1, 80), V_NEW=bf16(1, 32, 1, 80),
+                   COS=torch.empty(1, 32), SIN=torch.empty(1, 32), PF=bf16(64, 4096))  # fmt: skip
+    ints = {n: 80 for n in partial.arg_names if n.startswith("stride_")}
+    ints.update(n_kv_heads=32, n_heads=32, n_pairs=32, pf_chunks=128)
+    written = {}
+    for mode in (0, 1):
+        consts, _ = da.kernel_constants(1, 80, 256, cut, False, rot=32, prefetch=mode)
+        found = tkw.identify_accessed_tensors(partial, {**tensors, **ints, **consts}, {})
+        written[mode] = {d.name for d in found.read_writes.writes}
+    assert written[0] == {"K", "V", "OUT"}, written  # the rope op's cache writes, the output
+    assert written[1] == written[0] | {"M_OUT"}, written
+
+
+def test_the_prefetch_plan_takes_whole_chunks_of_at_most_the_weight():
+    from artifactcache.models import decode_attention as da
+
+    chunk, threads = da.PREFETCH_CHUNK, da.PREFETCH_THREADS
+    assert da.prefetch_plan(16 << 20, 64 << 20, 1) == da.Prefetch(1, (16 << 20) // chunk)
+    assert da.prefetch_plan(16 << 20, 64 << 20, 1).programs == (16 << 20) // chunk // threads
+    assert da.prefetch_plan(16 << 20, 3 * chunk + 7, 1) == da.Prefetch(1, 3)
+    assert da.prefetch_plan(16 << 20, 3 * chunk, 1).programs == 1
+    assert da.prefetch_plan(chunk - 1, 64 << 20, 1).programs == 0  # less than a chunk
+    assert da.prefetch_plan(16 << 20, 64 << 20, 0).programs == 0  # no instruction here
 
 
 def test_a_short_cache_is_one_split_and_needs_no_combine():
@@ -284,12 +376,15 @@ def _rope_case(case, device):
     return q, k, v, cos, sin, caches, lo, pos
 
 
+@pytest.mark.parametrize("prefetch_mib", [0, 16])
 @pytest.mark.parametrize("case", ROPE_GPU_CASES)
-def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
+def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case, prefetch_mib: int):
     """decode_attention_rope compiled for the GPU (bf16) against apply_rope, the cache
     written by index_copy_ and the plain op; then under torch.compile (Inductor), in a
     module whose caches are buffers as the models' are: the same output and caches, so
-    Inductor keeps the op's writes to the buffers."""
+    Inductor keeps the op's writes to the buffers. With ``prefetch_mib``, the op pulls
+    that much of a 32 MiB weight buffer into L2 (the bulk prefetch): the same results,
+    and Inductor copies no weight before the kernel."""
     import torch
 
     if not torch.cuda.is_available():
@@ -304,14 +399,18 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
     want_v.index_copy_(2, pos, v)
     want = decode_attention(apply_rope(q, cos, sin, rot), want_k, want_v, lo, pos)
 
+    weight = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+
     class Step(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.register_buffer("k_cache", k_cache.clone())
             self.register_buffer("v_cache", v_cache.clone())
+            self.register_buffer("after", weight)
 
         def forward(self, q, k, v, cos, sin, lo, pos):
-            return decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo, pos)
+            return decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo, pos,
+                                         self.after, prefetch_mib << 20)  # fmt: skip
 
     from torch._inductor.utils import run_and_get_code
 
@@ -328,6 +427,7 @@ def test_on_cuda_the_rope_op_matches_torch_eager_and_compiled(case):
         step = getattr(run, "_orig_mod", run)
         torch.testing.assert_close(step.k_cache, want_k)
         assert torch.equal(step.v_cache, want_v)
+        assert torch.equal(step.after, weight)
 
 
 # (rows, query heads, kv heads, head_dim, slots, position, row starts; a start past the

@@ -91,6 +91,7 @@ def build_model(
     split_kv_rope: bool = False,
     row_gemv: bool = False,
     cudnn_prefill: bool = True,
+    attention_prefetch: int = 0,
 ) -> nn.Module:
     """``stamps``, if given, receives perf_counter stamps of a checkpoint load's steps.
 
@@ -100,7 +101,8 @@ def build_model(
     ``row_gemv``: one-row steps run acache's GEMV with the norms folded in (a fused
     llama-family model on CUDA; models/rows.py).
     ``cudnn_prefill``: whether a pass's attention may run cuDNN's SDPA kernel
-    (models/common.py, ``sdpa``).
+    (models/common.py, ``sdpa``). ``attention_prefetch``: bytes of the projection after
+    attention that a split-KV decode step prefetches into L2 (models/decode_attention.py).
     """
     weights = weights or WeightsSpec()
     dev = torch.device(device)
@@ -121,6 +123,7 @@ def build_model(
     if row_gemv:
         model.use_row_gemv()
     model.cudnn_prefill = cudnn_prefill
+    model.attention_prefetch = attention_prefetch
     model.setup_caches(
         recipe.shapes.max_batch,
         max_seq_len or recipe.shapes.max_seq_len,

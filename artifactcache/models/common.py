@@ -115,6 +115,9 @@ class Reads:
     cudnn: bool = True
     # ``mask`` as an additive bias (attention_bias), for a call kept off cuDNN.
     bias: torch.Tensor | None = None
+    # Bytes of the projection after attention that a split-KV decode step pulls into L2
+    # while it attends (models/decode_attention.py; CausalLM.attention_prefetch).
+    prefetch: int = 0
 
 
 def decode_lo(
@@ -148,20 +151,28 @@ def rope_and_attend(
     rotary_dim: int,
     input_pos: torch.Tensor,
     reads: Reads,
+    after: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q and k rotated (apply_rope), then :func:`cached_attention`. A split-KV decode step
     on a cache the kernel writes does the three in one kernel (models/decode_attention.py,
     ``decode_attention_rope``), where Inductor fuses torch's rotations and writes into
-    two more kernels a layer."""
+    two more kernels a layer. ``after``: the weight of the projection that follows, of
+    which a split-KV decode step prefetches ``reads.prefetch`` bytes."""
     if reads.lo is not None and cache is not None and cache.kernel_writes:
         from .decode_attention import decode_attention_rope
 
         return decode_attention_rope(
-            q, k, v, cos, sin, cache.k_cache, cache.v_cache, reads.lo, input_pos
-        )
+            q, k, v, cos, sin, cache.k_cache, cache.v_cache, reads.lo, input_pos,
+            *_prefetched(after, reads),
+        )  # fmt: skip
     q = apply_rope(q, cos, sin, rotary_dim)
     k = apply_rope(k, cos, sin, rotary_dim)
-    return cached_attention(cache, q, k, v, input_pos, reads)
+    return cached_attention(cache, q, k, v, input_pos, reads, after)
+
+
+def _prefetched(after: torch.Tensor | None, reads: Reads) -> tuple[torch.Tensor | None, int]:
+    """The split-KV ops' (after, after_bytes): none unless both are given."""
+    return (after, reads.prefetch) if after is not None and reads.prefetch > 0 else (None, 0)
 
 
 def cached_attention(
@@ -171,8 +182,10 @@ def cached_attention(
     v: torch.Tensor,
     input_pos: torch.Tensor,
     reads: Reads,
+    after: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Write k/v [B, Hkv, T, D] at input_pos, then attend q [B, H, T, D] to the cache."""
+    """Write k/v [B, Hkv, T, D] at input_pos, then attend q [B, H, T, D] to the cache
+    (``after``: rope_and_attend's)."""
     assert cache is not None, "call setup_caches() first"
     n_rep = q.shape[1] // k.shape[1]
     if reads.own:
@@ -186,7 +199,7 @@ def cached_attention(
         from .decode_attention import decode_attention
 
         k_all, v_all = cache.update(input_pos, k, v, cache.k_cache.shape[2])
-        return decode_attention(q, k_all, v_all, reads.lo, input_pos)
+        return decode_attention(q, k_all, v_all, reads.lo, input_pos, *_prefetched(after, reads))
     assert reads.mask is not None
     k_seen, v_seen = cache.update(input_pos, k, v, reads.mask.shape[-1])
     return sdpa(q, k_seen, v_seen, reads.mask, n_rep, cudnn=reads.cudnn, bias=reads.bias)
@@ -324,6 +337,9 @@ class CausalLM(nn.Module):
     # and lowered once for every layer (layer_call): set by a backend that compiles the
     # model with torch.compile. Passes call the blocks plainly; no effect in eager.
     layer_regions = False
+    # Bytes of each block's projection after attention that a split-KV decode step
+    # prefetches into L2 while it attends (models/decode_attention.py; 0: none).
+    attention_prefetch = 0
 
     @property
     def kv_buckets(self) -> bool:
@@ -385,7 +401,10 @@ class CausalLM(nn.Module):
         cos, sin = self.rope[0][input_pos], self.rope[1][input_pos]
         window = self.cfg.sliding_window
         if self.split_kv_decode and idx.shape[1] == 1:
-            reads = Reads(lo=decode_lo(input_pos, row_start, window, idx.shape[0]))
+            reads = Reads(
+                lo=decode_lo(input_pos, row_start, window, idx.shape[0]),
+                prefetch=self.attention_prefetch,
+            )
         elif row_start is None and kv_pos is None:
             if not torch.compiler.is_compiling() and int(input_pos[0]) != 0:
                 # Eager only (one host read a request); a compiled step is the runner's.

@@ -26,6 +26,16 @@ another one writes. Rotating and writing in torch first takes Inductor two fused
 a layer (docs/perf-notes.md, attempts 65 and 67; backends/shared/model_options.py says
 where the op is the default).
 
+``after``: the weights of the projection that follows the attention (its o_proj),
+of which ``partial`` pulls the first ``after_bytes`` into the GPU's L2 cache while it
+attends. A decode step's attention is bound by latency, not bandwidth: tens of programs
+over a few MB of cache, so DRAM idles for its microseconds, and the GEMV after it then
+finds that much of its weight read. Extra programs past the (row, kv head) pairs each
+issue one Hopper bulk prefetch a thread (``cp.async.bulk.prefetch.L2``, sm_90 on: no
+registers, no wait) and exit; the attention's programs are unchanged. Triton's
+interpreter runs no PTX, so there they load one value a chunk instead (``PREFETCH`` 2):
+the tests' check that the extra programs leave the attention alone.
+
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only
 its own position. So a sliding-window model reads at most its window.
@@ -45,7 +55,7 @@ from typing import Any
 import torch
 from torch.library import triton_op, wrap_triton
 
-from .lazy_kernels import kernel_getattr, once
+from .lazy_kernels import interpreting, kernel_getattr, once
 
 # Triton's kernels read ``tl`` from this module's globals; _kernels() sets it when it
 # first builds them.
@@ -74,6 +84,39 @@ class Launch:
 # steps anyway, so the second split and the combine kernel bought nothing there
 # (docs/perf-notes.md, attempt 70).
 ONE_SPLIT_SLOTS = 256
+
+
+# What each prefetching thread pulls into L2 with one bulk prefetch (a multiple of 16,
+# as the instruction takes), and the threads of a prefetching program (its 4 warps).
+PREFETCH_CHUNK = 4096
+PREFETCH_THREADS = 128
+# One bulk prefetch of PREFETCH_CHUNK bytes at $1 where $2 is non-zero; $0 is an opaque
+# zero, which the kernel's never-taken store consumes so that the pure asm is kept.
+PREFETCH_PTX = (
+    "{ .reg .pred p; setp.ne.b32 p, $2, 0;"
+    f" @p cp.async.bulk.prefetch.L2.global [$1], {PREFETCH_CHUNK}; mov.u32 $0, 0; }}"
+)
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """The partial kernel's L2 prefetch of the next projection's weights: ``mode`` 0
+    (none), 1 (bulk prefetch, sm_90 on) or 2 (a load a chunk: the interpreter's stand-in),
+    over ``chunks`` of PREFETCH_CHUNK bytes by ``programs`` extra programs."""
+
+    mode: int = 0
+    chunks: int = 0
+
+    @property
+    def programs(self) -> int:
+        return -(-self.chunks // PREFETCH_THREADS) if self.mode else 0
+
+
+def prefetch_plan(after_bytes: int, weight_bytes: int, mode: int) -> Prefetch:
+    """The prefetch of the first ``after_bytes`` (at most the weight's ``weight_bytes``)
+    in whole chunks, by ``mode`` (0: none)."""
+    chunks = min(after_bytes, weight_bytes) // PREFETCH_CHUNK
+    return Prefetch(mode, chunks) if mode and chunks > 0 else Prefetch()
 
 
 def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
@@ -131,13 +174,19 @@ def shared_memory_limit(device: torch.device) -> int:
 
 
 def kernel_constants(
-    rep: int, head_dim: int, slots: int, cut: Launch, fp32: bool, rot: int | None = None
+    rep: int,
+    head_dim: int,
+    slots: int,
+    cut: Launch,
+    fp32: bool,
+    rot: int | None = None,
+    prefetch: int = 0,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The constexprs the ops launch (partial, combine) with, for ``rep`` query heads a
     kv head, ``slots`` allocated positions and ``cut``; ``rot``: the rotated dims of
-    decode_attention_rope (None: the plain op). One split (``FINAL``): the partial
-    kernel writes the output, and no combine runs. The sm_90 compile test compiles the
-    kernels with these."""
+    decode_attention_rope (None: the plain op); ``prefetch``: Prefetch's mode. One
+    split (``FINAL``): the partial kernel writes the output, and no combine runs. The
+    sm_90 compile test compiles the kernels with these."""
     d_p2 = _next_pow2(head_dim)
     n_splits = -(-slots // cut.split)
     partial = {
@@ -147,6 +196,7 @@ def kernel_constants(
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
         "PRECISION": "ieee" if fp32 else "tf32",
         "ROPE": rot is not None, "ROT": rot or 0, "FINAL": n_splits == 1,
+        "PREFETCH": prefetch, "PF_THREADS": PREFETCH_THREADS, "PF_CHUNK": PREFETCH_CHUNK,
     }  # fmt: skip
     combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
                "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
@@ -157,11 +207,12 @@ def kernel_constants(
 def _kernels() -> tuple[Any, Any]:
     """(partial, combine), Triton-compiled on first use, and set as this module's
     globals (models/lazy_kernels.py says why)."""
-    global tl, _rotated, _partial, _combine
+    global tl, _rotated, _partial, _combine, _PREFETCH_PTX
     import triton
     import triton.language
 
     tl = triton.language
+    _PREFETCH_PTX = tl.constexpr(PREFETCH_PTX)
 
     @triton.jit
     def _rotated(X, rows, d, mask, COS, SIN, ROT: tl.constexpr):
@@ -178,20 +229,40 @@ def _kernels() -> tuple[Any, Any]:
 
     @triton.jit
     def _partial(
-        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, OUT, K_NEW, V_NEW, COS, SIN,
+        Q, K, V, LO, POS, M_OUT, L_OUT, ACC_OUT, OUT, K_NEW, V_NEW, COS, SIN, PF,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_ks, stride_vb, stride_vh, stride_vs,
         stride_ob, stride_oh, stride_knb, stride_knh, stride_vnb, stride_vnh,
-        n_kv_heads, n_heads, SCALE: tl.constexpr,  # a constexpr: AOTI types a float as fp64
+        n_kv_heads, n_heads, n_pairs, pf_chunks,
+        SCALE: tl.constexpr,  # a constexpr: AOTI types a float as fp64
         REP: tl.constexpr, QB: tl.constexpr, D: tl.constexpr, D_P2: tl.constexpr,
         SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, N_SPLITS: tl.constexpr,
         STAGES: tl.constexpr, PRECISION: tl.constexpr, ROPE: tl.constexpr, ROT: tl.constexpr,
-        FINAL: tl.constexpr,
+        FINAL: tl.constexpr, PREFETCH: tl.constexpr, PF_THREADS: tl.constexpr,
+        PF_CHUNK: tl.constexpr,
     ):  # fmt: skip
         bh = tl.program_id(0)
         split = tl.program_id(1)
-        b = bh // n_kv_heads
-        hkv = bh % n_kv_heads
         p = tl.load(POS)
+        is_pair = bh < n_pairs  # the programs past the pairs prefetch (PREFETCH)
+        if PREFETCH > 0:
+            if (bh >= n_pairs) & (split == 0):
+                chunk = (bh - n_pairs) * PF_THREADS + tl.arange(0, PF_THREADS)
+                wanted = chunk < pf_chunks
+                if PREFETCH == 1:
+                    at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
+                    done = tl.inline_asm_elementwise(
+                        asm=_PREFETCH_PTX, constraints="=r,l,r",
+                        args=[at & -16, wanted.to(tl.int32)], dtype=tl.int32, is_pure=True,
+                        pack=1,
+                    )  # fmt: skip
+                else:  # the interpreter's stand-in: a value a chunk
+                    done = tl.load(PF + chunk, mask=wanted, other=0).to(tl.int32)
+                    done = tl.where(p < 0, done, 0)
+                # Never taken (done is 0), but it uses the prefetch's result.
+                tl.store(M_OUT + chunk * 0, done.to(tl.float32), mask=done != 0)
+        pair = tl.minimum(bh, n_pairs - 1)
+        b = pair // n_kv_heads
+        hkv = pair % n_kv_heads
         lo = tl.load(LO + b)
         start = tl.maximum(split * SPLIT, lo)
         last = p + 1
@@ -201,7 +272,7 @@ def _kernels() -> tuple[Any, Any]:
             last = p
             owns_p = split == p // SPLIT
         end = tl.minimum((split + 1) * SPLIT, last)
-        if (start < end) | owns_p:
+        if ((start < end) | owns_p) & is_pair:
             # The kv head's REP query heads are the rows of a [QB, D] tile (QB >= 16, what
             # tl.dot takes), so both products run on the tensor cores and the K and V tiles
             # stream through shared memory, STAGES tiles in flight.
@@ -313,6 +384,16 @@ def _kernels() -> tuple[Any, Any]:
 __getattr__ = kernel_getattr(__name__, ("_rotated", "_partial", "_combine"), _kernels)
 
 
+def _prefetch_mode(device: torch.device) -> int:
+    """How the partial kernel prefetches on ``device``: bulk prefetches on sm_90 and
+    later, a load a chunk under the interpreter, nothing elsewhere (no such instruction)."""
+    if interpreting():
+        return 2
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0):
+        return 1
+    return 0
+
+
 def _next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -326,10 +407,14 @@ def decode_attention(
     v_cache: torch.Tensor,
     lo: torch.Tensor,
     input_pos: torch.Tensor,
+    after: torch.Tensor | None = None,
+    after_bytes: int = 0,
 ) -> torch.Tensor:
     """q [B, H, 1, D]; k/v_cache [B, Hkv, S, D] (D contiguous); lo [B], input_pos [1]
-    int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``."""
-    return _attend(q.contiguous(), k_cache, v_cache, lo, input_pos, None)
+    int64 -> [B, H, 1, D] in q's dtype: softmax(q k^T / sqrt(D)) v over ``lo[b] .. p``.
+    ``after``: a contiguous weight whose first ``after_bytes`` are prefetched into L2
+    (the module docstring)."""
+    return _attend(q.contiguous(), k_cache, v_cache, lo, input_pos, None, after, after_bytes)
 
 
 @triton_op("acache::decode_attention_rope", mutates_args=("k_cache", "v_cache"))
@@ -343,6 +428,8 @@ def decode_attention_rope(
     v_cache: torch.Tensor,
     lo: torch.Tensor,
     input_pos: torch.Tensor,
+    after: torch.Tensor | None = None,
+    after_bytes: int = 0,
 ) -> torch.Tensor:
     """:func:`decode_attention` of q rotated, after writing k rotated and v at ``p``:
     q [B, H, 1, D] and k/v [B, Hkv, 1, D] as the projections give them (not rotated);
@@ -350,7 +437,7 @@ def decode_attention_rope(
     q, k, v, cos, sin = (
         t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, cos, sin)
     )  # fmt: skip
-    return _attend(q, k_cache, v_cache, lo, input_pos, (k, v, cos, sin))
+    return _attend(q, k_cache, v_cache, lo, input_pos, (k, v, cos, sin), after, after_bytes)
 
 
 def _attend(
@@ -360,8 +447,11 @@ def _attend(
     lo: torch.Tensor,
     input_pos: torch.Tensor,
     rope: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None,
+    after: torch.Tensor | None = None,
+    after_bytes: int = 0,
 ) -> torch.Tensor:
-    """Both ops' launches: ``rope`` is (k, v, cos, sin) for decode_attention_rope."""
+    """Both ops' launches: ``rope`` is (k, v, cos, sin) for decode_attention_rope;
+    ``after`` and ``after_bytes`` the L2 prefetch's."""
     B, H, _, D = q.shape
     Hkv, S = k_cache.shape[1], k_cache.shape[2]
     rep = H // Hkv
@@ -372,8 +462,14 @@ def _attend(
         limit = shared_memory_limit(q.device)
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, q_rows(rep))
     rot = None if rope is None else rope[2].shape[-1]
+    plan = Prefetch()
+    if after is not None and after_bytes > 0:
+        if not after.is_contiguous():
+            raise ValueError("decode_attention prefetches a contiguous weight (after)")
+        plan = prefetch_plan(after_bytes, after.numel() * after.element_size(),
+                             _prefetch_mode(q.device))  # fmt: skip
     partial_consts, combine_consts = kernel_constants(
-        rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot
+        rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot, prefetch=plan.mode
     )
     n_splits = partial_consts["N_SPLITS"]
     out = torch.empty((B, H, 1, D), dtype=q.dtype, device=q.device)
@@ -390,12 +486,13 @@ def _attend(
     # The plain op passes the caches where the new key and value would go: never read.
     k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, unused, unused)
     partial, combine = _kernels()
-    wrap_triton(partial)[(B * Hkv, n_splits)](
-        q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin,
+    pf = after if plan.mode else unused
+    wrap_triton(partial)[(B * Hkv + plan.programs, n_splits)](
+        q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin, pf,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        Hkv, H, **partial_consts, num_warps=cut.num_warps,
+        Hkv, H, B * Hkv, plan.chunks, **partial_consts, num_warps=cut.num_warps,
     )  # fmt: skip
     if partial_consts["FINAL"]:
         return out

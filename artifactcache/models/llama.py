@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, RMSNorm, embedding, rope_and_attend
-from .rows import row_linear
+from .rows import row_linear, streamed_weight
 
 
 class Attention(nn.Module):
@@ -44,14 +44,15 @@ class Attention(nn.Module):
             q, k, v = self.split(self.qkv_proj(x))
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        return self.o_proj(self.attend(q, k, v, cos, sin, reads, input_pos))
+        y = self.attend(q, k, v, cos, sin, reads, input_pos, streamed_weight(self.o_proj))
+        return self.o_proj(y)
 
     def split(self, qkv):
         return qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
 
-    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos):
+    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos, after=None):
         """q [B, T, H D], k/v [B, T, Hkv D] -> the attention output [B, T, H D], before
-        o_proj."""
+        o_proj (``after``: o_proj's weight, for a decode step's L2 prefetch)."""
         B, T, _ = q.shape
         cfg = self.cfg
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
@@ -60,7 +61,9 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        y = rope_and_attend(self.kv_cache, q, k, v, cos, sin, cfg.rotary_dim, input_pos, reads)
+        y = rope_and_attend(
+            self.kv_cache, q, k, v, cos, sin, cfg.rotary_dim, input_pos, reads, after
+        )
         return y.transpose(1, 2).reshape(B, T, self.q_size)
 
 
@@ -112,7 +115,7 @@ class Block(nn.Module):
         RMSNorm + gate/up, SiLU-and-mul + down + skip."""
         attn, mlp = self.self_attn, self.mlp
         qkv = row_linear(attn.qkv_proj, x, norm=self.input_layernorm)
-        y = attn.attend(*attn.split(qkv), cos, sin, reads, input_pos)
+        y = attn.attend(*attn.split(qkv), cos, sin, reads, input_pos, streamed_weight(attn.o_proj))
         h = row_linear(attn.o_proj, y, residual=x)
         gate_up = row_linear(mlp.gate_up_proj, h, norm=self.post_attention_layernorm)
         return row_linear(mlp.down_proj, gate_up, silu_mul=True, residual=h)

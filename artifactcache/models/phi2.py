@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, embedding, rope_and_attend
-from .rows import row_linear
+from .rows import row_linear, streamed_weight
 
 
 class PhiAttention(nn.Module):
@@ -35,17 +35,21 @@ class PhiAttention(nn.Module):
         self.kv_cache: KVCache | None = None
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
-        y = self.attend(self.q_proj(x), self.k_proj(x), self.v_proj(x), cos, sin, reads, input_pos)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        y = self.attend(q, k, v, cos, sin, reads, input_pos, streamed_weight(self.dense))
         return self.dense(y)
 
-    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos):
-        """q [B, T, H * D], k/v [B, T, Hkv * D] -> attention output [B, T, H * D]."""
+    def attend(self, q, k, v, cos, sin, reads: Reads, input_pos, after=None):
+        """q [B, T, H * D], k/v [B, T, Hkv * D] -> attention output [B, T, H * D]
+        (``after``: the next projection's weight, for a decode step's L2 prefetch)."""
         B, T, _ = q.shape
         cfg = self.cfg
         q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
         k = k.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
         v = v.view(B, T, cfg.n_kv_heads, cfg.head_dim).transpose(1, 2)
-        y = rope_and_attend(self.kv_cache, q, k, v, cos, sin, cfg.rotary_dim, input_pos, reads)
+        y = rope_and_attend(
+            self.kv_cache, q, k, v, cos, sin, cfg.rotary_dim, input_pos, reads, after
+        )
         return y.transpose(1, 2).reshape(B, T, cfg.n_heads * cfg.head_dim)
 
 
@@ -89,10 +93,15 @@ class PhiBlock(nn.Module):
         if not self.fused:
             return x + self.self_attn(h, cos, sin, reads, input_pos) + self.mlp(h)
         q, k, v, up = self.in_proj(h).split(self.in_sizes, dim=-1)
-        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos)
+        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos, self.after_attention())
         if self.outputs_fused:
             return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
         return x + self.self_attn.dense(y) + self.mlp.fc2(gelu(up))
+
+    def after_attention(self):
+        """The weight the fused block reads after attention: out_proj's, or dense's
+        where the outputs stay apart."""
+        return streamed_weight(self.out_proj if self.outputs_fused else self.self_attn.dense)
 
     def one_row(self, x, cos, sin, reads: Reads, input_pos):
         """The fused block for x [1, 1, dim] as GEMVs with the LayerNorm, GELU and skips
@@ -101,7 +110,7 @@ class PhiBlock(nn.Module):
         and GELU + fc2 + that where the outputs stay apart (quantized)."""
         qkvu = row_linear(self.in_proj, x, norm=self.input_layernorm)
         q, k, v, up = qkvu.split(self.in_sizes, dim=-1)
-        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos)
+        y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos, self.after_attention())
         if self.outputs_fused:
             return row_linear(self.out_proj, y, gelu_from=y.shape[-1], residual=x, x_tail=up)
         h = row_linear(self.self_attn.dense, y, residual=x)

@@ -88,6 +88,13 @@ def row_weights(linear: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] |
     return None
 
 
+def streamed_weight(linear: nn.Module) -> torch.Tensor | None:
+    """The tensor a layer's matmul streams from memory (row_weights' weight, nibbles or
+    int8 bytes), or None for a layer it does not know: what a decode step may prefetch."""
+    read = row_weights(linear)
+    return None if read is None else read[0]
+
+
 def row_linear(
     linear: nn.Module,
     x: torch.Tensor,

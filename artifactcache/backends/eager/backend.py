@@ -58,7 +58,8 @@ class EagerBackend:
         if own := backend_extra(opts):
             raise BackendError(
                 "backend 'eager' takes no extra options but fuse_projections, "
-                f"split_kv_decode, split_kv_rope, row_gemv and cudnn_prefill (got {sorted(own)})"
+                f"split_kv_decode, split_kv_rope, row_gemv, cudnn_prefill and attention_prefetch "
+                f"(got {sorted(own)})"
             )
         check_model_options(self.name, opts)
 

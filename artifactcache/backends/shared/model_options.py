@@ -56,6 +56,13 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   flash kernel, every other pass (a window's mask, fp32, a pass over the cache) its
   memory-efficient one. Decode's one query keeps torch's choice: its shapes are few and
   captured at load. No effect on CPU.
+- ``--extra attention_prefetch=MiB``: with split-KV decode, the decode kernel pulls
+  the first MiB of the projection after attention (o_proj; phi-2's out-projection) into
+  the GPU's L2 while it attends, a step bound by latency in which DRAM idles
+  (models/decode_attention.py; Hopper's bulk prefetch, so sm_90 and later: other GPUs
+  build the same model and prefetch nothing). 0 (none) to ATTENTION_PREFETCH_MAX_MIB.
+  The default: PREFETCH_DEFAULT_MIB where split-KV decode runs (the module constant says
+  what measured it), 0 elsewhere.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -83,9 +90,15 @@ SPLIT_KV_EXTRA = "split_kv_decode"
 SPLIT_KV_ROPE_EXTRA = "split_kv_rope"
 ROW_GEMV_EXTRA = "row_gemv"
 CUDNN_PREFILL_EXTRA = "cudnn_prefill"
-MODEL_EXTRA_KEYS = (
+PREFETCH_EXTRA = "attention_prefetch"
+FLAG_EXTRA_KEYS = (
     FUSE_EXTRA, SPLIT_KV_EXTRA, SPLIT_KV_ROPE_EXTRA, ROW_GEMV_EXTRA, CUDNN_PREFILL_EXTRA
 )  # fmt: skip
+MODEL_EXTRA_KEYS = (*FLAG_EXTRA_KEYS, PREFETCH_EXTRA)
+# Half of an H100's or H200's 50 MB L2: more would evict what it prefetched.
+ATTENTION_PREFETCH_MAX_MIB = 24
+# The prefetch a split-KV build makes unless asked: 0 until measured.
+PREFETCH_DEFAULT_MIB = 0
 # The families built of llama's block (RMSNorm, SiLU-and-mul).
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
@@ -152,11 +165,12 @@ def check_quant(backend: str, opts: BuildChoices) -> None:
 def check_model_options(backend: str, opts: BuildChoices) -> None:
     """What the options alone can tell (the recipe's part is ``fuse_projections``)."""
     check_quant(backend, opts)
-    for name in MODEL_EXTRA_KEYS:
+    for name in FLAG_EXTRA_KEYS:
         if name in opts.extra:
             parse_flag(name, opts.extra[name])
     split_kv_decode(backend, opts)
     split_kv_rope(backend, opts)
+    attention_prefetch_mib(backend, opts)
     cudnn_prefill(backend, opts)
 
 
@@ -231,6 +245,28 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
             f"which this build does not use: add --extra {SPLIT_KV_EXTRA}=1"
         )
     return True
+
+
+def attention_prefetch_mib(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> int:
+    """MiB of the projection after attention that a decode step prefetches into L2;
+    a value out of range, or asked for where decode does not run the split-KV kernel,
+    is one line."""
+    raw = opts.extra.get(PREFETCH_EXTRA)
+    if raw is None:
+        return PREFETCH_DEFAULT_MIB if split_kv_decode(backend, opts, recipe) else 0
+    text = str(raw).strip()
+    if not text.isdigit() or int(text) > ATTENTION_PREFETCH_MAX_MIB:
+        raise BackendError(
+            f"--extra {PREFETCH_EXTRA}={raw!r}: expected whole MiB from 0 (none) to "
+            f"{ATTENTION_PREFETCH_MAX_MIB} (half the L2 of an H100)"
+        )
+    mib = int(text)
+    if mib and not split_kv_decode(backend, opts, recipe):
+        raise BackendError(
+            f"--extra {PREFETCH_EXTRA}={mib} runs inside the split-KV decode kernel, "
+            f"which this build does not use: add --extra {SPLIT_KV_EXTRA}=1"
+        )
+    return mib
 
 
 def decode_attention_factor(backend: str, recipe: Recipe, opts: BuildChoices) -> str:
@@ -318,6 +354,7 @@ def model_factors(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[str,
         "decode_attention": decode_attention_factor(backend, recipe, opts),
         "row_gemv": row_gemv(backend, recipe, opts),
         "cudnn_prefill": cudnn_prefill(backend, opts),
+        "attention_prefetch_mib": attention_prefetch_mib(backend, opts, recipe),
     }
 
 
@@ -331,4 +368,5 @@ def model_build_args(backend: str, recipe: Recipe, opts: BuildChoices) -> dict[s
         "split_kv_rope": split_kv_rope(backend, opts, recipe),
         "row_gemv": row_gemv(backend, recipe, opts),
         "cudnn_prefill": cudnn_prefill(backend, opts),
+        "attention_prefetch": attention_prefetch_mib(backend, opts, recipe) << 20,
     }
