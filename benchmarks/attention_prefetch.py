@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from _provenance import provenance
+
 from artifactcache.measure.child.timing import copy_bandwidth
 from artifactcache.models import decode_attention as da
 from artifactcache.models import gemv
@@ -169,8 +169,8 @@ def profile(graph: torch.cuda.CUDAGraph, n_layers: int) -> list[dict[str, Any]]:
     places = []
     for i in range(per):
         mine = events[i::per]
-        places.append({"name": mine[0].name[:60], "count": len(mine),
-                       "mean_us": sum(e.time_range.elapsed_us() for e in mine) / len(mine)})  # fmt: skip
+        mean = sum(e.time_range.elapsed_us() for e in mine) / len(mine)
+        places.append({"name": mine[0].name[:60], "count": len(mine), "mean_us": mean})
     return places
 
 
@@ -180,6 +180,9 @@ def main() -> None:
     ap.add_argument("--models", default="phi-2,phi-3-mini")
     ap.add_argument("--mib", default="0,4,8,12,16,24")
     ap.add_argument("--layers", type=int, default=32)
+    ap.add_argument("--kinds", default="bulk",
+                    help="the prefetch's forms, each swept: bulk (cp.async.bulk.prefetch, "
+                    "the op's), lines (prefetch.global.L2 a 128-byte line at a time)")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
@@ -194,15 +197,21 @@ def main() -> None:
         layers = [Layer(s, dev) for _ in range(args.layers)]
         nbytes = sum(layer.weight_bytes() for layer in layers)
         rows = {}
-        for mib in mibs:
-            r = timed_graph(layers, s, dev, mib)
-            r["pct_of_copy"] = 100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
-            rows[mib] = r
+        for kind in args.kinds.split(","):
+            da.PREFETCH_BY = {"bulk": 1, "lines": 3}[kind]
+            for mib in mibs:
+                if mib == 0 and rows:
+                    continue  # no prefetch is one row, whatever the form
+                r = timed_graph(layers, s, dev, mib)
+                r["pct_of_copy"] = (
+                    100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
+                )
+                rows[mib if kind == "bulk" else f"{kind}-{mib}"] = r
         base = rows[mibs[0]]["step_us"]
         for mib, r in rows.items():
             r["ratio_to_first"] = base / r["step_us"]
             places = ", ".join(f"{k['mean_us']:.2f}" for k in r["kernels"] if "mean_us" in k)
-            print(f"{name:11s} MiB {mib:2d}: {r['step_us']:8.1f} us a step, "
+            print(f"{name:11s} MiB {mib!s:>8}: {r['step_us']:8.1f} us a step, "
                   f"{r['ratio_to_first']:.4f}x, {r['pct_of_copy']:.1f}% of copy; "
                   f"kernels by place (us): {places}", flush=True)  # fmt: skip
         result["models"][name] = {"weight_bytes": nbytes, "rows": rows,

@@ -98,6 +98,14 @@ PREFETCH_PTX = (
 )
 
 
+# The same, a 128-byte line at a time (``prefetch.global.L2``, any sm_80+ GPU; PREFETCH 3):
+# the sweep's other form (benchmarks/attention_prefetch.py swaps PREFETCH_BY).
+PREFETCH_LINE_PTX = (
+    "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }"
+)
+PREFETCH_BY = {"bulk": 1, "lines": 3}["bulk"]
+
+
 @dataclass(frozen=True)
 class Prefetch:
     """The partial kernel's L2 prefetch of the next projection's weights: ``mode`` 0
@@ -207,12 +215,13 @@ def kernel_constants(
 def _kernels() -> tuple[Any, Any]:
     """(partial, combine), Triton-compiled on first use, and set as this module's
     globals (models/lazy_kernels.py says why)."""
-    global tl, _rotated, _partial, _combine, _PREFETCH_PTX
+    global tl, _rotated, _partial, _combine, _PREFETCH_PTX, _PREFETCH_LINE_PTX
     import triton
     import triton.language
 
     tl = triton.language
     _PREFETCH_PTX = tl.constexpr(PREFETCH_PTX)
+    _PREFETCH_LINE_PTX = tl.constexpr(PREFETCH_LINE_PTX)
 
     @triton.jit
     def _rotated(X, rows, d, mask, COS, SIN, ROT: tl.constexpr):
@@ -255,6 +264,15 @@ def _kernels() -> tuple[Any, Any]:
                         args=[at & -16, wanted.to(tl.int32)], dtype=tl.int32, is_pure=True,
                         pack=1,
                     )  # fmt: skip
+                elif PREFETCH == 3:
+                    at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
+                    done = tl.zeros([PF_THREADS], tl.int32)
+                    for line in tl.static_range(PF_CHUNK // 128):
+                        done |= tl.inline_asm_elementwise(
+                            asm=_PREFETCH_LINE_PTX, constraints="=r,l,r",
+                            args=[at + line * 128, wanted.to(tl.int32)], dtype=tl.int32,
+                            is_pure=True, pack=1,
+                        )  # fmt: skip
                 else:  # the interpreter's stand-in: a value a chunk
                     done = tl.load(PF + chunk, mask=wanted, other=0).to(tl.int32)
                     done = tl.where(p < 0, done, 0)
@@ -390,7 +408,7 @@ def _prefetch_mode(device: torch.device) -> int:
     if interpreting():
         return 2
     if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0):
-        return 1
+        return PREFETCH_BY
     return 0
 
 
