@@ -90,7 +90,7 @@ INT8_WIDEN_PTX = (
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv, _x_tile, _INT8_WIDEN_PTX
+    global tl, _row_gemv, _x_tile, _w_tile, _INT8_WIDEN_PTX
     import triton
     import triton.language
 
@@ -130,6 +130,42 @@ def _define_kernels() -> None:
         elif NORM:
             x *= tl.load(G + offs, mask=kmask, other=0.0).to(tl.float32)
         return x, squares
+
+    @triton.jit
+    def _w_tile(
+        acc, squares, w_row, nmask, kmask, X, G, NB, K, offs, mean, rstd, gelu_from,
+        NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
+        SILU_MUL: tl.constexpr, GELU: tl.constexpr, INT8: tl.constexpr,
+        INT8_PTX: tl.constexpr,
+    ):  # fmt: skip
+        """One K tile of float or int8 weights (rows ``w_row``, channels ``offs``) times x
+        after the prologue, added to ``acc`` (and the RMSNorm's squares)."""
+        # Weights are read once: evict them first.
+        w = tl.load(
+            w_row + offs[None, :], mask=nmask[:, None] & kmask[None, :], other=0,
+            eviction_policy="evict_first",
+        )  # fmt: skip
+        if INT8:
+            # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
+            # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
+            # Literals: Triton reads a module global only if it is a constexpr.
+            if INT8_PTX:  # the same bits, four bytes a register at a time
+                bits = tl.inline_asm_elementwise(
+                    asm=_INT8_WIDEN_PTX, constraints="=r,=r,=r,=r,r", args=[w],
+                    dtype=tl.int32, is_pure=True, pack=4,
+                )  # fmt: skip
+            else:
+                bits = w.to(tl.int32) ^ 0x4B000080
+            wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
+        else:
+            wf = w.to(tl.float32)
+        x, sq = _x_tile(
+            X, G, NB, K, offs, kmask, mean, rstd, gelu_from, X, 0,
+            NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, False,
+        )  # fmt: skip
+        if NORM:
+            squares += sq
+        return acc + x[None, :] * wf, squares
 
     @triton.jit
     def _row_gemv(
@@ -216,43 +252,38 @@ def _define_kernels() -> None:
             squares = tl.sum(squares, axis=1)
         else:
             rk = tl.arange(0, BLOCK_K)
-            w_ptrs = W + rn.to(tl.int64)[:, None] * K + rk[None, :]
+            w_row = W + rn.to(tl.int64)[:, None] * K
             acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
             squares = tl.zeros([BLOCK_K], tl.float32)
             # STAGES > 1: Triton's pipeliner keeps that many steps' loads in flight
             # (copied through shared memory).
-            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-                if EVEN_K:
-                    kmask = rk < BLOCK_K
-                else:
-                    kmask = (k0 + rk) < K
-                # Weights are read once: evict them first.
-                w = tl.load(
-                    w_ptrs, mask=nmask[:, None] & kmask[None, :], other=0,
-                    eviction_policy="evict_first",
-                )  # fmt: skip
-                if INT8:
-                    # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
-                    # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
-                    # Literals: Triton reads a module global only if it is a constexpr.
-                    if INT8_PTX:  # the same bits, four bytes a register at a time
-                        bits = tl.inline_asm_elementwise(
-                            asm=_INT8_WIDEN_PTX, constraints="=r,=r,=r,=r,r", args=[w],
-                            dtype=tl.int32, is_pure=True, pack=4,
-                        )  # fmt: skip
+            if HAS_TAIL:
+                # x in two spans, each a plain loop with one load of x a tile: channels
+                # below x_split from X, the rest from XT (indexed from x_split). A tile
+                # that straddles the split is one masked tile of each span.
+                for k0 in tl.range(0, x_split, BLOCK_K, num_stages=STAGES):
+                    acc, squares = _w_tile(
+                        acc, squares, w_row, nmask, (k0 + rk) < x_split, X, G, NB, K,
+                        k0 + rk, mean, rstd, gelu_from, NORM, LAYER_NORM, HAS_NORM_BIAS,
+                        SILU_MUL, GELU, INT8, INT8_PTX,
+                    )  # fmt: skip
+                for k0 in tl.range(x_split, K, BLOCK_K, num_stages=STAGES):
+                    acc, squares = _w_tile(
+                        acc, squares, w_row, nmask, (k0 + rk) < K, XT - x_split, G, NB, K,
+                        k0 + rk, mean, rstd, gelu_from, NORM, LAYER_NORM, HAS_NORM_BIAS,
+                        SILU_MUL, GELU, INT8, INT8_PTX,
+                    )  # fmt: skip
+            else:
+                for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                    if EVEN_K:
+                        kmask = rk < BLOCK_K
                     else:
-                        bits = w.to(tl.int32) ^ 0x4B000080
-                    wf = bits.to(tl.float32, bitcast=True) - 8388736.0  # 2**23 + 128
-                else:
-                    wf = w.to(tl.float32)
-                x, sq = _x_tile(
-                    X, G, NB, K, k0 + rk, kmask, mean, rstd, gelu_from, XT, x_split,
-                    NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, HAS_TAIL,
-                )  # fmt: skip
-                if NORM:
-                    squares += sq
-                acc += x[None, :] * wf
-                w_ptrs += BLOCK_K
+                        kmask = (k0 + rk) < K
+                    acc, squares = _w_tile(
+                        acc, squares, w_row, nmask, kmask, X, G, NB, K, k0 + rk, mean, rstd,
+                        gelu_from, NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, INT8,
+                        INT8_PTX,
+                    )  # fmt: skip
         y = tl.sum(acc, axis=1)
         if NORM:
             y *= tl.rsqrt(tl.sum(squares, axis=0) / K + eps).to(tl.float32)
@@ -267,7 +298,7 @@ def _define_kernels() -> None:
         tl.store(Y + rn, y.to(Y.dtype.element_ty), mask=nmask)
 
 
-__getattr__ = kernel_getattr(__name__, ("_row_gemv", "_x_tile"), _define_kernels)
+__getattr__ = kernel_getattr(__name__, ("_row_gemv", "_x_tile", "_w_tile"), _define_kernels)
 
 
 def _int4_group(nibbles: torch.Tensor, scales_zeros: torch.Tensor) -> int:
