@@ -180,9 +180,14 @@ def main() -> None:
     ap.add_argument("--models", default="phi-2,phi-3-mini")
     ap.add_argument("--mib", default="0,4,8,12,16,24")
     ap.add_argument("--layers", type=int, default=32)
-    ap.add_argument("--kinds", default="bulk",
-                    help="the prefetch's forms, each swept: bulk (cp.async.bulk.prefetch, "
-                    "the op's), lines (prefetch.global.L2 a 128-byte line at a time)")  # fmt: skip
+    ap.add_argument(
+        "--kinds",
+        default="bulk",
+        help="the prefetch's forms, each swept: bulk (cp.async.bulk.prefetch, "
+        "the op's), lines (prefetch.global.L2 a 128-byte line at a time)",
+    )
+    ap.add_argument("--chunks", default=str(da.PREFETCH_CHUNK),
+                    help="bytes a thread prefetches (PREFETCH_CHUNK), each swept")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
@@ -197,16 +202,21 @@ def main() -> None:
         layers = [Layer(s, dev) for _ in range(args.layers)]
         nbytes = sum(layer.weight_bytes() for layer in layers)
         rows = {}
+        default_chunk = da.PREFETCH_CHUNK
         for kind in args.kinds.split(","):
             da.PREFETCH_BY = {"bulk": 1, "lines": 3}[kind]
-            for mib in mibs:
-                if mib == 0 and rows:
-                    continue  # no prefetch is one row, whatever the form
-                r = timed_graph(layers, s, dev, mib)
-                r["pct_of_copy"] = (
-                    100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
-                )
-                rows[mib if kind == "bulk" else f"{kind}-{mib}"] = r
+            for chunk in (int(c) for c in args.chunks.split(",")):
+                da.PREFETCH_CHUNK = chunk
+                for mib in mibs:
+                    if mib == 0 and rows:
+                        continue  # no prefetch is one row, whatever the form
+                    r = timed_graph(layers, s, dev, mib)
+                    r["pct_of_copy"] = (
+                        100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
+                    )
+                    form = "" if (kind, chunk) == ("bulk", default_chunk) else f"{kind}{chunk}-"
+                    rows[f"{form}{mib}" if mib else mib] = r
+        da.PREFETCH_CHUNK = default_chunk
         base = rows[mibs[0]]["step_us"]
         for mib, r in rows.items():
             r["ratio_to_first"] = base / r["step_us"]

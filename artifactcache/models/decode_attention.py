@@ -90,11 +90,11 @@ ONE_SPLIT_SLOTS = 256
 # as the instruction takes), and the threads of a prefetching program (its 4 warps).
 PREFETCH_CHUNK = 4096
 PREFETCH_THREADS = 128
-# One bulk prefetch of PREFETCH_CHUNK bytes at $1 where $2 is non-zero; $0 is an opaque
-# zero, which the kernel's never-taken store consumes so that the pure asm is kept.
+# One bulk prefetch of $3 bytes (PREFETCH_CHUNK) at $1 where $2 is non-zero; $0 is an
+# opaque zero, which the kernel's never-taken store consumes so that the pure asm is kept.
 PREFETCH_PTX = (
     "{ .reg .pred p; setp.ne.b32 p, $2, 0;"
-    f" @p cp.async.bulk.prefetch.L2.global [$1], {PREFETCH_CHUNK}; mov.u32 $0, 0; }}"
+    " @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }"
 )
 
 
@@ -259,10 +259,11 @@ def _kernels() -> tuple[Any, Any]:
                 wanted = chunk < pf_chunks
                 if PREFETCH == 1:
                     at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
+                    size = tl.full([PF_THREADS], PF_CHUNK, tl.int32)
                     done = tl.inline_asm_elementwise(
-                        asm=_PREFETCH_PTX, constraints="=r,l,r",
-                        args=[at & -16, wanted.to(tl.int32)], dtype=tl.int32, is_pure=True,
-                        pack=1,
+                        asm=_PREFETCH_PTX, constraints="=r,l,r,r",
+                        args=[at & -16, wanted.to(tl.int32), size], dtype=tl.int32,
+                        is_pure=True, pack=1,
                     )  # fmt: skip
                 elif PREFETCH == 3:
                     at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
