@@ -25,6 +25,7 @@ if [ "${GPU_TEST:-1}" = 1 ]; then
     > "$R/gpu-test.log" 2>&1
   echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
 fi
+[ "${MODELS-x}" = "" ] ||  # MODELS= (empty): no sweep
 timeout "$(cap 200)" python3 benchmarks/attention_prefetch.py --out "$R" \
   --models "${MODELS:-phi-2,phi-3-mini,llama-7b}" --mib "${SWEEP:-0,4,8,12,16,24}" \
   --kinds "${KINDS:-bulk}" --chunks "${CHUNKS:-4096}" > "$R/sweep.log" 2>&1
@@ -47,9 +48,10 @@ step() {
   (cd "$tree" && timeout "$limit" python3 benchmarks/decode_step.py "$@" \
     --cache-dir "$cache" --variants "$variant" "${more[@]}")
 }
+# SIDES (default "old new pf") picks the builds; PF_MIB the prefetch (default: best's).
 for m in ${BUILDS:-}; do
-  PF_MIB=$(best "$m"); echo "$m: prefetch $PF_MIB MiB"
-  for side in old new pf; do
+  PF_MIB=${PF_MIB:-$(best "$m")}; echo "$m: prefetch $PF_MIB MiB"
+  for side in ${SIDES:-old new pf}; do
     step $side "$(cap 160)" build "$m" --out "$R/$side/builds-$m" \
       --timeout-s 150 > "$R/$side-build-$m.log" 2>&1
     echo "$side build $m rc=$? at $((SECONDS - T0)) s"
@@ -57,8 +59,8 @@ for m in ${BUILDS:-}; do
   done
 done
 for m in ${BUILDS:-}; do
-  PF_MIB=$(best "$m")
-  for side in old new pf; do
+  PF_MIB=${PF_MIB:-$(best "$m")}
+  for side in ${SIDES:-old new pf}; do
     step $side "$(cap 60)" measure "$m" --out "$R/$side/$m" --timeout-s 55 \
       > "$R/$side-$m.log" 2>&1
     echo "$side $m rc=$? at $((SECONDS - T0)) s"; grep -A6 '^| variant' "$R/$side-$m.log"

@@ -88,7 +88,7 @@ ONE_SPLIT_SLOTS = 256
 
 # What each prefetching thread pulls into L2 with one bulk prefetch (a multiple of 16,
 # as the instruction takes), and the threads of a prefetching program (its 4 warps).
-PREFETCH_CHUNK = 4096
+PREFETCH_CHUNK = 1024
 PREFETCH_THREADS = 128
 # One bulk prefetch of $3 bytes (PREFETCH_CHUNK) at $1 where $2 is non-zero; $0 is an
 # opaque zero, which the kernel's never-taken store consumes so that the pure asm is kept.
