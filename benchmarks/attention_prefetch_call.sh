@@ -43,14 +43,14 @@ print(min(bulk, key=lambda m: bulk[m]["step_us"]) if bulk else 8)' \
 step() {
   local side=$1 limit=$2 what=$3 tree=$PWD cache=$C variant=inductor; shift 3
   [ "$side" = old ] && tree=$PWD/.ab71 cache=$C-old
-  [ "$side" = pf ] && variant="inductor+attention_prefetch=$PF_MIB"
+  [ "$side" = pf ] && variant="inductor+attention_prefetch=$mib"
   local more=(--build-only); [ "$what" = measure ] && more=(--profile "$variant")
   (cd "$tree" && timeout "$limit" python3 benchmarks/decode_step.py "$@" \
     --cache-dir "$cache" --variants "$variant" "${more[@]}")
 }
 # SIDES (default "old new pf") picks the builds; PF_MIB the prefetch (default: best's).
 for m in ${BUILDS:-}; do
-  PF_MIB=${PF_MIB:-$(best "$m")}; echo "$m: prefetch $PF_MIB MiB"
+  mib=${PF_MIB:-$(best "$m")}; echo "$m: prefetch $mib MiB"
   for side in ${SIDES:-old new pf}; do
     step $side "$(cap 160)" build "$m" --out "$R/$side/builds-$m" \
       --timeout-s 150 > "$R/$side-build-$m.log" 2>&1
@@ -59,7 +59,7 @@ for m in ${BUILDS:-}; do
   done
 done
 for m in ${BUILDS:-}; do
-  PF_MIB=${PF_MIB:-$(best "$m")}
+  mib=${PF_MIB:-$(best "$m")}
   for side in ${SIDES:-old new pf}; do
     step $side "$(cap 60)" measure "$m" --out "$R/$side/$m" --timeout-s 55 \
       > "$R/$side-$m.log" 2>&1
