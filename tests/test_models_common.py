@@ -265,3 +265,25 @@ def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cud
     compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
     _, names = _ran(compiled, *later)
     assert any(CUDNN_OP in n for n in names) is (cudnn and picks_cudnn)
+
+
+def test_a_layer_region_gets_every_field_of_the_reads():
+    """The region path takes Reads apart (Dynamo reuses a region's trace only for plain
+    inputs) and rebuilds it: a field it leaves out (as the L2 prefetch's once was) would
+    silently be its default inside every region."""
+    import dataclasses
+
+    from artifactcache.models.common import Reads, _run_layer_region
+
+    seen = []
+
+    def layer(x, cos, sin, reads, input_pos):
+        seen.append(reads)
+        return x
+
+    values = {"mask": torch.ones(1, 1, 1, 4, dtype=torch.bool), "lo": torch.zeros(1),
+              "own": True, "cudnn": False, "bias": torch.zeros(1), "prefetch": 4 << 20}  # fmt: skip
+    assert set(values) == {f.name for f in dataclasses.fields(Reads)}
+    _run_layer_region(layer, torch.zeros(1), None, None, Reads(**values), torch.zeros(1))
+    for name, value in values.items():
+        assert getattr(seen[0], name) is value, name

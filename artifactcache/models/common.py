@@ -457,10 +457,13 @@ def _run_layer(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.
     return layer(x, cos, sin, reads, input_pos)
 
 
-def _run_layer_flat(layer: nn.Module, x, cos, sin, input_pos, mask, lo, bias, own, cudnn):
+def _run_layer_flat(
+    layer: nn.Module, x, cos, sin, input_pos, mask, lo, bias, own, cudnn, prefetch=0
+):  # fmt: skip
     """_run_layer with ``reads`` taken apart: Dynamo reuses a region's trace only for
     inputs of tensors, ints, bools and modules, not a dataclass."""
-    return layer(x, cos, sin, Reads(mask=mask, lo=lo, own=own, cudnn=cudnn, bias=bias), input_pos)
+    reads = Reads(mask=mask, lo=lo, own=own, cudnn=cudnn, bias=bias, prefetch=prefetch)
+    return layer(x, cos, sin, reads, input_pos)
 
 
 # torch.compile traces and lowers a nested compile region once and calls the compiled
@@ -472,7 +475,9 @@ _LAYER_REGION = torch.compiler.nested_compile_region(_run_layer_flat)
 
 def _run_layer_region(layer: nn.Module, x, cos, sin, reads: Reads, input_pos) -> torch.Tensor:
     r = reads
-    return _LAYER_REGION(layer, x, cos, sin, input_pos, r.mask, r.lo, r.bias, r.own, r.cudnn)
+    return _LAYER_REGION(
+        layer, x, cos, sin, input_pos, r.mask, r.lo, r.bias, r.own, r.cudnn, r.prefetch
+    )
 
 
 def layer_call(regions: bool):
