@@ -360,16 +360,23 @@ def test_row_gemv_is_a_key_factor():
 
 
 def test_the_attention_prefetch_is_whole_mib_inside_split_kv_decode_and_keyed():
-    """--extra attention_prefetch=MiB: the default where split-KV decode runs, 0 where it
-    does not; asked for, its value is the key's and the model's (in bytes); out of range,
-    not a whole number, or asked for without split-KV decode, one line, from the options
-    alone (before any build)."""
+    """--extra attention_prefetch=MiB: by default 4 MiB where it measured faster (phi-2's
+    one-row CUDA inductor builds), 0 elsewhere; asked for, its value is the key's and the
+    model's (in bytes); out of range, not a whole number, or asked for without split-KV
+    decode, one line, from the options alone (before any build)."""
     rec = _long("tiny-phi-2", max_seq_len=256)
     cuda = BuildChoices(device="cuda")
-    assert attention_prefetch_mib("inductor", cuda, rec) == PREFETCH_DEFAULT_MIB
+    assert PREFETCH_DEFAULT_MIB == 4
+    assert attention_prefetch_mib("inductor", cuda, rec) == 4
+    assert model_factors("inductor", rec, cuda)["attention_prefetch_mib"] == 4
+    assert model_build_args("inductor", rec, cuda)["attention_prefetch"] == 4 << 20
     assert attention_prefetch_mib("inductor", BuildChoices(device="cpu"), rec) == 0
     off = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
-    assert attention_prefetch_mib("aoti", off, rec) == 0
+    assert attention_prefetch_mib("inductor", off, rec) == 0
+    assert attention_prefetch_mib("aoti", cuda, rec) == 0  # not measured there
+    assert attention_prefetch_mib("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) == 0
+    batched = _long("tiny-phi-2", max_seq_len=256, max_batch=8)
+    assert attention_prefetch_mib("inductor", cuda, batched) == 0
     asked = BuildChoices(device="cuda", extra={"attention_prefetch": "12"})
     for backend in ("inductor", "aoti"):
         assert model_factors(backend, rec, asked)["attention_prefetch_mib"] == 12

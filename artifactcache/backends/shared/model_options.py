@@ -61,8 +61,11 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   the GPU's L2 while it attends, a step bound by latency in which DRAM idles
   (models/decode_attention.py; Hopper's bulk prefetch, so sm_90 and later: other GPUs
   build the same model and prefetch nothing). 0 (none) to ATTENTION_PREFETCH_MAX_MIB.
-  The default: PREFETCH_DEFAULT_MIB where split-KV decode runs (the module constant says
-  what measured it), 0 elsewhere.
+  The default: 4 MiB for phi-2's one-row inductor builds, which decoded 1.014x without it
+  on an H100 (456.7 against 450.5 tok/s, 80.0% of copy; docs/perf-notes.md attempt 71);
+  0 elsewhere: phi-3-mini decoded 0.994x with it (its plain split-KV kernel is short, and
+  the prefetch lengthened it by more than the o_proj GEMV saved), the llama families are
+  measured outside a model only (+0.6-0.8%), and phi-2 on aoti is not measured.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -97,8 +100,10 @@ FLAG_EXTRA_KEYS = (
 MODEL_EXTRA_KEYS = (*FLAG_EXTRA_KEYS, PREFETCH_EXTRA)
 # Half of an H100's or H200's 50 MB L2: more would evict what it prefetched.
 ATTENTION_PREFETCH_MAX_MIB = 24
-# The prefetch a split-KV build makes unless asked: 0 until measured.
-PREFETCH_DEFAULT_MIB = 0
+# The prefetch a one-row split-KV build makes unless asked, where it measured faster.
+PREFETCH_DEFAULT_MIB = 4
+PREFETCH_DEFAULT_FAMILIES = ("phi-2",)
+PREFETCH_DEFAULT_BACKENDS = ("inductor",)
 # The families built of llama's block (RMSNorm, SiLU-and-mul).
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
@@ -250,10 +255,18 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
 def attention_prefetch_mib(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> int:
     """MiB of the projection after attention that a decode step prefetches into L2;
     a value out of range, or asked for where decode does not run the split-KV kernel,
-    is one line."""
+    is one line. The default (``recipe`` given): PREFETCH_DEFAULT_MIB for one-row builds
+    of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS, 0 elsewhere (the module
+    docstring says why)."""
     raw = opts.extra.get(PREFETCH_EXTRA)
     if raw is None:
-        return PREFETCH_DEFAULT_MIB if split_kv_decode(backend, opts, recipe) else 0
+        measured = (
+            recipe is not None
+            and recipe.family in PREFETCH_DEFAULT_FAMILIES
+            and backend in PREFETCH_DEFAULT_BACKENDS
+            and recipe.shapes.max_batch == 1
+        )
+        return PREFETCH_DEFAULT_MIB if measured and split_kv_decode(backend, opts, recipe) else 0
     text = str(raw).strip()
     if not text.isdigit() or int(text) > ATTENTION_PREFETCH_MAX_MIB:
         raise BackendError(
