@@ -36,7 +36,7 @@ from _provenance import provenance
 
 from artifactcache.measure.child.timing import copy_bandwidth
 from artifactcache.models import decode_attention as da
-from artifactcache.models import gemv
+from artifactcache.models import gemv, l2_prefetch
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def main() -> None:
         help="the prefetch's forms, each swept: bulk (cp.async.bulk.prefetch, "
         "the op's), lines (prefetch.global.L2 a 128-byte line at a time)",
     )
-    ap.add_argument("--chunks", default=str(da.PREFETCH_CHUNK),
+    ap.add_argument("--chunks", default=str(l2_prefetch.PREFETCH_CHUNK),
                     help="bytes a thread prefetches (PREFETCH_CHUNK), each swept")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -202,11 +202,11 @@ def main() -> None:
         layers = [Layer(s, dev) for _ in range(args.layers)]
         nbytes = sum(layer.weight_bytes() for layer in layers)
         rows = {}
-        default_chunk = da.PREFETCH_CHUNK
+        default_chunk = l2_prefetch.PREFETCH_CHUNK
         for kind in args.kinds.split(","):
-            da.PREFETCH_BY = {"bulk": 1, "lines": 3}[kind]
+            l2_prefetch.PREFETCH_BY = {"bulk": 1, "lines": 3}[kind]
             for chunk in (int(c) for c in args.chunks.split(",")):
-                da.PREFETCH_CHUNK = chunk
+                l2_prefetch.PREFETCH_CHUNK = chunk
                 for mib in mibs:
                     if mib == 0 and rows:
                         continue  # no prefetch is one row, whatever the form
@@ -216,7 +216,7 @@ def main() -> None:
                     )
                     form = "" if (kind, chunk) == ("bulk", default_chunk) else f"{kind}{chunk}-"
                     rows[f"{form}{mib}" if mib else mib] = r
-        da.PREFETCH_CHUNK = default_chunk
+        l2_prefetch.PREFETCH_CHUNK = default_chunk
         base = rows[mibs[0]]["step_us"]
         for mib, r in rows.items():
             r["ratio_to_first"] = base / r["step_us"]

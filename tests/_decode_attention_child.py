@@ -16,6 +16,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 import torch  # noqa: E402
 
 from artifactcache.models import decode_attention as da  # noqa: E402
+from artifactcache.models import l2_prefetch  # noqa: E402
 from artifactcache.models.common import attention_mask, decode_lo, sdpa  # noqa: E402
 from artifactcache.models.decode_attention import (  # noqa: E402
     Launch,
@@ -152,9 +153,10 @@ def the_prefetching_programs_leave_the_attention_alone():
     run beside the pairs': both ops give what they give without them, bit for bit, on a
     one-split cache (the partial kernel writes the output) and a three-split one (the
     combine's partial sums), with more bytes asked than the weight has."""
-    after = torch.randn(3 * da.PREFETCH_THREADS + 5, da.PREFETCH_CHUNK // 4)  # fp32
+    threads, chunk = l2_prefetch.PREFETCH_THREADS, l2_prefetch.PREFETCH_CHUNK
+    after = torch.randn(3 * threads + 5, chunk // 4)  # fp32
     weight_bytes = after.numel() * after.element_size()
-    assert da.prefetch_plan(weight_bytes * 2, weight_bytes, 2).programs == 4
+    assert l2_prefetch.plan(weight_bytes * 2, weight_bytes, 2).programs == 4
     for case in (CASES["gqa, head_dim 80, padded rows"], CASES["the last slot"]):
         B, H, Hkv, D, S, p, window, rows = case
         torch.manual_seed(4)

@@ -223,18 +223,6 @@ def test_torch_finds_the_prefetched_weight_never_written(monkeypatch):
     assert written[1] == written[0] | {"M_OUT"}, written
 
 
-def test_the_prefetch_plan_takes_whole_chunks_of_at_most_the_weight():
-    from artifactcache.models import decode_attention as da
-
-    chunk, threads = da.PREFETCH_CHUNK, da.PREFETCH_THREADS
-    assert da.prefetch_plan(16 << 20, 64 << 20, 1) == da.Prefetch(1, (16 << 20) // chunk)
-    assert da.prefetch_plan(16 << 20, 64 << 20, 1).programs == (16 << 20) // chunk // threads
-    assert da.prefetch_plan(16 << 20, 3 * chunk + 7, 1) == da.Prefetch(1, 3)
-    assert da.prefetch_plan(16 << 20, 3 * chunk, 1).programs == 1
-    assert da.prefetch_plan(chunk - 1, 64 << 20, 1).programs == 0  # less than a chunk
-    assert da.prefetch_plan(16 << 20, 64 << 20, 0).programs == 0  # no instruction here
-
-
 def test_a_short_cache_is_one_split_and_needs_no_combine():
     """Up to ONE_SPLIT_SLOTS positions one program a (row, kv head) reads the whole cache
     and writes the output (FINAL); a longer cache is cut by the rows' count."""

@@ -26,15 +26,9 @@ another one writes. Rotating and writing in torch first takes Inductor two fused
 a layer (docs/perf-notes.md, attempts 65 and 67; backends/shared/model_options.py says
 where the op is the default).
 
-``after``: the weights of the projection that follows the attention (its o_proj),
-of which ``partial`` pulls the first ``after_bytes`` into the GPU's L2 cache while it
-attends. A decode step's attention is bound by latency, not bandwidth: tens of programs
-over a few MB of cache, so DRAM idles for its microseconds, and the GEMV after it then
-finds that much of its weight read. Extra programs past the (row, kv head) pairs each
-issue one Hopper bulk prefetch a thread (``cp.async.bulk.prefetch.L2``, sm_90 on: no
-registers, no wait) and exit; the attention's programs are unchanged. Triton's
-interpreter runs no PTX, so there they load one value a chunk instead (``PREFETCH`` 2):
-the tests' check that the extra programs leave the attention alone.
+``after``: the weight of the projection that follows the attention (its o_proj), whose
+first ``after_bytes`` extra programs of ``partial`` pull into L2 while the attention
+runs (models/l2_prefetch.py says why and how); the attention's programs are unchanged.
 
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only
@@ -55,7 +49,8 @@ from typing import Any
 import torch
 from torch.library import triton_op, wrap_triton
 
-from .lazy_kernels import interpreting, kernel_getattr, once
+from . import l2_prefetch as pf
+from .lazy_kernels import kernel_getattr, once
 
 # Triton's kernels read ``tl`` from this module's globals; _kernels() sets it when it
 # first builds them.
@@ -84,47 +79,6 @@ class Launch:
 # steps anyway, so the second split and the combine kernel bought nothing there
 # (docs/perf-notes.md, attempt 70).
 ONE_SPLIT_SLOTS = 256
-
-
-# What each prefetching thread pulls into L2 with one bulk prefetch (a multiple of 16,
-# as the instruction takes), and the threads of a prefetching program (its 4 warps).
-PREFETCH_CHUNK = 1024
-PREFETCH_THREADS = 128
-# One bulk prefetch of $3 bytes (PREFETCH_CHUNK) at $1 where $2 is non-zero; $0 is an
-# opaque zero, which the kernel's never-taken store consumes so that the pure asm is kept.
-PREFETCH_PTX = (
-    "{ .reg .pred p; setp.ne.b32 p, $2, 0;"
-    " @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.u32 $0, 0; }"
-)
-
-
-# The same, a 128-byte line at a time (``prefetch.global.L2``, any sm_80+ GPU; PREFETCH 3):
-# the sweep's other form (benchmarks/attention_prefetch.py swaps PREFETCH_BY).
-PREFETCH_LINE_PTX = (
-    "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }"
-)
-PREFETCH_BY = {"bulk": 1, "lines": 3}["bulk"]
-
-
-@dataclass(frozen=True)
-class Prefetch:
-    """The partial kernel's L2 prefetch of the next projection's weights: ``mode`` 0
-    (none), 1 (bulk prefetch, sm_90 on) or 2 (a load a chunk: the interpreter's stand-in),
-    over ``chunks`` of PREFETCH_CHUNK bytes by ``programs`` extra programs."""
-
-    mode: int = 0
-    chunks: int = 0
-
-    @property
-    def programs(self) -> int:
-        return -(-self.chunks // PREFETCH_THREADS) if self.mode else 0
-
-
-def prefetch_plan(after_bytes: int, weight_bytes: int, mode: int) -> Prefetch:
-    """The prefetch of the first ``after_bytes`` (at most the weight's ``weight_bytes``)
-    in whole chunks, by ``mode`` (0: none)."""
-    chunks = min(after_bytes, weight_bytes) // PREFETCH_CHUNK
-    return Prefetch(mode, chunks) if mode and chunks > 0 else Prefetch()
 
 
 def launch_config(rows: int, n_kv_heads: int, slots: int) -> Launch:
@@ -192,7 +146,7 @@ def kernel_constants(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The constexprs the ops launch (partial, combine) with, for ``rep`` query heads a
     kv head, ``slots`` allocated positions and ``cut``; ``rot``: the rotated dims of
-    decode_attention_rope (None: the plain op); ``prefetch``: Prefetch's mode. One
+    decode_attention_rope (None: the plain op); ``prefetch``: l2_prefetch's mode. One
     split (``FINAL``): the partial kernel writes the output, and no combine runs. The
     sm_90 compile test compiles the kernels with these."""
     d_p2 = _next_pow2(head_dim)
@@ -204,7 +158,7 @@ def kernel_constants(
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
         "PRECISION": "ieee" if fp32 else "tf32",
         "ROPE": rot is not None, "ROT": rot or 0, "FINAL": n_splits == 1,
-        "PREFETCH": prefetch, "PF_THREADS": PREFETCH_THREADS, "PF_CHUNK": PREFETCH_CHUNK,
+        "PREFETCH": prefetch, "PF_THREADS": pf.PREFETCH_THREADS, "PF_CHUNK": pf.PREFETCH_CHUNK,
     }  # fmt: skip
     combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
                "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
@@ -220,8 +174,8 @@ def _kernels() -> tuple[Any, Any]:
     import triton.language
 
     tl = triton.language
-    _PREFETCH_PTX = tl.constexpr(PREFETCH_PTX)
-    _PREFETCH_LINE_PTX = tl.constexpr(PREFETCH_LINE_PTX)
+    _PREFETCH_PTX = tl.constexpr(pf.BULK_PTX)
+    _PREFETCH_LINE_PTX = tl.constexpr(pf.LINE_PTX)
 
     @triton.jit
     def _rotated(X, rows, d, mask, COS, SIN, ROT: tl.constexpr):
@@ -252,7 +206,7 @@ def _kernels() -> tuple[Any, Any]:
         bh = tl.program_id(0)
         split = tl.program_id(1)
         p = tl.load(POS)
-        is_pair = bh < n_pairs  # the programs past the pairs prefetch (PREFETCH)
+        is_pair = bh < n_pairs  # the programs past the pairs prefetch (l2_prefetch.py)
         if PREFETCH > 0:
             if (bh >= n_pairs) & (split == 0):
                 chunk = (bh - n_pairs) * PF_THREADS + tl.arange(0, PF_THREADS)
@@ -403,16 +357,6 @@ def _kernels() -> tuple[Any, Any]:
 __getattr__ = kernel_getattr(__name__, ("_rotated", "_partial", "_combine"), _kernels)
 
 
-def _prefetch_mode(device: torch.device) -> int:
-    """How the partial kernel prefetches on ``device``: bulk prefetches on sm_90 and
-    later, a load a chunk under the interpreter, nothing elsewhere (no such instruction)."""
-    if interpreting():
-        return 2
-    if device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0):
-        return PREFETCH_BY
-    return 0
-
-
 def _next_pow2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
@@ -481,12 +425,11 @@ def _attend(
         limit = shared_memory_limit(q.device)
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, q_rows(rep))
     rot = None if rope is None else rope[2].shape[-1]
-    plan = Prefetch()
+    plan = pf.Prefetch()
     if after is not None and after_bytes > 0:
         if not after.is_contiguous():
             raise ValueError("decode_attention prefetches a contiguous weight (after)")
-        plan = prefetch_plan(after_bytes, after.numel() * after.element_size(),
-                             _prefetch_mode(q.device))  # fmt: skip
+        plan = pf.plan(after_bytes, after.numel() * after.element_size(), pf.mode(q.device))
     partial_consts, combine_consts = kernel_constants(
         rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot, prefetch=plan.mode
     )
@@ -505,9 +448,9 @@ def _attend(
     # The plain op passes the caches where the new key and value would go: never read.
     k_new, v_new, cos, sin = rope if rope is not None else (k_cache, v_cache, unused, unused)
     partial, combine = _kernels()
-    pf = after if plan.mode else unused
+    weight = after if plan.mode else unused
     wrap_triton(partial)[(B * Hkv + plan.programs, n_splits)](
-        q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin, pf,
+        q, k_cache, v_cache, lo, input_pos, m, den, acc, out, k_new, v_new, cos, sin, weight,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), out.stride(0), out.stride(1),
         k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
