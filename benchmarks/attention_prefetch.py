@@ -208,16 +208,16 @@ def main() -> None:
             for chunk in (int(c) for c in args.chunks.split(",")):
                 l2_prefetch.PREFETCH_CHUNK = chunk
                 for mib in mibs:
-                    if mib == 0 and rows:
+                    if mib == 0 and "0" in rows:
                         continue  # no prefetch is one row, whatever the form
                     r = timed_graph(layers, s, dev, mib)
                     r["pct_of_copy"] = (
                         100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
                     )
                     form = "" if (kind, chunk) == ("bulk", default_chunk) else f"{kind}{chunk}-"
-                    rows[f"{form}{mib}" if mib else mib] = r
+                    rows[f"{form}{mib}" if mib else "0"] = r
         l2_prefetch.PREFETCH_CHUNK = default_chunk
-        base = rows[mibs[0]]["step_us"]
+        base = next(iter(rows.values()))["step_us"]  # the first MiB's, in the first form
         for mib, r in rows.items():
             r["ratio_to_first"] = base / r["step_us"]
             places = ", ".join(f"{k['mean_us']:.2f}" for k in r["kernels"] if "mean_us" in k)

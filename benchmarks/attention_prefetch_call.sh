@@ -12,8 +12,9 @@
 # 3. each of BUILDS (recipes; default none) built on inductor three ways, one at a time,
 #    then measured and profiled back to back by decode_step.py (a fresh `acache bench`
 #    each, % of copy from the same process): the tree before (.ab71, run from inside its
-#    copy: R/old/MODEL), today's default (R/new/MODEL) and today's with the prefetch the
-#    sweep found fastest for that model (R/pf/MODEL).
+#    copy: R/old/MODEL), today's without the prefetch (R/new/MODEL; attention_prefetch=0,
+#    which until f91af78 was the default that p71b-p71d built as plain "inductor") and
+#    today's with the prefetch the sweep found fastest for that model (R/pf/MODEL).
 #   bash benchmarks/attention_prefetch_call.sh NAME   (carry [".whl", ".ab71"])
 # .ab71 holds artifactcache/, recipes/ and benchmarks/decode_step.py of 2555c58, made by
 #   mkdir .ab71 && git archive 2555c58 artifactcache recipes benchmarks/decode_step.py | tar -x -C .ab71
@@ -41,8 +42,9 @@ print(min(bulk, key=lambda m: bulk[m]["step_us"]) if bulk else 8)' \
 # step SIDE LIMIT build|measure ARGS...: decode_step.py of SIDE's tree (old: .ab71), run
 # from its root; measure profiles the step.
 step() {
-  local side=$1 limit=$2 what=$3 tree=$PWD cache=$C variant=inductor; shift 3
-  [ "$side" = old ] && tree=$PWD/.ab71 cache=$C-old
+  local side=$1 limit=$2 what=$3 tree=$PWD cache=$C variant=inductor+attention_prefetch=0
+  shift 3
+  [ "$side" = old ] && tree=$PWD/.ab71 cache=$C-old variant=inductor
   [ "$side" = pf ] && variant="inductor+attention_prefetch=$mib"
   local more=(--build-only); [ "$what" = measure ] && more=(--profile "$variant")
   (cd "$tree" && timeout "$limit" python3 benchmarks/decode_step.py "$@" \

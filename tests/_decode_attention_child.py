@@ -149,10 +149,12 @@ def half_precision_stays_within_its_rounding_of_fp32():
 
 
 def the_prefetching_programs_leave_the_attention_alone():
-    """With ``after`` given, the extra programs (here the interpreter's load a chunk)
-    run beside the pairs': both ops give what they give without them, bit for bit, on a
-    one-split cache (the partial kernel writes the output) and a three-split one (the
-    combine's partial sums), with more bytes asked than the weight has."""
+    """With ``after`` given, the extra programs (here the interpreter's load a chunk and
+    its never-taken store) run beside the pairs': both ops give what they give without
+    them, bit for bit, on a one-split cache (the partial kernel writes the output) and a
+    three-split one (the combine's partial sums), with more bytes asked than the weight
+    has. (An extra program that attended instead would recompute the last pair's values
+    and go unseen here: the ``is_pair`` gate is held by reading, not by this case.)"""
     threads, chunk = l2_prefetch.PREFETCH_THREADS, l2_prefetch.PREFETCH_CHUNK
     after = torch.randn(3 * threads + 5, chunk // 4)  # fp32
     weight_bytes = after.numel() * after.element_size()

@@ -146,11 +146,12 @@ def x_in_two_parts_matches(dtype):
     """x read from two tensors (``x_tail``: phi-2's [attention | fc1], the tail a view
     into a wider row as its split gives it) with GELU from the tail on, against the
     product of the two concatenated: float, int8 and int4 weights, tails that start
-    inside a tile and at its edge."""
+    inside a tile and at its edge, and one shorter than a tile."""
     torch.manual_seed(4)
     for quant, n, k, head, tile in [
         (None, 24, 224, 96, (4, 64)),  # the tail starts inside the second tile
         (None, 40, 192, 128, (8, 64)),  # at a tile's edge
+        (None, 16, 100, 80, (4, 64)),  # a tail shorter than a tile
         ("int8", 16, 200, 72, None),
         ("int4", 16, 256, 64, (4, 128)),
     ]:

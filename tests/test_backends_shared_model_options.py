@@ -377,6 +377,8 @@ def test_the_attention_prefetch_is_whole_mib_inside_split_kv_decode_and_keyed():
     assert attention_prefetch_mib("inductor", cuda, _long("tiny-phi-3", max_seq_len=256)) == 0
     batched = _long("tiny-phi-2", max_seq_len=256, max_batch=8)
     assert attention_prefetch_mib("inductor", cuda, batched) == 0
+    int8 = BuildChoices(device="cuda", quant="int8wo")  # measured on bf16 weights only
+    assert attention_prefetch_mib("inductor", int8, rec) == 0
     asked = BuildChoices(device="cuda", extra={"attention_prefetch": "12"})
     for backend in ("inductor", "aoti"):
         assert model_factors(backend, rec, asked)["attention_prefetch_mib"] == 12
@@ -391,7 +393,8 @@ def test_the_attention_prefetch_is_whole_mib_inside_split_kv_decode_and_keyed():
     ]
     assert factors[0] != factors[1]  # the key is a hash of the factors
     for value, why in [
-        ("-1", "whole MiB"), ("1.5", "whole MiB"), ("lots", "whole MiB"),
+        ("-1", "whole MiB"), ("1.5", "whole MiB"), ("lots", "whole MiB"), ("\u00b2", "whole MiB"),
+        ("\u0663", "whole MiB"),  # digits to isdigit(), not to a MiB count
         (str(ATTENTION_PREFETCH_MAX_MIB + 1), "whole MiB"),
     ]:  # fmt: skip
         bad = BuildChoices(device="cuda", extra={"attention_prefetch": value})
@@ -401,7 +404,7 @@ def test_the_attention_prefetch_is_whole_mib_inside_split_kv_decode_and_keyed():
     with pytest.raises(BackendError, match="add --extra split_kv_decode=1"):
         get_backend("aoti").check_options(no_split)
     on_cpu = BuildChoices(device="cpu", extra={"attention_prefetch": 8})
-    with pytest.raises(BackendError, match="split-KV"):
+    with pytest.raises(BackendError, match="needs --device cuda"):
         get_backend("eager").check_options(on_cpu)
     with pytest.raises(BackendError, match="attention_prefetch"):
         get_backend("ort").check_options(

@@ -269,8 +269,8 @@ def test_a_pass_keeps_off_cudnn_unless_asked_when_exported_compiled_or_eager(cud
 
 def test_a_layer_region_gets_every_field_of_the_reads():
     """The region path takes Reads apart (Dynamo reuses a region's trace only for plain
-    inputs) and rebuilds it: a field it leaves out (as the L2 prefetch's once was) would
-    silently be its default inside every region."""
+    inputs) and rebuilds it: a field it left out would silently be its default inside
+    every region (phi-3-mini's layers are regions)."""
     import dataclasses
 
     from artifactcache.models.common import Reads, _run_layer_region

@@ -17,6 +17,7 @@ def test_the_plan_takes_whole_chunks_of_at_most_the_weight():
     assert pf.plan(16 << 20, 3 * chunk, 1).programs == 1
     assert pf.plan(chunk - 1, 64 << 20, 1).programs == 0  # less than a chunk
     assert pf.plan(16 << 20, 64 << 20, 0).programs == 0  # no instruction here
+    assert pf.plan(16 << 20, 64 << 20, 1, threads=256).programs == (16 << 20) // chunk // 256
 
 
 def test_the_chunk_is_what_the_bulk_prefetch_takes():

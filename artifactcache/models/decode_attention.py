@@ -26,9 +26,9 @@ another one writes. Rotating and writing in torch first takes Inductor two fused
 a layer (docs/perf-notes.md, attempts 65 and 67; backends/shared/model_options.py says
 where the op is the default).
 
-``after``: the weight of the projection that follows the attention (its o_proj), whose
-first ``after_bytes`` extra programs of ``partial`` pull into L2 while the attention
-runs (models/l2_prefetch.py says why and how); the attention's programs are unchanged.
+``after``: the weight of the projection that follows the attention (its o_proj). Extra
+programs of ``partial`` pull its first ``after_bytes`` into L2 while the attention runs
+(models/l2_prefetch.py says why and how); the attention's programs are unchanged.
 
 ``lo[b]`` folds the causal mask's other terms (models/common.py's attention_mask):
 the row's first real slot, the sliding window, and the padding row that sees only
@@ -158,7 +158,7 @@ def kernel_constants(
         # fp32 models keep fp32 products (tf32 would cost them parity with eager).
         "PRECISION": "ieee" if fp32 else "tf32",
         "ROPE": rot is not None, "ROT": rot or 0, "FINAL": n_splits == 1,
-        "PREFETCH": prefetch, "PF_THREADS": pf.PREFETCH_THREADS, "PF_CHUNK": pf.PREFETCH_CHUNK,
+        "PREFETCH": prefetch, "PF_THREADS": 32 * cut.num_warps, "PF_CHUNK": pf.PREFETCH_CHUNK,
     }  # fmt: skip
     combine = {"D": head_dim, "D_P2": d_p2, "SPLIT": cut.split, "N_SPLITS": n_splits,
                "CHUNK": min(64, _next_pow2(n_splits))}  # fmt: skip
@@ -426,10 +426,11 @@ def _attend(
         cut = fit_shared_memory(cut, k_cache.element_size(), _next_pow2(D), limit, q_rows(rep))
     rot = None if rope is None else rope[2].shape[-1]
     plan = pf.Prefetch()
-    if after is not None and after_bytes > 0:
-        if not after.is_contiguous():
-            raise ValueError("decode_attention prefetches a contiguous weight (after)")
-        plan = pf.plan(after_bytes, after.numel() * after.element_size(), pf.mode(q.device))
+    # A strided weight is not one span of bytes: no prefetch (the weights the models
+    # pass are contiguous).
+    if after is not None and after_bytes > 0 and after.is_contiguous():
+        nbytes = after.numel() * after.element_size()
+        plan = pf.plan(after_bytes, nbytes, pf.mode(q.device), threads=32 * cut.num_warps)
     partial_consts, combine_consts = kernel_constants(
         rep, D, S, cut, fp32=q.dtype == torch.float32, rot=rot, prefetch=plan.mode
     )

@@ -259,8 +259,8 @@ def _define_kernels() -> None:
             # (copied through shared memory).
             if HAS_TAIL:
                 # x in two spans, each a plain loop with one load of x a tile: channels
-                # below x_split from X, the rest from XT (indexed from x_split). A tile
-                # that straddles the split is one masked tile of each span.
+                # below x_split from X (the span's last tile masked at x_split), the rest
+                # from XT, indexed from x_split (its tiles start there).
                 for k0 in tl.range(0, x_split, BLOCK_K, num_stages=STAGES):
                     acc, squares = _w_tile(
                         acc, squares, w_row, nmask, (k0 + rk) < x_split, X, G, NB, K,

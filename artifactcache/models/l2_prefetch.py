@@ -30,7 +30,7 @@ from .lazy_kernels import interpreting
 
 # What each prefetching thread pulls into L2 in one instruction (a multiple of 16, as
 # the bulk prefetch takes; 1 KiB was the best of 1 and 4 KiB on three models), and the
-# threads of a prefetching program (its 4 warps).
+# threads of a prefetching program at the kernel's 4 warps (each thread one chunk).
 PREFETCH_CHUNK = 1024
 PREFETCH_THREADS = 128
 # One bulk prefetch of $3 bytes at $1 where $2 is non-zero; $0 is the opaque zero.
@@ -51,17 +51,20 @@ class Prefetch:
 
     mode: int = 0
     chunks: int = 0
+    threads: int = PREFETCH_THREADS  # a program's: 32 x the launch's warps
 
     @property
     def programs(self) -> int:
-        return -(-self.chunks // PREFETCH_THREADS) if self.mode else 0
+        return -(-self.chunks // self.threads) if self.mode else 0
 
 
-def plan(after_bytes: int, weight_bytes: int, mode: int) -> Prefetch:
+def plan(
+    after_bytes: int, weight_bytes: int, mode: int, threads: int = PREFETCH_THREADS
+) -> Prefetch:
     """The prefetch of the first ``after_bytes`` (at most the weight's ``weight_bytes``)
-    in whole chunks, by ``mode`` (0: none)."""
+    in whole chunks, by ``mode`` (0: none), ``threads`` a program."""
     chunks = min(after_bytes, weight_bytes) // PREFETCH_CHUNK
-    return Prefetch(mode, chunks) if mode and chunks > 0 else Prefetch()
+    return Prefetch(mode, chunks, threads) if mode and chunks > 0 else Prefetch()
 
 
 def mode(device: torch.device) -> int:

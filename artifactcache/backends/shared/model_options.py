@@ -61,11 +61,12 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   the GPU's L2 while it attends, a step bound by latency in which DRAM idles
   (models/decode_attention.py; Hopper's bulk prefetch, so sm_90 and later: other GPUs
   build the same model and prefetch nothing). 0 (none) to ATTENTION_PREFETCH_MAX_MIB.
-  The default: 4 MiB for phi-2's one-row inductor builds, which decoded 1.014x without it
-  on an H100 (456.7 against 450.5 tok/s, 80.0% of copy; docs/perf-notes.md attempt 71);
+  The default: 4 MiB for phi-2's unquantized one-row inductor builds, which decoded 1.014x
+  as fast as without it on an H100 (456.7 against 450.5 tok/s, 79.99% of copy;
+  docs/perf-notes.md attempt 71);
   0 elsewhere: phi-3-mini decoded 0.994x with it (its plain split-KV kernel is short, and
   the prefetch lengthened it by more than the o_proj GEMV saved), the llama families are
-  measured outside a model only (+0.6-0.8%), and phi-2 on aoti is not measured.
+  not measured in a model, and phi-2 on aoti or quantized is not measured.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -255,9 +256,9 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
 def attention_prefetch_mib(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> int:
     """MiB of the projection after attention that a decode step prefetches into L2;
     a value out of range, or asked for where decode does not run the split-KV kernel,
-    is one line. The default (``recipe`` given): PREFETCH_DEFAULT_MIB for one-row builds
-    of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS, 0 elsewhere (the module
-    docstring says why)."""
+    is one line. The default (``recipe`` given): PREFETCH_DEFAULT_MIB for unquantized
+    one-row builds of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS, 0 elsewhere
+    (the module docstring says why)."""
     raw = opts.extra.get(PREFETCH_EXTRA)
     if raw is None:
         measured = (
@@ -265,15 +266,21 @@ def attention_prefetch_mib(backend: str, opts: BuildChoices, recipe: Recipe | No
             and recipe.family in PREFETCH_DEFAULT_FAMILIES
             and backend in PREFETCH_DEFAULT_BACKENDS
             and recipe.shapes.max_batch == 1
+            and opts.quant is None  # measured on bf16 weights only
         )
         return PREFETCH_DEFAULT_MIB if measured and split_kv_decode(backend, opts, recipe) else 0
     text = str(raw).strip()
-    if not text.isdigit() or int(text) > ATTENTION_PREFETCH_MAX_MIB:
+    if not (text.isascii() and text.isdigit()) or int(text) > ATTENTION_PREFETCH_MAX_MIB:
         raise BackendError(
             f"--extra {PREFETCH_EXTRA}={raw!r}: expected whole MiB from 0 (none) to "
             f"{ATTENTION_PREFETCH_MAX_MIB} (half the L2 of an H100)"
         )
     mib = int(text)
+    if mib and not is_cuda(opts.device):
+        raise BackendError(
+            f"--extra {PREFETCH_EXTRA}={mib} needs --device cuda: the prefetch is the "
+            "split-KV decode kernel's, for NVIDIA GPUs"
+        )
     if mib and not split_kv_decode(backend, opts, recipe):
         raise BackendError(
             f"--extra {PREFETCH_EXTRA}={mib} runs inside the split-KV decode kernel, "
