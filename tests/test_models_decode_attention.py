@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _backend_util import found_in_a_fresh_process, skip_if_interpreter_refused
@@ -82,6 +83,36 @@ H100_SHARED = 232448  # bytes a program may use (shared_memory_per_block_optin)
 CONSUMER_SHARED = 101376  # sm_86/89/120
 
 
+def _partial_pointers(dtype: str) -> dict[str, str]:
+    """The partial kernel's pointer arguments as Triton types them, for a ``dtype`` model."""
+    return {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64", "POS": "*i64",
+            "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32", "OUT": f"*{dtype}",
+            "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}", "COS": "*fp32", "SIN": "*fp32",
+            "PF": f"*{dtype}"}  # fmt: skip
+
+
+def _compiled_for_sm90(fn: Any, pointers: dict[str, str], consts: dict[str, Any], warps: int):
+    """``fn`` compiled by Triton to an sm_90 cubin (no GPU needed), its integers i32 as
+    Triton passes them at run time, pointers and strides marked 16-divisible as Triton
+    marks them, so a loop compiles with its asynchronous copies, as it runs. A skip where
+    this Triton's ASTSource takes other arguments (its internal API moves between
+    releases)."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = fn.arg_names
+    sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
+               if n in pointers or n.startswith("stride_")}  # fmt: skip
+    try:
+        src = ASTSource(fn=fn, signature=sig, attrs=aligned,
+                        constexprs={(names.index(k),): v for k, v in consts.items()})  # fmt: skip
+    except (TypeError, AttributeError) as e:
+        pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
+    return triton_compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+
+
 @pytest.mark.parametrize("rope", [False, True], ids=["plain", "rope"])
 @pytest.mark.parametrize(("rows", "kv_heads", "rep", "head_dim", "slots"), SM90_SHAPES)
 @pytest.mark.parametrize(("dtype", "limit"), [("bf16", H100_SHARED), ("fp32", H100_SHARED),
@@ -96,10 +127,6 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
     estimate. Pointers and strides are marked 16-divisible, as Triton marks them at run
     time, so the loop compiles with its asynchronous copies, as it runs."""
 
-    from triton import compile as triton_compile
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from artifactcache.models import decode_attention as da
 
     partial, combine = da._kernels()
@@ -112,32 +139,13 @@ def test_the_kernels_compile_for_an_h100_class_gpu(
         rep, head_dim, slots, cut, dtype == "fp32", rot=rot
     )
     kernels = [
-        (partial, {"Q": f"*{dtype}", "K": f"*{dtype}", "V": f"*{dtype}", "LO": "*i64",
-                   "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32", "ACC_OUT": "*fp32",
-                   "OUT": f"*{dtype}", "K_NEW": f"*{dtype}", "V_NEW": f"*{dtype}",
-                   "COS": "*fp32", "SIN": "*fp32", "PF": f"*{dtype}"},
-         partial_consts, cut.num_warps),
+        (partial, _partial_pointers(dtype), partial_consts, cut.num_warps),
         (combine, {"OUT": f"*{dtype}", "M_IN": "*fp32", "L_IN": "*fp32", "ACC_IN": "*fp32",
                    "LO": "*i64", "POS": "*i64"}, combine_consts, 4),
     ]  # fmt: skip
     shared = []
     for fn, pointers, consts, num_warps in kernels:
-        names = fn.arg_names
-        # Integers as Triton passes them at run time: i32 (values that fit).
-        sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
-        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-                   if n in pointers or n.startswith("stride_")}  # fmt: skip
-        try:
-            src = ASTSource(
-                fn=fn,
-                signature=sig,
-                constexprs={(names.index(k),): v for k, v in consts.items()},
-                attrs=aligned,
-            )
-        except (TypeError, AttributeError) as e:  # Triton's internal API moves between releases
-            pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
-        options = {"num_warps": num_warps}
-        compiled = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        compiled = _compiled_for_sm90(fn, pointers, consts, num_warps)
         assert compiled.asm["cubin"]
         shared.append(compiled.metadata.shared)
     assert shared[0] <= da.staged_bytes(cut, elem, d_p2, qb) <= limit, (cut, shared)
@@ -149,32 +157,16 @@ def test_the_prefetch_compiles_to_one_bulk_prefetch_a_thread(rope: bool):
     inline PTX assembles (ptxas runs), each thread holds one predicated bulk prefetch
     (the pure asm kept alive by the never-taken store), and the kernel's shared memory
     is what it is without it."""
-    from triton import compile as triton_compile
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     from artifactcache.models import decode_attention as da
 
     partial, _ = da._kernels()
     cut = da.launch_config(1, 32, 256)
-    pointers = {n: "*bf16" for n in ("Q", "K", "V", "OUT", "K_NEW", "V_NEW", "PF")}
-    pointers.update({"LO": "*i64", "POS": "*i64", "M_OUT": "*fp32", "L_OUT": "*fp32",
-                     "ACC_OUT": "*fp32", "COS": "*fp32", "SIN": "*fp32"})  # fmt: skip
-    names = partial.arg_names
     compiled = {}
     for mode in (0, 1):
         consts, _ = da.kernel_constants(1, 80, 256, cut, False, rot=32 if rope else None,
                                         prefetch=mode)  # fmt: skip
-        sig = {n: pointers.get(n, "constexpr" if n in consts else "i32") for n in names}
-        aligned = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names)
-                   if n in pointers or n.startswith("stride_")}  # fmt: skip
-        try:
-            constexprs = {(names.index(k),): v for k, v in consts.items()}
-            src = ASTSource(fn=partial, signature=sig, attrs=aligned, constexprs=constexprs)
-        except (TypeError, AttributeError) as e:  # Triton's internal API moves between releases
-            pytest.skip(f"this Triton's ASTSource takes other arguments ({e})")
-        compiled[mode] = triton_compile(src, target=GPUTarget("cuda", 90, 32),
-                                        options={"num_warps": cut.num_warps})  # fmt: skip
+        compiled[mode] = _compiled_for_sm90(partial, _partial_pointers("bf16"), consts,
+                                            cut.num_warps)  # fmt: skip
     ptx = compiled[1].asm["ptx"]
     assert ptx.count("@p cp.async.bulk.prefetch.L2.global [%rd") == 1, ptx[-2000:]
     assert "cp.async.bulk.prefetch" not in compiled[0].asm["ptx"]
