@@ -37,7 +37,7 @@ from torch.nn import functional as F
 from ..config import ModelConfig
 from ..kv_buckets import cache_slots
 from .rope import apply_rope, rope_cache
-from .rows import row_linear
+from .rows import row_linear, streamed_weight
 
 
 def embedding(num: int, dim: int) -> nn.Embedding:
@@ -151,13 +151,13 @@ def rope_and_attend(
     rotary_dim: int,
     input_pos: torch.Tensor,
     reads: Reads,
-    after: torch.Tensor | None = None,
+    after: nn.Module | None = None,
 ) -> torch.Tensor:
     """q and k rotated (apply_rope), then :func:`cached_attention`. A split-KV decode step
     on a cache the kernel writes does the three in one kernel (models/decode_attention.py,
     ``decode_attention_rope``), where Inductor fuses torch's rotations and writes into
-    two more kernels a layer. ``after``: the weight of the projection that follows, of
-    which a split-KV decode step prefetches ``reads.prefetch`` bytes."""
+    two more kernels a layer. ``after``: the projection that follows, of whose weight a
+    split-KV decode step prefetches ``reads.prefetch`` bytes."""
     if reads.lo is not None and cache is not None and cache.kernel_writes:
         from .decode_attention import decode_attention_rope
 
@@ -170,9 +170,11 @@ def rope_and_attend(
     return cached_attention(cache, q, k, v, input_pos, reads, after)
 
 
-def _prefetched(after: torch.Tensor | None, reads: Reads) -> tuple[torch.Tensor | None, int]:
-    """The split-KV ops' (after, after_bytes): none unless both are given."""
-    return (after, reads.prefetch) if after is not None and reads.prefetch > 0 else (None, 0)
+def _prefetched(after: nn.Module | None, reads: Reads) -> tuple[torch.Tensor | None, int]:
+    """The split-KV ops' (after, after_bytes): the weight ``after`` streams and the bytes
+    to prefetch of it, or none (no prefetch asked, or a layer whose weight is unknown)."""
+    weight = streamed_weight(after) if after is not None and reads.prefetch > 0 else None
+    return (weight, reads.prefetch) if weight is not None else (None, 0)
 
 
 def cached_attention(
@@ -182,7 +184,7 @@ def cached_attention(
     v: torch.Tensor,
     input_pos: torch.Tensor,
     reads: Reads,
-    after: torch.Tensor | None = None,
+    after: nn.Module | None = None,
 ) -> torch.Tensor:
     """Write k/v [B, Hkv, T, D] at input_pos, then attend q [B, H, T, D] to the cache
     (``after``: rope_and_attend's)."""

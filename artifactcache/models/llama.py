@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, RMSNorm, embedding, rope_and_attend
-from .rows import row_linear, streamed_weight
+from .rows import row_linear
 
 
 class Attention(nn.Module):
@@ -44,7 +44,7 @@ class Attention(nn.Module):
             q, k, v = self.split(self.qkv_proj(x))
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        y = self.attend(q, k, v, cos, sin, reads, input_pos, streamed_weight(self.o_proj))
+        y = self.attend(q, k, v, cos, sin, reads, input_pos, self.o_proj)
         return self.o_proj(y)
 
     def split(self, qkv):
@@ -52,7 +52,7 @@ class Attention(nn.Module):
 
     def attend(self, q, k, v, cos, sin, reads: Reads, input_pos, after=None):
         """q [B, T, H D], k/v [B, T, Hkv D] -> the attention output [B, T, H D], before
-        o_proj (``after``: o_proj's weight, for a decode step's L2 prefetch)."""
+        o_proj (``after``: o_proj, whose weight a decode step may prefetch into L2)."""
         B, T, _ = q.shape
         cfg = self.cfg
         q = q.view(B, T, cfg.n_heads, cfg.head_dim)
@@ -115,7 +115,7 @@ class Block(nn.Module):
         RMSNorm + gate/up, SiLU-and-mul + down + skip."""
         attn, mlp = self.self_attn, self.mlp
         qkv = row_linear(attn.qkv_proj, x, norm=self.input_layernorm)
-        y = attn.attend(*attn.split(qkv), cos, sin, reads, input_pos, streamed_weight(attn.o_proj))
+        y = attn.attend(*attn.split(qkv), cos, sin, reads, input_pos, attn.o_proj)
         h = row_linear(attn.o_proj, y, residual=x)
         gate_up = row_linear(mlp.gate_up_proj, h, norm=self.post_attention_layernorm)
         return row_linear(mlp.down_proj, gate_up, silu_mul=True, residual=h)

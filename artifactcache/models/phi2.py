@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from ..config import ModelConfig
 from .common import CausalLM, KVCache, Reads, embedding, rope_and_attend
-from .rows import row_linear, streamed_weight
+from .rows import row_linear
 
 
 class PhiAttention(nn.Module):
@@ -36,12 +36,12 @@ class PhiAttention(nn.Module):
 
     def forward(self, x, cos, sin, reads: Reads, input_pos):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        y = self.attend(q, k, v, cos, sin, reads, input_pos, streamed_weight(self.dense))
+        y = self.attend(q, k, v, cos, sin, reads, input_pos, self.dense)
         return self.dense(y)
 
     def attend(self, q, k, v, cos, sin, reads: Reads, input_pos, after=None):
         """q [B, T, H * D], k/v [B, T, Hkv * D] -> attention output [B, T, H * D]
-        (``after``: the next projection's weight, for a decode step's L2 prefetch)."""
+        (``after``: the next projection, whose weight a decode step may prefetch into L2)."""
         B, T, _ = q.shape
         cfg = self.cfg
         q = q.view(B, T, cfg.n_heads, cfg.head_dim).transpose(1, 2)
@@ -98,10 +98,10 @@ class PhiBlock(nn.Module):
             return x + self.out_proj(torch.cat([y, gelu(up)], dim=-1))
         return x + self.self_attn.dense(y) + self.mlp.fc2(gelu(up))
 
-    def after_attention(self):
-        """The weight the fused block reads after attention: out_proj's, or dense's
-        where the outputs stay apart."""
-        return streamed_weight(self.out_proj if self.outputs_fused else self.self_attn.dense)
+    def after_attention(self) -> nn.Module:
+        """The projection the fused block runs after attention: out_proj, or dense where
+        the outputs stay apart."""
+        return self.out_proj if self.outputs_fused else self.self_attn.dense
 
     def one_row(self, x, cos, sin, reads: Reads, input_pos):
         """The fused block for x [1, 1, dim] as GEMVs with the LayerNorm, GELU and skips
