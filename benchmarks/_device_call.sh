@@ -18,12 +18,25 @@ start_call() {
   rm -rf "$R"; mkdir -p "$R"
   nvidia-smi --query-gpu=name,driver_version,uuid,pci.bus_id --format=csv > "$R/gpu.txt"
 }
-# gpu_test: the compiled row GEMV's GPU test (tests/test_models_gemv.py -k on_cuda), its
-# log in R/gpu-test.log, its status and last lines printed.
+# gpu_test: the decode kernels' GPU tests (the row GEMV's and the split-KV attention's,
+# `-k on_cuda`), their log in R/gpu-test.log, their status and last lines printed.
 gpu_test() {
-  timeout "$(cap 90)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
-    -k on_cuda > "$R/gpu-test.log" 2>&1
+  timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider tests/test_models_gemv.py \
+    tests/test_models_decode_attention.py -k on_cuda > "$R/gpu-test.log" 2>&1
   echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
+}
+# kernel_runs: benchmarks/row_gemv.py once for each '|'-separated argument list in
+# KERNEL_RUNS (none: nothing), R/kernels-N/row_gemv.json and R/kernels-N.log; each run
+# within KERNEL_S (default 200) and the deadline.
+kernel_runs() {
+  local n=0 run args runs
+  IFS='|' read -ra runs <<<"${KERNEL_RUNS:-}"
+  for run in "${runs[@]}"; do
+    n=$((n + 1)); read -ra args <<<"$run"
+    timeout "$(cap "${KERNEL_S:-200}")" python3 benchmarks/row_gemv.py --out "$R/kernels-$n" \
+      "${args[@]}" > "$R/kernels-$n.log" 2>&1
+    echo "kernels $n ($run) rc=$? at $((SECONDS - T0)) s"
+  done
 }
 # finish_call: R tarred into $OUT/NAME.tgz (framework caches and profiles' pstats left
 # out, as $OUT comes back small, but the entries' Inductor tuning winners kept, in

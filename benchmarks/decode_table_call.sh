@@ -24,9 +24,10 @@
   { echo 'the list part takes VARIANTS="RECIPE/VARIANT ..."' >&2; exit 2; }
 . benchmarks/_device_call.sh
 start_call "${1:?usage: decode_table_call.sh NAME PART}"
-# GPU_TEST=1: the compiled row GEMV's GPU test first (models/gemv.py changed since its
-# last GPU run: attempt 69's x_tail).
+# GPU_TEST=1: the decode kernels' GPU tests first; KERNEL_RUNS: row_gemv.py runs next
+# (_device_call.sh's kernel_runs), before any build. PART none: nothing built.
 [ "${GPU_TEST:-0}" = 1 ] && gpu_test
+kernel_runs
 variants=()
 case ${2:?usage: decode_table_call.sh NAME PART} in
   inductor)
@@ -41,7 +42,8 @@ case ${2:?usage: decode_table_call.sh NAME PART} in
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
   list) read -ra variants <<<"$VARIANTS" ;;
-  *) echo "PART is inductor, aoti, aoti-7b, aoti-small, llama or list, not $2" >&2; exit 2 ;;
+  none) finish_call; exit 0 ;;
+  *) echo "PART is inductor, aoti, aoti-7b, aoti-small, llama, list or none, not $2" >&2; exit 2 ;;
 esac
 DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=${DECODE_PROFILE:-1} timeout "$(cap 560)" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
