@@ -211,8 +211,8 @@ def _kernels() -> tuple[Any, Any]:
             if (bh >= n_pairs) & (split == 0):
                 chunk = (bh - n_pairs) * PF_THREADS + tl.arange(0, PF_THREADS)
                 wanted = chunk < pf_chunks
+                at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK  # modes 1 and 3
                 if PREFETCH == 1:
-                    at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
                     size = tl.full([PF_THREADS], PF_CHUNK, tl.int32)
                     done = tl.inline_asm_elementwise(
                         asm=_PREFETCH_PTX, constraints="=r,l,r,r",
@@ -220,7 +220,6 @@ def _kernels() -> tuple[Any, Any]:
                         is_pure=True, pack=1,
                     )  # fmt: skip
                 elif PREFETCH == 3:
-                    at = PF.to(tl.int64) + chunk.to(tl.int64) * PF_CHUNK
                     done = tl.zeros([PF_THREADS], tl.int32)
                     for line in tl.static_range(PF_CHUNK // 128):
                         done |= tl.inline_asm_elementwise(
