@@ -15,7 +15,12 @@ and a profile of one replay: each kernel's mean time by its place in the layer
 (the attention and the projection after it are where the prefetch shows).
 
     python benchmarks/attention_prefetch.py --out OUT [--models phi-2,phi-3-mini]
-        [--mib 0,4,8,16] [--layers 32]
+        [--mib 0,4,8,16] [--layers 32] [--op rope|plain]
+
+``--op plain``: the plain split-KV op (``decode_attention``) that phi-3-mini's and the
+llama families' builds run, after two copies that write the step's k and v into the
+caches (Inductor's kernels there also rotate q and k; these do not), in place of the
+rope op every model runs by default here.
 
 The layer shapes are the seed recipes' (benchmarks' SHAPES below), bf16. Writes
 OUT/attention_prefetch.json.
@@ -89,7 +94,7 @@ class Layer:
         names = ("w_in", "w_after") if self.s.phi2 else ("w_in", "w_after", "w_up", "w_down")
         return sum(getattr(self, n).numel() * 2 for n in names)
 
-    def step(self, x, cos, sin, lo, pos, mib: int):
+    def step(self, x, cos, sin, lo, pos, mib: int, plain: bool = False):
         s, ops = self.s, torch.ops.acache
         one = x.reshape(1, -1)
         if s.phi2:
@@ -99,8 +104,14 @@ class Layer:
             h = ops.row_gemv(one, self.w_in, None, None, self.norm, 1e-5, False, None)
         q, k, v = (t.view(1, 1, -1, s.head_dim).transpose(1, 2)
                    for t in h[:, : sum(self.sizes)].split(self.sizes, dim=-1))  # fmt: skip
-        y = ops.decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo, pos,
-                                      self.w_after if mib else None, mib << 20)  # fmt: skip
+        after = self.w_after if mib else None
+        if plain:
+            self.k_cache[:, :, POSITION : POSITION + 1].copy_(k)
+            self.v_cache[:, :, POSITION : POSITION + 1].copy_(v)
+            y = ops.decode_attention(q, self.k_cache, self.v_cache, lo, pos, after, mib << 20)
+        else:
+            y = ops.decode_attention_rope(q, k, v, cos, sin, self.k_cache, self.v_cache, lo,
+                                          pos, after, mib << 20)  # fmt: skip
         y = y.transpose(1, 2).reshape(1, -1)
         if s.phi2:
             up = h[:, sum(self.sizes) :]
@@ -111,7 +122,9 @@ class Layer:
         return ops.row_gemv(gu, self.w_down, None, None, None, 0.0, True, h.reshape(-1))
 
 
-def timed_graph(layers: list[Layer], s: Shape, dev: torch.device, mib: int) -> dict[str, Any]:
+def timed_graph(
+    layers: list[Layer], s: Shape, dev: torch.device, mib: int, plain: bool = False
+) -> dict[str, Any]:
     x0 = torch.randn(1, s.dim, device=dev, dtype=torch.bfloat16)
     angles = torch.rand(1, s.rot // 2, device=dev) * 6.28
     cos = torch.cat([angles.cos()] * 2, dim=-1)
@@ -122,7 +135,7 @@ def timed_graph(layers: list[Layer], s: Shape, dev: torch.device, mib: int) -> d
     def run():
         x = x0
         for layer in layers:
-            x = layer.step(x, cos, sin, lo, pos, mib)
+            x = layer.step(x, cos, sin, lo, pos, mib, plain)
         return x
 
     stream = torch.cuda.Stream()
@@ -188,12 +201,14 @@ def main() -> None:
     )
     ap.add_argument("--chunks", default=str(l2_prefetch.PREFETCH_CHUNK),
                     help="bytes a thread prefetches (PREFETCH_CHUNK), each swept")  # fmt: skip
+    ap.add_argument("--op", choices=("rope", "plain"), default="rope",
+                    help="the attention op: rope (phi-2's) or plain (the others')")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")
     gemv._define_kernels()
     result: dict[str, Any] = {**provenance(), "slots": SLOTS, "position": POSITION,
-                              "layers": args.layers, "models": {}}  # fmt: skip
+                              "layers": args.layers, "op": args.op, "models": {}}  # fmt: skip
     result["copy_gbps"] = copy_bandwidth(dev)["gbps"]
     mibs = [int(m) for m in args.mib.split(",")]
     for name in args.models.split(","):
@@ -210,7 +225,7 @@ def main() -> None:
                 for mib in mibs:
                     if mib == 0 and "0" in rows:
                         continue  # no prefetch is one row, whatever the form
-                    r = timed_graph(layers, s, dev, mib)
+                    r = timed_graph(layers, s, dev, mib, args.op == "plain")
                     r["pct_of_copy"] = (
                         100 * nbytes / (r["step_us"] * 1e-6) / (result["copy_gbps"] * 1e9)
                     )

@@ -8,7 +8,7 @@
 # 2. benchmarks/attention_prefetch.py: the one-row layers of MODELS in a CUDA graph, no
 #    compiler, each MiB of SWEEP against none in the same run, each replay profiled, in
 #    each of KINDS (bulk, lines) and CHUNKS (bytes a thread): attention_prefetch.py's
-#    --kinds and --chunks;
+#    --kinds and --chunks, and OP its --op (rope, the default, or plain);
 # 3. each of BUILDS (recipes; default none) built on inductor three ways, one at a time,
 #    then measured and profiled back to back by decode_step.py (a fresh `acache bench`
 #    each, % of copy from the same process): the tree before (.ab71, run from inside its
@@ -29,7 +29,7 @@ fi
 [ "${MODELS-x}" = "" ] ||  # MODELS= (empty): no sweep
 timeout "$(cap 200)" python3 benchmarks/attention_prefetch.py --out "$R" \
   --models "${MODELS:-phi-2,phi-3-mini,llama-7b}" --mib "${SWEEP:-0,4,8,12,16,24}" \
-  --kinds "${KINDS:-bulk}" --chunks "${CHUNKS:-4096}" > "$R/sweep.log" 2>&1
+  --kinds "${KINDS:-bulk}" --chunks "${CHUNKS:-4096}" --op "${OP:-rope}" > "$R/sweep.log" 2>&1
 echo "sweep rc=$? at $((SECONDS - T0)) s"; grep -v Warn "$R/sweep.log" | tail -n 40
 # best MODEL: the bulk prefetch's fastest MiB for MODEL in the sweep (8 without one).
 best() {
