@@ -9,17 +9,18 @@
 #   bash benchmarks/x_tail_call.sh NAME   (carry [".whl", ".ab69"])
 # .ab69 holds artifactcache/ and benchmarks/decode_step.py of 5ee79ee, where phi-2's fused
 # out-projection read [attention | fc1] through a concatenation; made here by
-#   mkdir .ab69 && git archive 5ee79ee artifactcache benchmarks/decode_step.py | tar -x -C .ab69
-# Its old side ran today's tree: started from the repository's root, decode_step.py's
-# `python -m` children imported the root's artifactcache (found 2026-12-07; perf-notes
-# attempt 69). one_split_call.sh runs an old tree from inside its copy. Then, here:
+#   mkdir .ab69 && git archive 5ee79ee artifactcache recipes benchmarks/decode_step.py | tar -x -C .ab69
+# The old side runs from inside .ab69, so decode_step.py's `python -m` children import
+# its artifactcache (until 2026-12-07 it ran from the repository's root, and its
+# children imported today's: perf-notes attempt 69, call t70). Then, here:
 #   python benchmarks/decode_table.py RESULTS/NAME/decode
 . benchmarks/_device_call.sh
 start_call "${1:?usage: x_tail_call.sh NAME}"
 OLD=.ab69/benchmarks/decode_step.py
 [ -f "$OLD" ] || { echo "no $OLD: see this script's header" >&2; exit 2; }
-timeout "$(cap 200)" python3 "$OLD" phi-2 --build-only --out "$R/old/builds" \
-  --cache-dir "$C-old" --variants inductor --timeout-s 180 > "$R/old-build.log" 2>&1 &
+(cd .ab69 && timeout "$(cap 200)" python3 benchmarks/decode_step.py phi-2 --build-only \
+  --out "$R/old/builds" --cache-dir "$C-old" --variants inductor --timeout-s 180) \
+  > "$R/old-build.log" 2>&1 &
 old_build=$!
 gpu_test
 wait "$old_build"
@@ -32,8 +33,8 @@ DECODE_JOBS=1 DECODE_PROFILE=1 timeout "$(($(cap 600) - 55))" bash benchmarks/de
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A8 '^| variant' "$R"/decode/*.log
 grep -h '"error": "' "$R"/decode/build-*.log | cut -c1-300
-timeout "$(cap 30)" python3 "$OLD" phi-2 --out "$R/old" --cache-dir "$C-old" \
-  --variants inductor --timeout-s 28 > "$R/old.log" 2>&1
+(cd .ab69 && timeout "$(cap 30)" python3 benchmarks/decode_step.py phi-2 --out "$R/old" \
+  --cache-dir "$C-old" --variants inductor --timeout-s 28) > "$R/old.log" 2>&1
 echo "old rc=$? at $((SECONDS - T0)) s"; grep -A3 '^| variant' "$R/old.log"
 timeout "$(cap 30)" python3 benchmarks/decode_step.py phi-2 --out "$R/again" --cache-dir "$C" \
   --variants inductor --timeout-s 28 > "$R/again.log" 2>&1
