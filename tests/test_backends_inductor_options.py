@@ -28,6 +28,20 @@ def test_the_default_follows_the_family(recipe, want):
     assert layer_regions(load_recipe(recipe), _opts()) is want
 
 
+def test_a_cuda_build_with_the_rope_in_the_split_kv_kernel_has_none():
+    """phi-3's unquantized one-row CUDA build decodes with the rope inside the split-KV
+    kernel by default (model_options), which a region cannot hold; its int8wo build and
+    a llama build keep their regions, and asking for both is one line."""
+    phi3 = load_recipe("tiny-phi-3")
+    assert layer_regions(phi3, _opts("cuda")) is False
+    int8 = BuildChoices(device="cuda", dtype="fp32", quant="int8wo")
+    assert layer_regions(phi3, int8) is True
+    assert layer_regions(load_recipe("tiny-llama"), _opts("cuda")) is True
+    with pytest.raises(AcacheError, match="add --extra split_kv_rope=0") as e:
+        layer_regions(phi3, _opts("cuda", layer_regions="1"))
+    assert "\n" not in str(e.value)
+
+
 def test_asked_for_it_is_the_answer_and_a_key_factor():
     b = get_backend("inductor")
     recipe = load_recipe("tiny-phi-2")

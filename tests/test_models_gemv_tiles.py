@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from artifactcache.models.gemv_tiles import (
     LN_ONE_LOAD_MAX,
+    SWEPT_FLOAT_TILES,
     GemvLaunch,
     gemv_launch,
     ln_block,
@@ -26,6 +27,21 @@ def test_the_tile_follows_the_weights_width_and_the_prologue():
     assert gemv_launch(2560, 12800, False, "gelu") == GemvLaunch(8, 1024, 8)
     assert gemv_launch(17920, 2560, True, "layer_norm") == gemv_launch(17920, 2560, True, "norm")
     assert gemv_launch(2560, 12800, True, "gelu") == gemv_launch(2560, 12800, True)
+
+
+def test_a_swept_shape_takes_its_own_tile_and_other_shapes_the_rules():
+    """phi-3-mini's four float shapes take SWEPT_FLOAT_TILES' tiles (attempt 74's sweep);
+    the same shapes in int8, another prologue, or a neighbouring shape take the rules."""
+    assert gemv_launch(16384, 3072, False, "norm") == GemvLaunch(8, 1024)
+    assert gemv_launch(9216, 3072, False, "norm") == GemvLaunch(16, 256, 8)
+    assert gemv_launch(3072, 3072, False) == GemvLaunch(2, 1024)
+    assert gemv_launch(3072, 8192, False, "silu_mul") == GemvLaunch(8, 1024, 8)
+    for (n, k, prologue), tile in SWEPT_FLOAT_TILES.items():
+        assert gemv_launch(n, k, False, prologue) == tile
+        assert gemv_launch(n, k, True, prologue) != tile  # int8 keeps its rules
+    assert gemv_launch(16384, 4096, False, "norm") == GemvLaunch(16, 256)  # not swept
+    assert gemv_launch(3072, 3072, False, "norm") == GemvLaunch(16, 256)
+    assert gemv_launch(3072, 8192, False) == GemvLaunch(4, 512)
 
 
 def test_a_layernorm_reads_x_in_one_load_up_to_the_limit_and_in_two_passes_beyond():

@@ -31,6 +31,19 @@ class GemvLaunch:
     stages: int = 1
 
 
+# Float weights' tiles that a sweep chose for one shape, (n, k, prologue) -> tile, ahead
+# of gemv_launch's rules: phi-3-mini's four projections, the best of 30 tiles each in
+# bf16 on an H100 (benchmarks/row_gemv.py --sweep, 2026-12-07; docs/perf-notes.md
+# attempt 74): gate/up 1.142x the rules' 16 x 256, down 1.075x their 4 x 1024, o 1.064x
+# their 4 x 512, qkv 1.024x their 16 x 256. Shapes no sweep has timed take the rules.
+SWEPT_FLOAT_TILES = {
+    (9216, 3072, "norm"): GemvLaunch(block_n=16, block_k=256, num_warps=8),
+    (3072, 3072, None): GemvLaunch(block_n=2, block_k=1024),
+    (16384, 3072, "norm"): GemvLaunch(block_n=8, block_k=1024),
+    (3072, 8192, "silu_mul"): GemvLaunch(block_n=8, block_k=1024, num_warps=8),
+}
+
+
 def gemv_launch(
     n: int, k: int, int8: bool, prologue: str | None = None, int4_group: int = 0
 ) -> GemvLaunch:
@@ -56,6 +69,7 @@ def gemv_launch(
     it had, and within 1.5% of the best on gate/up).
     int4 (``int4_group`` > 0): 8 x 1024, 8 warps, the best sum over llama-7b's four
     shapes of 32 tiles (H100, docs/perf-notes.md attempt 58), 2% under 4 warps.
+    Float weights of a shape in SWEPT_FLOAT_TILES take the tile swept for it.
     """
     if int4_group:
         return GemvLaunch(block_n=8, block_k=max(1024, int4_group), num_warps=8)
@@ -63,6 +77,9 @@ def gemv_launch(
         if prologue in ("norm", "layer_norm"):
             return GemvLaunch(block_n=32, block_k=256, num_warps=8)
         return GemvLaunch(block_n=8 if k > 8192 else 4, block_k=1024)
+    swept = SWEPT_FLOAT_TILES.get((n, k, prologue))
+    if swept is not None:
+        return swept
     if prologue == "layer_norm":
         return GemvLaunch(block_n=16, block_k=256, num_warps=8)
     if prologue == "gelu":

@@ -18,8 +18,9 @@ On by default for the RMSNorm (llama) families, unquantized or int8wo: on an H10
 69.6 and int8wo's 53.2 against 64.2, decoding 1.07x, 1.01x and 1.00x as fast. Off by
 default for phi-2, whose build it cut only 7% (its prompt passes bound the build) while
 decode ran 1.8% slower, and for int4wo, not measured. Asked for, either is tried. Off
-with ``split_kv_rope`` (``layer_regions`` says why), phi-2's default: asking for regions
-there is one line that says to add ``split_kv_rope=0``.
+with ``split_kv_rope`` (``layer_regions`` says why), the default of phi-2's one-row
+builds and of phi-3's unquantized one-row ones (backends/shared/model_options.py):
+asking for regions there is one line that says to add ``split_kv_rope=0``.
 Torch-free.
 
 The decode step with regions is compiled without Inductor's size and alignment asserts
@@ -85,7 +86,7 @@ def layer_regions(recipe: Any, opts: BuildChoices) -> bool:
         if asked:
             if SPLIT_KV_ROPE_EXTRA in opts.extra:
                 raise BackendError(_REGIONS_WITH_ROPE)
-            # The rope is the family's default (model_options.SPLIT_KV_ROPE_DEFAULT_FAMILIES).
+            # The rope is this build's default (model_options.split_kv_rope).
             raise BackendError(
                 f"--extra {LAYER_REGIONS_EXTRA}=1: {recipe.family} decodes with the rope "
                 "inside the split-KV kernel by default, and torch cannot compile a region "

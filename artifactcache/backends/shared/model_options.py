@@ -24,11 +24,13 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   phi-2's one-row builds (inductor and aoti, max_batch 1): its inductor build decoded
   1.049x its SDPA step and 1.016x split-KV alone on an H100 (429.4 against 409.3 and
   422.5 tok/s), aoti 1.048x with no build cost seen (docs/perf-notes.md, attempt 67);
-  batched phi-2 is not measured with it. Off by default
-  elsewhere: an inductor build with it cannot have layer regions (inductor/options.py),
-  which the llama families have by default, and against those it decoded phi-3-mini
-  1.005x (attempt 67), within the noise, for a build 9-15 s longer. Asking for it
-  without split-KV decode is one line.
+  batched phi-2 is not measured with it. On by default too for the unquantized one-row
+  inductor builds that prefetch by default (``attention_prefetch``: phi-3-mini), the
+  form the prefetch gained in. Off by default elsewhere: an inductor build with it
+  cannot have layer regions (inductor/options.py), which the llama families have by
+  default, and against those the rope alone decoded phi-3-mini 1.005x (attempt 67),
+  within the noise, for a build 9-15 s longer; phi-3's aoti and quantized builds are
+  not measured with it. Asking for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
@@ -38,12 +40,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   int4wo's plain nibbles and group scales where tinygemm would run); it refuses unfused
   projections and batched builds (whose steps are never one row). On by default for CUDA
   builds of inductor and aoti where it measured faster than Inductor's own kernels
-  (docs/benchmarks.md, "The row GEMV" and "phi-2 through the row GEMV"): phi-3, bf16
-  phi-2 (inductor 8.6% faster on an H100, 410.3 against 377.7 tok/s; aoti 409.5; its
-  LayerNorm and GELU kernels folded away; its inductor build 1-14 s longer, in the decode
-  step's compile), and every int8wo build but phi-2's (unmeasured there). Off by
-  default for bf16 llama, mistral and qwen: there a build whose Inductor kernels were
-  tuned alone decoded 7-9% faster than the row GEMV. Off by default for int4wo:
+  (docs/benchmarks.md, "The row GEMV", "phi-2 through the row GEMV" and "The row GEMV
+  for the llama families"): phi-3, bf16 phi-2 (inductor 8.6% faster on an H100, 410.3
+  against 377.7 tok/s; aoti 409.5; its LayerNorm and GELU kernels folded away; its
+  inductor build 1-14 s longer, in the decode step's compile), bf16 llama (llama-7b
+  1.037x, llama-3-8b 1.104x on an H100, inductor; docs/perf-notes.md attempt 73) and
+  mistral (whose blocks are llama-3-8b's shapes and whose LM head is llama-7b's; not
+  measured as a model), and every int8wo build but phi-2's (unmeasured there). Off by
+  default for bf16 qwen2 and qwen3 (not measured). Off by default for int4wo:
   tinygemm decoded llama-7b 16% faster than the row GEMV's int4 path on an H100
   (docs/benchmarks.md, "Quantized decode and the int4 kernels"; ``--extra row_gemv=1``
   asks for it).
@@ -61,12 +65,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   the GPU's L2 while it attends, a step bound by latency in which DRAM idles
   (models/decode_attention.py; Hopper's bulk prefetch, so sm_90 and later: other GPUs
   build the same model and prefetch nothing). 0 (none) to ATTENTION_PREFETCH_MAX_MIB.
-  The default: 4 MiB for phi-2's unquantized one-row inductor builds, which decoded 1.014x
-  as fast as without it on an H100 (456.7 against 450.5 tok/s, 79.99% of copy;
-  docs/perf-notes.md attempt 71);
-  0 elsewhere: phi-3-mini decoded 0.994x with it (its plain split-KV kernel is short, and
-  the prefetch lengthened it by more than the o_proj GEMV saved), the llama families are
-  not measured in a model, and phi-2 on aoti or quantized is not measured.
+  The default: 4 MiB for phi-2's and phi-3-mini's unquantized one-row inductor builds,
+  with the rope inside the split-KV kernel (``split_kv_rope``, on with it): phi-2
+  decoded 1.014x as fast as without it on an H100 (456.7 against 450.5 tok/s;
+  docs/perf-notes.md attempt 71), phi-3-mini 1.0105x its plain split-KV build with
+  layer regions (316.7 against 313.4 tok/s, attempt 73); 0 elsewhere: with the plain
+  split-KV kernel phi-3-mini decoded 0.994x (the prefetch lengthened the short kernel
+  by more than the o_proj GEMV saved), the llama families are not measured in a model,
+  and aoti and quantized builds are not measured.
 - ``--quant int8wo``: weight-only int8 (one scale per output channel) for every linear
   layer of the blocks; the LM head keeps the model's dtype (models/quant.py says why).
 - ``--quant int4wo``: weight-only int4, a scale and zero per group of 128 input channels
@@ -102,16 +108,19 @@ MODEL_EXTRA_KEYS = (*FLAG_EXTRA_KEYS, PREFETCH_EXTRA)
 # Half of an H100's or H200's 50 MB L2: more would evict what it prefetched.
 ATTENTION_PREFETCH_MAX_MIB = 24
 # The prefetch a one-row split-KV build makes unless asked, where it measured faster.
+# Unquantized one-row builds of these families on these backends, with the rope inside
+# the split-KV kernel (the form it was measured in: under the plain kernel it lost).
 PREFETCH_DEFAULT_MIB = 4
-PREFETCH_DEFAULT_FAMILIES = ("phi-2",)
+PREFETCH_DEFAULT_FAMILIES = ("phi-2", "phi-3")
 PREFETCH_DEFAULT_BACKENDS = ("inductor",)
 # The families built of llama's block (RMSNorm, SiLU-and-mul).
 LLAMA_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi-3")
 ROW_GEMV_FAMILIES = (*LLAMA_FAMILIES, "phi-2")
-# Where the row GEMV is the default for float weights: the families it measured faster on.
-ROW_GEMV_DEFAULT_FAMILIES = ("phi-3",)
-# Where the split-KV kernel rotates and writes the cache by default: the families it
-# measured faster on (phi-2 has no layer regions to lose).
+# Where the row GEMV is the default for float weights: the families it measured faster
+# on (mistral's blocks are llama-3-8b's shapes, and its LM head llama-7b's).
+ROW_GEMV_DEFAULT_FAMILIES = ("phi-3", "llama", "mistral")
+# Where the split-KV kernel rotates and writes the cache by default, whatever the weights
+# (phi-2 has no layer regions to lose); elsewhere it comes with the default prefetch.
 SPLIT_KV_ROPE_DEFAULT_FAMILIES = ("phi-2",)
 # Where fusing is the default on CUDA: the compiled backends. Eager stays the checkpoint's
 # layout, the reference the compiled ones are held to.
@@ -227,13 +236,17 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
     """Whether the split-KV kernel rotates and writes the cache too; asked for where
     decode does not run that kernel, one line. The default: on for one-row inductor and
     aoti builds of SPLIT_KV_ROPE_DEFAULT_FAMILIES (``recipe`` given, with the build's
-    shapes) that decode through split-KV, where it was measured; off elsewhere (the
-    module docstring says why)."""
+    shapes) that decode through split-KV, and for the builds that prefetch by default
+    (``_prefetch_measured``), where it was measured; off elsewhere (the module docstring
+    says why)."""
     raw = opts.extra.get(SPLIT_KV_ROPE_EXTRA)
     if raw is None:
         return (
             recipe is not None
-            and recipe.family in SPLIT_KV_ROPE_DEFAULT_FAMILIES
+            and (
+                recipe.family in SPLIT_KV_ROPE_DEFAULT_FAMILIES
+                or _prefetch_measured(backend, opts, recipe)
+            )
             and backend in FUSE_BY_DEFAULT
             and recipe.shapes.max_batch == 1
             and split_kv_decode(backend, opts, recipe)
@@ -253,22 +266,28 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
     return True
 
 
+def _prefetch_measured(backend: str, opts: BuildChoices, recipe: Recipe | None) -> bool:
+    """Unquantized one-row builds of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS:
+    where the prefetch measured faster (bf16 weights only)."""
+    return (
+        recipe is not None
+        and recipe.family in PREFETCH_DEFAULT_FAMILIES
+        and backend in PREFETCH_DEFAULT_BACKENDS
+        and recipe.shapes.max_batch == 1
+        and opts.quant is None
+    )
+
+
 def attention_prefetch_mib(backend: str, opts: BuildChoices, recipe: Recipe | None = None) -> int:
     """MiB of the projection after attention that a decode step prefetches into L2;
     a value out of range, or asked for where decode does not run the split-KV kernel,
-    is one line. The default (``recipe`` given): PREFETCH_DEFAULT_MIB for unquantized
-    one-row builds of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS, 0 elsewhere
-    (the module docstring says why)."""
+    is one line. The default (``recipe`` given): PREFETCH_DEFAULT_MIB where
+    ``_prefetch_measured`` and the rope runs inside the split-KV kernel, 0 elsewhere (the
+    module docstring says why)."""
     raw = opts.extra.get(PREFETCH_EXTRA)
     if raw is None:
-        measured = (
-            recipe is not None
-            and recipe.family in PREFETCH_DEFAULT_FAMILIES
-            and backend in PREFETCH_DEFAULT_BACKENDS
-            and recipe.shapes.max_batch == 1
-            and opts.quant is None  # measured on bf16 weights only
-        )
-        return PREFETCH_DEFAULT_MIB if measured and split_kv_decode(backend, opts, recipe) else 0
+        on = _prefetch_measured(backend, opts, recipe) and split_kv_rope(backend, opts, recipe)
+        return PREFETCH_DEFAULT_MIB if on else 0
     text = str(raw).strip()
     if not (text.isascii() and text.isdigit()) or int(text) > ATTENTION_PREFETCH_MAX_MIB:
         raise BackendError(
