@@ -1,8 +1,8 @@
 # Sourced by the device call scripts (int4_row_gemv_call.sh, phi2_row_gemv_call.sh,
 # phi2_default_call.sh, phi2_gemv_call.sh, int8_ptx_call.sh) from the repository root: the wheels .whl
 # carries installed into /tmp/site, the environment every step runs with (bytecode
-# written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call, gpu_test and
-# finish_call.
+# written under /tmp/pyc), T0, DEADLINE_S (default 570), cap, start_call, gpu_test,
+# kernel_runs and finish_call.
 T0=$SECONDS
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONUNBUFFERED=1 PYTHONPYCACHEPREFIX=/tmp/pyc PYTHONPATH=$PWD:/tmp/site
@@ -33,6 +33,7 @@ kernel_runs() {
   IFS='|' read -ra runs <<<"${KERNEL_RUNS:-}"
   for run in "${runs[@]}"; do
     n=$((n + 1)); read -ra args <<<"$run"
+    [ ${#args[@]} -gt 0 ] || continue  # an empty piece ("a||b"): nothing to run
     timeout "$(cap "${KERNEL_S:-200}")" python3 benchmarks/row_gemv.py --out "$R/kernels-$n" \
       "${args[@]}" > "$R/kernels-$n.log" 2>&1
     echo "kernels $n ($run) rc=$? at $((SECONDS - T0)) s"

@@ -17,10 +17,10 @@ and a profile of one replay: each kernel's mean time by its place in the layer
     python benchmarks/attention_prefetch.py --out OUT [--models phi-2,phi-3-mini]
         [--mib 0,4,8,16] [--layers 32] [--op rope|plain]
 
-``--op plain``: the plain split-KV op (``decode_attention``) that phi-3-mini's and the
-llama families' builds run, after two copies that write the step's k and v into the
-caches (Inductor's kernels there also rotate q and k; these do not), in place of the
-rope op every model runs by default here.
+``--op plain``: the plain split-KV op (``decode_attention``) that the llama families'
+builds run (and phi-3's quantized or aoti ones), after two copies that write the step's
+k and v into the caches (Inductor's kernels there also rotate q and k; these do not), in
+place of the rope op every model runs by default here.
 
 The layer shapes are the seed recipes' (benchmarks' SHAPES below), bf16. Writes
 OUT/attention_prefetch.json.
@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--chunks", default=str(l2_prefetch.PREFETCH_CHUNK),
                     help="bytes a thread prefetches (PREFETCH_CHUNK), each swept")  # fmt: skip
     ap.add_argument("--op", choices=("rope", "plain"), default="rope",
-                    help="the attention op: rope (phi-2's) or plain (the others')")  # fmt: skip
+                    help="the attention op: rope (phi-2's, phi-3's) or plain")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device("cuda")

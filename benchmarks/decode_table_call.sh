@@ -12,7 +12,11 @@
 #       ran out of GPU memory);
 #       llama: llama-7b on inductor, bf16, int8wo and int4wo (the ratios from one run),
 #       and bf16 built for batch 8 and 32;
-#       list: the RECIPE/VARIANT entries in VARIANTS (what is left of a table).
+#       list: the RECIPE/VARIANT entries in VARIANTS (what is left of a table);
+#       none: no build (GPU_TEST and KERNEL_RUNS only).
+# Before the builds: GPU_TEST=1 runs the decode kernels' GPU tests; KERNEL_RUNS runs
+# benchmarks/row_gemv.py once per '|'-separated argument list (R/kernels-N), each within
+# KERNEL_S (default 200) seconds.
 # MODELS replaces a part's models. Builds one at a time (DECODE_JOBS, default 1): two
 # 7-8B builds side by side failed the build's memory check on an H100. DECODE_PROFILE
 # (default 1) as decode_call.sh takes it. Every build ends before the first
@@ -24,10 +28,6 @@
   { echo 'the list part takes VARIANTS="RECIPE/VARIANT ..."' >&2; exit 2; }
 . benchmarks/_device_call.sh
 start_call "${1:?usage: decode_table_call.sh NAME PART}"
-# GPU_TEST=1: the decode kernels' GPU tests first; KERNEL_RUNS: row_gemv.py runs next
-# (_device_call.sh's kernel_runs), before any build. PART none: nothing built.
-[ "${GPU_TEST:-0}" = 1 ] && gpu_test
-kernel_runs
 variants=()
 case ${2:?usage: decode_table_call.sh NAME PART} in
   inductor)
@@ -42,9 +42,14 @@ case ${2:?usage: decode_table_call.sh NAME PART} in
     variants=(llama-7b/inductor llama-7b/inductor+quant=int8wo llama-7b/inductor+quant=int4wo
       llama-7b/inductor+max_batch=8 llama-7b/inductor+max_batch=32) ;;
   list) read -ra variants <<<"$VARIANTS" ;;
-  none) finish_call; exit 0 ;;
+  none) ;;
   *) echo "PART is inductor, aoti, aoti-7b, aoti-small, llama, list or none, not $2" >&2; exit 2 ;;
 esac
+# GPU_TEST=1: the decode kernels' GPU tests first; KERNEL_RUNS: row_gemv.py runs next
+# (_device_call.sh's kernel_runs), before any build.
+[ "${GPU_TEST:-0}" = 1 ] && gpu_test
+kernel_runs
+[ ${#variants[@]} -gt 0 ] || { finish_call; exit 0; }
 DECODE_JOBS=${DECODE_JOBS:-1} DECODE_PROFILE=${DECODE_PROFILE:-1} timeout "$(cap 560)" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A8 '^| variant' "$R"/decode/*.log

@@ -17,7 +17,8 @@
 . benchmarks/_device_call.sh
 start_call "${1:?usage: x_tail_call.sh NAME}"
 OLD=.ab69/benchmarks/decode_step.py
-[ -f "$OLD" ] || { echo "no $OLD: see this script's header" >&2; exit 2; }
+[ -f "$OLD" ] && [ -d .ab69/recipes ] ||
+  { echo "no $OLD or .ab69/recipes: see this script's header" >&2; exit 2; }
 (cd .ab69 && timeout "$(cap 200)" python3 benchmarks/decode_step.py phi-2 --build-only \
   --out "$R/old/builds" --cache-dir "$C-old" --variants inductor --timeout-s 180) \
   > "$R/old-build.log" 2>&1 &
@@ -29,7 +30,8 @@ variants=()
 for m in ${MODELS:-phi-2 llama-7b llama-3-8b mistral-7b phi-3-mini}; do
   variants+=("$m/inductor")
 done
-DECODE_JOBS=1 DECODE_PROFILE=1 timeout "$(($(cap 600) - 55))" bash benchmarks/decode_call.sh \
+left=$(($(cap 600) - 55)); [ "$left" -ge 1 ] || left=1  # 55 s kept for the two phi-2 runs
+DECODE_JOBS=1 DECODE_PROFILE=1 timeout "$left" bash benchmarks/decode_call.sh \
   "$R/decode" "$C" "${variants[@]}" > "$R/decode.log" 2>&1
 echo "decode rc=$? at $((SECONDS - T0)) s"; grep -h -A8 '^| variant' "$R"/decode/*.log
 grep -h '"error": "' "$R"/decode/build-*.log | cut -c1-300

@@ -278,6 +278,11 @@ def test_phi_3_prefetches_with_the_rope_inside_split_kv_on_inductor_by_default()
     assert split_kv_rope("inductor", cuda, rec) is True
     assert attention_prefetch_mib("inductor", cuda, rec) == PREFETCH_DEFAULT_MIB
     assert model_factors("inductor", rec, cuda)["decode_attention"] == "split_kv_rope"
+    assert model_build_args("inductor", rec, cuda)["attention_prefetch"] == 4 << 20
+    assert model_factors("aoti", rec, cuda)["decode_attention"] == "split_kv"
+    sdpa = BuildChoices(device="cuda", extra={"split_kv_decode": 0})
+    assert split_kv_rope("inductor", sdpa, rec) is False
+    assert attention_prefetch_mib("inductor", sdpa, rec) == 0
     for backend, opts, recipe in [
         ("aoti", cuda, rec),
         ("inductor", BuildChoices(device="cuda", quant="int8wo"), rec),
@@ -323,7 +328,7 @@ def test_split_kv_rope_is_asked_for_and_keyed():
         ("aoti", "cuda", "tiny-phi-3", None, True),  # the CUDA compiled builds' default
         ("inductor", "cuda", "tiny-phi-3", "int8wo", True),  # int8 weights through it too
         ("aoti", "cuda", "tiny-llama", "int8wo", True),  # int8wo: every llama family
-        ("aoti", "cuda", "tiny-llama", None, True),  # bf16 llama: faster since attempt 72
+        ("aoti", "cuda", "tiny-llama", None, True),  # bf16 llama: faster (attempt 73)
         ("inductor", "cuda", "tiny-llama", None, True),
         ("inductor", "cuda", "tiny-mistral", None, True),  # llama-3-8b's shapes
         ("inductor", "cuda", "tiny-qwen3", None, False),  # not measured

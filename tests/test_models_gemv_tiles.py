@@ -36,9 +36,11 @@ def test_a_swept_shape_takes_its_own_tile_and_other_shapes_the_rules():
     assert gemv_launch(9216, 3072, False, "norm") == GemvLaunch(16, 256, 8)
     assert gemv_launch(3072, 3072, False) == GemvLaunch(2, 1024)
     assert gemv_launch(3072, 8192, False, "silu_mul") == GemvLaunch(8, 1024, 8)
+    int8 = {"norm": GemvLaunch(32, 256, 8), None: GemvLaunch(4, 1024)}
     for (n, k, prologue), tile in SWEPT_FLOAT_TILES.items():
         assert gemv_launch(n, k, False, prologue) == tile
-        assert gemv_launch(n, k, True, prologue) != tile  # int8 keeps its rules
+        # int8 keeps its rules: 32 x 256 with a norm, 4 x 1024 (8 x 1024 past K 8192).
+        assert gemv_launch(n, k, True, prologue) == int8.get(prologue, GemvLaunch(4, 1024))
     assert gemv_launch(16384, 4096, False, "norm") == GemvLaunch(16, 256)  # not swept
     assert gemv_launch(3072, 3072, False, "norm") == GemvLaunch(16, 256)
     assert gemv_launch(3072, 8192, False) == GemvLaunch(4, 512)

@@ -35,7 +35,8 @@ class GemvLaunch:
 # of gemv_launch's rules: phi-3-mini's four projections, the best of 30 tiles each in
 # bf16 on an H100 (benchmarks/row_gemv.py --sweep, 2026-12-07; docs/perf-notes.md
 # attempt 74): gate/up 1.142x the rules' 16 x 256, down 1.075x their 4 x 1024, o 1.064x
-# their 4 x 512, qkv 1.024x their 16 x 256. Shapes no sweep has timed take the rules.
+# their 4 x 512, qkv 1.024x their 16 x 256. Shapes no sweep has timed take the rules;
+# fp16 and fp32 weights of these shapes take these tiles too (not swept).
 SWEPT_FLOAT_TILES = {
     (9216, 3072, "norm"): GemvLaunch(block_n=16, block_k=256, num_warps=8),
     (3072, 3072, None): GemvLaunch(block_n=2, block_k=1024),

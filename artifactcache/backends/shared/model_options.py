@@ -24,13 +24,14 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   phi-2's one-row builds (inductor and aoti, max_batch 1): its inductor build decoded
   1.049x its SDPA step and 1.016x split-KV alone on an H100 (429.4 against 409.3 and
   422.5 tok/s), aoti 1.048x with no build cost seen (docs/perf-notes.md, attempt 67);
-  batched phi-2 is not measured with it. On by default too for the unquantized one-row
-  inductor builds that prefetch by default (``attention_prefetch``: phi-3-mini), the
-  form the prefetch gained in. Off by default elsewhere: an inductor build with it
-  cannot have layer regions (inductor/options.py), which the llama families have by
-  default, and against those the rope alone decoded phi-3-mini 1.005x (attempt 67),
-  within the noise, for a build 9-15 s longer; phi-3's aoti and quantized builds are
-  not measured with it. Asking for it without split-KV decode is one line.
+  batched phi-2 is not measured with it. On by default too where the prefetch's default
+  applies (``_prefetch_measured``: phi-3's unquantized one-row inductor builds), the
+  form the prefetch gained in; asking ``attention_prefetch=0`` there keeps the rope, and
+  on a GPU before sm_90 (no prefetch) the rope runs alone. Off by default elsewhere: an
+  inductor build with it cannot have layer regions (inductor/options.py), which the
+  llama families have by default, and against those the rope alone decoded phi-3-mini
+  1.005x (attempt 67), within the noise, for a build 9-15 s longer; phi-3's aoti and
+  quantized builds are not measured with it. Asking for it without split-KV decode is one line.
 - ``--extra row_gemv=0|1``: a one-row step (decode at batch 1, a first pass's last
   row) runs each projection as acache's GEMV (models/gemv.py) with the norm,
   SiLU-and-mul or GELU and skip connection around it folded in: four kernels a llama
@@ -43,8 +44,9 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   (docs/benchmarks.md, "The row GEMV", "phi-2 through the row GEMV" and "The row GEMV
   for the llama families"): phi-3, bf16 phi-2 (inductor 8.6% faster on an H100, 410.3
   against 377.7 tok/s; aoti 409.5; its LayerNorm and GELU kernels folded away; its
-  inductor build 1-14 s longer, in the decode step's compile), bf16 llama (llama-7b
-  1.037x, llama-3-8b 1.104x on an H100, inductor; docs/perf-notes.md attempt 73) and
+  inductor build 1-14 s longer, in the decode step's compile), llama (llama-7b 1.037x,
+  llama-3-8b 1.104x on an H100, inductor, bf16; the latter against a default build at
+  the slow end of Inductor's tuning spread; docs/perf-notes.md attempt 73) and
   mistral (whose blocks are llama-3-8b's shapes and whose LM head is llama-7b's; not
   measured as a model), and every int8wo build but phi-2's (unmeasured there). Off by
   default for bf16 qwen2 and qwen3 (not measured). Off by default for int4wo:
@@ -268,7 +270,7 @@ def split_kv_rope(backend: str, opts: BuildChoices, recipe: Recipe | None = None
 
 def _prefetch_measured(backend: str, opts: BuildChoices, recipe: Recipe | None) -> bool:
     """Unquantized one-row builds of PREFETCH_DEFAULT_FAMILIES on PREFETCH_DEFAULT_BACKENDS:
-    where the prefetch measured faster (bf16 weights only)."""
+    where the prefetch measured faster (in bf16; other float dtypes are not measured)."""
     return (
         recipe is not None
         and recipe.family in PREFETCH_DEFAULT_FAMILIES
