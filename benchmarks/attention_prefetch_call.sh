@@ -18,6 +18,8 @@
 #   bash benchmarks/attention_prefetch_call.sh NAME   (carry [".whl", ".ab71"])
 # .ab71 holds artifactcache/, recipes/ and benchmarks/decode_step.py of 2555c58, made by
 #   mkdir .ab71 && git archive 2555c58 artifactcache recipes benchmarks/decode_step.py | tar -x -C .ab71
+# OLD_TREE (default .ab71) names another such copy for the old side, e.g. .ab73 of 6ea20c8
+# (the tiles and defaults before perf-notes attempts 73 and 74; carry it instead).
 . benchmarks/_device_call.sh
 start_call "${1:?usage: attention_prefetch_call.sh NAME}"
 if [ "${GPU_TEST:-1}" = 1 ]; then
@@ -39,12 +41,12 @@ bulk = {m: r for m, r in rows.items() if m.isdigit()}
 print(min(bulk, key=lambda m: bulk[m]["step_us"]) if bulk else 8)' \
     "$R/attention_prefetch.json" "$1" 2>/dev/null || echo 8
 }
-# step SIDE LIMIT build|measure ARGS...: decode_step.py of SIDE's tree (old: .ab71), run
+# step SIDE LIMIT build|measure ARGS...: decode_step.py of SIDE's tree (old: OLD_TREE), run
 # from its root; measure profiles the step.
 step() {
   local side=$1 limit=$2 what=$3 tree=$PWD cache=$C variant=inductor+attention_prefetch=0
   shift 3
-  [ "$side" = old ] && tree=$PWD/.ab71 cache=$C-old variant=inductor
+  [ "$side" = old ] && tree=$PWD/${OLD_TREE:-.ab71} cache=$C-old variant=inductor
   [ "$side" = pf ] && variant="inductor+attention_prefetch=$mib"
   local more=(--build-only); [ "$what" = measure ] && more=(--profile "$variant")
   (cd "$tree" && timeout "$limit" python3 benchmarks/decode_step.py "$@" \
