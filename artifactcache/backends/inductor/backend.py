@@ -164,7 +164,7 @@ class InductorBackend:
 
     def check_recipe(self, recipe: Any, opts: BuildChoices) -> None:
         check_recipe_options(self.name, recipe, opts)
-        layer_regions(recipe, opts)  # phi-2's rope kernel and asked-for regions: one line
+        layer_regions(recipe, opts)  # the rope kernel with asked-for regions: one line
 
     def factors(self, recipe: Any, opts: BuildChoices) -> dict[str, Any]:
         # The mode is a factor of its own; the tuning flags are the config passed on top.
