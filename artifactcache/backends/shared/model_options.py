@@ -67,9 +67,9 @@ models/quant.py. Torch-free: the CLI's checks and the key cost no torch import.
   the GPU's L2 while it attends, a step bound by latency in which DRAM idles
   (models/decode_attention.py; Hopper's bulk prefetch, so sm_90 and later: other GPUs
   build the same model and prefetch nothing). 0 (none) to ATTENTION_PREFETCH_MAX_MIB.
-  The default: 4 MiB for phi-2's and phi-3-mini's unquantized one-row inductor builds,
-  with the rope inside the split-KV kernel (``split_kv_rope``, on with it): phi-2
-  decoded 1.014x as fast as without it on an H100 (456.7 against 450.5 tok/s;
+  The default: 4 MiB for phi-2's and phi-3's (measured on phi-3-mini) unquantized
+  one-row inductor builds, with the rope inside the split-KV kernel (``split_kv_rope``,
+  on with it): phi-2 decoded 1.014x as fast as without it on an H100 (456.7 against 450.5 tok/s;
   docs/perf-notes.md attempt 71), phi-3-mini 1.0105x its plain split-KV build with
   layer regions (316.7 against 313.4 tok/s, attempt 73); 0 elsewhere: with the plain
   split-KV kernel phi-3-mini decoded 0.994x (the prefetch lengthened the short kernel
