@@ -22,12 +22,7 @@
 # (the tiles and defaults before perf-notes attempts 73 and 74; carry it instead).
 . benchmarks/_device_call.sh
 start_call "${1:?usage: attention_prefetch_call.sh NAME}"
-if [ "${GPU_TEST:-1}" = 1 ]; then
-  timeout "$(cap 150)" python3 -m pytest -q -p no:cacheprovider \
-    tests/test_models_decode_attention.py tests/test_models_gemv.py -k on_cuda \
-    > "$R/gpu-test.log" 2>&1
-  echo "gpu test rc=$? at $((SECONDS - T0)) s"; tail -n 3 "$R/gpu-test.log"
-fi
+[ "${GPU_TEST:-1}" = 1 ] && gpu_test
 [ "${MODELS-x}" = "" ] ||  # MODELS= (empty): no sweep
 timeout "$(cap 200)" python3 benchmarks/attention_prefetch.py --out "$R" \
   --models "${MODELS:-phi-2,phi-3-mini,llama-7b}" --mib "${SWEEP:-0,4,8,12,16,24}" \
