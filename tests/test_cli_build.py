@@ -99,6 +99,12 @@ def test_build_phases_reads_what_a_backend_recorded():
     assert build_phases({}) == {}
 
 
+# Regions asked of a build whose default puts the rope inside the split-KV kernel.
+PHI3_CUDA_REGIONS = [
+    "build", "tiny-phi-3", "-b", "inductor", "--device", "cuda", "--extra", "layer_regions=1"
+]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("args", "contains"),
     [
@@ -117,6 +123,8 @@ def test_build_phases_reads_what_a_backend_recorded():
         (["build", "tiny-llama", "-b", "trt", "--quant", "int8wo"], "Q/DQ"),
         (["build", "tiny-phi-3", "--extra", "fuse_projections=0"], "cannot split them"),
         (["build", "tiny-llama", "--extra", "fuse_projections=2"], "expected 0 or 1"),
+        # phi-3's one-row CUDA inductor build runs the rope inside split-KV by default
+        (PHI3_CUDA_REGIONS, "add --extra split_kv_rope=0"),
         (["run", "tiny-llama", "--tokens", "1", "--quant", "int8"], "unknown --quant"),
         (["key", "tiny-llama", "-b", "ort", "--quant", "int8wo"], "constant folding"),
     ],
