@@ -14,7 +14,10 @@
 #    each, % of copy from the same process): the tree before (.ab71, run from inside its
 #    copy: R/old/MODEL), today's without the prefetch (R/new/MODEL; attention_prefetch=0,
 #    which until f91af78 was the default that p71b-p71d built as plain "inductor") and
-#    today's with the prefetch the sweep found fastest for that model (R/pf/MODEL).
+#    today's with the prefetch the sweep found fastest for that model (R/pf/MODEL);
+#    PF_MIB names it instead (no sweep needed);
+# 4. KERNEL_RUNS (default none): benchmarks/row_gemv.py once per '|'-separated argument
+#    list after the measurements (_device_call.sh's kernel_runs, each within KERNEL_S).
 #   bash benchmarks/attention_prefetch_call.sh NAME   (carry [".whl", ".ab71"])
 # .ab71 holds artifactcache/, recipes/ and benchmarks/decode_step.py of 2555c58, made by
 #   mkdir .ab71 && git archive 2555c58 artifactcache recipes benchmarks/decode_step.py | tar -x -C .ab71
@@ -65,4 +68,5 @@ for m in ${BUILDS:-}; do
     echo "$side $m rc=$? at $((SECONDS - T0)) s"; grep -A6 '^| variant' "$R/$side-$m.log"
   done
 done
+kernel_runs
 finish_call
