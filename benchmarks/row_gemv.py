@@ -35,6 +35,10 @@ float64 product (max abs error in the JSON). Writes OUT/row_gemv.json.
 
     python benchmarks/row_gemv.py --out OUT [--shapes a,b] [--sweep [int4|int8]]
         [--stages 1,2,3] [--quant [int8]] [--no-inductor]
+
+A sweep ends with each shape's fastest tile against the default tile (``acache``:
+gemv_launch's rules, or SWEPT_FLOAT_TILES); the same summary of a saved run, without a
+GPU: ``python benchmarks/row_gemv.py --summary JSON``.
 """
 
 from __future__ import annotations
@@ -123,6 +127,35 @@ def int4_tiles() -> list[gemv.GemvLaunch]:
     ]  # fmt: skip
 
 
+def tile_summary(results: list[dict[str, Any]], prefix: str = "acache") -> list[dict[str, Any]]:
+    """Per shape, the fastest of the ``PREFIX@TILE`` rows against the default tile (the
+    ``PREFIX`` row): ``default_us``, ``best`` (the tile's label), ``best_us``, ``speedup``
+    (default over best) and ``best_pct_copy``. Failed rows and shapes without both are left
+    out."""
+    out = []
+    for shape in dict.fromkeys(r["shape"] for r in results):
+        rows = [r for r in results if r["shape"] == shape and "us" in r]
+        rules = [r for r in rows if r["kernel"] == prefix]
+        swept = [r for r in rows if r["kernel"].startswith(prefix + "@")]
+        if not rules or not swept:
+            continue
+        best = min(swept, key=lambda r: r["us"])
+        out.append({
+            "shape": shape, "default_us": rules[0]["us"], "best": best["kernel"].split("@", 1)[1],
+            "best_us": best["us"], "speedup": round(rules[0]["us"] / best["us"], 3),
+            "best_pct_copy": best["pct_copy"],
+        })  # fmt: skip
+    return out
+
+
+def print_summary(results: list[dict[str, Any]]) -> None:
+    for prefix in ("acache", "int8_acache", "int4_acache"):
+        for row in tile_summary(results, prefix):
+            print(f"best {prefix} {row['shape']:15s} {row['best']:10s} {row['best_us']:8.2f} us"
+                  f" ({row['best_pct_copy']:5.1f}%) against the default's {row['default_us']:8.2f}"
+                  f" us: {row['speedup']:.3f}x", flush=True)  # fmt: skip
+
+
 def gemlite_int4(nibbles: torch.Tensor, sz: torch.Tensor) -> Any:
     """GemLite's A16W4 layer (its own packing and Triton GEMVs, autotuned at the first
     call) holding int4wo's values: W = (q - 8) * scale + zero is GemLite's (q - zero') *
@@ -146,7 +179,8 @@ def gemlite_int4(nibbles: torch.Tensor, sz: torch.Tensor) -> Any:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--summary", type=Path, help="print a saved row_gemv.json's best tiles")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument(
         "--sweep", nargs="?", const="all", choices=("all", "int4", "int8"), default=None,
@@ -163,6 +197,11 @@ def main() -> int:
     )  # fmt: skip
     ap.add_argument("--no-inductor", action="store_true", help="skip Inductor's (compiles)")
     args = ap.parse_args()
+    if args.summary:
+        print_summary(json.loads(args.summary.read_text())["results"])
+        return 0
+    if args.out is None:
+        ap.error("--out is required (or --summary JSON)")
     if args.sweep in ("int4", "int8") and args.quant not in ("all", args.sweep):
         need = "--quant" if args.sweep == "int4" else "--quant or --quant int8"
         ap.error(f"--sweep {args.sweep} times {args.sweep} weights: it needs {need}")
@@ -327,6 +366,7 @@ def main() -> int:
         torch._dynamo.reset()
         doc = {"env": env, "args": vars(args) | {"out": str(args.out)}, "results": results}
         (args.out / "row_gemv.json").write_text(json.dumps(doc, indent=1))
+    print_summary(results)
     return 0
 
 
