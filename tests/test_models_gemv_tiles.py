@@ -30,9 +30,12 @@ def test_the_tile_follows_the_weights_width_and_the_prologue():
 
 
 def test_a_swept_shape_takes_its_own_tile_and_other_shapes_the_rules():
-    """phi-3-mini's four float shapes take SWEPT_FLOAT_TILES' tiles (attempt 74's sweep);
-    the same shapes in int8, another prologue, or a neighbouring shape take the rules."""
+    """phi-3-mini's four float shapes and llama-3-8b's qkv take SWEPT_FLOAT_TILES' tiles
+    (attempts 74 and 75's sweeps); the same shapes in int8, another prologue, or a
+    neighbouring shape take the rules."""
     assert gemv_launch(16384, 3072, False, "norm") == GemvLaunch(8, 1024)
+    assert gemv_launch(6144, 4096, False, "norm") == GemvLaunch(8, 512)
+    assert gemv_launch(12288, 4096, False, "norm") == GemvLaunch(16, 256)  # llama-7b's qkv
     assert gemv_launch(9216, 3072, False, "norm") == GemvLaunch(16, 256, 8)
     assert gemv_launch(3072, 3072, False) == GemvLaunch(2, 1024)
     assert gemv_launch(3072, 8192, False, "silu_mul") == GemvLaunch(8, 1024, 8)

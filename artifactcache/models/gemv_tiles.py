@@ -32,16 +32,23 @@ class GemvLaunch:
 
 
 # Float weights' tiles that a sweep chose for one shape, (n, k, prologue) -> tile, ahead
-# of gemv_launch's rules: phi-3-mini's four projections, the best of 30 tiles each in
-# bf16 on an H100 (benchmarks/row_gemv.py --sweep, 2026-12-07; docs/perf-notes.md
-# attempt 74): gate/up 1.142x the rules' 16 x 256, down 1.075x their 4 x 1024, o 1.064x
-# their 4 x 512, qkv 1.024x their 16 x 256. Shapes no sweep has timed take the rules;
-# fp16 and fp32 weights of these shapes take these tiles too (not swept).
+# of gemv_launch's rules (benchmarks/row_gemv.py --sweep, 30 tiles a shape in bf16 on an
+# H100, 2026-12-07):
+# - phi-3-mini's four projections (docs/perf-notes.md attempt 74): gate/up 1.142x the
+#   rules' 16 x 256, down 1.075x their 4 x 1024, o 1.064x their 4 x 512, qkv 1.024x their
+#   16 x 256; the model with them and attempt 73's rope and prefetch decoded 1.095x the
+#   model with neither (attempt 75);
+# - llama-3-8b's and mistral-7b's qkv (attempt 75): 1.084x the rules' 16 x 256 alone, not
+#   measured in a model. llama's other six shapes ran within 3% of their best on the rules'
+#   tiles, and keep them.
+# Shapes no sweep has timed take the rules; fp16 and fp32 weights of these shapes take
+# these tiles too (not swept).
 SWEPT_FLOAT_TILES = {
     (9216, 3072, "norm"): GemvLaunch(block_n=16, block_k=256, num_warps=8),
     (3072, 3072, None): GemvLaunch(block_n=2, block_k=1024),
     (16384, 3072, "norm"): GemvLaunch(block_n=8, block_k=1024),
     (3072, 8192, "silu_mul"): GemvLaunch(block_n=8, block_k=1024, num_warps=8),
+    (6144, 4096, "norm"): GemvLaunch(block_n=8, block_k=512),
 }
 
 
