@@ -179,8 +179,9 @@ def gemlite_int4(nibbles: torch.Tensor, sz: torch.Tensor) -> Any:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path)
-    ap.add_argument("--summary", type=Path, help="print a saved row_gemv.json's best tiles")
+    where = ap.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", type=Path, help="time the kernels; row_gemv.json goes here")
+    where.add_argument("--summary", type=Path, help="print a saved row_gemv.json's best tiles")
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument(
         "--sweep", nargs="?", const="all", choices=("all", "int4", "int8"), default=None,
@@ -198,10 +199,12 @@ def main() -> int:
     ap.add_argument("--no-inductor", action="store_true", help="skip Inductor's (compiles)")
     args = ap.parse_args()
     if args.summary:
-        print_summary(json.loads(args.summary.read_text())["results"])
+        try:
+            results = json.loads(args.summary.read_text())["results"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            ap.error(f"{args.summary} is no row_gemv.json ({type(exc).__name__}: {exc})")
+        print_summary(results)
         return 0
-    if args.out is None:
-        ap.error("--out is required (or --summary JSON)")
     if args.sweep in ("int4", "int8") and args.quant not in ("all", args.sweep):
         need = "--quant" if args.sweep == "int4" else "--quant or --quant int8"
         ap.error(f"--sweep {args.sweep} times {args.sweep} weights: it needs {need}")

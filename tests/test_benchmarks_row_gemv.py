@@ -1,10 +1,11 @@
 """benchmarks/row_gemv.py's tile summary: the fastest swept tile of each shape against
-the default tile, from a run's rows (pure Python; the timings need a GPU)."""
+the default tile, from a run's rows (the summary needs no GPU; the timings do)."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
 from _bench_scripts import load_script
 
 
@@ -45,3 +46,25 @@ def test_summary_of_a_saved_run_prints_without_a_gpu(tmp_path, capsys, monkeypat
     assert load_script("row_gemv").main() == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and "1.200x" in lines[0] and "1.500x" in lines[2]
+
+
+@pytest.mark.parametrize("text", [None, "{not json", '{"env": {}}'])
+def test_a_summary_of_what_is_no_run_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, text):
+    saved = tmp_path / "row_gemv.json"
+    if text is not None:
+        saved.write_text(text)
+    monkeypatch.setattr("sys.argv", ["row_gemv.py", "--summary", str(saved)])
+    with pytest.raises(SystemExit) as exit_:
+        load_script("row_gemv").main()
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "is no row_gemv.json" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_out_or_summary_is_required_and_not_both(monkeypatch):
+    script = load_script("row_gemv")
+    for argv in ([], ["--out", "o", "--summary", "s"]):
+        monkeypatch.setattr("sys.argv", ["row_gemv.py", *argv])
+        with pytest.raises(SystemExit) as exit_:
+            script.main()
+        assert exit_.value.code == 2
