@@ -3,6 +3,10 @@ LayerNorm prologue reads x (plain Python: no Triton needed)."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
+from artifactcache.models import llama
 from artifactcache.models.gemv_tiles import (
     LN_ONE_LOAD_MAX,
     SWEPT_FLOAT_TILES,
@@ -11,6 +15,7 @@ from artifactcache.models.gemv_tiles import (
     ln_block,
     prologue_kind,
 )
+from artifactcache.recipes import load_recipe
 
 
 def test_the_tile_follows_the_weights_width_and_the_prologue():
@@ -64,3 +69,14 @@ def test_each_prologue_has_its_name():
     assert prologue_kind(False, False, True, -1) == "silu_mul"
     assert prologue_kind(False, False, False, 0) == "gelu"
     assert prologue_kind(False, False, False, -1) is None
+
+
+@pytest.mark.parametrize("name", ["llama-3-8b", "mistral-7b"])
+def test_llama_3_8b_and_mistral_7b_fused_qkv_is_the_swept_shape(name):
+    """The swept (6144, 4096) tile is these recipes' fused qkv projection after the
+    RMSNorm, as the model builds it (on the meta device: no weights)."""
+    with torch.device("meta"):
+        attention = llama.Attention(load_recipe(name).model, fused=True)
+    n, k = attention.qkv_proj.weight.shape
+    assert (n, k) == (6144, 4096)
+    assert gemv_launch(n, k, False, "norm") == SWEPT_FLOAT_TILES[(n, k, "norm")]
