@@ -135,14 +135,14 @@ def tile_summary(results: list[dict[str, Any]], prefix: str = "acache") -> list[
     out = []
     for shape in dict.fromkeys(r["shape"] for r in results):
         rows = [r for r in results if r["shape"] == shape and "us" in r]
-        rules = [r for r in rows if r["kernel"] == prefix]
+        default = next((r for r in rows if r["kernel"] == prefix), None)
         swept = [r for r in rows if r["kernel"].startswith(prefix + "@")]
-        if not rules or not swept:
+        if default is None or not swept:
             continue
         best = min(swept, key=lambda r: r["us"])
         out.append({
-            "shape": shape, "default_us": rules[0]["us"], "best": best["kernel"].split("@", 1)[1],
-            "best_us": best["us"], "speedup": round(rules[0]["us"] / best["us"], 3),
+            "shape": shape, "default_us": default["us"], "best": best["kernel"].split("@", 1)[1],
+            "best_us": best["us"], "speedup": round(default["us"] / best["us"], 3),
             "best_pct_copy": best["pct_copy"],
         })  # fmt: skip
     return out
