@@ -68,10 +68,13 @@ SHAPES = {
     "phi3_qkv": (9216, 3072, "norm"), "phi3_o": (3072, 3072, "skip"),
     "phi3_gate_up": (16384, 3072, "norm"), "phi3_down": (3072, 8192, "down"),
     "phi2_in": (17920, 2560, "layer_norm"), "phi2_out": (2560, 12800, "gelu"),
+    "llama_head": (32000, 4096, "norm"), "llama3_head": (128256, 4096, "norm"),
+    "phi3_head": (32064, 3072, "norm"), "phi2_head": (51200, 2560, "layer_norm"),
 }  # fmt: skip
 # phi-2's fused block (models/phi2.py): "layer_norm": a LayerNorm with its bias before
 # [q; k; v; fc1], the bias after; "gelu": [dense | fc2] on [y | up], GELU on up (from
-# channel K / 5), the bias and the skip after.
+# channel K / 5), the bias and the skip after. "*_head": the LM head after the final norm
+# (llama_head is mistral-7b's too; phi-2's has a bias, as "layer_norm" times it).
 GROUP = 128
 ROTATE_BYTES = 256 << 20  # an H200's L2 is 50 MB
 EPS = 1e-5
