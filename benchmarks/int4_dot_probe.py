@@ -194,7 +194,7 @@ def acache_sass_counts(
     gemv._define_kernels()
     sig = {"X": "*bf16", "W": "*u8", "S": "*bf16", "BIAS": "*bf16", "G": "*bf16",
            "NB": "*bf16", "R": "*bf16", "Y": "*bf16", "N": "i32", "K": "i32", "eps": "fp32",
-           "gelu_from": "i32", "XT": "*bf16", "x_split": "i32"}  # fmt: skip
+           "gelu_from": "i32", "XT": "*bf16", "x_split": "i32", "gelu_out_from": "i32"}  # fmt: skip
     import torch
 
     from artifactcache.models.quant import quantize_int4, quantize_int8

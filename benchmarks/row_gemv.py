@@ -14,6 +14,10 @@ and the skip after it; phi-2's LayerNorm and bias, its GELU, bias and skip.
 - ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
 - ``acache_plain``: the same kernel and tile on x after the prologue, the prologue left
   out (bias and skip kept): ``acache`` less this is what the prologue costs in the kernel;
+- ``acache_late_tile`` (LayerNorm shapes): ``acache`` with the first weight tile's load
+  after the LayerNorm's statistics (gemv_tiles.LN_EARLY_TILE off), the form before;
+  ``acache_gelu_out`` (phi2_in): ``acache`` with GELU on the outputs from fc1's first on,
+  phi-2's one-row in-projection;
 - ``acache@BNxBKwW[sS]``: a sweep of tiles (``--sweep``; ``sS``: S loop stages, from
   ``--stages``), to check gemv_launch's choice;
 - ``int8_acache``: the same with int8 weights (per-row scales), ``int8_acache_bytes``
@@ -55,7 +59,7 @@ import torch
 from torch.nn import functional as F
 
 from artifactcache.measure.child.timing import copy_bandwidth
-from artifactcache.models import gemv
+from artifactcache.models import gemv, gemv_tiles
 from artifactcache.models.quant import dequantize_int4, quantize_int4, quantize_int8
 
 # name: (N, K, role); role: "norm" (RMSNorm before), "skip" (residual after),
@@ -70,11 +74,14 @@ SHAPES = {
     "phi2_in": (17920, 2560, "layer_norm"), "phi2_out": (2560, 12800, "gelu"),
     "llama_head": (32000, 4096, "norm"), "llama3_head": (128256, 4096, "norm"),
     "phi3_head": (32064, 3072, "norm"), "phi2_head": (51200, 2560, "layer_norm"),
+    "phi2_out_plain": (2560, 12800, "bias_skip"),
 }  # fmt: skip
 # phi-2's fused block (models/phi2.py): "layer_norm": a LayerNorm with its bias before
 # [q; k; v; fc1], the bias after; "gelu": [dense | fc2] on [y | up], GELU on up (from
-# channel K / 5), the bias and the skip after. "*_head": the LM head after the final norm
-# (llama_head is mistral-7b's too; phi-2's has a bias, as "layer_norm" times it).
+# channel K / 5), the bias and the skip after; "bias_skip": the bias and the skip, no
+# prologue (phi-2's [dense | fc2] where the in-projection applied the GELU). "*_head":
+# the LM head after the final norm (llama_head is mistral-7b's too; phi-2's has a bias,
+# as "layer_norm" times it).
 GROUP = 128
 ROTATE_BYTES = 256 << 20  # an H200's L2 is 50 MB
 EPS = 1e-5
@@ -260,8 +267,8 @@ def main() -> int:
         x = x.to(torch.bfloat16)
         g = vector(k, 1) if role in ("norm", "layer_norm") else None
         nb = vector(k, -0.5) if layer_norm else None
-        bias = vector(n, -0.5) if role in ("layer_norm", "gelu") else None
-        skip = role in ("skip", "down", "gelu")
+        bias = vector(n, -0.5) if role in ("layer_norm", "gelu", "bias_skip") else None
+        skip = role in ("skip", "down", "gelu", "bias_skip")
         r = torch.randn(1, n, device=dev, dtype=torch.bfloat16) if skip else None
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16) / k**0.5
 
@@ -283,7 +290,7 @@ def main() -> int:
             y = F.linear(prologue(x), w, bias)
             return y if r is None else r + y
 
-        a = prologue(x.double() if role in ("skip", "down", "gelu", "layer_norm") else x)
+        a = prologue(x.double() if role != "norm" else x)
         a = a.double().reshape(-1)
         # cuBLAS's reference: the product and its bias; it leaves out the skip
         product = w.double() @ a + (0 if bias is None else bias.double())
@@ -317,6 +324,27 @@ def main() -> int:
 
         record(shape, "acache", ours, (w,), want, n * k * 2 + io)
         record(shape, "acache_plain", ours_plain, (w,), want, n * k * 2 + io)
+        if layer_norm:
+
+            def ours_late_tile(w):
+                gemv_tiles.LN_EARLY_TILE = False
+                try:
+                    return ours(w)
+                finally:
+                    gemv_tiles.LN_EARLY_TILE = True
+
+            record(shape, "acache_late_tile", ours_late_tile, (w,), want, n * k * 2 + io)
+        if shape == "phi2_in":
+            fc1 = n - 4 * k  # [q; k; v; fc1], fc1 four times the width
+
+            def ours_gelu_out(w):
+                return gemv.launch_gemv(
+                    x, w, None, bias, g, EPS, False, None, norm_bias=nb, layer_norm=True,
+                    gelu_out_from=fc1,
+                )  # fmt: skip
+
+            want_g = torch.cat([want[:fc1], F.gelu(want[fc1:], approximate="tanh")])
+            record(shape, "acache_gelu_out", ours_gelu_out, (w,), want_g, n * k * 2 + io)
         if args.sweep == "all":
             for cut in tiles:
                 label = f"acache@{tile_label(cut)}"

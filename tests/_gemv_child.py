@@ -14,6 +14,7 @@ os.environ["TRITON_INTERPRET"] = "1"  # before the first import of Triton
 
 import torch  # noqa: E402
 from _gemv_reference import reference  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 
 from artifactcache.models import gemv, gemv_tiles  # noqa: E402
 from artifactcache.models.quant import (  # noqa: E402
@@ -140,6 +141,58 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
     residual = torch.randn(n, dtype=dtype) if with_residual else None
     kw = dict(norm_bias=nb, layer_norm=layer_norm is not None, gelu_from=gelu_from)
     matches_the_product((x, w, scales, bias, g, 1e-5, False, residual), dense, tile, dtype, **kw)
+
+
+def a_layernorm_with_its_first_tile_early_or_late_matches(dtype):
+    """The LayerNorm's first weight tile loaded before its statistics (the default for
+    float and int8 weights) and after them (gemv_tiles.LN_EARLY_TILE off), against the
+    float64 product: one tile (K within it) and several, a tile wider than K."""
+    torch.manual_seed(5)
+    for k, quant, tile in [(200, None, None), (200, None, (8, 64)), (56, None, (4, 64)),
+                           (200, "int8", None)]:  # fmt: skip
+        w, scales, dense = random_weight(24, k, quant, dtype)
+        x = (3.0 + torch.randn(1, k) * 2).to(dtype)
+        bias, g, nb = (torch.randn(24, dtype=dtype), (1 + torch.rand(k)).to(dtype),
+                       torch.randn(k, dtype=dtype))  # fmt: skip
+        args = (x, w, scales, bias, g, 1e-5, False, None)
+        kw = dict(norm_bias=nb, layer_norm=True)
+        for early in (True, False):
+            gemv_tiles.LN_EARLY_TILE = early
+            try:
+                matches_the_product(args, dense, tile, dtype, **kw)
+            finally:
+                gemv_tiles.LN_EARLY_TILE = True
+
+
+def gelu_on_the_outputs_matches(dtype):
+    """``gelu_out_from``: GELU on the outputs from that channel on (phi-2's fc1 part of
+    the in-projection), after the bias, against GELU on the float64 product's channels;
+    float, int8 and int4 weights, the split inside a block of outputs and at its edge."""
+    torch.manual_seed(6)
+    for quant, n, k, start, tile in [
+        (None, 40, 192, 21, (8, 64)),  # inside the third block of 8 outputs
+        (None, 48, 128, 16, None),
+        ("int8", 24, 96, 8, None),
+        ("int4", 16, 256, 5, (4, 128)),
+    ]:
+        w, scales, dense = random_weight(n, k, quant, dtype)
+        x, bias = torch.randn(1, k, dtype=dtype), torch.randn(n, dtype=dtype)
+        g, nb = (1 + torch.rand(k)).to(dtype), torch.randn(k, dtype=dtype)
+        args = (x, w, scales, bias, g, 1e-5, False, None)
+        kw = dict(norm_bias=nb, layer_norm=True)
+        cut = None if tile is None else gemv.GemvLaunch(*tile)
+        got = gemv.launch_gemv(*args, cut=cut, gelu_out_from=start, **kw)
+        want = reference(x, w if dense is None else dense, None if dense is not None
+                         else scales, bias, g, 1e-5, False, None, **kw)  # fmt: skip
+        want[:, start:] = F.gelu(want[:, start:], approximate="tanh")
+        tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
+    try:
+        gemv.row_gemv(x, w, scales, bias, None, 0.0, False, None, gelu_out_from=n)
+    except ValueError as e:
+        assert "outputs starts within N" in str(e), e
+    else:
+        raise AssertionError("a GELU past the last output was taken")
 
 
 def x_in_two_parts_matches(dtype):
@@ -283,6 +336,10 @@ def main() -> None:
             print(f"ok: {name} ({dtype})")
         a_layernorm_wider_than_one_load_takes_two_passes(dtype)
         print(f"ok: a LayerNorm wider than one load, two passes ({dtype})")
+        a_layernorm_with_its_first_tile_early_or_late_matches(dtype)
+        print(f"ok: a LayerNorm with its first tile early or late ({dtype})")
+        gelu_on_the_outputs_matches(dtype)
+        print(f"ok: GELU on the outputs ({dtype})")
         x_in_two_parts_matches(dtype)
         print(f"ok: x in two parts ({dtype})")
         strided_inputs_match(dtype)

@@ -63,6 +63,7 @@ from typing import Any
 import torch
 from torch.library import triton_op, wrap_triton
 
+from . import gemv_tiles
 from .gemv_inputs import Vector, checked_inputs, int4_group
 from .gemv_tiles import GemvLaunch, gemv_launch, ln_block, prologue_kind
 from .lazy_kernels import interpreting, kernel_getattr, once
@@ -90,7 +91,7 @@ INT8_WIDEN_PTX = (
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv, _x_tile, _w_tile, _INT8_WIDEN_PTX
+    global tl, _row_gemv, _x_tile, _w_tile, _w_dot, _INT8_WIDEN_PTX
     import triton
     import triton.language
 
@@ -145,6 +146,19 @@ def _define_kernels() -> None:
             w_row + offs[None, :], mask=nmask[:, None] & kmask[None, :], other=0,
             eviction_policy="evict_first",
         )  # fmt: skip
+        return _w_dot(
+            acc, squares, w, kmask, X, G, NB, K, offs, mean, rstd, gelu_from,
+            NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, INT8, INT8_PTX,
+        )  # fmt: skip
+
+    @triton.jit
+    def _w_dot(
+        acc, squares, w, kmask, X, G, NB, K, offs, mean, rstd, gelu_from,
+        NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
+        SILU_MUL: tl.constexpr, GELU: tl.constexpr, INT8: tl.constexpr,
+        INT8_PTX: tl.constexpr,
+    ):  # fmt: skip
+        """_w_tile's product of a loaded tile ``w``."""
         if INT8:
             # W is read as uint8: u ^ 0x80 = q + 128, OR-ed into 2**23's mantissa
             # (0x4B000000, 2**23's fp32 bits); the float is then 2**23 + 128 + q.
@@ -169,19 +183,28 @@ def _define_kernels() -> None:
 
     @triton.jit
     def _row_gemv(
-        X, W, S, BIAS, G, NB, R, Y, N, K, eps, gelu_from, XT, x_split,
+        X, W, S, BIAS, G, NB, R, Y, N, K, eps, gelu_from, XT, x_split, gelu_out_from,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
         INT8: tl.constexpr, INT4_GROUP: tl.constexpr, TILE_GROUPS: tl.constexpr,
         HAS_BIAS: tl.constexpr,
         NORM: tl.constexpr, LAYER_NORM: tl.constexpr, HAS_NORM_BIAS: tl.constexpr,
         SILU_MUL: tl.constexpr, GELU: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         LN_BLOCK: tl.constexpr, INT8_PTX: tl.constexpr, STAGES: tl.constexpr,
-        HAS_TAIL: tl.constexpr,
+        HAS_TAIL: tl.constexpr, EARLY_TILE: tl.constexpr, GELU_OUT: tl.constexpr,
     ):  # fmt: skip
         rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         nmask = rn < N
         mean = 0.0
         rstd = 1.0
+        if EARLY_TILE:
+            # The first weight tile's load goes out before the LayerNorm's statistics,
+            # so its latency passes under theirs instead of after them.
+            rk0 = tl.arange(0, BLOCK_K)
+            w_first = tl.load(
+                W + rn.to(tl.int64)[:, None] * K + rk0[None, :],
+                mask=nmask[:, None] & (rk0 < K)[None, :], other=0,
+                eviction_policy="evict_first",
+            )  # fmt: skip
         if LAYER_NORM:
             # A LayerNorm centres x first: its mean, then the variance of the centred
             # values (no cancellation). Every program does this before its first weight,
@@ -274,7 +297,16 @@ def _define_kernels() -> None:
                         SILU_MUL, GELU, INT8, INT8_PTX,
                     )  # fmt: skip
             else:
-                for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                if EARLY_TILE:
+                    acc, squares = _w_dot(
+                        acc, squares, w_first, rk < K, X, G, NB, K, rk, mean, rstd,
+                        gelu_from, NORM, LAYER_NORM, HAS_NORM_BIAS, SILU_MUL, GELU, INT8,
+                        INT8_PTX,
+                    )  # fmt: skip
+                    first = BLOCK_K
+                else:
+                    first = 0
+                for k0 in tl.range(first, K, BLOCK_K, num_stages=STAGES):
                     if EVEN_K:
                         kmask = rk < BLOCK_K
                     else:
@@ -291,6 +323,12 @@ def _define_kernels() -> None:
             y *= tl.load(S + rn, mask=nmask, other=0.0).to(tl.float32)
         if HAS_BIAS:
             y += tl.load(BIAS + rn, mask=nmask, other=0.0).to(tl.float32)
+        if GELU_OUT:
+            # tanh's GELU on the outputs from gelu_out_from on (phi-2's fc1 part of
+            # [q; k; v; fc1]): once an output here, not once a program of the GEMV that
+            # reads them
+            z = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+            y = tl.where(rn >= gelu_out_from, y / (1.0 + tl.exp(-2.0 * z)), y)
         if HAS_RESIDUAL:
             # Eager rounds the projection to the activation dtype, then adds.
             y = y.to(Y.dtype.element_ty).to(tl.float32)
@@ -298,7 +336,9 @@ def _define_kernels() -> None:
         tl.store(Y + rn, y.to(Y.dtype.element_ty), mask=nmask)
 
 
-__getattr__ = kernel_getattr(__name__, ("_row_gemv", "_x_tile", "_w_tile"), _define_kernels)
+__getattr__ = kernel_getattr(
+    __name__, ("_row_gemv", "_x_tile", "_w_tile", "_w_dot"), _define_kernels
+)
 
 
 def launch_gemv(
@@ -315,16 +355,17 @@ def launch_gemv(
     layer_norm: bool = False,
     gelu_from: int = -1,
     x_tail: Vector = None,
+    gelu_out_from: int = -1,
 ) -> torch.Tensor:
     """The kernel with an explicit tile (``cut``; None: gemv_launch's), inputs checked:
     the benchmark's and the tests' entry. Returns [1, N] in x's dtype."""
     x, scales, bias, norm_weight, residual, norm_bias, x_tail = checked_inputs(
         x, weight, scales, bias, norm_weight, silu_mul, residual, norm_bias, layer_norm,
-        gelu_from, x_tail,
+        gelu_from, x_tail, gelu_out_from,
     )  # fmt: skip
     return _launch(
         x, weight, scales, bias, norm_weight, eps, silu_mul, residual, cut,
-        norm_bias, layer_norm, gelu_from, x_tail,
+        norm_bias, layer_norm, gelu_from, x_tail, gelu_out_from,
     )  # fmt: skip
 
 
@@ -350,6 +391,7 @@ def kernel_call(
     layer_norm: bool,
     gelu_from: int,
     x_tail: Vector = None,
+    gelu_out_from: int = -1,
 ) -> tuple[tuple[int], tuple[Any, ...], dict[str, Any], torch.Tensor]:
     """What _launch gives the kernel for these inputs: the grid, the positional
     arguments, the constexprs with ``num_warps``, and the output they write (allocated
@@ -377,6 +419,7 @@ def kernel_call(
     args = (
         x, w, given(scales), given(bias), given(norm_weight), given(norm_bias), given(residual),
         y, n, k, eps, gelu_from, given(x_tail), 0 if x_tail is None else x.shape[1],
+        gelu_out_from,
     )  # fmt: skip
     consts = dict(
         BLOCK_N=cut.block_n, BLOCK_K=cut.block_k, EVEN_K=k % cut.block_k == 0, INT8=int8,
@@ -390,6 +433,10 @@ def kernel_call(
         # runs no PTX) takes the byte-at-a-time form of the same cast.
         INT8_PTX=int8 and x.device.type == "cuda" and not interpreting(),
         STAGES=cut.stages, HAS_TAIL=x_tail is not None,
+        # float and int8 weights (int4's loop reads by groups); read at the call, so that
+        # benchmarks/row_gemv.py can time the kernel without it
+        EARLY_TILE=layer_norm and not group and x_tail is None and gemv_tiles.LN_EARLY_TILE,
+        GELU_OUT=gelu_out_from >= 0,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y
 
@@ -410,14 +457,16 @@ def row_gemv(
     layer_norm: bool = False,
     gelu_from: int = -1,
     x_tail: torch.Tensor | None = None,
+    gelu_out_from: int = -1,
 ) -> torch.Tensor:
     """x [1, K] ([1, 2K] with silu_mul; [1, K1] with x_tail [1, K - K1]); weight [N, K]
     (float, or int8 with scales [N]), or int4 nibbles uint8 [N, K/2] with scales and
     zeros [K/group, N, 2] in ``scales`` (models/quant.py's int4wo layout); bias,
     residual [N]; norm_weight [K] (an RMSNorm's, or with ``layer_norm`` a LayerNorm's,
     whose bias is norm_bias [K]); ``gelu_from`` >= 0: GELU (tanh) on x's channels from
-    there on -> [1, N] in x's dtype (the module docstring)."""
+    there on; ``gelu_out_from`` >= 0: GELU on the outputs from there on -> [1, N] in
+    x's dtype (the module docstring)."""
     return launch_gemv(
         x, weight, scales, bias, norm_weight, eps, silu_mul, residual, None,
-        norm_bias, layer_norm, gelu_from, x_tail,
+        norm_bias, layer_norm, gelu_from, x_tail, gelu_out_from,
     )  # fmt: skip

@@ -27,6 +27,7 @@ def checked_inputs(
     layer_norm: bool = False,
     gelu_from: int = -1,
     x_tail: Vector = None,
+    gelu_out_from: int = -1,
 ) -> tuple[torch.Tensor, Vector, Vector, Vector, Vector, Vector, Vector]:
     """The inputs as the kernel reads them, checked on the host before any launch: a
     ValueError for what it cannot read. x and the [N] and [K] vectors are made
@@ -89,6 +90,11 @@ def checked_inputs(
     if not -1 <= gelu_from < k:
         raise ValueError(
             f"the row GEMV's GELU starts within K={k} (or -1: none), got channel {gelu_from}"
+        )
+    if not -1 <= gelu_out_from < n:
+        raise ValueError(
+            f"the row GEMV's GELU on its outputs starts within N={n} (or -1: none), "
+            f"got output {gelu_out_from}"
         )
     if not weight.is_contiguous():
         raise ValueError("the row GEMV reads a contiguous weight (call .contiguous() once)")

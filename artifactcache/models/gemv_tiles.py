@@ -10,6 +10,10 @@ from dataclasses import dataclass
 # The widest x a LayerNorm prologue reads in one load (its statistics; fp32 registers,
 # 8192 values: 64 a thread at 4 warps); wider x takes two passes of the tile's width.
 LN_ONE_LOAD_MAX = 8192
+# Whether a LayerNorm prologue over float or int8 weights issues its first weight tile's
+# load before it reads x for the statistics (models/gemv.py). Read at each launch, so
+# that benchmarks/row_gemv.py can time the kernel with and without it.
+LN_EARLY_TILE = True
 
 
 def ln_block(k: int, layer_norm: bool, widest: int | None = None) -> int:
@@ -40,7 +44,13 @@ class GemvLaunch:
 #   model with neither (attempt 75);
 # - llama-3-8b's and mistral-7b's qkv (attempt 75): 1.084x the rules' 16 x 256 alone, not
 #   measured in a model. llama's other six shapes ran within 3% of their best on the rules'
-#   tiles, and keep them.
+#   tiles, and keep them;
+# - the LM heads after the final norm (attempt 76): llama-7b's and mistral-7b's 1.055x
+#   the rules' 16 x 256, phi-3-mini's 1.059x; llama-3-8b's (1.009x) and phi-2's (1.000x)
+#   keep the rules;
+# - phi-2's [dense | fc2] where the in-projection applies the GELU (attempt 76): the tile
+#   it had with the GELU prologue, 8 x 1024 with 8 warps, where the rules' plain tile is
+#   4 x 512.
 # Shapes no sweep has timed take the rules; fp16 and fp32 weights of these shapes take
 # these tiles too (not swept).
 SWEPT_FLOAT_TILES = {
@@ -49,6 +59,9 @@ SWEPT_FLOAT_TILES = {
     (16384, 3072, "norm"): GemvLaunch(block_n=8, block_k=1024),
     (3072, 8192, "silu_mul"): GemvLaunch(block_n=8, block_k=1024, num_warps=8),
     (6144, 4096, "norm"): GemvLaunch(block_n=8, block_k=512),
+    (32000, 4096, "norm"): GemvLaunch(block_n=2, block_k=1024),
+    (32064, 3072, "norm"): GemvLaunch(block_n=8, block_k=1024),
+    (2560, 12800, None): GemvLaunch(block_n=8, block_k=1024, num_warps=8),
 }
 
 

@@ -105,16 +105,20 @@ class PhiBlock(nn.Module):
 
     def one_row(self, x, cos, sin, reads: Reads, input_pos):
         """The fused block for x [1, 1, dim] as GEMVs with the LayerNorm, GELU and skips
-        folded in: LayerNorm + [q; k; v; fc1], then [dense | fc2] on [y | GELU(up)] + x
-        (one GEMV reading y and up where they are: no concatenation kernel), or dense + x
-        and GELU + fc2 + that where the outputs stay apart (quantized)."""
-        qkvu = row_linear(self.in_proj, x, norm=self.input_layernorm)
+        folded in: LayerNorm + [q; k; v; fc1] with GELU on fc1's outputs (each computed
+        once there, not by every program of the GEMV that reads it), then [dense | fc2]
+        on [y | GELU(up)] + x (one GEMV reading y and up where they are: no
+        concatenation kernel), or dense + x and fc2 + that where the outputs stay apart
+        (quantized)."""
+        qkvu = row_linear(
+            self.in_proj, x, norm=self.input_layernorm, gelu_out_from=sum(self.in_sizes[:3])
+        )
         q, k, v, up = qkvu.split(self.in_sizes, dim=-1)
         y = self.self_attn.attend(q, k, v, cos, sin, reads, input_pos, self.after_attention())
         if self.outputs_fused:
-            return row_linear(self.out_proj, y, gelu_from=y.shape[-1], residual=x, x_tail=up)
+            return row_linear(self.out_proj, y, residual=x, x_tail=up)
         h = row_linear(self.self_attn.dense, y, residual=x)
-        return row_linear(self.mlp.fc2, up, gelu_from=0, residual=h)
+        return row_linear(self.mlp.fc2, up, residual=h)
 
 
 class PhiBackbone(nn.Module):

@@ -104,11 +104,14 @@ def row_linear(
     gelu_from: int = -1,
     residual: torch.Tensor | None = None,
     x_tail: torch.Tensor | None = None,
+    gelu_out_from: int = -1,
 ) -> torch.Tensor:
     """``residual + linear(prologue(x))`` for x [1, 1, K]: prologue ``norm`` (an RMSNorm
     or an nn.LayerNorm), ``silu(gate) * up`` of x = [gate | up] (``silu_mul``) or tanh's
     GELU on x's channels from ``gelu_from`` on. ``x_tail`` [1, 1, K2]: x continues there
-    (x is then [x | x_tail], read in place by the kernel, no concatenation). [1, 1, N]."""
+    (x is then [x | x_tail], read in place by the kernel, no concatenation).
+    ``gelu_out_from``: tanh's GELU on the product's channels from there on (before the
+    residual). [1, 1, N]."""
     if not _gemv_registered and runs_here(x) and not torch.compiler.is_compiling():
         register_gemv()  # an eager call (a trace must find it registered: register_ops)
     read = row_weights(linear) if _gemv_registered and runs_here(x) else None
@@ -126,6 +129,9 @@ def row_linear(
             kept, rest = x.split([gelu_from, x.shape[-1] - gelu_from], dim=-1)
             x = torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
         y = linear(x)
+        if gelu_out_from >= 0:
+            kept, rest = y.split([gelu_out_from, y.shape[-1] - gelu_out_from], dim=-1)
+            y = torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
         return y if residual is None else residual + y
     weight, scales = read
     layer_norm = isinstance(norm, nn.LayerNorm)
@@ -134,6 +140,6 @@ def row_linear(
         None if norm is None else norm.weight, 0.0 if norm is None else float(norm.eps),
         silu_mul, None if residual is None else residual.reshape(-1),
         norm.bias if layer_norm else None, layer_norm, gelu_from,
-        None if x_tail is None else x_tail.reshape(1, x_tail.shape[-1]),
+        None if x_tail is None else x_tail.reshape(1, x_tail.shape[-1]), gelu_out_from,
     )  # fmt: skip
     return y.reshape(1, 1, y.shape[-1])
