@@ -14,8 +14,8 @@ and the skip after it; phi-2's LayerNorm and bias, its GELU, bias and skip.
 - ``acache``: ``acache::row_gemv`` at gemv_launch's tile, the same work in one kernel;
 - ``acache_plain``: the same kernel and tile on x after the prologue, the prologue left
   out (bias and skip kept): ``acache`` less this is what the prologue costs in the kernel;
-- ``acache_late_tile`` (LayerNorm shapes): ``acache`` with the first weight tile's load
-  after the LayerNorm's statistics (gemv_tiles.LN_EARLY_TILE off), the form before;
+- ``acache_early_tile`` (LayerNorm shapes): ``acache`` with the first weight tile's load
+  before the LayerNorm's statistics (gemv_tiles.LN_EARLY_TILE, off by default);
   ``acache_gelu_out`` (phi2_in): ``acache`` with GELU on the outputs from fc1's first on,
   phi-2's one-row in-projection;
 - ``acache@BNxBKwW[sS]``: a sweep of tiles (``--sweep``; ``sS``: S loop stages, from
@@ -326,14 +326,14 @@ def main() -> int:
         record(shape, "acache_plain", ours_plain, (w,), want, n * k * 2 + io)
         if layer_norm:
 
-            def ours_late_tile(w):
-                gemv_tiles.LN_EARLY_TILE = False
+            def ours_early_tile(w):
+                default, gemv_tiles.LN_EARLY_TILE = gemv_tiles.LN_EARLY_TILE, True
                 try:
                     return ours(w)
                 finally:
-                    gemv_tiles.LN_EARLY_TILE = True
+                    gemv_tiles.LN_EARLY_TILE = default
 
-            record(shape, "acache_late_tile", ours_late_tile, (w,), want, n * k * 2 + io)
+            record(shape, "acache_early_tile", ours_early_tile, (w,), want, n * k * 2 + io)
         if shape == "phi2_in":
             fc1 = n - 4 * k  # [q; k; v; fc1], fc1 four times the width
 

@@ -144,9 +144,10 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
 
 
 def a_layernorm_with_its_first_tile_early_or_late_matches(dtype):
-    """The LayerNorm's first weight tile loaded before its statistics (the default for
-    float and int8 weights) and after them (gemv_tiles.LN_EARLY_TILE off), against the
-    float64 product: one tile (K within it) and several, a tile wider than K."""
+    """The LayerNorm's first weight tile loaded before its statistics
+    (gemv_tiles.LN_EARLY_TILE, float and int8 weights) and after them (the default),
+    against the float64 product: one tile (K within it) and several, a tile wider than
+    K."""
     torch.manual_seed(5)
     for k, quant, tile in [(200, None, None), (200, None, (8, 64)), (56, None, (4, 64)),
                            (200, "int8", None)]:  # fmt: skip
@@ -156,12 +157,13 @@ def a_layernorm_with_its_first_tile_early_or_late_matches(dtype):
                        torch.randn(k, dtype=dtype))  # fmt: skip
         args = (x, w, scales, bias, g, 1e-5, False, None)
         kw = dict(norm_bias=nb, layer_norm=True)
+        default = gemv_tiles.LN_EARLY_TILE
         for early in (True, False):
             gemv_tiles.LN_EARLY_TILE = early
             try:
                 matches_the_product(args, dense, tile, dtype, **kw)
             finally:
-                gemv_tiles.LN_EARLY_TILE = True
+                gemv_tiles.LN_EARLY_TILE = default
 
 
 def gelu_on_the_outputs_matches(dtype):

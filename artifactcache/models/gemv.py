@@ -20,8 +20,14 @@ pass over the weights:
   ``LN_ONE_LOAD_MAX`` values, two passes beyond) for its mean and the variance of the
   centred values, then normalizes each tile of x as it goes: 5% over the same GEMV
   without the prologue on phi-2's in-projection (docs/perf-notes.md, attempt 62).
-- ``gelu_from``: tanh's GELU on x's channels from that one on (phi-2's fc2, alone or
-  beside the attention's output in a fused ``[dense | fc2]``).
+  ``gemv_tiles.LN_EARLY_TILE`` (off: not yet timed on a GPU, attempt 76) issues the
+  first weight tile's load before the statistics over float and int8 weights, so that
+  its latency would pass under theirs.
+- ``gelu_from``: tanh's GELU on x's channels from that one on (a GEMV whose input is
+  fc1's output before its GELU; every program computes it for all of x).
+- ``gelu_out_from``: tanh's GELU on the outputs from that one on, after the bias: phi-2's
+  in-projection applies fc1's GELU here, once a value, so that ``[dense | fc2]`` (or fc2
+  alone, quantized) reads it with no prologue (models/phi2.py, attempt 76).
 - ``x_tail``: x's channels past ``x``'s own width read from a tensor of their own, so
   that ``[attention | fc1]`` reaches the fused ``[dense | fc2]`` without a concatenation
   kernel (phi-2's one-row step, models/phi2.py). Without a norm or SiLU-and-mul only.

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 # 8192 values: 64 a thread at 4 warps); wider x takes two passes of the tile's width.
 LN_ONE_LOAD_MAX = 8192
 # Whether a LayerNorm prologue over float or int8 weights issues its first weight tile's
-# load before it reads x for the statistics (models/gemv.py). Read at each launch, so
-# that benchmarks/row_gemv.py can time the kernel with and without it.
-LN_EARLY_TILE = True
+# load before it reads x for the statistics (models/gemv.py). Off until a GPU has timed
+# it (docs/perf-notes.md attempt 76: the load goes out earlier in the sm_90 SASS, but the
+# kernel holds 61 registers a thread against 48, four programs an SM against five). Read
+# at each launch, so that benchmarks/row_gemv.py times the kernel both ways.
+LN_EARLY_TILE = False
 
 
 def ln_block(k: int, layer_norm: bool, widest: int | None = None) -> int:
