@@ -98,8 +98,9 @@ class Layer:
         s, ops = self.s, torch.ops.acache
         one = x.reshape(1, -1)
         if s.phi2:
+            # fc1's GELU on the in-projection's outputs, as models/phi2.py runs it
             h = ops.row_gemv(one, self.w_in, None, self.b_in, self.norm, 1e-5, False, None,
-                             self.norm_bias, True)  # fmt: skip
+                             self.norm_bias, True, -1, None, sum(self.sizes))  # fmt: skip
         else:
             h = ops.row_gemv(one, self.w_in, None, None, self.norm, 1e-5, False, None)
         q, k, v = (t.view(1, 1, -1, s.head_dim).transpose(1, 2)
@@ -116,7 +117,7 @@ class Layer:
         if s.phi2:
             up = h[:, sum(self.sizes) :]
             return ops.row_gemv(y, self.w_after, None, self.b_out, None, 0.0, False,
-                                one.reshape(-1), None, False, y.shape[-1], up)  # fmt: skip
+                                one.reshape(-1), None, False, -1, up)  # fmt: skip
         h = ops.row_gemv(y, self.w_after, None, None, None, 0.0, False, one.reshape(-1))
         gu = ops.row_gemv(h, self.w_up, None, None, self.norm, 1e-5, False, None)
         return ops.row_gemv(gu, self.w_down, None, None, None, 0.0, True, h.reshape(-1))

@@ -26,26 +26,26 @@ from typing import Any
 import torch
 
 
-def _launch_kwargs(n: int, k: int, **prologue: Any) -> dict[str, Any]:
+def _launch_kwargs(
+    n: int, k: int, *, layer_norm: bool = False, x_split: int = 0, gelu_out_from: int = -1
+) -> dict[str, Any]:
     """The kernel's arguments by name, as models/gemv.py's _launch passes them for a bf16
-    GEMV with a bias and the prologue (CPU tensors: the analysis reads dtypes, not
-    data); a GELU GEMV takes the skip and its x in two parts, as phi-2's out-projection
-    does."""
+    GEMV with a bias (CPU tensors: the analysis reads dtypes, not data): with a LayerNorm
+    prologue, GELU on the outputs from ``gelu_out_from`` (phi-2's in-projection), or
+    (``x_split`` > 0) the skip and x in two parts from there, as phi-2's out-projection
+    reads [attention | fc1]."""
     from artifactcache.models import gemv
-
-    layer_norm = prologue.get("layer_norm", False)
-    gelu_from = prologue.get("gelu_from", -1)
 
     def vector(size: int) -> torch.Tensor:
         return torch.empty(size, dtype=torch.bfloat16)
 
-    # phi-2's out-projection reads x as [attention | fc1] from two tensors (x_tail).
-    head = gelu_from if gelu_from > 0 else k
+    head = x_split or k
     _, args, consts, _ = gemv.kernel_call(
         torch.empty(1, head, dtype=torch.bfloat16), torch.empty(n, k, dtype=torch.bfloat16),
         None, vector(n), vector(k) if layer_norm else None, 1e-5, False,
-        vector(n) if gelu_from >= 0 else None, None, vector(k) if layer_norm else None,
-        layer_norm, gelu_from, torch.empty(1, k - head, dtype=torch.bfloat16) if head < k else None,
+        vector(n) if x_split else None, None, vector(k) if layer_norm else None,
+        layer_norm, -1, torch.empty(1, k - head, dtype=torch.bfloat16) if x_split else None,
+        gelu_out_from,
     )  # fmt: skip
     gemv._define_kernels()
     # num_warps is a launch option, not an argument (_compile_s reads it)
@@ -59,8 +59,9 @@ def _analyse(repeat: int, compile_too: bool = False) -> list[dict[str, Any]]:
     from artifactcache.models import gemv
 
     gemv._define_kernels()
-    sites = {"phi2_in (LayerNorm)": _launch_kwargs(17920, 2560, layer_norm=True),
-             "phi2_out (GELU, skip)": _launch_kwargs(2560, 12800, gelu_from=2560),
+    sites = {"phi2_in (LayerNorm, GELU on fc1)":
+                 _launch_kwargs(17920, 2560, layer_norm=True, gelu_out_from=7680),
+             "phi2_out (skip, x in two parts)": _launch_kwargs(2560, 12800, x_split=2560),
              "phi2_head (LayerNorm)": _launch_kwargs(51200, 2560, layer_norm=True)}  # fmt: skip
     rows = []
     for site, kwargs in sites.items():

@@ -146,12 +146,18 @@ def phi_case_matches(name, n, k, quant, layer_norm, gelu_from, with_residual, ti
 def a_layernorm_with_its_first_tile_early_or_late_matches(dtype):
     """The LayerNorm's first weight tile loaded before its statistics
     (gemv_tiles.LN_EARLY_TILE, float and int8 weights) and after them (the default),
-    against the float64 product: one tile (K within it) and several, a tile wider than
-    K."""
+    against the float64 product: one tile (K within it) and several, K a multiple of the
+    tile and not, a tile wider than K, float and int8 weights. Float weights end where
+    NaNs begin, so a tile read past K turns the last row's output to NaN."""
     torch.manual_seed(5)
-    for k, quant, tile in [(200, None, None), (200, None, (8, 64)), (56, None, (4, 64)),
-                           (200, "int8", None)]:  # fmt: skip
+    for k, quant, tile in [(200, None, None), (200, None, (8, 64)), (256, None, (8, 64)),
+                           (56, None, (4, 64)), (200, "int8", None),
+                           (200, "int8", (8, 64))]:  # fmt: skip
         w, scales, dense = random_weight(24, k, quant, dtype)
+        if quant is None:
+            padded = torch.full((w.numel() + 256,), float("nan"), dtype=dtype)
+            padded[: w.numel()] = w.reshape(-1)
+            w = padded[: w.numel()].view(24, k)
         x = (3.0 + torch.randn(1, k) * 2).to(dtype)
         bias, g, nb = (torch.randn(24, dtype=dtype), (1 + torch.rand(k)).to(dtype),
                        torch.randn(k, dtype=dtype))  # fmt: skip
@@ -168,25 +174,30 @@ def a_layernorm_with_its_first_tile_early_or_late_matches(dtype):
 
 def gelu_on_the_outputs_matches(dtype):
     """``gelu_out_from``: GELU on the outputs from that channel on (phi-2's fc1 part of
-    the in-projection), after the bias, against GELU on the float64 product's channels;
-    float, int8 and int4 weights, the split inside a block of outputs and at its edge."""
+    the in-projection), after the bias and before a skip, against GELU on the float64
+    product's channels rounded to the dtype (as eager rounds fc1's output); float, int8
+    and int4 weights, the split inside a block of outputs and at its edge."""
     torch.manual_seed(6)
-    for quant, n, k, start, tile in [
-        (None, 40, 192, 21, (8, 64)),  # inside the third block of 8 outputs
-        (None, 48, 128, 16, None),
-        ("int8", 24, 96, 8, None),
-        ("int4", 16, 256, 5, (4, 128)),
+    for quant, n, k, start, tile, skip in [
+        (None, 40, 192, 21, (8, 64), False),  # inside the third block of 8 outputs
+        (None, 48, 128, 16, None, True),
+        ("int8", 24, 96, 8, None, False),
+        ("int4", 16, 256, 5, (4, 128), True),
     ]:
         w, scales, dense = random_weight(n, k, quant, dtype)
         x, bias = torch.randn(1, k, dtype=dtype), torch.randn(n, dtype=dtype)
         g, nb = (1 + torch.rand(k)).to(dtype), torch.randn(k, dtype=dtype)
-        args = (x, w, scales, bias, g, 1e-5, False, None)
+        residual = torch.randn(n, dtype=dtype) if skip else None
+        args = (x, w, scales, bias, g, 1e-5, False, residual)
         kw = dict(norm_bias=nb, layer_norm=True)
         cut = None if tile is None else gemv.GemvLaunch(*tile)
         got = gemv.launch_gemv(*args, cut=cut, gelu_out_from=start, **kw)
         want = reference(x, w if dense is None else dense, None if dense is not None
                          else scales, bias, g, 1e-5, False, None, **kw)  # fmt: skip
-        want[:, start:] = F.gelu(want[:, start:], approximate="tanh")
+        fc1 = want[:, start:].to(dtype).double()
+        want[:, start:] = F.gelu(fc1, approximate="tanh")
+        if skip:
+            want = want.to(dtype).double() + residual.double()
         tol, atol = (1e-5, 1e-4) if dtype == torch.float32 else (2e-2, 2e-2)
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=atol)
     try:

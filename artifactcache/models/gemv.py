@@ -332,7 +332,9 @@ def _define_kernels() -> None:
         if GELU_OUT:
             # tanh's GELU on the outputs from gelu_out_from on (phi-2's fc1 part of
             # [q; k; v; fc1]): once an output here, not once a program of the GEMV that
-            # reads them
+            # reads them; on the product rounded to the output dtype first, as eager
+            # rounds fc1's output before its GELU
+            y = tl.where(rn >= gelu_out_from, y.to(Y.dtype.element_ty).to(tl.float32), y)
             z = 0.7978845608028654 * (y + 0.044715 * y * y * y)
             y = tl.where(rn >= gelu_out_from, y / (1.0 + tl.exp(-2.0 * z)), y)
         if HAS_RESIDUAL:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 LN_ONE_LOAD_MAX = 8192
 # Whether a LayerNorm prologue over float or int8 weights issues its first weight tile's
 # load before it reads x for the statistics (models/gemv.py). Off until a GPU has timed
-# it (docs/perf-notes.md attempt 76: the load goes out earlier in the sm_90 SASS, but the
-# kernel holds 61 registers a thread against 48, four programs an SM against five). Read
-# at each launch, so that benchmarks/row_gemv.py times the kernel both ways.
+# a gain (docs/perf-notes.md attempt 76: in the sm_90 SASS the load goes out after x's
+# round trip, ahead of the reductions only). Read at each launch, so that
+# benchmarks/row_gemv.py times the kernel both ways.
 LN_EARLY_TILE = False
 
 
@@ -50,9 +50,10 @@ class GemvLaunch:
 # - the LM heads after the final norm (attempt 76): llama-7b's and mistral-7b's 1.055x
 #   the rules' 16 x 256, phi-3-mini's 1.059x; llama-3-8b's (1.009x) and phi-2's (1.000x)
 #   keep the rules;
-# - phi-2's [dense | fc2] where the in-projection applies the GELU (attempt 76): the tile
-#   it had with the GELU prologue, 8 x 1024 with 8 warps, where the rules' plain tile is
-#   4 x 512.
+# - phi-2's [dense | fc2] where the in-projection applies the GELU (attempt 76): not
+#   swept in this form; the tile it had with the GELU prologue (8 x 1024, 8 warps, within
+#   1.3% of that sweep's best), at which c76a timed it without the prologue, where the
+#   rules' plain tile would be 4 x 512.
 # Shapes no sweep has timed take the rules; fp16 and fp32 weights of these shapes take
 # these tiles too (not swept).
 SWEPT_FLOAT_TILES = {
