@@ -52,7 +52,7 @@ class GemvLaunch:
 #   keep the rules;
 # - phi-2's [dense | fc2] where the in-projection applies the GELU (attempt 76): not
 #   swept in this form; the tile it had with the GELU prologue (8 x 1024, 8 warps, within
-#   1.3% of that sweep's best), at which c76a timed it without the prologue, where the
+#   1.4% of that sweep's best), at which c76a timed it without the prologue, where the
 #   rules' plain tile would be 4 x 512.
 # Shapes no sweep has timed take the rules; fp16 and fp32 weights of these shapes take
 # these tiles too (not swept).
