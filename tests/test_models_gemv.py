@@ -216,28 +216,31 @@ def test_on_cuda_the_kernel_matches_the_product_with_each_prologue():
     lin = torch.nn.Linear(2560, 1024, bias=True, device="cuda", dtype=torch.bfloat16)
     norm = torch.nn.LayerNorm(2560, eps=1e-5, device="cuda", dtype=torch.bfloat16)
     x = (3 + torch.randn(1, 1, 2560, device="cuda")).to(torch.bfloat16)
-    compiled = torch.compile(lambda x: row_linear(lin, x, norm=norm), fullgraph=True)
+    # phi-2's in-projection: GELU on the outputs from fc1's first on (here 512)
+    compiled = torch.compile(
+        lambda x: row_linear(lin, x, norm=norm, gelu_out_from=512), fullgraph=True
+    )
     with torch.no_grad():  # as a build traces (the op has no backward)
         got, code = run_and_get_code(compiled, x)
-        want = lin(norm(x)).double()
+        product = lin(norm(x))
+        gelu = torch.nn.functional.gelu(product[..., 512:], approximate="tanh")
+        want = torch.cat([product[..., :512], gelu], dim=-1).double()
     assert "_row_gemv" in "".join(code)  # the kernel, not the plain modules
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
-    # phi-2's out-projection: [attention | fc1] read from two tensors, fc1 a view into
-    # the in-projection's row (as its split gives it), compiled: no concatenation.
+    # phi-2's out-projection: [attention | GELU(fc1)] read from two tensors, fc1 a view
+    # into the in-projection's row (as its split gives it), compiled: no concatenation.
     out = torch.nn.Linear(2560 + 10240, 2560, bias=True, device="cuda", dtype=torch.bfloat16)
     row = torch.randn(1, 1, 3 * 2560 + 10240, device="cuda", dtype=torch.bfloat16)
     y, skip = torch.randn(2, 1, 1, 2560, device="cuda", dtype=torch.bfloat16)
 
     def out_proj(y, row, skip):
         up = row.split([3 * 2560, 10240], dim=-1)[1]
-        return row_linear(out, y, gelu_from=2560, residual=skip, x_tail=up)
+        return row_linear(out, y, residual=skip, x_tail=up)
 
     compiled = torch.compile(out_proj, fullgraph=True)
     with torch.no_grad():
         got, code = run_and_get_code(compiled, y, row, skip)
-        up = row[..., 3 * 2560 :]
-        gelu = torch.nn.functional.gelu(up, approximate="tanh")
-        want = (skip + out(torch.cat([y, gelu], dim=-1))).double()
+        want = (skip + out(torch.cat([y, row[..., 3 * 2560 :]], dim=-1))).double()
     source = "".join(code)
     assert "_row_gemv" in source and "fused_cat" not in source and "aten.cat" not in source
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=5e-2)
