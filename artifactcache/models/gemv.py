@@ -97,12 +97,19 @@ INT8_WIDEN_PTX = (
 def _define_kernels() -> None:
     """Define the kernel as this module's global (models/lazy_kernels.py says why; a
     kernel local to a function failed an inductor build)."""
-    global tl, _row_gemv, _x_tile, _w_tile, _w_dot, _INT8_WIDEN_PTX
+    global tl, _row_gemv, _x_tile, _w_tile, _w_dot, _gelu, _INT8_WIDEN_PTX
     import triton
     import triton.language
 
     tl = triton.language
     _INT8_WIDEN_PTX = tl.constexpr(INT8_WIDEN_PTX)
+
+    @triton.jit
+    def _gelu(x):
+        """tanh's GELU (transformers' gelu_new) of fp32 x: 0.5 x (1 + tanh(z)) = x / (1 +
+        e^-2z)."""
+        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        return x / (1.0 + tl.exp(-2.0 * z))
 
     @triton.jit
     def _x_tile(
@@ -126,9 +133,7 @@ def _define_kernels() -> None:
             up = tl.load(X + K + offs, mask=kmask, other=0.0).to(tl.float32)
             x = x / (1.0 + tl.exp(-x)) * up
         if GELU:
-            # tanh's GELU (transformers' gelu_new): 0.5 x (1 + tanh(z)) = x / (1 + e^-2z)
-            z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-            x = tl.where(offs >= gelu_from, x / (1.0 + tl.exp(-2.0 * z)), x)
+            x = tl.where(offs >= gelu_from, _gelu(x), x)
         squares = x * x
         if LAYER_NORM:
             x = (x - mean) * rstd * tl.load(G + offs, mask=kmask, other=0.0).to(tl.float32)
@@ -334,9 +339,7 @@ def _define_kernels() -> None:
             # [q; k; v; fc1]): once an output here, not once a program of the GEMV that
             # reads them; on the product rounded to the output dtype first, as eager
             # rounds fc1's output before its GELU
-            y = tl.where(rn >= gelu_out_from, y.to(Y.dtype.element_ty).to(tl.float32), y)
-            z = 0.7978845608028654 * (y + 0.044715 * y * y * y)
-            y = tl.where(rn >= gelu_out_from, y / (1.0 + tl.exp(-2.0 * z)), y)
+            y = tl.where(rn >= gelu_out_from, _gelu(y.to(Y.dtype.element_ty).to(tl.float32)), y)
         if HAS_RESIDUAL:
             # Eager rounds the projection to the activation dtype, then adds.
             y = y.to(Y.dtype.element_ty).to(tl.float32)
@@ -345,7 +348,7 @@ def _define_kernels() -> None:
 
 
 __getattr__ = kernel_getattr(
-    __name__, ("_row_gemv", "_x_tile", "_w_tile", "_w_dot"), _define_kernels
+    __name__, ("_row_gemv", "_x_tile", "_w_tile", "_w_dot", "_gelu"), _define_kernels
 )
 
 
@@ -442,8 +445,8 @@ def kernel_call(
         INT8_PTX=int8 and x.device.type == "cuda" and not interpreting(),
         STAGES=cut.stages, HAS_TAIL=x_tail is not None,
         # float and int8 weights (int4's loop reads by groups); read at the call, so that
-        # benchmarks/row_gemv.py can time the kernel without it
-        EARLY_TILE=layer_norm and not group and x_tail is None and gemv_tiles.LN_EARLY_TILE,
+        # benchmarks/row_gemv.py can time the kernel both ways
+        EARLY_TILE=layer_norm and not group and gemv_tiles.LN_EARLY_TILE,
         GELU_OUT=gelu_out_from >= 0,
     )  # fmt: skip
     return (-(-n // cut.block_n),), args, consts, y

@@ -126,12 +126,10 @@ def row_linear(
             gate, up = x.chunk(2, dim=-1)
             x = F.silu(gate) * up
         if gelu_from >= 0:
-            kept, rest = x.split([gelu_from, x.shape[-1] - gelu_from], dim=-1)
-            x = torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
+            x = _gelu_from(x, gelu_from)
         y = linear(x)
         if gelu_out_from >= 0:
-            kept, rest = y.split([gelu_out_from, y.shape[-1] - gelu_out_from], dim=-1)
-            y = torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
+            y = _gelu_from(y, gelu_out_from)
         return y if residual is None else residual + y
     weight, scales = read
     layer_norm = isinstance(norm, nn.LayerNorm)
@@ -143,3 +141,9 @@ def row_linear(
         None if x_tail is None else x_tail.reshape(1, x_tail.shape[-1]), gelu_out_from,
     )  # fmt: skip
     return y.reshape(1, 1, y.shape[-1])
+
+
+def _gelu_from(t: torch.Tensor, start: int) -> torch.Tensor:
+    """t with tanh's GELU on its last dimension's channels from ``start`` on."""
+    kept, rest = t.split([start, t.shape[-1] - start], dim=-1)
+    return torch.cat([kept, F.gelu(rest, approximate="tanh")], dim=-1)
